@@ -1,0 +1,3 @@
+from k25trace.cli import main
+
+main()

@@ -1,0 +1,150 @@
+"""Classify GPU activities into categories (allreduce, marlin_gemm, attention, …) with ordered rules kept as data.
+
+The rules are ``queries/kernel_rules.csv``: one rule per line, columns
+``category,kind,name_pattern,collective_pattern,note``. A rule matches an activity when every non-empty field
+matches (``kind`` exactly, the patterns as RE2 regular expressions searched anywhere in the full demangled
+name / in the NCCL ``Collective name`` arg). Rules are tried in file order; the first match wins; no match is
+``other``. A user rules file (same columns) is tried *before* the built-in rules, so it can both extend and
+override them; ``replace=True`` uses the user's rules alone.
+
+Matching runs in SQL (``queries/kernel_classes.sql``) over the distinct (name, kind, collective) keys, not per
+event, then ``queries/apply_kernel_classes.sql`` writes the category into ``gpu_events``.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+
+from k25trace.db import queries_dir, run_query
+from k25trace.errors import K25Error
+
+RULE_COLUMNS = ("category", "kind", "name_pattern", "collective_pattern", "note")
+KINDS = ("kernel", "memcpy", "memset")
+
+
+@dataclass(frozen=True)
+class Rule:
+    rule_id: int
+    category: str
+    kind: str | None
+    name_pattern: str | None
+    collective_pattern: str | None
+    note: str
+    source: str
+
+
+def builtin_rules_path() -> Path:
+    return queries_dir() / "kernel_rules.csv"
+
+
+def read_rules(path: Path, *, first_id: int = 1, source: str | None = None) -> list[Rule]:
+    """Parse a rules CSV; errors name the file and line."""
+    source = source or path.name
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise K25Error(f"{path}: cannot read rules file: {exc.strerror}") from exc
+    rows = [line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    reader = csv.DictReader(rows)
+    if reader.fieldnames is None or "category" not in reader.fieldnames:
+        raise K25Error(f"{path}: a rules file needs a header line with columns {','.join(RULE_COLUMNS)}")
+    unknown = [c for c in reader.fieldnames if c not in RULE_COLUMNS]
+    if unknown:
+        raise K25Error(f"{path}: unknown rules column(s) {unknown}; expected {','.join(RULE_COLUMNS)}")
+    rules: list[Rule] = []
+    for line_no, row in enumerate(reader, start=2):
+        category = (row.get("category") or "").strip()
+        kind = (row.get("kind") or "").strip() or None
+        name_pattern = (row.get("name_pattern") or "") or None
+        collective_pattern = (row.get("collective_pattern") or "") or None
+        if not category:
+            raise K25Error(f"{path}: rule {line_no - 1} has no category")
+        if kind is not None and kind not in KINDS:
+            raise K25Error(f"{path}: rule {line_no - 1} ({category}): kind must be one of {KINDS}, not {kind!r}")
+        if kind is None and name_pattern is None and collective_pattern is None:
+            raise K25Error(f"{path}: rule {line_no - 1} ({category}) matches everything; give a kind or a pattern")
+        rules.append(
+            Rule(first_id + len(rules), category, kind, name_pattern, collective_pattern, (row.get("note") or "").strip(), source)
+        )
+    return rules
+
+
+def load_rules(user_rules: Path | None = None, *, replace: bool = False) -> list[Rule]:
+    """The rule list in matching order: the user's rules first (if any), then the built-in ones."""
+    rules: list[Rule] = []
+    if user_rules is not None:
+        rules = read_rules(user_rules, source=f"user:{user_rules.name}")
+    if not replace:
+        rules += read_rules(builtin_rules_path(), first_id=len(rules) + 1, source="builtin")
+    return rules
+
+
+def install_rules(con: duckdb.DuckDBPyConnection, rules: list[Rule]) -> None:
+    """(Re)create the ``kernel_rules`` table, checking every pattern compiles in DuckDB's regex engine."""
+    con.execute(
+        "create or replace table kernel_rules (rule_id integer primary key, category varchar not null, kind varchar, "
+        "name_pattern varchar, collective_pattern varchar, note varchar, source varchar)"
+    )
+    for rule in rules:
+        for pattern in (rule.name_pattern, rule.collective_pattern):
+            if pattern is None:
+                continue
+            try:
+                con.execute("select regexp_matches('', ?)", [pattern])
+            except duckdb.Error as exc:
+                raise K25Error(f"rule {rule.rule_id} ({rule.source}, {rule.category}): bad pattern {pattern!r}: {exc}") from exc
+    con.executemany(
+        "insert into kernel_rules values (?, ?, ?, ?, ?, ?, ?)",
+        [(r.rule_id, r.category, r.kind, r.name_pattern, r.collective_pattern, r.note, r.source) for r in rules],
+    )
+
+
+def classify(con: duckdb.DuckDBPyConnection, user_rules: Path | None = None, *, replace: bool = False) -> None:
+    """Classify every GPU activity in the database (idempotent; re-run after changing rules)."""
+    install_rules(con, load_rules(user_rules, replace=replace))
+    run_query(con, "kernel_classes")
+    run_query(con, "apply_kernel_classes")
+
+
+def classify_names(
+    keys: list[tuple[str, str, str | None]] | list[str],
+    user_rules: Path | None = None,
+    *,
+    replace: bool = False,
+) -> list[dict[str, object]]:
+    """Classify names without a trace: ``keys`` are names or (name, kind, collective_name) tuples.
+
+    Returns one dict per key, in order: name, kind, collective_name, category, rule_id.
+    Runs the same SQL as :func:`classify` on a scratch in-memory database.
+    """
+    from k25trace.names import short_name
+
+    norm = [(k, "kernel", None) if isinstance(k, str) else tuple(k) for k in keys]
+    con = duckdb.connect(":memory:")
+    from k25trace.db import ensure_schema
+
+    ensure_schema(con)
+    names = sorted({k[0] for k in norm})
+    name_ids = {n: i for i, n in enumerate(names, start=1)}
+    con.executemany("insert into kernel_names values (?, ?, ?)", [(i, n, short_name(n)) for n, i in name_ids.items()])
+    con.executemany(
+        "insert into gpu_events (trace_id, event_id, kind, name_id, start_ns, dur_ns, end_ns, collective_name) "
+        "values (0, ?, ?, ?, 0, 1, 1, ?)",
+        [(i, kind, name_ids[name], coll) for i, (name, kind, coll) in enumerate(norm)],
+    )
+    classify(con, user_rules, replace=replace)
+    got = {
+        (row[0], row[1], row[2]): (row[3], row[4])
+        for row in con.execute(
+            "select n.name, c.kind, c.collective_name, c.category, c.rule_id from kernel_classes c join kernel_names n using (name_id)"
+        ).fetchall()
+    }
+    con.close()
+    return [
+        {"name": n, "kind": k, "collective_name": c, "category": got[(n, k, c)][0], "rule_id": got[(n, k, c)][1]}
+        for (n, k, c) in norm
+    ]

@@ -1,0 +1,158 @@
+"""Database access: open a k25trace DuckDB file, create the schema, find and run the named queries.
+
+Every SQL statement the project runs lives in ``queries/*.sql`` (one query per file). Each file opens with a
+header of ``-- key: value`` lines::
+
+    -- name: steps
+    -- creates: steps (table)
+    -- reads: gpu_events, launches, annotations
+    -- params: $trace_id
+    -- grain: one row per engine step per trace
+
+The loader parses the header, checks that the declared parameters are the ``$name`` tokens the SQL uses,
+and binds parameters (never formats them into the SQL string). DuckDB errors are wrapped in
+:class:`~k25trace.errors.QueryError` carrying the query name.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from k25trace.errors import K25Error, QueryError
+
+SCHEMA_VERSION = 1
+
+_PARAM_RE = re.compile(r"(?<![:$\w])\$([A-Za-z_][A-Za-z0-9_]*)")
+_HEADER_RE = re.compile(r"^--\s*([a-z_]+)\s*:\s*(.*)$")
+
+
+def queries_dir() -> Path:
+    """Where the SQL files are: inside the installed wheel (``k25trace/_queries``) or the checkout's ``queries/``."""
+    packaged = resources.files("k25trace") / "_queries"
+    if packaged.is_dir():
+        return Path(str(packaged))
+    checkout = Path(__file__).resolve().parent.parent / "queries"
+    if checkout.is_dir():
+        return checkout
+    raise K25Error("the SQL files (queries/) are missing from this installation")
+
+
+@dataclass(frozen=True)
+class NamedQuery:
+    """One ``queries/*.sql`` file: its header fields and its SQL text."""
+
+    name: str
+    path: Path
+    sql: str
+    summary: str = ""
+    creates: str = ""
+    reads: tuple[str, ...] = ()
+    params: tuple[str, ...] = ()
+    grain: str = ""
+    header: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def is_report(self) -> bool:
+        """A query that returns rows (no ``creates:``), as opposed to one that builds a table."""
+        return not self.creates
+
+
+def _parse_query_file(path: Path) -> NamedQuery:
+    text = path.read_text(encoding="utf-8")
+    header: dict[str, str] = {}
+    summary_lines: list[str] = []
+    for line in text.splitlines():
+        if not line.startswith("--"):
+            break
+        match = _HEADER_RE.match(line)
+        if match:
+            key, value = match.group(1), match.group(2).strip()
+            header[key] = (header[key] + " " + value).strip() if key in header else value
+        elif line.strip("- "):
+            summary_lines.append(line.lstrip("- ").rstrip())
+    name = header.get("name", path.stem)
+    if name != path.stem:
+        raise K25Error(f"{path}: header name {name!r} does not match the file name")
+    declared = tuple(p.strip().lstrip("$") for p in header.get("params", "").split(",") if p.strip() and p.strip() != "none")
+    used = sorted(set(_PARAM_RE.findall(_strip_sql_comments(text))))
+    if sorted(set(declared)) != used:
+        raise K25Error(f"{path}: header declares params {sorted(set(declared))} but the SQL uses {used}")
+    reads = tuple(r.strip() for r in header.get("reads", "").split(",") if r.strip())
+    return NamedQuery(
+        name=name,
+        path=path,
+        sql=text,
+        summary=" ".join(summary_lines),
+        creates=header.get("creates", ""),
+        reads=reads,
+        params=declared,
+        grain=header.get("grain", ""),
+        header=header,
+    )
+
+
+def _strip_sql_comments(text: str) -> str:
+    return "\n".join(line.split("--", 1)[0] for line in text.splitlines())
+
+
+@functools.lru_cache(maxsize=1)
+def named_queries() -> dict[str, NamedQuery]:
+    """All ``queries/*.sql`` files by name."""
+    return {p.stem: _parse_query_file(p) for p in sorted(queries_dir().glob("*.sql"))}
+
+
+def get_query(name: str) -> NamedQuery:
+    queries = named_queries()
+    if name not in queries:
+        raise K25Error(f"no query named {name!r}; known: {', '.join(sorted(queries))}")
+    return queries[name]
+
+
+def run_query(
+    con: duckdb.DuckDBPyConnection, name: str, params: dict[str, Any] | None = None
+) -> duckdb.DuckDBPyConnection:
+    """Run a named query with bound parameters; returns the cursor (fetch with ``.pl()``, ``.arrow()``, …)."""
+    query = get_query(name)
+    params = dict(params or {})
+    missing = [p for p in query.params if p not in params]
+    if missing:
+        raise QueryError(name, f"missing parameter(s): {', '.join('$' + m for m in missing)}")
+    unknown = [p for p in params if p not in query.params]
+    if unknown:
+        raise QueryError(name, f"unknown parameter(s): {', '.join('$' + u for u in unknown)}; it takes {list(query.params) or 'none'}")
+    try:
+        if query.params:
+            return con.execute(query.sql, params)
+        return con.execute(query.sql)
+    except duckdb.Error as exc:
+        raise QueryError(name, str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from exc
+
+
+def connect(path: str | Path | None, *, read_only: bool = False, create: bool = True) -> duckdb.DuckDBPyConnection:
+    """Open (and if needed initialise) a k25trace database. ``None`` means in-memory."""
+    if path is None:
+        con = duckdb.connect(":memory:")
+    else:
+        path = Path(path)
+        if not path.exists():
+            if read_only or not create:
+                raise K25Error(f"{path}: no such database (create one with `k25trace load TRACE... --db {path}`)")
+        try:
+            con = duckdb.connect(str(path), read_only=read_only)
+        except duckdb.Error as exc:
+            raise K25Error(f"{path}: cannot open as a DuckDB database: {str(exc).splitlines()[0]}") from exc
+    if not read_only:
+        ensure_schema(con)
+    return con
+
+
+def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
+    """Create the tables of the public schema if they are missing (idempotent)."""
+    run_query(con, "schema")
