@@ -98,6 +98,12 @@ def _parse_query_file(path: Path) -> NamedQuery:
     )
 
 
+def split_statements(sql: str) -> list[str]:
+    """Split a query file into statements at semicolons that end a line (the project's SQL style)."""
+    parts = re.split(r";[ \t]*(?:--[^\n]*)?\n", sql + "\n")
+    return [p for p in parts if _strip_sql_comments(p).strip()]
+
+
 def _strip_sql_comments(text: str) -> str:
     return "\n".join(line.split("--", 1)[0] for line in text.splitlines())
 
@@ -128,9 +134,13 @@ def run_query(
     if unknown:
         raise QueryError(name, f"unknown parameter(s): {', '.join('$' + u for u in unknown)}; it takes {list(query.params) or 'none'}")
     try:
-        if query.params:
-            return con.execute(query.sql, params)
-        return con.execute(query.sql)
+        statements = split_statements(query.sql)
+        for i, statement in enumerate(statements):
+            used = {p: v for p, v in params.items() if p in _PARAM_RE.findall(_strip_sql_comments(statement))}
+            cursor = con.execute(statement, used) if used else con.execute(statement)
+            if query.creates or i < len(statements) - 1:
+                cursor.fetchall()  # finish DDL/DML results so the connection is free for the next statement
+        return cursor
     except duckdb.Error as exc:
         raise QueryError(name, str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from exc
 

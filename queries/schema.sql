@@ -1,6 +1,6 @@
 -- name: schema
 -- The public schema of a k25trace database (see README "Schema"). Idempotent: creates what is missing.
--- creates: meta, traces, kernel_names, gpu_events, launches, annotations, cpu_ops, python_functions, captures, capture_levels, kernels (view)
+-- creates: meta, traces, kernel_names, kernel_rules, kernel_classes, gpu_events, launches, annotations, cpu_ops, python_functions, captures, capture_levels, steps, step_categories, kernels (view)
 -- reads: none
 -- params: none
 -- grain: traces = one row per loaded trace file; gpu_events = one row per GPU activity; launches = one row per CUDA runtime/driver call; annotations = one row per user annotation; cpu_ops = one row per CPU operator
@@ -43,6 +43,25 @@ create table if not exists kernel_names (
     name_id integer primary key,
     name varchar not null unique,     -- full demangled name as in the trace (can be several KB)
     short_name varchar not null       -- readable name: no return type, template args or argument list
+);
+
+create table if not exists kernel_rules (
+    rule_id integer primary key,      -- matching order: the first rule that matches wins
+    category varchar not null,
+    kind varchar,                     -- NULL = any; else 'kernel' | 'memcpy' | 'memset'
+    name_pattern varchar,             -- RE2 regex searched in the full kernel name; NULL = any
+    collective_pattern varchar,       -- RE2 regex searched in the NCCL `Collective name` arg; NULL = any
+    note varchar,
+    source varchar                    -- 'builtin' or 'user:<file>'
+);
+
+create table if not exists kernel_classes (
+    name_id integer not null,
+    kind varchar not null,
+    collective_name varchar,
+    category varchar not null,        -- 'other' when no rule matched
+    rule_id integer,                  -- -> kernel_rules; NULL when no rule matched
+    rule_source varchar
 );
 
 create table if not exists gpu_events (
@@ -149,3 +168,44 @@ select
     g.collective_name, g.msg_in_nelems, g.msg_out_nelems, g.msg_dtype, g.group_size, g.pg_name, g.pg_ranks
 from gpu_events as g
 join kernel_names as n using (name_id);
+
+create table if not exists steps (
+    trace_id integer not null,
+    rank integer,
+    step_index integer not null,      -- 0, 1, … in time order per trace (rank)
+    marker varchar,                   -- the step marker's name (NULL for inferred steps)
+    source varchar not null,          -- 'vllm' | 'sglang' | 'gpu_annotation' | 'inferred'
+    is_inferred boolean not null,     -- no marker: split from GPU idle gaps
+    phase varchar not null,           -- 'decode' | 'prefill' | 'mixed' | 'empty' | 'unknown'
+    ctx_reqs integer,                 -- context (prefill) requests in the step
+    ctx_tokens bigint,                -- their tokens (leading integer of the marker's token field)
+    gen_reqs integer,                 -- generation (decode) requests
+    gen_tokens bigint,                -- their tokens (> gen_reqs with speculative decoding)
+    total_tokens bigint,              -- detailed markers' total, else ctx_tokens + gen_tokens
+    batch_size integer,               -- requests in the step (ctx_reqs + gen_reqs)
+    is_spec_decode boolean,           -- gen_tokens > gen_reqs
+    is_empty boolean not null,        -- no GPU work, or a context_0(0)_generation_0(0) dummy
+    marker_start_ns bigint,           -- CPU marker span (absolute ns)
+    marker_end_ns bigint,
+    graph_launches integer,           -- cudaGraphLaunch/hipGraphLaunch calls attributed to the step
+    gpu_start_ns bigint,              -- first GPU activity start
+    gpu_end_ns bigint,                -- last GPU activity end
+    wall_ns bigint,                   -- gpu_end_ns - gpu_start_ns (0 when empty)
+    busy_ns bigint,                   -- union of GPU activity intervals over all streams
+    idle_ns bigint,                   -- wall_ns - busy_ns
+    overlap_ns bigint,                -- time two or more categories ran at once
+    kernel_count integer,             -- GPU activities (kernels, memcpys, memsets) in the step
+    kernel_ns bigint,                 -- their summed durations
+    primary key (trace_id, step_index)
+);
+
+create table if not exists step_categories (
+    trace_id integer not null,
+    rank integer,
+    step_index integer not null,
+    category varchar not null,
+    kernel_ns bigint not null,        -- summed durations of the category's activities
+    busy_ns bigint not null,          -- exclusive: time when this category alone was running
+    kernel_count integer not null,
+    primary key (trace_id, step_index, category)
+);

@@ -1,0 +1,872 @@
+"""Ingest: torch.profiler (Kineto) Chrome traces -> the DuckDB tables of the public schema.
+
+The only module that reads trace JSON. Invariants:
+
+* Streaming. A trace is decompressed block by block (isal) and its ``traceEvents`` array is cut at event
+  boundaries into chunks of a few MB; each chunk is decoded by msgspec into slim typed structs (unknown keys
+  are skipped in C), turned into columns and appended to DuckDB staging tables. Memory is bounded by the chunk
+  size, never by the file size, and no Python object outlives its chunk.
+* Exact times. ``start_ns = baseTimeNanoseconds + round(ts * 1000)`` in integer arithmetic (``ts`` is float µs
+  with at most ns resolution, so the rounding is exact); ``dur_ns = round(dur * 1000)``.
+* All or nothing per file. A file is staged, then moved into the final tables, classified and split into
+  steps inside one transaction; any problem rolls the whole file back and is reported as one line naming the
+  file. Other files of the same call are unaffected. Trace files are opened read-only.
+* Idempotent. A file whose content hash (sha256) is already in ``traces`` is skipped.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import os
+import re
+import zlib
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import duckdb
+import msgspec
+import orjson
+import pyarrow as pa
+
+from k25trace import __version__
+from k25trace.db import run_query
+from k25trace.errors import K25Error, TraceError
+from k25trace.names import short_name
+
+try:  # isal: ~4x faster gzip decompression than zlib
+    from isal import igzip as _gzip
+except ImportError:  # pragma: no cover - isal is a dependency, zlib is the fallback
+    import gzip as _gzip  # type: ignore[no-redef]
+
+BLOCK_SIZE = 16 << 20  # decompressed bytes per read
+MAX_PREFIX = 256 << 20  # metadata before traceEvents larger than this is not a Kineto trace
+
+GPU_CATS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset", "Kernel": "kernel", "Memcpy": "memcpy", "Memset": "memset"}
+LAUNCH_CATS = {"cuda_runtime", "cuda_driver", "Runtime", "Driver"}
+ANNOTATION_CATS = {"user_annotation", "gpu_user_annotation"}
+KNOWN_SKIPPED = {
+    "ac2g", "fwdbwd", "Trace", "overhead", "cpu_instant_event", "python_function", "Python", "cuda_profiler_range",
+    "gpu_mem", "cpu_mem", "memory", "Memory", "mtia_ccp_events", "privateuse1_runtime", "privateuse1_driver",
+    "cuda_sync", "Sync", "Activity Buffer Request", "Overhead",
+}
+
+_TRACE_EVENTS_RE = re.compile(rb'"traceEvents"\s*:\s*\[')
+_BOUNDARY_RE = re.compile(rb"\}\s*,\s*\{")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Event structs: only the fields we keep; msgspec skips everything else without building objects.
+
+
+class Args(msgspec.Struct, omit_defaults=True):
+    correlation: int | None = None
+    external_id: int | None = msgspec.field(name="External id", default=None)
+    stream: int | None = None
+    device: int | None = None
+    grid: list[int] | None = None
+    block: list[int] | None = None
+    registers: int | None = msgspec.field(name="registers per thread", default=None)
+    shared_memory: int | None = msgspec.field(name="shared memory", default=None)
+    blocks_per_sm: float | None = msgspec.field(name="blocks per SM", default=None)
+    warps_per_sm: float | None = msgspec.field(name="warps per SM", default=None)
+    occupancy: float | None = msgspec.field(name="est. achieved occupancy %", default=None)
+    bytes: int | None = None
+    cbid: int | None = None
+    collective_name: Any = msgspec.field(name="Collective name", default=None)
+    in_nelems: Any = msgspec.field(name="In msg nelems", default=None)
+    out_nelems: Any = msgspec.field(name="Out msg nelems", default=None)
+    group_size: Any = msgspec.field(name="Group size", default=None)
+    dtype: Any = None
+    pg_name: Any = msgspec.field(name="Process Group Name", default=None)
+    pg_ranks: Any = msgspec.field(name="Process Group Ranks", default=None)
+    input_dims: msgspec.Raw | None = msgspec.field(name="Input Dims", default=None)
+
+
+class Event(msgspec.Struct):
+    ph: str | None = None
+    cat: str | None = None
+    name: str | None = None
+    pid: int | str | None = None
+    tid: int | str | None = None
+    ts: float | None = None
+    dur: float | None = None
+    args: Args | None = None
+
+
+_EMPTY_ARGS = Args()
+_DECODER = msgspec.json.Decoder(list[Event])
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Results
+
+
+@dataclass
+class FileResult:
+    path: str
+    status: str  # 'loaded' | 'skipped' | 'failed'
+    message: str = ""
+    trace_id: int | None = None
+    rank: int | None = None
+    events: int = 0
+    gpu_events: int = 0
+    seconds: float = 0.0
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class LoadOptions:
+    keep_python: bool = False
+    include_frontend: bool = False
+    analyze: bool = True  # classify + steps inside the file's transaction
+
+
+@dataclass
+class TraceFile:
+    path: Path
+    capture_dir: Path | None = None
+    level: str | None = None
+    concurrency: int | None = None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Finding files
+
+
+def _is_trace_name(name: str) -> bool:
+    return name.endswith((".pt.trace.json", ".pt.trace.json.gz"))
+
+
+def is_frontend_name(name: str) -> bool:
+    return ".async_llm." in name
+
+
+def discover(paths: list[Path], *, include_frontend: bool = False) -> tuple[list[TraceFile], list[str], list[str]]:
+    """Expand PATH arguments into trace files. Returns (files, notes, errors).
+
+    Directories are searched recursively for ``*.pt.trace.json[.gz]``; other ``*.json[.gz]`` files only when named.
+    Front-end (``*.async_llm.*``) traces are skipped unless ``include_frontend``; graph-capture traces in
+    ``capture_traces/`` folders are skipped unless named. A ``k25trace capture`` directory (``manifest.json``)
+    attaches its level and concurrency to each file.
+    """
+    files: list[TraceFile] = []
+    notes: list[str] = []
+    errors: list[str] = []
+    seen: set[Path] = set()
+
+    def add(tf: TraceFile) -> None:
+        real = tf.path.resolve()
+        if real not in seen:
+            seen.add(real)
+            files.append(tf)
+
+    for arg in paths:
+        if not arg.exists():
+            errors.append(f"{arg}: no such file or directory")
+            continue
+        if arg.is_file():
+            capture = _capture_info_for(arg)
+            add(TraceFile(arg, *capture))
+            continue
+        found = sorted(p for p in arg.rglob("*") if p.is_file() and _is_trace_name(p.name))
+        skipped_frontend = [p for p in found if is_frontend_name(p.name)]
+        skipped_capture = [p for p in found if "capture_traces" in p.relative_to(arg).parts]
+        if skipped_frontend and not include_frontend:
+            notes.append(f"{arg}: skipped {len(skipped_frontend)} front-end (*.async_llm.*) trace(s); --include-frontend loads them")
+        if skipped_capture:
+            notes.append(f"{arg}: skipped {len(skipped_capture)} graph-capture trace(s) in capture_traces/; name them to load")
+        kept = [p for p in found if p not in skipped_capture and (include_frontend or p not in skipped_frontend)]
+        if not kept:
+            errors.append(f"{arg}: no *.pt.trace.json[.gz] files found")
+        for p in kept:
+            add(TraceFile(p, *_capture_info_for(p)))
+    return files, notes, errors
+
+
+def _capture_info_for(path: Path) -> tuple[Path | None, str | None, int | None]:
+    """If ``path`` lies in a ``k25trace capture`` directory, its (capture dir, level name, concurrency)."""
+    for parent in list(path.resolve().parents)[:3]:
+        manifest = parent / "manifest.json"
+        if manifest.is_file():
+            try:
+                data = orjson.loads(manifest.read_bytes())
+            except (OSError, orjson.JSONDecodeError):
+                return None, None, None
+            if not isinstance(data, dict) or "k25trace_capture" not in data:
+                continue
+            rel = path.resolve().relative_to(parent).as_posix()
+            for level in data.get("levels") or []:
+                level_dir = str(level.get("dir") or level.get("name") or "")
+                if level_dir and (rel.startswith(level_dir + "/")):
+                    return parent, level.get("name"), level.get("concurrency")
+            return parent, None, None
+    return None, None, None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Streaming reader
+
+
+def _open_stream(path: Path):
+    with open(path, "rb") as fh:
+        magic = fh.read(2)
+    if magic == b"\x1f\x8b":
+        return _gzip.open(path, "rb")
+    if path.name.endswith(".gz"):
+        raise TraceError(str(path), "named .gz but is not gzip data")
+    return open(path, "rb")
+
+
+def _read_blocks(path: Path) -> Iterator[tuple[bytes, int]]:
+    """Yield (decompressed block, compressed bytes read so far)."""
+    fh = _open_stream(path)
+    raw = getattr(fh, "fileobj", None) or getattr(fh, "_fp", None)
+    try:
+        while True:
+            try:
+                block = fh.read(BLOCK_SIZE)
+            except EOFError as exc:
+                raise TraceError(str(path), "truncated gzip: the compressed stream ends before its end marker "
+                                 "(the writer may still be running, or was killed)") from exc
+            except (OSError, zlib.error) as exc:
+                raise TraceError(str(path), f"corrupt gzip data: {exc}") from exc
+            if not block:
+                return
+            pos = 0
+            try:
+                pos = raw.tell() if raw is not None else 0
+            except (OSError, ValueError):
+                pos = 0
+            yield block, pos
+    finally:
+        fh.close()
+
+
+class _Splitter:
+    """Cuts the decompressed text into (metadata text, chunks of complete event objects)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.prefix = bytearray()
+        self.in_array = False
+        self.buf = b""
+        self.tail: bytes = b""
+
+    def feed(self, block: bytes) -> bytes | None:
+        """Add a block; return the bytes of complete events (comma-separated objects) or None."""
+        if not self.in_array:
+            self.prefix += block
+            m = _TRACE_EVENTS_RE.search(self.prefix)
+            if m is None:
+                if len(self.prefix) > MAX_PREFIX:
+                    raise TraceError(str(self.path), "no traceEvents array in the first 256 MB: not a Kineto trace")
+                return None
+            self.buf = bytes(self.prefix[m.end():])
+            del self.prefix[m.end() - 1:]  # keep up to the key and colon
+            self.in_array = True
+        else:
+            self.buf = self.buf + block if self.buf else block
+        # last event boundary in the buffer: search the tail first (fast path)
+        buf = self.buf
+        start = max(0, len(buf) - (1 << 20))
+        last = None
+        while last is None:
+            for last in _BOUNDARY_RE.finditer(buf, start):
+                pass
+            if last is None:
+                if start == 0:
+                    return None
+                start = max(0, start - (8 << 20))
+        complete = buf[: last.start() + 1]
+        self.buf = buf[last.end() - 1:]
+        return complete
+
+    def finish(self) -> tuple[list[Any], bytes]:
+        """At end of input: the remaining events (decoded) and the metadata text."""
+        if not self.in_array:
+            text = bytes(self.prefix).strip()
+            if not text:
+                raise TraceError(str(self.path), "empty file")
+            try:
+                obj = orjson.loads(text)
+            except orjson.JSONDecodeError as exc:
+                raise TraceError(str(self.path), f"invalid JSON: {exc}") from exc
+            if not isinstance(obj, dict):
+                raise TraceError(str(self.path), f"top-level JSON is a {type(obj).__name__}, not an object with traceEvents")
+            raise TraceError(str(self.path), "no traceEvents array: not a Kineto/Chrome trace")
+        try:
+            text = self.buf.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise TraceError(str(self.path), f"invalid UTF-8 near the end of traceEvents: {exc.reason}") from exc
+        decoder = json.JSONDecoder()
+        events: list[Any] = []
+        i = 0
+        n = len(text)
+        while True:
+            while i < n and text[i] in " \t\r\n,":
+                i += 1
+            if i >= n:
+                raise TraceError(str(self.path), "truncated JSON: the file ends inside traceEvents")
+            if text[i] == "]":
+                i += 1
+                break
+            try:
+                obj, i = decoder.raw_decode(text, i)
+            except json.JSONDecodeError as exc:
+                raise TraceError(str(self.path), f"invalid JSON in traceEvents: {exc.msg}") from exc
+            events.append(obj)
+        meta_text = bytes(self.prefix) + b"null" + text[i:].encode("utf-8")
+        return events, meta_text
+
+
+def _decode_chunk(path: Path, chunk: bytes, offset_hint: int) -> list[Event]:
+    data = b"[" + chunk + b"]"
+    try:
+        return _DECODER.decode(data)
+    except msgspec.ValidationError:
+        # a field of an unexpected type somewhere in this chunk: take the slow, forgiving path
+        try:
+            raw = orjson.loads(data)
+        except orjson.JSONDecodeError as exc:
+            raise TraceError(str(path), f"invalid JSON in traceEvents (near event {offset_hint}): {exc}") from exc
+        return [_loose_event(e) for e in raw]
+    except msgspec.DecodeError as exc:
+        raise TraceError(str(path), f"invalid JSON in traceEvents (near event {offset_hint}): {exc}") from exc
+
+
+def _num(v: Any, typ: type) -> Any:
+    if v is None or isinstance(v, bool):
+        return None
+    if isinstance(v, (int, float)):
+        return typ(v)
+    if isinstance(v, str):
+        try:
+            return typ(float(v)) if typ is int else typ(v)
+        except ValueError:
+            return None
+    return None
+
+
+def _loose_event(raw: Any) -> Event:
+    """Build an Event from a dict of arbitrary types (fields of the wrong type become NULL)."""
+    if not isinstance(raw, dict):
+        return Event()
+    a = raw.get("args")
+    args = None
+    if isinstance(a, dict):
+        args = Args(
+            correlation=_num(a.get("correlation"), int),
+            external_id=_num(a.get("External id"), int),
+            stream=_num(a.get("stream"), int),
+            device=_num(a.get("device"), int),
+            grid=a.get("grid") if isinstance(a.get("grid"), list) else None,
+            block=a.get("block") if isinstance(a.get("block"), list) else None,
+            registers=_num(a.get("registers per thread"), int),
+            shared_memory=_num(a.get("shared memory"), int),
+            blocks_per_sm=_num(a.get("blocks per SM"), float),
+            warps_per_sm=_num(a.get("warps per SM"), float),
+            occupancy=_num(a.get("est. achieved occupancy %"), float),
+            bytes=_num(a.get("bytes"), int),
+            cbid=_num(a.get("cbid"), int),
+            collective_name=a.get("Collective name"),
+            in_nelems=a.get("In msg nelems"),
+            out_nelems=a.get("Out msg nelems"),
+            group_size=a.get("Group size"),
+            dtype=a.get("dtype"),
+            pg_name=a.get("Process Group Name"),
+            pg_ranks=a.get("Process Group Ranks"),
+            input_dims=msgspec.Raw(orjson.dumps(a["Input Dims"])) if "Input Dims" in a else None,
+        )
+    pid, tid = raw.get("pid"), raw.get("tid")
+    return Event(
+        ph=raw.get("ph") if isinstance(raw.get("ph"), str) else None,
+        cat=raw.get("cat") if isinstance(raw.get("cat"), str) else None,
+        name=raw.get("name") if isinstance(raw.get("name"), str) else None,
+        pid=pid if isinstance(pid, (int, str)) and not isinstance(pid, bool) else None,
+        tid=tid if isinstance(tid, (int, str)) and not isinstance(tid, bool) else None,
+        ts=_num(raw.get("ts"), float),
+        dur=_num(raw.get("dur"), float),
+        args=args,
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Columns
+
+
+def _int_or_none(v: Any) -> int | None:
+    if isinstance(v, bool) or v is None:
+        return None
+    if isinstance(v, int):
+        return v
+    if isinstance(v, float):
+        return int(v)
+    if isinstance(v, str):
+        try:
+            return int(float(v))
+        except ValueError:
+            return None
+    return None
+
+
+def _str_or_none(v: Any) -> str | None:
+    if v is None:
+        return None
+    if isinstance(v, str):
+        return v
+    return orjson.dumps(v).decode()
+
+
+def _pid(v: int | str | None) -> int | None:
+    if isinstance(v, int):
+        return v
+    if isinstance(v, str):
+        digits = "".join(ch for ch in v if ch.isdigit())
+        return int(digits) if digits and len(digits) < 19 else None
+    return None
+
+
+def _dim(values: list[int] | None, i: int) -> int | None:
+    if values and len(values) > i:
+        v = values[i]
+        return v if isinstance(v, int) else None
+    return None
+
+
+class _Columns:
+    """Accumulates one chunk's events as columns per table."""
+
+    def __init__(self, keep_python: bool) -> None:
+        self.keep_python = keep_python
+        self.skipped: Counter[str] = Counter()
+        self.unknown: Counter[str] = Counter()
+
+    def build(self, events: list[Event], first_event_id: int, name_id: Callable[[str], int]) -> dict[str, pa.Table]:
+        gpu, gpu_ids = [], []
+        launch, launch_ids = [], []
+        ann, ann_ids = [], []
+        ops, op_ids = [], []
+        py, py_ids = [], []
+        skipped = self.skipped
+        keep_python = self.keep_python
+        for i, e in enumerate(events):
+            cat = e.cat
+            if e.ts is None or e.ph not in ("X", None) or cat is None:
+                skipped[cat or "(no category)"] += 1
+                continue
+            if cat in GPU_CATS:
+                gpu.append(e)
+                gpu_ids.append(first_event_id + i)
+            elif cat in LAUNCH_CATS:
+                launch.append(e)
+                launch_ids.append(first_event_id + i)
+            elif cat == "cpu_op":
+                ops.append(e)
+                op_ids.append(first_event_id + i)
+            elif cat in ANNOTATION_CATS:
+                ann.append(e)
+                ann_ids.append(first_event_id + i)
+            elif cat == "python_function" and keep_python:
+                py.append(e)
+                py_ids.append(first_event_id + i)
+            else:
+                skipped[cat] += 1
+                if cat not in KNOWN_SKIPPED:
+                    self.unknown[cat] += 1
+        out: dict[str, pa.Table] = {}
+        if gpu:
+            out["gpu"] = self._gpu_table(gpu, gpu_ids, name_id)
+        if launch:
+            args = [e.args or _EMPTY_ARGS for e in launch]
+            out["launch"] = pa.table({
+                "event_id": pa.array(launch_ids, pa.int64()),
+                "api": pa.array(["cuda_driver" if e.cat in ("cuda_driver", "Driver") else "cuda_runtime" for e in launch], pa.string()),
+                "name": pa.array([e.name or "" for e in launch], pa.string()),
+                "pid": pa.array([_pid(e.pid) for e in launch], pa.int64()),
+                "tid": pa.array([_pid(e.tid) for e in launch], pa.int64()),
+                "ts": pa.array([e.ts for e in launch], pa.float64()),
+                "dur": pa.array([e.dur for e in launch], pa.float64()),
+                "correlation": pa.array([a.correlation for a in args], pa.int64()),
+                "external_id": pa.array([a.external_id for a in args], pa.int64()),
+                "cbid": pa.array([a.cbid for a in args], pa.int32()),
+            })
+        if ann:
+            args = [e.args or _EMPTY_ARGS for e in ann]
+            out["ann"] = pa.table({
+                "event_id": pa.array(ann_ids, pa.int64()),
+                "kind": pa.array([e.cat for e in ann], pa.string()),
+                "name": pa.array([e.name or "" for e in ann], pa.string()),
+                "pid": pa.array([_pid(e.pid) for e in ann], pa.int64()),
+                "tid": pa.array([_pid(e.tid) for e in ann], pa.int64()),
+                "ts": pa.array([e.ts for e in ann], pa.float64()),
+                "dur": pa.array([e.dur for e in ann], pa.float64()),
+                "external_id": pa.array([a.external_id for a in args], pa.int64()),
+            })
+        if ops:
+            args = [e.args or _EMPTY_ARGS for e in ops]
+            out["ops"] = pa.table({
+                "event_id": pa.array(op_ids, pa.int64()),
+                "name": pa.array([e.name or "" for e in ops], pa.string()),
+                "pid": pa.array([_pid(e.pid) for e in ops], pa.int64()),
+                "tid": pa.array([_pid(e.tid) for e in ops], pa.int64()),
+                "ts": pa.array([e.ts for e in ops], pa.float64()),
+                "dur": pa.array([e.dur for e in ops], pa.float64()),
+                "external_id": pa.array([a.external_id for a in args], pa.int64()),
+                "input_dims": pa.array([bytes(a.input_dims).decode("utf-8", "replace") if a.input_dims is not None else None for a in args], pa.string()),
+            })
+        if py:
+            out["py"] = pa.table({
+                "event_id": pa.array(py_ids, pa.int64()),
+                "name": pa.array([e.name or "" for e in py], pa.string()),
+                "pid": pa.array([_pid(e.pid) for e in py], pa.int64()),
+                "tid": pa.array([_pid(e.tid) for e in py], pa.int64()),
+                "ts": pa.array([e.ts for e in py], pa.float64()),
+                "dur": pa.array([e.dur for e in py], pa.float64()),
+            })
+        return out
+
+    @staticmethod
+    def _gpu_table(gpu: list[Event], ids: list[int], name_id: Callable[[str], int]) -> pa.Table:
+        args = [e.args or _EMPTY_ARGS for e in gpu]
+        grids = [a.grid for a in args]
+        blocks = [a.block for a in args]
+        has_coll = any(a.collective_name is not None or a.in_nelems is not None for a in args)
+        n = len(gpu)
+        nulls_i = pa.nulls(n, pa.int64())
+        nulls_s = pa.nulls(n, pa.string())
+        return pa.table({
+            "event_id": pa.array(ids, pa.int64()),
+            "kind": pa.array([GPU_CATS[e.cat] for e in gpu], pa.string()),  # type: ignore[index]
+            "name_id": pa.array([name_id(e.name or "") for e in gpu], pa.int32()),
+            "device": pa.array([a.device if a.device is not None else _pid(e.pid) for a, e in zip(args, gpu)], pa.int32()),
+            "stream": pa.array([a.stream if a.stream is not None else _pid(e.tid) for a, e in zip(args, gpu)], pa.int64()),
+            "ts": pa.array([e.ts for e in gpu], pa.float64()),
+            "dur": pa.array([e.dur if e.dur is not None else 0.0 for e in gpu], pa.float64()),
+            "correlation": pa.array([a.correlation for a in args], pa.int64()),
+            "external_id": pa.array([a.external_id for a in args], pa.int64()),
+            "grid_x": pa.array([_dim(g, 0) for g in grids], pa.int32()),
+            "grid_y": pa.array([_dim(g, 1) for g in grids], pa.int32()),
+            "grid_z": pa.array([_dim(g, 2) for g in grids], pa.int32()),
+            "block_x": pa.array([_dim(b, 0) for b in blocks], pa.int32()),
+            "block_y": pa.array([_dim(b, 1) for b in blocks], pa.int32()),
+            "block_z": pa.array([_dim(b, 2) for b in blocks], pa.int32()),
+            "registers": pa.array([a.registers for a in args], pa.int32()),
+            "shared_mem_bytes": pa.array([a.shared_memory for a in args], pa.int32()),
+            "blocks_per_sm": pa.array([a.blocks_per_sm for a in args], pa.float64()),
+            "warps_per_sm": pa.array([a.warps_per_sm for a in args], pa.float64()),
+            "occupancy_pct": pa.array([a.occupancy for a in args], pa.float64()),
+            "bytes": pa.array([a.bytes for a in args], pa.int64()),
+            "collective_name": pa.array([_str_or_none(a.collective_name) for a in args], pa.string()) if has_coll else nulls_s,
+            "msg_in_nelems": pa.array([_int_or_none(a.in_nelems) for a in args], pa.int64()) if has_coll else nulls_i,
+            "msg_out_nelems": pa.array([_int_or_none(a.out_nelems) for a in args], pa.int64()) if has_coll else nulls_i,
+            "msg_dtype": pa.array([_str_or_none(a.dtype) for a in args], pa.string()) if has_coll else nulls_s,
+            "group_size": pa.array([_int_or_none(a.group_size) for a in args], pa.int32()) if has_coll else pa.nulls(n, pa.int32()),
+            "pg_name": pa.array([_str_or_none(a.pg_name) for a in args], pa.string()) if has_coll else nulls_s,
+            "pg_ranks": pa.array([_str_or_none(a.pg_ranks) for a in args], pa.string()) if has_coll else nulls_s,
+        })
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Loading one file
+
+_STAGE_DDL = {
+    "gpu": "create temp table _stage_gpu (event_id bigint, kind varchar, name_id integer, device integer, stream bigint, "
+    "ts double, dur double, correlation bigint, external_id bigint, grid_x integer, grid_y integer, grid_z integer, "
+    "block_x integer, block_y integer, block_z integer, registers integer, shared_mem_bytes integer, "
+    "blocks_per_sm double, warps_per_sm double, occupancy_pct double, bytes bigint, collective_name varchar, "
+    "msg_in_nelems bigint, msg_out_nelems bigint, msg_dtype varchar, group_size integer, pg_name varchar, pg_ranks varchar)",
+    "launch": "create temp table _stage_launch (event_id bigint, api varchar, name varchar, pid bigint, tid bigint, "
+    "ts double, dur double, correlation bigint, external_id bigint, cbid integer)",
+    "ann": "create temp table _stage_ann (event_id bigint, kind varchar, name varchar, pid bigint, tid bigint, "
+    "ts double, dur double, external_id bigint)",
+    "ops": "create temp table _stage_ops (event_id bigint, name varchar, pid bigint, tid bigint, ts double, dur double, "
+    "external_id bigint, input_dims varchar)",
+    "py": "create temp table _stage_py (event_id bigint, name varchar, pid bigint, tid bigint, ts double, dur double)",
+}
+
+_NS = "cast(round(ts * 1000) as bigint)"
+_DUR = "cast(round(coalesce(dur, 0) * 1000) as bigint)"
+
+
+class Loader:
+    """Loads trace files into one database connection, one transaction per file."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, options: LoadOptions | None = None,
+                 progress: Callable[[int], None] | None = None) -> None:
+        self.con = con
+        self.options = options or LoadOptions()
+        self.progress = progress or (lambda n: None)
+        self.names: dict[str, int] = dict(con.execute("select name, name_id from kernel_names").fetchall())
+        self.next_name_id = con.execute("select coalesce(max(name_id), 0) from kernel_names").fetchall()[0][0] + 1
+        if self.options.analyze:
+            from k25trace.classify import install_rules, load_rules
+
+            if not con.execute("select count(*) from kernel_rules").fetchall()[0][0]:  # type: ignore[index]
+                install_rules(con, load_rules())
+
+    def load(self, tf: TraceFile) -> FileResult:
+        path = tf.path
+        started = _dt.datetime.now()
+        result = FileResult(str(path), "failed")
+        try:
+            with open(path, "rb"):
+                pass
+        except OSError as exc:
+            result.message = f"{path}: cannot read: {exc.strerror}"
+            return result
+        sha = _sha256(path)
+        rows = self.con.execute("select trace_id, path from traces where sha256 = ?", [sha]).fetchall()
+        row = rows[0] if rows else None
+        if row:
+            result.status = "skipped"
+            result.trace_id = row[0]
+            result.message = f"{path}: already loaded as trace {row[0]} ({row[1]})"
+            return result
+        new_names: dict[str, int] = {}
+        next_id = [self.next_name_id]
+
+        def name_id(name: str) -> int:
+            got = self.names.get(name)
+            if got is None:
+                got = new_names.get(name)
+                if got is None:
+                    got = next_id[0]
+                    next_id[0] += 1
+                    new_names[name] = got
+            return got
+
+        con = self.con
+        con.execute("begin transaction")
+        try:
+            for ddl in _STAGE_DDL.values():
+                con.execute(ddl)
+            meta, counts, cols = self._stream(path, name_id)
+            trace_id, warnings = self._commit_file(tf, path, sha, meta, counts, cols, new_names)
+            con.execute("commit")
+        except BaseException as exc:
+            con.execute("rollback")
+            if isinstance(exc, TraceError):
+                result.message = str(exc)
+                return result
+            if isinstance(exc, K25Error):
+                result.message = f"{path}: {exc}"
+                return result
+            if isinstance(exc, (duckdb.Error, MemoryError, UnicodeError, ValueError, OverflowError)):
+                result.message = f"{path}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+                return result
+            raise
+        finally:
+            for table in ("_stage_gpu", "_stage_launch", "_stage_ann", "_stage_ops", "_stage_py"):
+                try:
+                    con.execute(f"drop table if exists {table}")
+                except duckdb.Error:
+                    pass
+        con.execute("select 1").fetchall()  # leave no unfinished result on the connection
+        self.names.update(new_names)
+        self.next_name_id = next_id[0]
+        info = con.execute("select rank, event_count, gpu_event_count from traces where trace_id = ?", [trace_id]).fetchall()[0]
+        result.status = "loaded"
+        result.trace_id = trace_id
+        result.rank, result.events, result.gpu_events = info[0], info[1], info[2]  # type: ignore[index]
+        result.warnings = warnings
+        result.seconds = (_dt.datetime.now() - started).total_seconds()
+        return result
+
+    def _stream(self, path: Path, name_id: Callable[[str], int]) -> tuple[dict[str, Any], int, _Columns]:
+        splitter = _Splitter(path)
+        cols = _Columns(self.options.keep_python)
+        total = 0
+        last_pos = 0
+        for block, pos in _read_blocks(path):
+            if pos > last_pos:
+                self.progress(pos - last_pos)
+                last_pos = pos
+            chunk = splitter.feed(block)
+            if chunk:
+                events = _decode_chunk(path, chunk, total)
+                self._append(cols.build(events, total, name_id))
+                total += len(events)
+                del events
+        tail_events, meta_text = splitter.finish()
+        if tail_events:
+            events = [_loose_event(e) for e in tail_events]
+            self._append(cols.build(events, total, name_id))
+            total += len(events)
+        try:
+            meta = orjson.loads(meta_text)
+        except orjson.JSONDecodeError as exc:
+            raise TraceError(str(path), f"invalid JSON outside traceEvents: {exc}") from exc
+        if not isinstance(meta, dict):
+            raise TraceError(str(path), "top-level JSON is not an object")
+        try:
+            size = path.stat().st_size
+            if size > last_pos:
+                self.progress(size - last_pos)
+        except OSError:
+            pass
+        return meta, total, cols
+
+    def _append(self, tables: dict[str, pa.Table]) -> None:
+        for key, table in tables.items():
+            self.con.register("_chunk", table)
+            try:
+                self.con.execute(f"insert into _stage_{key} by name select * from _chunk")
+            finally:
+                self.con.unregister("_chunk")
+
+    def _commit_file(self, tf: TraceFile, path: Path, sha: str, meta: dict[str, Any], counts: int, cols: _Columns,
+                     new_names: dict[str, int]) -> tuple[int, list[str]]:
+        con = self.con
+        warnings: list[str] = []
+        dist = meta.get("distributedInfo") if isinstance(meta.get("distributedInfo"), dict) else None
+        rank = _int_or_none(dist.get("rank")) if dist else None
+        world = _int_or_none(dist.get("world_size")) if dist else None
+        base = _int_or_none(meta.get("baseTimeNanoseconds")) or 0
+        devices = meta.get("deviceProperties") if isinstance(meta.get("deviceProperties"), list) else None
+        gpu_n = con.execute("select count(*) from _stage_gpu").fetchall()[0][0]  # type: ignore[index]
+        device_name = None
+        if devices:
+            used_rows = con.execute("select device from _stage_gpu group by device order by count(*) desc limit 1").fetchall()
+            used = used_rows[0] if used_rows else None
+            dev_index = used[0] if used and used[0] is not None else (rank if rank is not None else 0)
+            match = [d for d in devices if isinstance(d, dict) and d.get("id") == dev_index]
+            device_name = (match[0] if match else devices[0] if isinstance(devices[0], dict) else {}).get("name") or None
+        frontend = is_frontend_name(path.name)
+        if gpu_n == 0:
+            warnings.append(f"{path}: no GPU events (CPU-only trace{', front end' if frontend else ''}); loaded its CPU events")
+        if cols.unknown:
+            unknown = ", ".join(f"{k} ({v})" for k, v in cols.unknown.most_common())
+            warnings.append(f"{path}: skipped events of unknown categories: {unknown}")
+        trace_id = con.execute("select nextval('trace_id_seq')").fetchall()[0][0]  # type: ignore[index]
+        if new_names:
+            con.executemany("insert into kernel_names values (?, ?, ?)", [(i, n, short_name(n)) for n, i in new_names.items()])
+        params = {"trace_id": trace_id, "rank": rank, "base": base}
+        con.execute(
+            f"insert into gpu_events select $trace_id, $rank, event_id, kind, name_id, device, stream, "
+            f"$base + {_NS} as start_ns, {_DUR} as dur_ns, $base + {_NS} + {_DUR} as end_ns, correlation, external_id, "
+            "grid_x, grid_y, grid_z, block_x, block_y, block_z, registers, shared_mem_bytes, blocks_per_sm, warps_per_sm, "
+            "occupancy_pct, bytes, collective_name, msg_in_nelems, msg_out_nelems, msg_dtype, group_size, pg_name, pg_ranks, "
+            "null, null from _stage_gpu order by start_ns, event_id", params)
+        con.execute(
+            f"insert into launches select $trace_id, $rank, event_id, api, name, pid, tid, $base + {_NS} as start_ns, "
+            f"{_DUR}, $base + {_NS} + {_DUR}, correlation, external_id, cbid from _stage_launch order by start_ns, event_id", params)
+        con.execute(
+            f"insert into annotations select $trace_id, $rank, event_id, kind, name, pid, tid, $base + {_NS} as start_ns, "
+            f"{_DUR}, $base + {_NS} + {_DUR}, external_id from _stage_ann order by start_ns, event_id", params)
+        con.execute(
+            f"insert into cpu_ops select $trace_id, $rank, event_id, name, pid, tid, $base + {_NS} as start_ns, "
+            f"{_DUR}, $base + {_NS} + {_DUR}, external_id, input_dims from _stage_ops order by start_ns, event_id", params)
+        con.execute(
+            f"insert into python_functions select $trace_id, $rank, event_id, name, pid, tid, $base + {_NS} as start_ns, "
+            f"{_DUR}, $base + {_NS} + {_DUR} from _stage_py order by start_ns, event_id", params)
+        span = con.execute(
+            "select min(s), max(e) from ("
+            "select min(start_ns) s, max(end_ns) e from gpu_events where trace_id = $t union all "
+            "select min(start_ns), max(end_ns) from launches where trace_id = $t union all "
+            "select min(start_ns), max(end_ns) from annotations where trace_id = $t union all "
+            "select min(start_ns), max(end_ns) from cpu_ops where trace_id = $t)", {"t": trace_id}).fetchall()[0]
+        known_keys = {"traceEvents", "distributedInfo", "deviceProperties", "baseTimeNanoseconds"}
+        metadata = {k: v for k, v in meta.items() if k not in known_keys}
+        vllm_version = meta.get("vllm_version")
+        if isinstance(vllm_version, (list, dict)):
+            vllm_version = orjson.dumps(vllm_version).decode()
+        con.execute(
+            "insert into traces values (" + ", ".join(["?"] * 25) + ")",
+            [
+                trace_id, str(path.resolve()), path.name, path.stat().st_size, sha, rank, world, base, device_name,
+                len(devices) if devices else None, str(vllm_version) if vllm_version is not None else None, frontend,
+                str(tf.capture_dir) if tf.capture_dir else None, tf.level, tf.concurrency, counts, gpu_n,
+                span[0] if span else None, span[1] if span else None,  # type: ignore[index]
+                orjson.dumps(dist).decode() if dist else None,
+                orjson.dumps(devices).decode() if devices else None,
+                orjson.dumps(metadata).decode(),
+                orjson.dumps(dict(cols.skipped)).decode(),
+                _dt.datetime.now(), __version__,
+            ],
+        )
+        if tf.capture_dir is not None:
+            _record_capture(con, tf.capture_dir)
+        if self.options.analyze:
+            from k25trace.steps import analyze_trace
+
+            analyze_trace(con, trace_id)
+        return trace_id, warnings
+
+
+def _record_capture(con: duckdb.DuckDBPyConnection, capture_dir: Path) -> None:
+    manifest_path = capture_dir / "manifest.json"
+    try:
+        manifest = orjson.loads(manifest_path.read_bytes())
+    except (OSError, orjson.JSONDecodeError) as exc:
+        raise TraceError(str(manifest_path), f"unreadable capture manifest: {exc}") from exc
+    key = str(capture_dir.resolve())
+    con.execute("insert or replace into captures values (?, ?)", [key, orjson.dumps(manifest).decode()])
+    for level in manifest.get("levels") or []:
+        stats = level.get("stats") or {}
+
+        def pct(metric: str, p: str) -> float | None:
+            value = (stats.get(metric) or {}).get(p)
+            return float(value) if isinstance(value, (int, float)) else None
+
+        con.execute(
+            "insert or replace into capture_levels values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [key, level.get("name"), level.get("concurrency"), stats.get("requests"), stats.get("errors"),
+             stats.get("output_tokens"), stats.get("duration_s"), stats.get("output_tok_s"),
+             pct("ttft_ms", "p50"), pct("ttft_ms", "p90"), pct("ttft_ms", "p99"),
+             pct("tpot_ms", "p50"), pct("tpot_ms", "p90"), pct("tpot_ms", "p99"),
+             pct("itl_ms", "p50"), pct("itl_ms", "p90"), pct("itl_ms", "p99")],
+        )
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while True:
+            block = fh.read(8 << 20)
+            if not block:
+                break
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def load_paths(
+    con: duckdb.DuckDBPyConnection,
+    paths: list[Path],
+    options: LoadOptions | None = None,
+    *,
+    on_result: Callable[[FileResult], None] | None = None,
+    progress_factory: Callable[[list[TraceFile]], Any] | None = None,
+) -> tuple[list[FileResult], list[str]]:
+    """Load every trace under ``paths``; returns (per-file results, notes). Never raises for a bad file."""
+    options = options or LoadOptions()
+    files, notes, errors = discover(paths, include_frontend=options.include_frontend)
+    results = [FileResult(e.split(":", 1)[0], "failed", e) for e in errors]
+    for r in results:
+        if on_result:
+            on_result(r)
+    progress_ctx = progress_factory(files) if progress_factory else None
+    advance: Callable[[int], None] = (lambda n: None)
+    start_file: Callable[[TraceFile], None] = (lambda tf: None)
+    if progress_ctx is not None:
+        advance, start_file = progress_ctx.advance, progress_ctx.start_file
+    loader = Loader(con, options, progress=lambda n: advance(n))
+    for tf in files:
+        start_file(tf)
+        result = loader.load(tf)
+        results.append(result)
+        if on_result:
+            on_result(result)
+    if progress_ctx is not None:
+        progress_ctx.close()
+    return results, notes
+
+
+def file_size(path: Path) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0

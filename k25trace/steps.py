@@ -1,0 +1,45 @@
+"""Steps: split each trace's timeline into engine steps and compute per-step and per-category time.
+
+All logic is SQL (``queries/step_markers.sql``, ``step_assign.sql``, ``step_intervals.sql``,
+``steps_build.sql``); this module only runs the files in order for one trace. Called by the loader inside the
+file's transaction, and by :func:`rebuild` (``k25trace steps``) after a classification change.
+"""
+
+from __future__ import annotations
+
+import duckdb
+
+from k25trace.db import run_query
+
+DEFAULT_GAP_NS = 1_000_000  # idle gap that separates inferred steps (traces without step markers)
+
+
+def analyze_trace(con: duckdb.DuckDBPyConnection, trace_id: int, *, gap_ns: int = DEFAULT_GAP_NS) -> None:
+    """Classify a freshly loaded trace's new kernel names, then build its steps and step categories."""
+    run_query(con, "kernel_classes_add", {"trace_id": trace_id})
+    build_steps(con, trace_id, gap_ns=gap_ns)
+
+
+def build_steps(con: duckdb.DuckDBPyConnection, trace_id: int, *, gap_ns: int = DEFAULT_GAP_NS) -> None:
+    """(Re)build the steps of one trace from the classified GPU activities."""
+    run_query(con, "step_markers", {"trace_id": trace_id, "gap_ns": gap_ns})
+    con.execute("update gpu_events set step_index = null where trace_id = ? and step_index is not null", [trace_id])
+    run_query(con, "step_assign", {"trace_id": trace_id})
+    run_query(con, "step_intervals", {"trace_id": trace_id})
+    run_query(con, "steps_build", {"trace_id": trace_id})
+    for temp in ("_step_markers", "_step_intervals", "_category_codes"):
+        con.execute(f"drop table if exists {temp}")
+
+
+def rebuild(con: duckdb.DuckDBPyConnection, *, gap_ns: int = DEFAULT_GAP_NS) -> int:
+    """Rebuild the steps of every trace (after re-classification); returns the number of traces."""
+    trace_ids = [row[0] for row in con.execute("select trace_id from traces order by trace_id").fetchall()]
+    for trace_id in trace_ids:
+        con.execute("begin transaction")
+        try:
+            build_steps(con, trace_id, gap_ns=gap_ns)
+            con.execute("commit")
+        except BaseException:
+            con.execute("rollback")
+            raise
+    return len(trace_ids)

@@ -1,0 +1,69 @@
+-- name: kernel_classes_add
+-- Classify the (name, kind, collective) keys of one newly loaded trace that kernel_classes does not know yet,
+-- with the rules in kernel_rules (first match wins, else 'other'), then set gpu_events.category for that trace.
+-- creates: kernel_classes (rows added), gpu_events.category (updated for one trace)
+-- reads: gpu_events, kernel_names, kernel_rules, kernel_classes
+-- params: $trace_id
+-- grain: one row per new distinct (name_id, kind, collective_name)
+insert into kernel_classes
+with keys as (
+    select distinct name_id, kind, collective_name
+    from gpu_events
+    where trace_id = $trace_id
+),
+
+new_keys as (
+    select keys.*, kernel_names.name
+    from keys
+    join kernel_names using (name_id)
+    where not exists (
+        select 1 from kernel_classes as known
+        where known.name_id = keys.name_id
+            and known.kind = keys.kind
+            and known.collective_name is not distinct from keys.collective_name
+    )
+),
+
+matched as (
+    select
+        new_keys.name_id,
+        new_keys.kind,
+        new_keys.collective_name,
+        kernel_rules.rule_id,
+        kernel_rules.category,
+        kernel_rules.source,
+        row_number() over (
+            partition by new_keys.name_id, new_keys.kind, new_keys.collective_name
+            order by kernel_rules.rule_id
+        ) as match_rank
+    from new_keys
+    join kernel_rules on
+        (kernel_rules.kind is null or kernel_rules.kind = new_keys.kind)
+        and (kernel_rules.name_pattern is null or regexp_matches(new_keys.name, kernel_rules.name_pattern))
+        and (
+            kernel_rules.collective_pattern is null
+            or (new_keys.collective_name is not null and regexp_matches(new_keys.collective_name, kernel_rules.collective_pattern))
+        )
+)
+
+select
+    new_keys.name_id,
+    new_keys.kind,
+    new_keys.collective_name,
+    coalesce(matched.category, 'other') as category,
+    matched.rule_id,
+    matched.source as rule_source
+from new_keys
+left join matched on
+    matched.match_rank = 1
+    and matched.name_id = new_keys.name_id
+    and matched.kind = new_keys.kind
+    and matched.collective_name is not distinct from new_keys.collective_name;
+
+update gpu_events
+set category = kernel_classes.category
+from kernel_classes
+where gpu_events.trace_id = $trace_id
+    and gpu_events.name_id = kernel_classes.name_id
+    and gpu_events.kind = kernel_classes.kind
+    and gpu_events.collective_name is not distinct from kernel_classes.collective_name
