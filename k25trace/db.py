@@ -18,10 +18,14 @@ from __future__ import annotations
 
 import functools
 import re
+import warnings
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import polars as pl
 
 import duckdb
 
@@ -166,3 +170,27 @@ def connect(path: str | Path | None, *, read_only: bool = False, create: bool = 
 def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
     """Create the tables of the public schema if they are missing (idempotent)."""
     run_query(con, "schema")
+
+
+def fetch_frame(cursor: duckdb.DuckDBPyConnection) -> "pl.DataFrame":
+    """The pending result of ``cursor`` as a polars DataFrame (works across DuckDB 1.x and 2.x APIs)."""
+    import polars as pl
+
+    for method in ("to_arrow_table", "fetch_arrow_table", "arrow"):
+        fetch = getattr(cursor, method, None)
+        if fetch is not None:
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")  # DuckDB 2 warns that DB-API results copy once; they are small
+                    table = fetch()
+            except duckdb.Error as exc:
+                raise QueryError("result", str(exc).splitlines()[0]) from exc
+            frame = pl.from_arrow(table)
+            assert isinstance(frame, pl.DataFrame)
+            return frame
+    raise K25Error("this DuckDB version cannot return Arrow results")
+
+
+def query_frame(con: duckdb.DuckDBPyConnection, name: str, params: dict[str, Any] | None = None) -> "pl.DataFrame":
+    """Run a named query and return its rows as a polars DataFrame."""
+    return fetch_frame(run_query(con, name, params))

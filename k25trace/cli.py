@@ -1,0 +1,436 @@
+"""The ``k25trace`` command line: thin wrappers over the headless core (no query logic here).
+
+stdout carries only data (tables, CSV, JSON); progress, warnings and errors go to stderr.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+
+from k25trace import __version__
+from k25trace.errors import K25Error
+
+err = Console(stderr=True, highlight=False)
+
+db_option = click.option(
+    "--db", "db_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
+    help="The k25trace DuckDB database file.",
+)
+format_option = click.option(
+    "--format", "fmt", type=click.Choice(["table", "csv", "json", "markdown"]), default=None,
+    help="Output format (default: table on a terminal, csv otherwise).",
+)
+
+
+def _fail(message: str) -> None:
+    err.print(f"[bold red]error:[/] {message}", soft_wrap=True)
+    sys.exit(1)
+
+
+class _Group(click.Group):
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except K25Error as exc:
+            _fail(str(exc))
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="k25trace")
+def cli() -> None:
+    """Where does the time of a large-model decode step go?
+
+    vLLM torch-profiler traces -> DuckDB -> per-step breakdown (AllReduce, Marlin GEMM, attention, …, idle).
+
+    \b
+    Typical session:
+      k25trace load traces/ --db run.duckdb
+      k25trace report --db run.duckdb
+      k25trace report --db run.duckdb --by kernel --top 15
+      k25trace sql --db run.duckdb "select phase, count(*) from steps group by all"
+      k25trace tui --db run.duckdb
+    """
+
+
+# --------------------------------------------------------------------------------------------------------- load
+
+
+class _Progress:
+    """Rich progress on stderr: files done and compressed bytes read."""
+
+    def __init__(self, files: list[Any], quiet: bool) -> None:
+        from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn, TransferSpeedColumn
+
+        from k25trace.ingest import file_size
+
+        self.quiet = quiet or not files
+        total = sum(file_size(f.path) for f in files)
+        self.progress = Progress(
+            TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeElapsedColumn(),
+            console=err, transient=False, disable=self.quiet,
+        )
+        self.nfiles = len(files)
+        self.done = 0
+        self.task = self.progress.add_task(f"loading {self.nfiles} file(s)", total=total)
+        if not self.quiet:
+            self.progress.start()
+
+    def start_file(self, tf: Any) -> None:
+        self.done += 1
+        self.progress.update(self.task, description=f"[{self.done}/{self.nfiles}] {tf.path.name[:60]}")
+
+    def advance(self, n: int) -> None:
+        self.progress.advance(self.task, n)
+
+    def close(self) -> None:
+        self.progress.stop()
+
+
+def run_load(db_path: Path | None, paths: list[Path], *, keep_python: bool = False, include_frontend: bool = False,
+             quiet: bool = False, con: Any = None) -> tuple[Any, int]:
+    """Load paths into a database, reporting each file on stderr; returns (connection, number of failures)."""
+    from k25trace import db, ingest
+
+    con = con or db.connect(db_path)
+    options = ingest.LoadOptions(keep_python=keep_python, include_frontend=include_frontend)
+
+    def on_result(r: ingest.FileResult) -> None:
+        for warning in r.warnings:
+            err.print(f"[yellow]warning:[/] {_esc(warning)}", soft_wrap=True)
+        if r.status == "failed":
+            err.print(f"[bold red]error:[/] {_esc(r.message)}", soft_wrap=True)
+        elif r.status == "skipped":
+            err.print(f"[dim]skipped:[/] {_esc(r.message)}", soft_wrap=True)
+        elif not quiet:
+            err.print(f"loaded {_esc(r.path)}: rank {r.rank}, {r.events:,} events, {r.gpu_events:,} GPU activities "
+                      f"in {r.seconds:.1f} s (trace {r.trace_id})", soft_wrap=True)
+
+    results, notes = ingest.load_paths(
+        con, paths, options, on_result=on_result, progress_factory=lambda files: _Progress(files, quiet),
+    )
+    for note in notes:
+        err.print(f"[dim]note:[/] {_esc(note)}", soft_wrap=True)
+    failed = sum(r.status == "failed" for r in results)
+    loaded = sum(r.status == "loaded" for r in results)
+    if not quiet:
+        err.print(f"{loaded} loaded, {sum(r.status == 'skipped' for r in results)} already there, {failed} failed")
+    return con, failed
+
+
+def _esc(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)
+
+
+@cli.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@db_option
+@click.option("--keep-python", is_flag=True, help="Also keep python_function events (50-90 % of a default trace).")
+@click.option("--include-frontend", is_flag=True, help="Also load front-end (*.async_llm.*) CPU-only traces found in directories.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress or per-file lines; errors and warnings still go to stderr.")
+def load(paths: tuple[Path, ...], db_path: Path, keep_python: bool, include_frontend: bool, quiet: bool) -> None:
+    """Load Kineto trace files or directories (or a `k25trace capture` directory) into a database.
+
+    Directories are searched for *.pt.trace.json[.gz]; other .json[.gz] files load when named. Loading the same
+    file again is a no-op. A bad file gets a one-line error; the good ones are still loaded; exit status 1 if
+    any file failed.
+
+    \b
+    Example:
+      k25trace load /tmp/vllm_profile --db run.duckdb
+    """
+    con, failed = run_load(db_path, list(paths), keep_python=keep_python, include_frontend=include_frontend, quiet=quiet)
+    con.close()
+    if failed:
+        sys.exit(1)
+
+
+# ---------------------------------------------------------------------------------------------------------- sql
+
+
+def _parse_params(items: tuple[str, ...]) -> dict[str, Any]:
+    params: dict[str, Any] = {}
+    for item in items:
+        if "=" not in item:
+            raise K25Error(f"--param {item!r}: expected key=value")
+        key, value = item.split("=", 1)
+        params[key.strip().lstrip("$")] = _coerce(value)
+    return params
+
+
+def _coerce(value: str) -> Any:
+    if value.lower() in ("null", "none"):
+        return None
+    for typ in (int, float):
+        try:
+            return typ(value)
+        except ValueError:
+            pass
+    return value
+
+
+@cli.command()
+@click.argument("query", required=False)
+@db_option
+@click.option("-f", "--file", "sql_file", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="Read the SQL from a file.")
+@click.option("--query", "-q", "query_name", help="Run a named query from queries/ (see --list).")
+@click.option("--param", "-p", "params", multiple=True, help="key=value parameter for a named query (repeatable).")
+@click.option("--list", "list_queries", is_flag=True, help="List the named queries with their parameters.")
+@format_option
+def sql(query: str | None, db_path: Path, sql_file: Path | None, query_name: str | None, params: tuple[str, ...],
+        list_queries: bool, fmt: str | None) -> None:
+    """Run SQL against a database: a query argument, -f FILE, - for stdin, or --query NAME.
+
+    \b
+    Examples:
+      k25trace sql --db run.duckdb "select category, sum(dur_ns)/1e6 ms from kernels group by all order by ms desc"
+      k25trace sql --db run.duckdb --query report_kernels -p phase=decode -p rank=null -p trace_id=null -p top=10
+      echo "select * from steps limit 5" | k25trace sql --db run.duckdb - --format csv
+    """
+    import duckdb
+    import polars as pl
+
+    from k25trace import db, output
+
+    if list_queries:
+        rows = [
+            {"name": q.name, "params": ", ".join("$" + p for p in q.params), "creates": q.creates, "grain": q.grain,
+             "summary": q.summary}
+            for q in db.named_queries().values()
+        ]
+        output.write(pl.DataFrame(rows), fmt or output.default_format())
+        return
+    con = db.connect(db_path, read_only=True)
+    fmt = fmt or output.default_format()
+    if query_name:
+        cursor = db.run_query(con, query_name, _parse_params(params))
+    else:
+        if sql_file:
+            text = sql_file.read_text(encoding="utf-8")
+        elif query == "-":
+            text = sys.stdin.read()
+        elif query:
+            text = query
+        else:
+            raise K25Error("give a query, -f FILE, - (stdin) or --query NAME")
+        try:
+            cursor = con.execute(text, _parse_params(params)) if params else con.execute(text)
+        except duckdb.Error as exc:
+            raise K25Error(f"SQL error: {exc}") from exc
+    if cursor.description is None:
+        return
+    output.write(db.fetch_frame(cursor), fmt)
+
+
+# ------------------------------------------------------------------------------------------------------- report
+
+
+@cli.command()
+@db_option
+@click.option("--phase", type=click.Choice(["decode", "prefill", "mixed", "empty", "unknown", "all"]), default="decode", show_default=True)
+@click.option("--by", "by", type=click.Choice(["batch", "category", "step", "rank", "kernel"]), default="batch", show_default=True,
+              help="batch: per batch size (and capture level); category: all steps together; step: one line per step; "
+                   "rank: per rank; kernel: the top kernels.")
+@click.option("--rank", type=int, default=None, help="Only this rank (default: all ranks).")
+@click.option("--trace", "trace_id", type=int, default=None, help="Only this trace_id.")
+@click.option("--top", type=int, default=20, show_default=True, help="Kernels to list with --by kernel.")
+@format_option
+def report(db_path: Path, phase: str, by: str, rank: int | None, trace_id: int | None, top: int, fmt: str | None) -> None:
+    """Print where the time of a step goes (default: decode steps, grouped by batch size).
+
+    ms/step and % are exclusive GPU time (only that category running); with the 'overlap' and 'idle' rows they
+    add up to the step's wall time. kernel ms/step sums kernel durations (overlaps counted twice).
+
+    \b
+    Examples:
+      k25trace report --db run.duckdb
+      k25trace report --db run.duckdb --by kernel --top 15 --rank 0
+      k25trace report --db run.duckdb --by step --phase all --format csv
+    """
+    from k25trace import db, output, report as core
+
+    con = db.connect(db_path, read_only=True)
+    frame = core.breakdown(con, by=by, phase=phase, rank=rank, trace_id=trace_id, top=top)
+    fmt = fmt or output.default_format()
+    if frame.is_empty():
+        err.print(f"no {phase if phase != 'all' else ''} steps with GPU activity in {db_path}"
+                  + ("" if phase == "all" else " (try --phase all)"))
+        if fmt != "table":
+            output.write(frame, fmt)
+        return
+    if fmt == "table" and by == "batch":
+        print_batch_tables(frame)
+    else:
+        output.write(frame, fmt)
+
+
+def print_batch_tables(frame: Any, console: Console | None = None) -> None:
+    """The default report as one table per (level, batch size), with the group's totals as the title."""
+    import polars as pl
+
+    from k25trace.output import rich_table
+
+    console = console or Console(width=None if sys.stdout.isatty() else 160)
+    for key, group in frame.group_by(["level", "batch_size"], maintain_order=True):
+        level, batch = key
+        first = group.row(0, named=True)
+        title = (f"{'level ' + str(level) + ', ' if level else ''}batch size {batch if batch is not None else '?'}: "
+                 f"{first['steps']} steps on {first['ranks']} rank(s), mean step {first['step_ms']:.3f} ms "
+                 f"(median {first['median_step_ms']:.3f}), idle {first['idle_pct'] or 0:.1f} %")
+        body = group.select(["category", "ms_per_step", "pct_of_step", "kernel_ms_per_step", "calls_per_step", "us_per_call"])
+        body = body.rename({"ms_per_step": "ms/step", "pct_of_step": "% of step", "kernel_ms_per_step": "kernel ms/step",
+                            "calls_per_step": "calls/step", "us_per_call": "µs/call"})
+        console.print(rich_table(body.with_columns(pl.col("category")), title=title))
+
+
+# ------------------------------------------------------------------------------------------- classify and steps
+
+
+@cli.command()
+@db_option
+@click.option("--rules", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="Your rules CSV, tried before the built-in rules.")
+@click.option("--replace", is_flag=True, help="Use only --rules, not the built-in rules.")
+@click.option("--show", is_flag=True, help="Print which rule matched each kernel name (no re-classification).")
+@format_option
+def classify(db_path: Path, rules: Path | None, replace: bool, show: bool, fmt: str | None) -> None:
+    """Re-classify every kernel with the built-in rules (plus --rules FILE) and rebuild the steps.
+
+    A rules file has the columns category,kind,name_pattern,collective_pattern,note; rules are RE2 regexes
+    tried in order, first match wins; yours come before the built-in ones.
+
+    \b
+    Examples:
+      k25trace classify --db run.duckdb --rules my_rules.csv
+      k25trace classify --db run.duckdb --show --format csv | grep ',other,'
+    """
+    from k25trace import classify as core, db, output, steps
+
+    if show:
+        con = db.connect(db_path, read_only=True)
+        output.write(db.query_frame(con, "kernel_rule_matches"), fmt or output.default_format())
+        return
+    if replace and rules is None:
+        raise K25Error("--replace needs --rules FILE")
+    con = db.connect(db_path, create=False)
+    con.execute("begin transaction")
+    try:
+        core.classify(con, rules, replace=replace)
+        con.execute("commit")
+    except BaseException:
+        con.execute("rollback")
+        raise
+    n = steps.rebuild(con)
+    err.print(f"re-classified and rebuilt the steps of {n} trace(s)")
+
+
+@cli.command("steps")
+@db_option
+@click.option("--gap-us", type=float, default=1000.0, show_default=True, help="Idle gap that separates inferred steps (traces without step markers).")
+def steps_cmd(db_path: Path, gap_us: float) -> None:
+    """Rebuild the engine steps of every trace (e.g. with another --gap-us for traces without markers)."""
+    from k25trace import db, steps
+
+    con = db.connect(db_path, create=False)
+    n = steps.rebuild(con, gap_ns=int(gap_us * 1000))
+    err.print(f"rebuilt the steps of {n} trace(s)")
+
+
+# --------------------------------------------------------------------------------------------------------- demo
+
+
+def sample_paths() -> list[Path]:
+    from importlib import resources
+
+    root = Path(str(resources.files("k25trace") / "samples"))
+    return sorted(p for p in root.rglob("*.json.gz"))
+
+
+@cli.command()
+@click.option("--db", "db_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Keep the database here (default: a temporary file, removed afterwards).")
+def demo(db_path: Path | None) -> None:
+    """Load the sample traces bundled with k25trace and show what k25trace finds in them."""
+    from k25trace import db, output, report as core
+
+    samples = sample_paths()
+    if not samples:
+        raise K25Error("no bundled sample traces found in this installation")
+    with tempfile.TemporaryDirectory(prefix="k25trace-demo-") as tmp:
+        path = db_path or Path(tmp) / "demo.duckdb"
+        con, failed = run_load(path, samples)
+        console = Console(width=None if sys.stdout.isatty() else 160)
+        console.print(output.rich_table(
+            core.summary(con).select(["trace_id", "file_name", "rank", "world_size", "device_name", "gpu_event_count",
+                                      "steps", "decode", "prefill", "mixed", "decode_batch_sizes"]),
+            title=f"Traces loaded into {path}"))
+        frame = core.breakdown(con, by="batch", phase="decode")
+        print_batch_tables(frame, console)
+        console.print(output.rich_table(
+            core.breakdown(con, by="step", phase="all").select(["trace_id", "rank", "step_index", "phase", "batch_size",
+                                                                "graph_launches", "kernel_count", "wall_ms", "busy_pct",
+                                                                "allreduce_pct", "top_categories"]),
+            title="All steps"))
+        con.close()
+        if failed:
+            sys.exit(1)
+
+
+@cli.command()
+@click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
+@click.option("--db", "db_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Database to browse; with PATHs, the traces are loaded into it first (default: a temporary one).")
+def tui(paths: tuple[Path, ...], db_path: Path | None) -> None:
+    """Browse captures, decode steps and kernels in a terminal UI.
+
+    \b
+    Examples:
+      k25trace tui --db run.duckdb
+      k25trace tui /tmp/vllm_profile        # load first (progress on stderr), then browse
+    """
+    from k25trace.tui.app import run_tui
+
+    if not paths and db_path is None:
+        raise K25Error("give --db FILE, or trace PATHs to load first")
+    with tempfile.TemporaryDirectory(prefix="k25trace-tui-") as tmp:
+        path = db_path or Path(tmp) / "tui.duckdb"
+        if paths:
+            con, failed = run_load(path, list(paths))
+            con.close()
+        elif not path.exists():
+            raise K25Error(f"{path}: no such database")
+        run_tui(path)
+
+
+def _register_optional() -> None:
+    """Commands whose modules live beside the core (capture, synth, tui, bench)."""
+    import importlib
+
+    for module, attr in (("capture.cli", "capture_command"), ("k25trace.synth", "command"),
+                         ("k25trace.bench", "command")):
+        try:
+            mod = importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name and module.startswith(exc.name):
+                continue
+            raise
+        command = getattr(mod, attr, None)
+        if command is not None:
+            cli.add_command(command)
+
+
+_register_optional()
+
+
+def main() -> None:
+    cli(prog_name="k25trace")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,44 @@
+"""Report: the per-step breakdowns users read, as polars DataFrames (drawing is left to the caller).
+
+Each function runs one named query from ``queries/report_*.sql``; the CLI and the TUI both call these.
+"""
+
+from __future__ import annotations
+
+import duckdb
+import polars as pl
+
+from k25trace.db import query_frame
+from k25trace.errors import K25Error
+
+VIEWS = ("batch", "category", "step", "rank", "kernel")
+PHASES = ("decode", "prefill", "mixed", "empty", "unknown", "all")
+
+
+def _params(phase: str, rank: int | None, trace_id: int | None) -> dict[str, object]:
+    if phase not in PHASES:
+        raise K25Error(f"unknown phase {phase!r}; one of {', '.join(PHASES)}")
+    return {"phase": phase, "rank": rank, "trace_id": trace_id}
+
+
+def breakdown(con: duckdb.DuckDBPyConnection, *, by: str = "batch", phase: str = "decode", rank: int | None = None,
+              trace_id: int | None = None, top: int = 20) -> pl.DataFrame:
+    """The breakdown table for one view (``by``): batch, category, step, rank or kernel."""
+    params = _params(phase, rank, trace_id)
+    if by == "batch":
+        return query_frame(con, "report_breakdown", params)
+    if by == "category":
+        return query_frame(con, "report_category", params)
+    if by == "step":
+        return query_frame(con, "report_steps", params)
+    if by == "kernel":
+        return query_frame(con, "report_kernels", {**params, "top": top})
+    if by == "rank":
+        params.pop("rank")
+        return query_frame(con, "report_ranks", params)
+    raise K25Error(f"unknown view {by!r}; one of {', '.join(VIEWS)}")
+
+
+def summary(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
+    """One row per loaded trace: rank, device, events, steps by phase."""
+    return query_frame(con, "summary")

@@ -1,0 +1,79 @@
+-- name: report_breakdown
+-- Where the time of a step goes, per capture level and batch size: for each category the mean exclusive GPU
+-- time per step (time only that category ran), its share of the step's wall time, the summed kernel time,
+-- calls per step and mean µs per call; plus 'overlap' (several categories at once) and 'idle' (no GPU activity)
+-- rows, so that the shares of one group add up to 100 %. Empty steps are left out.
+-- reads: steps, step_categories, traces
+-- params: $phase, $rank, $trace_id
+-- grain: one row per (level, batch_size, category) — 'overlap' and 'idle' included
+with selected_steps as (
+    select steps.*, traces.level
+    from steps
+    join traces using (trace_id)
+    where not steps.is_empty
+        and ($phase = 'all' or steps.phase = $phase)
+        and ($rank is null or steps.rank = $rank)
+        and ($trace_id is null or steps.trace_id = $trace_id)
+),
+
+groups as (
+    select
+        level,
+        batch_size,
+        count(*) as steps,
+        count(distinct rank) as ranks,
+        sum(wall_ns) as wall_ns,
+        sum(busy_ns) as busy_ns,
+        sum(idle_ns) as idle_ns,
+        sum(overlap_ns) as overlap_ns,
+        median(wall_ns) as median_wall_ns
+    from selected_steps
+    group by level, batch_size
+),
+
+per_category as (
+    select
+        selected_steps.level,
+        selected_steps.batch_size,
+        step_categories.category,
+        sum(step_categories.busy_ns) as busy_ns,
+        sum(step_categories.kernel_ns) as kernel_ns,
+        sum(step_categories.kernel_count) as calls
+    from selected_steps
+    join step_categories using (trace_id, step_index)
+    group by all
+),
+
+pseudo as (
+    select level, batch_size, 'overlap' as category, overlap_ns as busy_ns, null::hugeint as kernel_ns, null::hugeint as calls from groups
+    union all
+    select level, batch_size, 'idle', idle_ns, null, null from groups
+),
+
+rows as (
+    select * from per_category
+    union all
+    select * from pseudo
+),
+
+final as (
+    select
+        rows.level,
+        rows.batch_size,
+        rows.category,
+        groups.steps,
+        groups.ranks,
+        round(groups.wall_ns / groups.steps / 1e6, 4) as step_ms,
+        round(groups.median_wall_ns / 1e6, 4) as median_step_ms,
+        round(groups.idle_ns * 100.0 / nullif(groups.wall_ns, 0), 2) as idle_pct,
+        round(rows.busy_ns / groups.steps / 1e6, 4) as ms_per_step,
+        round(rows.busy_ns * 100.0 / nullif(groups.wall_ns, 0), 2) as pct_of_step,
+        round(rows.kernel_ns / groups.steps / 1e6, 4) as kernel_ms_per_step,
+        round(rows.calls / groups.steps, 2) as calls_per_step,
+        round(rows.kernel_ns / nullif(rows.calls, 0) / 1e3, 2) as us_per_call
+    from rows
+    join groups on groups.level is not distinct from rows.level and groups.batch_size is not distinct from rows.batch_size
+)
+
+select * from final
+order by level nulls first, batch_size nulls last, category in ('overlap', 'idle'), pct_of_step desc, category
