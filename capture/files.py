@@ -1,0 +1,281 @@
+"""Trace files in the server's ``torch_profiler_dir``: which are new, which are complete, copy them safely.
+
+A torch-profiler trace is complete when (reference §2.3):
+
+- ``*.json.gz``: the gzip stream reads to its end-of-stream marker with a good CRC (torch writes the
+  ``.gz`` progressively under its final name, so a file being written fails with "Compressed file
+  ended before the end-of-stream marker was reached"), and the JSON inside closes with ``}``;
+- ``*.json``: the JSON closes with ``}``; ``*.tmp`` (Kineto's in-progress name) is never complete.
+
+Everything here streams: a 1 GB trace is never held in memory.  The rank and world size come from the
+``distributedInfo`` metadata near the head of the JSON (or, failing that, its tail), the front-end
+(API-server) trace is recognised by ``.async_llm.`` in its name.
+
+Standard library only: this module runs next to the server and the loader may reuse it.
+"""
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import os
+import re
+import shutil
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+CHUNK = 1 << 20  # 1 MiB
+HEAD_BYTES = 4 << 20  # decompressed bytes searched for metadata before giving up on the head
+TAIL_BYTES = 256 << 10  # decompressed bytes kept from the end (metadata may follow traceEvents)
+
+TRACE_SUFFIXES = (".pt.trace.json.gz", ".pt.trace.json")
+_RANK_IN_NAME = re.compile(r"(?:^|[_-])rank[_-]?(\d+)(?:[._-]|$)")
+_DIST_KEY = b'"distributedInfo"'
+
+
+@dataclass
+class TraceCheck:
+    """Result of :func:`check_trace_file`; ``ok`` means complete and well-formed."""
+
+    ok: bool
+    problem: str | None
+    rank: int | None
+    world_size: int | None
+    frontend: bool
+    size: int = 0
+    metadata: dict = field(default_factory=dict)
+
+    def as_tuple(self) -> tuple[bool, str | None, int | None, int | None, bool]:
+        return (self.ok, self.problem, self.rank, self.world_size, self.frontend)
+
+
+def is_trace_name(name: str) -> bool:
+    """True for a finished-name torch-profiler trace (``*.pt.trace.json[.gz]``); ``*.tmp`` is not one."""
+    return name.endswith(TRACE_SUFFIXES)
+
+
+def is_frontend_name(name: str) -> bool:
+    """The API-server (AsyncLLM) trace: CPU only, no kernels (reference §2.1)."""
+    return ".async_llm." in name
+
+
+def rank_from_name(name: str) -> int | None:
+    """Rank as written in the file name (``…_rank3.`` or ``…-rank-3.``); None when absent.
+
+    Only a fallback: 0.11.0 names carry no rank, ``distributedInfo`` is the reliable source."""
+    stem = name.split(".pt.trace.json")[0]
+    matches = _RANK_IN_NAME.findall(stem.split(".")[0]) or _RANK_IN_NAME.findall(stem)
+    return int(matches[-1]) if matches else None
+
+
+def _extract_object(buf: bytes, key: bytes) -> dict | None:
+    """Parse the JSON object that follows ``key:`` in ``buf``; None when absent or cut off."""
+    i = buf.find(key)
+    if i < 0:
+        return None
+    j = buf.find(b"{", i + len(key))
+    if j < 0:
+        return None
+    # Allow only whitespace and the colon between the key and the object.
+    if buf[i + len(key): j].strip() not in (b":",):
+        return None
+    text = buf[j: j + 65536].decode("utf-8", "replace")
+    try:
+        obj, _ = json.JSONDecoder().raw_decode(text)
+    except ValueError:
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+def _extract_scalar(buf: bytes, key: str) -> object | None:
+    m = re.search(rb'"' + re.escape(key.encode()) + rb'"\s*:\s*("(?:[^"\\]|\\.)*"|-?\d+)', buf)
+    if not m:
+        return None
+    try:
+        return json.loads(m.group(1))
+    except ValueError:
+        return None
+
+
+def _read_stream(path: Path):
+    """Yield decompressed chunks of the file (gzip or plain); gzip errors propagate."""
+    if path.name.endswith(".gz"):
+        # zlib directly rather than gzip.GzipFile: same checks (CRC, length, end marker), fewer copies.
+        with open(path, "rb") as f:
+            d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            while True:
+                raw = f.read(CHUNK)
+                if not raw:
+                    break
+                while raw:
+                    if d.eof:
+                        if not raw.strip(b"\x00"):
+                            break  # padding after the last member
+                        d = zlib.decompressobj(16 + zlib.MAX_WBITS)  # gzip allows concatenated members
+                    out = d.decompress(raw)
+                    if out:
+                        yield out
+                    raw = d.unused_data if d.eof else b""
+            if not d.eof:
+                raise EOFError("Compressed file ended before the end-of-stream marker was reached")
+    else:
+        with open(path, "rb") as f:
+            while True:
+                raw = f.read(CHUNK)
+                if not raw:
+                    break
+                yield raw
+
+
+def check_trace_file(path: str | os.PathLike) -> TraceCheck:
+    """Stream the whole file once and say whether it is a complete trace; read rank/world size."""
+    p = Path(path)
+    frontend = is_frontend_name(p.name)
+    name_rank = None if frontend else rank_from_name(p.name)
+    try:
+        size = p.stat().st_size
+    except OSError as e:
+        return TraceCheck(False, f"cannot stat: {e.strerror or e}", name_rank, None, frontend)
+    if p.name.endswith(".tmp"):
+        return TraceCheck(False, "still being written (.tmp)", name_rank, None, frontend, size)
+    if not is_trace_name(p.name):
+        return TraceCheck(False, "not a *.pt.trace.json[.gz] file", name_rank, None, frontend, size)
+    if size == 0:
+        return TraceCheck(False, "empty file", name_rank, None, frontend, size)
+
+    head = bytearray()
+    head_done = False
+    tail = b""
+    first = None
+    last = None
+    problem = None
+    try:
+        for chunk in _read_stream(p):
+            if not head_done:
+                head += chunk
+                if len(head) >= HEAD_BYTES or b'"traceEvents"' in head[-len(chunk) - 16:]:
+                    head_done = True
+            if first is None:
+                s = chunk.lstrip()
+                if s:
+                    first = s[:1]
+            s = chunk.rstrip()
+            if s:
+                last = s[-1:]
+            tail = (tail + chunk)[-TAIL_BYTES:]
+    except (EOFError, zlib.error, gzip.BadGzipFile, OSError) as e:
+        problem = f"incomplete or corrupt gzip: {e}"
+    head_b = bytes(head[:HEAD_BYTES])
+    meta = _metadata(head_b, tail)
+    dist = meta.get("distributedInfo") or {}
+    rank = dist.get("rank") if isinstance(dist.get("rank"), int) else None
+    world = dist.get("world_size") if isinstance(dist.get("world_size"), int) else None
+    if rank is None and not frontend:
+        rank = name_rank
+    if problem is None:
+        if first != b"{":
+            problem = "not a JSON object (does not start with '{')"
+        elif last != b"}":
+            problem = "JSON does not close (file cut short)"
+    return TraceCheck(problem is None, problem, rank, world, frontend, size, meta)
+
+
+def _metadata(head: bytes, tail: bytes) -> dict:
+    """Top-level metadata found before ``traceEvents`` or after it (the tail window)."""
+    meta: dict = {}
+    before = head.split(b'"traceEvents"', 1)[0]
+    for region in (before, tail):
+        if "distributedInfo" not in meta:
+            d = _extract_object(region, _DIST_KEY)
+            if d is not None:
+                meta["distributedInfo"] = d
+        for key in ("vllm_version", "baseTimeNanoseconds", "schemaVersion"):
+            if key not in meta:
+                v = _extract_scalar(region, key)
+                if v is not None:
+                    meta[key] = v
+    return meta
+
+
+def validate_trace_file(path: str | os.PathLike) -> tuple[bool, str | None, int | None, int | None, bool]:
+    """``(ok, problem, rank, world_size, frontend)`` for one trace file, by streaming it once.
+
+    ``ok`` is True only for a complete file: gzip read to its end marker with a good CRC and JSON that
+    closes. ``problem`` is a one-line reason otherwise.  ``rank``/``world_size`` come from the
+    ``distributedInfo`` metadata (rank falls back to the file name); both None for the front end."""
+    return check_trace_file(path).as_tuple()
+
+
+# --- the trace directory --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Seen:
+    size: int
+    mtime_ns: int
+
+
+def snapshot(trace_dir: str | os.PathLike) -> dict[str, Seen]:
+    """Names (with size/mtime) of every file directly in the trace dir, trace or not."""
+    out: dict[str, Seen] = {}
+    try:
+        with os.scandir(trace_dir) as it:
+            for e in it:
+                try:
+                    if e.is_file():
+                        st = e.stat()
+                        out[e.name] = Seen(st.st_size, st.st_mtime_ns)
+                except OSError:
+                    continue
+    except FileNotFoundError:
+        pass
+    return out
+
+
+def snapshot_one(path: str | os.PathLike) -> Seen | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return Seen(st.st_size, st.st_mtime_ns)
+
+
+def new_files(before: dict[str, Seen], now: dict[str, Seen], prefix: str | None = None) -> list[str]:
+    """Files present now that were not there before (optionally only those starting with ``prefix``)."""
+    names = [n for n in now if n not in before]
+    if prefix:
+        names = [n for n in names if n.startswith(prefix)]
+    return sorted(names)
+
+
+def copy_with_hash(src: str | os.PathLike, dst: str | os.PathLike) -> tuple[int, str]:
+    """Copy in chunks to ``dst`` (via a temp name, then rename); return (bytes, sha256 hex)."""
+    dst = Path(dst)
+    tmp = dst.with_name(dst.name + ".part")
+    h = hashlib.sha256()
+    n = 0
+    with open(src, "rb") as fi, open(tmp, "wb") as fo:
+        while True:
+            b = fi.read(CHUNK)
+            if not b:
+                break
+            h.update(b)
+            fo.write(b)
+            n += len(b)
+        fo.flush()
+        os.fsync(fo.fileno())
+    shutil.copystat(src, tmp)
+    os.replace(tmp, dst)
+    return n, h.hexdigest()
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while True:
+            b = f.read(CHUNK)
+            if not b:
+                break
+            h.update(b)
+    return h.hexdigest()

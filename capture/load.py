@@ -1,0 +1,298 @@
+"""Load generator: keep exactly C streaming requests in flight against an OpenAI-compatible server.
+
+Closed loop by default (C workers, each sends its next request when the previous one ends, like
+``vllm bench serve --max-concurrency C`` with an infinite request rate); with ``request_rate`` the
+requests are released as a Poisson process, still never more than C in flight.  Every request is a
+streaming ``/v1/completions`` (or ``/v1/chat/completions``) call with
+``stream_options.include_usage``; per request it records TTFT, inter-token latencies (between
+streamed chunks), TPOT, end-to-end latency and token counts (from the usage chunk).
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import random
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Callable
+
+import httpx
+
+
+@dataclass
+class RequestRecord:
+    index: int
+    ok: bool = False
+    error: str | None = None
+    sent_s: float = 0.0  # seconds after the load started
+    ttft_ms: float | None = None
+    e2e_ms: float | None = None
+    tpot_ms: float | None = None
+    itl_ms: list[float] = field(default_factory=list)
+    input_tokens: int | None = None
+    output_tokens: int = 0
+    chunks: int = 0
+    finish_reason: str | None = None
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["itl_ms"] = [round(x, 3) for x in self.itl_ms]
+        for k in ("sent_s", "ttft_ms", "e2e_ms", "tpot_ms"):
+            if d[k] is not None:
+                d[k] = round(d[k], 4)
+        return d
+
+
+@dataclass
+class LoadConfig:
+    url: str
+    model: str
+    concurrency: int
+    requests: int | None = None  # total requests; with duration, whichever ends first
+    duration_s: float | None = None
+    request_rate: float | None = None  # requests/s (Poisson); None = as fast as C allows
+    max_tokens: int = 64
+    ignore_eos: bool = True
+    temperature: float = 0.0
+    endpoint: str = "completions"  # or "chat"
+    api_key: str | None = None
+    seed: int = 0
+    request_timeout_s: float = 3600.0
+    extra_body: dict = field(default_factory=dict)
+
+
+@dataclass
+class LoadResult:
+    records: list[RequestRecord]
+    started: float  # time.monotonic()
+    ended: float
+    max_in_flight: int
+    aborted: bool
+
+    @property
+    def duration_s(self) -> float:
+        return max(self.ended - self.started, 0.0)
+
+
+class LoadGenerator:
+    def __init__(self, cfg: LoadConfig, prompt: Callable[[int], list[int] | str]):
+        if cfg.concurrency < 1:
+            raise ValueError("concurrency must be >= 1")
+        if cfg.requests is None and cfg.duration_s is None:
+            raise ValueError("give requests or duration_s")
+        self.cfg = cfg
+        self.prompt = prompt
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.done = 0
+        self.errors = 0
+        self.tokens_streamed = 0
+        self.records: list[RequestRecord] = []
+        self._aborted = False
+        self._tasks: set[asyncio.Task] = set()
+        self._stop = asyncio.Event()
+        self._t0 = 0.0
+
+    def abort(self) -> None:
+        """Stop sending, cancel what is in flight; :meth:`run` then returns what was recorded."""
+        self._aborted = True
+        self._stop.set()
+        for t in list(self._tasks):
+            t.cancel()
+
+    def _payload(self, i: int) -> tuple[str, dict]:
+        c = self.cfg
+        p = self.prompt(i)
+        body: dict = {
+            "model": c.model,
+            "max_tokens": c.max_tokens,
+            "temperature": c.temperature,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if c.ignore_eos:
+            body["ignore_eos"] = True
+        if c.endpoint == "chat":
+            text = p if isinstance(p, str) else " ".join(map(str, p))
+            body["messages"] = [{"role": "user", "content": text}]
+            path = "/v1/chat/completions"
+        else:
+            body["prompt"] = p
+            path = "/v1/completions"
+        body.update(c.extra_body)
+        return path, body
+
+    async def _one(self, client: httpx.AsyncClient, i: int) -> None:
+        rec = RequestRecord(index=i)
+        self.records.append(rec)
+        path, body = self._payload(i)
+        chat = self.cfg.endpoint == "chat"
+        self.in_flight += 1
+        if self.in_flight > self.max_in_flight:
+            self.max_in_flight = self.in_flight
+        t_send = time.perf_counter()
+        rec.sent_s = time.monotonic() - self._t0
+        last = None
+        try:
+            async with client.stream("POST", path, json=body) as resp:
+                if resp.status_code != 200:
+                    text = (await resp.aread())[:200].decode("utf-8", "replace").replace("\n", " ")
+                    rec.error = f"HTTP {resp.status_code}: {text}"
+                    return
+                async for line in resp.aiter_lines():
+                    if not line.startswith("data:"):
+                        continue
+                    data = line[5:].strip()
+                    if data == "[DONE]":
+                        break
+                    try:
+                        obj = json.loads(data)
+                    except ValueError:
+                        continue
+                    if "error" in obj and not obj.get("choices"):
+                        err = obj["error"]
+                        rec.error = str(err.get("message", err) if isinstance(err, dict) else err)[:200]
+                        return
+                    choices = obj.get("choices")
+                    if choices:
+                        ch = choices[0]
+                        if chat:
+                            delta = ch.get("delta") or {}
+                            is_token = bool(delta.get("content") or delta.get("reasoning_content")
+                                            or delta.get("reasoning"))
+                        else:
+                            is_token = "text" in ch
+                        if ch.get("finish_reason"):
+                            rec.finish_reason = ch["finish_reason"]
+                        if is_token:
+                            now = time.perf_counter()
+                            if last is None:
+                                rec.ttft_ms = (now - t_send) * 1e3
+                            else:
+                                rec.itl_ms.append((now - last) * 1e3)
+                            last = now
+                            rec.chunks += 1
+                            self.tokens_streamed += 1
+                    usage = obj.get("usage")
+                    if usage:
+                        rec.input_tokens = usage.get("prompt_tokens")
+                        rec.output_tokens = usage.get("completion_tokens") or 0
+            end = time.perf_counter()
+            rec.e2e_ms = (end - t_send) * 1e3
+            if not rec.output_tokens:
+                rec.output_tokens = rec.chunks
+            if rec.chunks == 0:
+                rec.error = "stream ended without any token"
+                return
+            if rec.output_tokens > 1 and rec.ttft_ms is not None:
+                rec.tpot_ms = (rec.e2e_ms - rec.ttft_ms) / (rec.output_tokens - 1)
+            rec.ok = True
+        except asyncio.CancelledError:
+            rec.error = "cancelled"
+            raise
+        except httpx.HTTPError as e:
+            rec.error = f"{type(e).__name__}: {e}"[:200]
+        finally:
+            self.in_flight -= 1
+            self.done += 1
+            if not rec.ok:
+                self.errors += 1
+
+    async def run(self) -> LoadResult:
+        c = self.cfg
+        limits = httpx.Limits(max_connections=c.concurrency + 8, max_keepalive_connections=c.concurrency + 8)
+        timeout = httpx.Timeout(connect=60.0, read=c.request_timeout_s, write=60.0, pool=None)
+        headers = {"Authorization": f"Bearer {c.api_key}"} if c.api_key else {}
+        rng = random.Random(c.seed ^ 0x5EED)
+        sem = asyncio.Semaphore(c.concurrency)
+        self._t0 = time.monotonic()
+        deadline = self._t0 + c.duration_s if c.duration_s else math.inf
+        async with httpx.AsyncClient(base_url=c.url.rstrip("/"), limits=limits, timeout=timeout,
+                                     headers=headers) as client:
+            i = 0
+            try:
+                while not self._stop.is_set():
+                    if c.requests is not None and i >= c.requests:
+                        break
+                    if time.monotonic() >= deadline:
+                        break
+                    if c.request_rate:
+                        wait = rng.expovariate(c.request_rate)
+                        try:
+                            await asyncio.wait_for(self._stop.wait(), min(wait, max(deadline - time.monotonic(), 0)))
+                            break
+                        except asyncio.TimeoutError:
+                            pass
+                        if time.monotonic() >= deadline:
+                            break
+                    await sem.acquire()
+                    if self._stop.is_set() or time.monotonic() >= deadline:
+                        sem.release()
+                        break
+                    t = asyncio.create_task(self._one(client, i))
+                    self._tasks.add(t)
+                    t.add_done_callback(lambda t: (self._tasks.discard(t), sem.release()))
+                    i += 1
+                    if i % 64 == 0:
+                        await asyncio.sleep(0)  # let started requests get going
+                while self._tasks:
+                    await asyncio.gather(*list(self._tasks), return_exceptions=True)
+            except asyncio.CancelledError:
+                self.abort()
+                await asyncio.gather(*list(self._tasks), return_exceptions=True)
+                raise
+        ended = time.monotonic()
+        self.records.sort(key=lambda r: r.index)
+        return LoadResult(self.records, self._t0, ended, self.max_in_flight, self._aborted)
+
+
+# --- statistics ----------------------------------------------------------------------------------
+
+
+def percentile(sorted_vals: list[float], q: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default)."""
+    if not sorted_vals:
+        raise ValueError("empty")
+    k = (len(sorted_vals) - 1) * q / 100.0
+    f = math.floor(k)
+    c = min(f + 1, len(sorted_vals) - 1)
+    return sorted_vals[f] + (sorted_vals[c] - sorted_vals[f]) * (k - f)
+
+
+def dist(values: list[float]) -> dict:
+    vals = sorted(v for v in values if v is not None)
+    if not vals:
+        return {"mean": None, "p50": None, "p90": None, "p99": None, "n": 0}
+    return {
+        "mean": round(sum(vals) / len(vals), 3),
+        "p50": round(percentile(vals, 50), 3),
+        "p90": round(percentile(vals, 90), 3),
+        "p99": round(percentile(vals, 99), 3),
+        "n": len(vals),
+    }
+
+
+def summarize(result: LoadResult) -> dict:
+    recs = result.records
+    ok = [r for r in recs if r.ok]
+    out_tok = sum(r.output_tokens for r in ok)
+    in_tok = sum(r.input_tokens or 0 for r in ok)
+    dur = result.duration_s
+    return {
+        "requests": len(recs),
+        "completed": len(ok),
+        "errors": len(recs) - len(ok),
+        "output_tokens": out_tok,
+        "input_tokens": in_tok,
+        "duration_s": round(dur, 4),
+        "output_tok_s": round(out_tok / dur, 3) if dur > 0 else None,
+        "request_throughput": round(len(ok) / dur, 4) if dur > 0 else None,
+        "max_in_flight": result.max_in_flight,
+        "aborted": result.aborted,
+        "ttft_ms": dist([r.ttft_ms for r in ok]),
+        "tpot_ms": dist([r.tpot_ms for r in ok if r.tpot_ms is not None]),
+        "itl_ms": dist([x for r in ok for x in r.itl_ms]),
+        "e2e_ms": dist([r.e2e_ms for r in ok]),
+        "first_errors": sorted({r.error for r in recs if r.error})[:5],
+    }

@@ -1,0 +1,559 @@
+"""One capture run: preflight, then per concurrency level warm up → start → load → stop once → files.
+
+Safety rules (reference §6): a session this run did not start is never stopped; ``/stop_profile`` is
+sent exactly once per session we started, whatever happens (load error, Ctrl-C, SIGTERM); after the
+stop, whatever it answered, the new trace files are awaited, validated by streaming and copied into
+``CAPTURE_DIR/c<C>/``; the manifest is rewritten (atomically) after every level.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import re
+import secrets
+import shutil
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from capture import files as tf
+from capture.client import CaptureError, ControlClient, ServerInfo, StopResult, supports_start_body
+from capture.load import LoadConfig, LoadGenerator, LoadResult, summarize
+from capture.manifest import MANIFEST, new_manifest, now_iso, read_manifest, write_manifest
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_INCOMPLETE = 3
+EXIT_INTERRUPTED = 130
+
+_WORDS = ("time year people way day man thing woman life child world school state family student group "
+          "country problem hand part place case week company system program question work government "
+          "number night point home water room mother area money story fact month lot right study book "
+          "eye job word business issue side kind head house service friend father power hour game line "
+          "end member law car city community name president team minute idea kid body information back "
+          "parent face others level office door health person art war history party result change "
+          "morning reason research girl guy moment air teacher force education").split()
+
+
+@dataclass
+class CaptureOptions:
+    url: str
+    out: Path
+    trace_dir: Path | None
+    concurrency: list[int]
+    requests: int | None = None
+    duration_s: float | None = None
+    prompt_tokens: int = 128
+    max_tokens: int = 64
+    warmup: int = 2
+    name: str | None = None
+    stop_timeout_s: float = 3600.0
+    file_timeout_s: float = 300.0
+    no_profile: bool = False
+    expect_ranks: int | None = None
+    model: str | None = None
+    seed: int = 0
+    ignore_eos: bool = True
+    temperature: float = 0.0
+    api_key: str | None = None
+    request_rate: float | None = None
+    endpoint: str = "completions"
+    request_timeout_s: float = 3600.0
+    max_iterations: int | None = None
+    delay_iterations: int | None = None
+    force: bool = False
+    progress_interval_s: float | None = None  # None: 1 s on a terminal, 10 s otherwise
+    poll_s: float = 0.5
+
+
+class Interrupts:
+    """SIGINT/SIGTERM arrive here instead of raising KeyboardInterrupt in the middle of a call."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.signame: str | None = None
+        self._waiters: list[asyncio.Future] = []
+
+    def fire(self, signame: str) -> None:
+        self.count += 1
+        self.signame = signame
+        for f in self._waiters:
+            if not f.done():
+                f.set_result(signame)
+        self._waiters.clear()
+
+    def next(self) -> asyncio.Future:
+        f = asyncio.get_running_loop().create_future()
+        self._waiters.append(f)
+        return f
+
+
+@dataclass
+class FileState:
+    name: str
+    seen: tf.Seen | None = None
+    check: tf.TraceCheck | None = None
+
+
+@dataclass
+class Run:
+    opts: CaptureOptions
+    err: Console
+    out: Console
+    interrupts: Interrupts = field(default_factory=Interrupts)
+    manifest: dict = field(default_factory=dict)
+    profiling_active: bool = False  # True between our 200 on start and our single stop call
+
+    # ---------------------------------------------------------------- helpers
+    def say(self, msg: str) -> None:
+        self.err.print(msg, highlight=False)
+
+    @property
+    def interval(self) -> float:
+        if self.opts.progress_interval_s is not None:
+            return self.opts.progress_interval_s
+        return 1.0 if self.err.is_terminal else 10.0
+
+    def save(self) -> None:
+        write_manifest(self.opts.out, self.manifest)
+
+    # ---------------------------------------------------------------- output dir
+    def prepare_out(self) -> None:
+        out = self.opts.out
+        if out.exists() and not out.is_dir():
+            raise CaptureError(f"--out {out} exists and is not a directory")
+        if out.exists() and any(out.iterdir()):
+            if not self.opts.force:
+                what = "holds a capture (manifest.json)" if (out / MANIFEST).exists() else "is not empty"
+                raise CaptureError(f"--out {out} {what}; choose a new directory, or pass --force to replace "
+                                   "the previous capture's manifest and level directories")
+            if (out / MANIFEST).exists():
+                try:
+                    old = read_manifest(out)
+                    for lv in old.get("levels", []):
+                        d = out / str(lv.get("dir", ""))
+                        if lv.get("dir") and d.is_dir() and d.resolve().parent == out.resolve():
+                            shutil.rmtree(d)
+                except (OSError, ValueError):
+                    pass
+                (out / MANIFEST).unlink()
+        out.mkdir(parents=True, exist_ok=True)
+
+    # ---------------------------------------------------------------- prompts
+    async def make_prompt_fn(self, control: ControlClient, info: ServerInfo, model: str, seed: int):
+        o = self.opts
+        rng = random.Random(o.seed)
+        text = " ".join(rng.choice(_WORDS) for _ in range(max(4 * o.prompt_tokens, 2000)))
+        pool: list[int] = []
+        if info.tokenize and o.endpoint == "completions":
+            try:
+                pool = await control.tokenize(model, text)
+            except Exception as e:  # noqa: BLE001 - fall back to text prompts
+                self.say(f"[yellow]/tokenize failed ({e}); using text prompts (token counts approximate)[/]")
+                pool = []
+        n = o.prompt_tokens
+
+        if pool:
+            def prompt(i: int) -> list[int]:
+                r = random.Random(f"{seed}:{i}")
+                return r.choices(pool, k=n)
+        else:
+            def prompt(i: int) -> str:
+                r = random.Random(f"{seed}:{i}")
+                return " ".join(r.choice(_WORDS) for _ in range(n))
+        return prompt
+
+    # ---------------------------------------------------------------- load with progress
+    async def drive(self, control_url: str, model: str, concurrency: int, requests: int | None,
+                    duration: float | None, prompt, label: str, seed: int) -> LoadResult:
+        o = self.opts
+        cfg = LoadConfig(url=control_url, model=model, concurrency=concurrency, requests=requests,
+                         duration_s=duration, request_rate=o.request_rate, max_tokens=o.max_tokens,
+                         ignore_eos=o.ignore_eos, temperature=o.temperature, endpoint=o.endpoint,
+                         api_key=o.api_key, seed=seed, request_timeout_s=o.request_timeout_s)
+        gen = LoadGenerator(cfg, prompt)
+        task = asyncio.create_task(gen.run())
+
+        async def ticker() -> None:
+            t0 = time.monotonic()
+            last_tok, last_t = 0, t0
+            while True:
+                await asyncio.sleep(self.interval)
+                now = time.monotonic()
+                rate = (gen.tokens_streamed - last_tok) / max(now - last_t, 1e-9)
+                last_tok, last_t = gen.tokens_streamed, now
+                total = f"/{requests}" if requests else ""
+                self.say(f"{label}: {gen.done}{total} requests done, {gen.in_flight} in flight, "
+                         f"{rate:,.0f} tok/s, {gen.errors} errors, {now - t0:,.0f}s")
+
+        tick = asyncio.create_task(ticker())
+        intr = self.interrupts.next()
+        try:
+            if self.interrupts.count:
+                gen.abort()
+            else:
+                done, _ = await asyncio.wait({task, intr}, return_when=asyncio.FIRST_COMPLETED)
+                if intr in done:
+                    self.say(f"[yellow]{self.interrupts.signame}: stopping the load[/]")
+                    gen.abort()
+            return await task
+        finally:
+            tick.cancel()
+            if not task.done():
+                gen.abort()
+                await asyncio.gather(task, return_exceptions=True)
+
+    # ---------------------------------------------------------------- stop, exactly once
+    async def stop_once(self, control: ControlClient) -> StopResult:
+        assert self.profiling_active
+        self.profiling_active = False  # from here on, never send another stop for this session
+        self.say(f"POST /stop_profile (once; read timeout {self.opts.stop_timeout_s:,.0f}s) ...")
+        task = asyncio.create_task(control.stop_profile(self.opts.stop_timeout_s))
+        t0 = time.monotonic()
+        while True:
+            intr = self.interrupts.next()
+            tick = asyncio.create_task(asyncio.sleep(max(self.interval, 5.0)))
+            done, _ = await asyncio.wait({task, intr, tick}, return_when=asyncio.FIRST_COMPLETED)
+            tick.cancel()
+            if task in done:
+                return task.result()
+            if intr in done:
+                if self.interrupts.count >= 2:
+                    task.cancel()
+                    await asyncio.gather(task, return_exceptions=True)
+                    self.say("[yellow]gave up waiting for /stop_profile (it was sent; the server finishes it)[/]")
+                    return StopResult("interrupted", time.monotonic() - t0, "client stopped waiting")
+                self.say("[yellow]/stop_profile was already sent and is not repeated; waiting for it "
+                         "(interrupt again to stop waiting)[/]")
+            else:
+                self.say(f"waiting for /stop_profile: {time.monotonic() - t0:,.0f}s (the server writes the traces)")
+
+    # ---------------------------------------------------------------- files
+    async def wait_for_files(self, before: dict, prefix: str | None, stop: StopResult) -> tuple[dict, int | None]:
+        o = self.opts
+        assert o.trace_dir is not None
+        states: dict[str, FileState] = {}
+        t0 = time.monotonic()
+        last_report = 0.0
+        last_change = t0
+        stop_ok = stop.status == "200"
+        intr = self.interrupts.next()
+        while True:
+            now_snap = tf.snapshot(o.trace_dir)
+            names = tf.new_files(before, now_snap, prefix)
+            pending_tmp = [n for n in names if n.endswith(".pt.trace.json.tmp")]
+            for n in names:
+                if not tf.is_trace_name(n):
+                    continue
+                st = states.setdefault(n, FileState(n))
+                seen = now_snap[n]
+                if st.seen != seen:
+                    last_change = time.monotonic()
+                if st.check is None or (not st.check.ok and st.seen != seen):
+                    st.seen = seen
+                    st.check = await asyncio.to_thread(tf.check_trace_file, o.trace_dir / n)
+                    # a size change while reading would be caught next round
+                    st.seen = tf.snapshot_one(o.trace_dir / n) or seen
+            world = self.world_size(states)
+            workers_ok = {s.check.rank for s in states.values()
+                          if s.check and s.check.ok and not s.check.frontend}
+            all_ok = all(s.check and s.check.ok for s in states.values()) and not pending_tmp
+            if world is not None:
+                done = all_ok and set(range(world)) <= workers_ok
+            else:
+                settled = time.monotonic() - last_change >= 5.0
+                done = all_ok and bool(workers_ok) and (stop_ok or settled)
+            if done:
+                return states, world
+            elapsed = time.monotonic() - t0
+            if elapsed >= o.file_timeout_s:
+                self.say(f"[red]gave up waiting for trace files after {elapsed:,.0f}s[/]")
+                return states, world
+            if intr.done():
+                self.say("[yellow]interrupted: keeping the trace files that are complete now[/]")
+                return states, world
+            if elapsed - last_report >= self.interval:
+                last_report = elapsed
+                parts = []
+                for s in sorted(states.values(), key=lambda s: s.name):
+                    who = "frontend" if s.check and s.check.frontend else f"rank {s.check.rank if s.check else '?'}"
+                    state = "complete" if s.check and s.check.ok else "incomplete"
+                    size = s.seen.size if s.seen else 0
+                    parts.append(f"{who} {size / 1e6:,.1f} MB {state}")
+                parts += [f"{n} (.tmp) {now_snap[n].size / 1e6:,.1f} MB" for n in pending_tmp]
+                exp = f"{len(workers_ok)}/{world}" if world is not None else f"{len(workers_ok)}/?"
+                self.say(f"waiting for trace files ({exp} ranks, {elapsed:,.0f}s): " + ("; ".join(parts) or "none yet"))
+            try:
+                await asyncio.wait_for(asyncio.shield(intr), o.poll_s)
+            except asyncio.TimeoutError:
+                pass
+
+    def world_size(self, states: dict[str, FileState]) -> int | None:
+        if self.opts.expect_ranks:
+            return self.opts.expect_ranks
+        for s in sorted(states.values(), key=lambda s: s.name):
+            if s.check and not s.check.frontend and s.check.world_size:
+                return s.check.world_size
+        return None
+
+    def collect(self, level_dir: Path, states: dict[str, FileState], world: int | None,
+                before: dict, prefix: str | None) -> tuple[list[dict], list[int], list[dict], list[str]]:
+        o = self.opts
+        assert o.trace_dir is not None
+        level_dir.mkdir(parents=True, exist_ok=True)
+        entries, warnings = [], []
+        for s in sorted(states.values(), key=lambda s: s.name):
+            src = o.trace_dir / s.name
+            c = s.check
+            try:
+                size, sha = tf.copy_with_hash(src, level_dir / s.name)
+            except OSError as e:
+                entries.append({"path": f"{level_dir.name}/{s.name}", "rank": c.rank if c else None,
+                                "world_size": c.world_size if c else None,
+                                "frontend": tf.is_frontend_name(s.name), "size": 0, "sha256": None,
+                                "valid": False, "problem": f"copy failed: {e}"})
+                continue
+            valid = bool(c and c.ok)
+            problem = c.problem if c else "not checked"
+            if valid and c is not None and size != c.size:
+                # it changed after it was validated: check the copy itself
+                c2 = tf.check_trace_file(level_dir / s.name)
+                valid, problem = c2.ok, c2.problem
+            entries.append({"path": f"{level_dir.name}/{s.name}", "rank": c.rank if c else None,
+                            "world_size": c.world_size if c else None,
+                            "frontend": bool(c.frontend) if c else tf.is_frontend_name(s.name),
+                            "size": size, "sha256": sha, "valid": valid, "problem": problem,
+                            "vllm_version": (c.metadata.get("vllm_version") if c else None)})
+        ws = {e["world_size"] for e in entries if e["world_size"] and not e["frontend"]}
+        if o.expect_ranks and ws and ws != {o.expect_ranks}:
+            warnings.append(f"--expect-ranks {o.expect_ranks} but the traces say world_size {sorted(ws)}")
+        ok_ranks = {e["rank"] for e in entries if e["valid"] and not e["frontend"] and e["rank"] is not None}
+        if world is not None:
+            missing = sorted(set(range(world)) - ok_ranks)
+        else:
+            missing = [] if ok_ranks or any(e["valid"] and not e["frontend"] for e in entries) else [0]
+        # the key-averages tables (not traces) ride along as extras
+        extras = []
+        for n in tf.new_files(before, tf.snapshot(o.trace_dir), prefix):
+            if n.endswith(".txt"):
+                try:
+                    size, sha = tf.copy_with_hash(o.trace_dir / n, level_dir / n)
+                    extras.append({"path": f"{level_dir.name}/{n}", "size": size, "sha256": sha})
+                except OSError:
+                    pass
+        return entries, missing, extras, warnings
+
+    # ---------------------------------------------------------------- one level
+    async def run_level(self, control: ControlClient, info: ServerInfo, model: str, conc: int,
+                        prompt, level_index: int) -> dict:
+        o = self.opts
+        name = f"c{conc}"
+        level_dir = o.out / name
+        level = {"name": name, "concurrency": conc, "dir": name, "profiled": not o.no_profile,
+                 "started_at": None, "stopped_at": None, "stop_status": None, "stop_seconds": None,
+                 "stats": None, "files": [], "missing_ranks": [], "extra_files": [], "warnings": [],
+                 "requests_file": None, "profile_prefix": None, "status": "running"}
+        self.manifest["levels"].append(level)
+        requests = o.requests if o.requests is not None else (None if o.duration_s else conc)
+        seed = o.seed + 1000 * level_index
+
+        if o.warmup > 0:
+            self.say(f"{name}: warm-up, {o.warmup} requests")
+            wres = await self.drive(o.url, model, min(o.warmup, conc), o.warmup, None,
+                                    lambda i: prompt(10_000_000 + seed + i), f"{name} warm-up", seed)
+            werr = sum(1 for r in wres.records if not r.ok)
+            if werr:
+                first = next(r.error for r in wres.records if not r.ok)
+                self.say(f"[yellow]{name}: {werr} warm-up request(s) failed: {first}[/]")
+        if self.interrupts.count:
+            level["status"] = "interrupted"
+            return level
+
+        before = tf.snapshot(o.trace_dir) if not o.no_profile else {}
+        prefix = None
+        if not o.no_profile:
+            body = None
+            if supports_start_body(info.version):
+                safe = re.sub(r"[^A-Za-z0-9._-]", "-", self.manifest.get("name") or "k25")
+                prefix = f"k25-{safe}"[:80].rstrip("-._") + f"-{name}-{secrets.token_hex(3)}"
+                body = {"profile_prefix": prefix}
+                if o.max_iterations is not None:
+                    body["max_iterations"] = o.max_iterations
+                if o.delay_iterations is not None:
+                    body["delay_iterations"] = o.delay_iterations
+            elif o.max_iterations is not None or o.delay_iterations is not None:
+                level["warnings"].append("max/delay iterations need vLLM 0.32+ over HTTP; set them in "
+                                         "--profiler-config instead (ignored here)")
+            level["profile_prefix"] = prefix
+            level["started_at"] = now_iso()
+            await control.start_profile(body, str(o.trace_dir), info.version)  # raises on 404/409/other
+            self.profiling_active = True
+            self.say(f"{name}: profiling started" + (f" (prefix {prefix})" if prefix else ""))
+        else:
+            level["started_at"] = now_iso()
+
+        result: LoadResult | None = None
+        stop: StopResult | None = None
+        try:
+            self.say(f"{name}: {conc} concurrent streaming requests"
+                     + (f", {requests} in all" if requests else "") + (f", {o.duration_s}s" if o.duration_s else ""))
+            result = await self.drive(o.url, model, conc, requests, o.duration_s, prompt, name, seed)
+        finally:
+            if self.profiling_active:
+                stop = await self.stop_once(control)
+        level["stopped_at"] = now_iso()
+        if result is not None:
+            level["stats"] = summarize(result)
+            rf = level_dir / "requests.jsonl"
+            level_dir.mkdir(parents=True, exist_ok=True)
+            with open(rf, "w") as f:
+                for r in result.records:
+                    f.write(json.dumps(r.to_json()) + "\n")
+            level["requests_file"] = f"{name}/requests.jsonl"
+        if stop is not None:
+            level["stop_status"] = stop.status
+            level["stop_seconds"] = round(stop.seconds, 3)
+            level["stop_detail"] = stop.detail
+            colour = "green" if stop.status == "200" else "yellow"
+            self.say(f"{name}: /stop_profile → [{colour}]{stop.status}[/] after {stop.seconds:,.1f}s")
+            self.save()
+            states, world = await self.wait_for_files(before, prefix, stop)
+            entries, missing, extras, warns = self.collect(level_dir, states, world, before, prefix)
+            level["files"], level["missing_ranks"], level["extra_files"] = entries, missing, extras
+            level["world_size"] = world
+            level["warnings"] += warns
+            if missing:
+                self.say(f"[red]{name}: missing rank(s) {missing}; kept the {len(entries)} file(s) that arrived[/]")
+            bad = [e["path"] for e in entries if not e["valid"]]
+            if bad:
+                self.say(f"[red]{name}: incomplete file(s): {', '.join(bad)}[/]")
+        level["status"] = "interrupted" if self.interrupts.count else "done"
+        return level
+
+    def level_ok(self, level: dict) -> bool:
+        st = level.get("stats") or {}
+        if level["status"] != "done" or not st.get("completed"):
+            return False
+        if level["profiled"]:
+            return not level["missing_ranks"] and all(f["valid"] for f in level["files"]) and bool(level["files"])
+        return True
+
+    # ---------------------------------------------------------------- whole run
+    async def main(self) -> int:
+        o = self.opts
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                loop.add_signal_handler(sig, self.interrupts.fire, sig.name)
+            except (NotImplementedError, RuntimeError, ValueError):
+                pass
+        control = ControlClient(o.url, o.api_key)
+        try:
+            return await self._main(control)
+        except CaptureError as e:
+            self.say(f"[red]error:[/] {e}")
+            if self.manifest:
+                self.manifest["status"] = "failed"
+                self.manifest["error"] = str(e)
+                self.manifest["finished_at"] = now_iso()
+                lv = self.manifest["levels"][-1] if self.manifest["levels"] else None
+                if lv is not None and lv["status"] == "running":
+                    lv["status"] = "failed"
+                self.save()
+            return EXIT_ERROR
+        finally:
+            await control.aclose()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                try:
+                    loop.remove_signal_handler(sig)
+                except (NotImplementedError, RuntimeError, ValueError):
+                    pass
+
+    async def _main(self, control: ControlClient) -> int:
+        o = self.opts
+        if not o.no_profile:
+            if o.trace_dir is None:
+                raise CaptureError("--trace-dir is required (the server's torch_profiler_dir), or use --no-profile")
+            if not o.trace_dir.is_dir():
+                raise CaptureError(f"--trace-dir {o.trace_dir} is not a directory on this host; it must be the "
+                                   "server's torch_profiler_dir")
+        self.say(f"preflight {o.url} ...")
+        info = await control.preflight(str(o.trace_dir.resolve()) if o.trace_dir else None, not o.no_profile)
+        model = o.model or info.models[0]
+        if model not in info.models:
+            raise CaptureError(f"--model {model} is not served; /v1/models lists {', '.join(info.models)}")
+        if info.max_model_len and o.prompt_tokens + o.max_tokens > info.max_model_len:
+            raise CaptureError(f"--prompt-tokens {o.prompt_tokens} + --max-tokens {o.max_tokens} exceed the "
+                               f"server's max_model_len {info.max_model_len}")
+        self.say(f"vLLM {info.version or '?'}, model {model}"
+                 + ("" if o.no_profile else f", profiler routes present, traces in {o.trace_dir}"))
+        self.prepare_out()
+        settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(o).items()
+                    if k not in ("api_key", "force", "progress_interval_s", "poll_s")}
+        name = o.name or f"{model.rstrip('/').split('/')[-1]}-{time.strftime('%Y%m%d-%H%M%S')}"
+        self.manifest = new_manifest(name, o.url, info.version, model, info.server_args, settings)
+        self.save()
+        prompt = await self.make_prompt_fn(control, info, model, o.seed)
+
+        rc = EXIT_OK
+        for i, conc in enumerate(o.concurrency):
+            if self.interrupts.count:
+                break
+            level = await self.run_level(control, info, model, conc, prompt, i)
+            self.save()
+            if not self.level_ok(level):
+                rc = EXIT_INCOMPLETE
+        interrupted = self.interrupts.count > 0
+        done_all = len(self.manifest["levels"]) == len(o.concurrency)
+        self.manifest["finished_at"] = now_iso()
+        self.manifest["complete"] = (not interrupted and done_all and rc == EXIT_OK
+                                     and all(self.level_ok(lv) for lv in self.manifest["levels"]))
+        self.manifest["status"] = "interrupted" if interrupted else ("complete" if self.manifest["complete"] else "incomplete")
+        self.save()
+        self.print_summary()
+        if interrupted:
+            return EXIT_INTERRUPTED
+        return EXIT_OK if self.manifest["complete"] else EXIT_INCOMPLETE
+
+    def print_summary(self) -> None:
+        m = self.manifest
+        t = Table(title=f"capture {m['name']} ({m['status']})")
+        for col in ("level", "reqs", "err", "conc", "tok/s", "ttft p50", "tpot p50",
+                    "itl p99", "stop", "stop s", "files", "missing"):
+            t.add_column(col, justify="right" if col not in ("level", "stop") else "left")
+
+        def f(x, fmt="{:,.1f}"):
+            return "-" if x is None else fmt.format(x)
+
+        for lv in m["levels"]:
+            st = lv.get("stats") or {}
+            nfiles = sum(1 for x in lv["files"] if x["valid"])
+            t.add_row(lv["name"], f(st.get("requests"), "{}"), f(st.get("errors"), "{}"),
+                      f(st.get("max_in_flight"), "{}"), f(st.get("output_tok_s")),
+                      f((st.get("ttft_ms") or {}).get("p50")), f((st.get("tpot_ms") or {}).get("p50"), "{:,.2f}"),
+                      f((st.get("itl_ms") or {}).get("p99")), lv.get("stop_status") or "-",
+                      f(lv.get("stop_seconds")), f"{nfiles}/{len(lv['files'])}" if lv["profiled"] else "-",
+                      ",".join(map(str, lv["missing_ranks"])) or "-")
+        self.out.print(t)
+        self.out.print("latencies in ms; conc = most requests in flight; files = valid/copied", highlight=False)
+        outp = str(self.opts.out)
+        if any(lv["profiled"] and lv["files"] for lv in m["levels"]):
+            self.out.print(f"next: k25trace load {outp} --db {outp.rstrip('/')}.duckdb", highlight=False, soft_wrap=True)
+        else:
+            self.out.print(f"manifest: {os.path.join(outp, MANIFEST)}", highlight=False, soft_wrap=True)
+
+
+def run_capture(opts: CaptureOptions, err: Console | None = None, out: Console | None = None) -> int:
+    """Run a capture to the end; returns the process exit code."""
+    if out is None:
+        out = Console()
+        if not out.is_terminal:
+            out = Console(width=120)
+    run = Run(opts, err or Console(stderr=True), out)
+    return asyncio.run(run.main())

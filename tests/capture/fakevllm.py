@@ -1,0 +1,358 @@
+"""A small, fast, scriptable stand-in for a vLLM OpenAI server, for fault tests and the load benchmark.
+
+Raw asyncio HTTP/1.1 (keep-alive, chunked SSE), listening on 127.0.0.1 only, in a background thread
+(``FakeVllm().start()``) or as a process (``python tests/capture/fakevllm.py --port P ...``).
+
+It speaks the endpoints capture uses: ``/health``, ``/version``, ``/v1/models``, ``/tokenize``,
+``/v1/completions`` (streaming), ``/start_profile`` and ``/stop_profile``; and on stop it writes
+trace files into ``trace_dir`` like vLLM does (gzip under the final name), with the faults the tests
+ask for: a 500, an empty 200, a stop slower than the client, a reset connection, 404 routes, 409 on
+start, a rank that arrives late, one that never arrives, a ``.gz`` left half written.
+"""
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+import os
+import socket
+import struct
+import threading
+import time
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+def trace_bytes(rank: int | None, world: int | None, n_events: int = 50, frontend: bool = False) -> bytes:
+    """A small Kineto-like trace: metadata (distributedInfo) first, then traceEvents."""
+    head = {"schemaVersion": 1, "deviceProperties": []}
+    if rank is not None and not frontend:
+        head["distributedInfo"] = {"backend": "gloo", "rank": rank, "world_size": world}
+    head["vllm_version"] = "0.32.0"
+    events = [{"ph": "X", "cat": "cpu_op", "name": f"aten::op{i}", "pid": 1, "tid": 1, "ts": i * 10, "dur": 5}
+              for i in range(n_events)]
+    doc = dict(head)
+    doc["traceEvents"] = events
+    doc["traceName"] = "fake"
+    doc["baseTimeNanoseconds"] = 1_700_000_000_000_000_000
+    return json.dumps(doc, indent=1).encode()
+
+
+def write_trace(path: Path, rank: int | None, world: int | None, n_events: int = 50, frontend: bool = False) -> None:
+    data = trace_bytes(rank, world, n_events, frontend)
+    with gzip.open(path, "wb") as f:
+        f.write(data)
+
+
+def write_partial_gz(path: Path, rank: int, world: int, n_events: int = 2000) -> tuple:
+    """Start a .gz and leave it open mid-stream (sync-flushed, so bytes are on disk). Returns a finisher."""
+    data = trace_bytes(rank, world, n_events)
+    f = open(path, "wb")
+    gz = gzip.GzipFile(fileobj=f, mode="wb")
+    half = len(data) // 2
+    gz.write(data[:half])
+    gz.flush()  # Z_SYNC_FLUSH
+    f.flush()
+
+    def finish() -> None:
+        gz.write(data[half:])
+        gz.close()
+        f.close()
+
+    return finish
+
+
+@dataclass
+class Behaviour:
+    world_size: int = 1
+    frontend: bool = True
+    prefix_from_body: bool = True  # 0.32+: honour profile_prefix
+    version: str = "0.32.0"
+    routes: bool = True  # False: /start_profile and /stop_profile answer 404
+    start_status: int = 200  # 409 to simulate someone else's session
+    stop_mode: str = "ok"  # ok | 500 | slow | reset | close200
+    stop_delay_s: float = 0.0  # before answering (files are written first unless files_after_reply)
+    files_after_reply: bool = False  # write the files only after answering
+    late_ranks: dict = field(default_factory=dict)  # rank -> extra delay (s) before its file appears
+    never_ranks: set = field(default_factory=set)  # ranks whose file never appears
+    partial_ranks: dict = field(default_factory=dict)  # rank -> seconds its .gz stays half-written (inf: forever)
+    tokens: int = 8  # streamed tokens per request unless max_tokens is smaller
+    token_delay_s: float = 0.0
+    ttft_delay_s: float = 0.0
+    n_events: int = 50
+
+
+class FakeVllm:
+    def __init__(self, trace_dir: Path | None = None, behaviour: Behaviour | None = None, port: int = 0):
+        self.trace_dir = Path(trace_dir) if trace_dir else None
+        self.b = behaviour or Behaviour()
+        self.port = port
+        self.calls: list[tuple[str, str]] = []
+        self.start_calls = 0
+        self.stop_calls = 0
+        self.profiling = False
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.completions = 0
+        self.start_bodies: list = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._server = None
+        self._ready = threading.Event()
+        self._finishers: list = []
+        self._bg: list = []
+
+    # ------------------------------------------------------------------ lifecycle
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> "FakeVllm":
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        if not self._ready.wait(10):
+            raise RuntimeError("fake server did not start")
+        return self
+
+    def _run(self) -> None:
+        self._loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(self._loop)
+        self._server = self._loop.run_until_complete(
+            asyncio.start_server(self._handle, "127.0.0.1", self.port, backlog=1024))
+        self.port = self._server.sockets[0].getsockname()[1]
+        self._ready.set()
+        self._loop.run_forever()
+
+    def stop(self) -> None:
+        if self._loop is None:
+            return
+
+        async def _close():
+            self._server.close()
+            for t in self._bg:
+                t.cancel()
+
+        fut = asyncio.run_coroutine_threadsafe(_close(), self._loop)
+        try:
+            fut.result(5)
+        except Exception:
+            pass
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(5)
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *a):
+        self.stop()
+
+    # ------------------------------------------------------------------ HTTP plumbing
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                line = await reader.readline()
+                if not line:
+                    return
+                try:
+                    method, path, _ = line.decode().split(" ", 2)
+                except ValueError:
+                    return
+                headers = {}
+                while True:
+                    h = await reader.readline()
+                    if h in (b"\r\n", b"\n", b""):
+                        break
+                    k, _, v = h.decode().partition(":")
+                    headers[k.strip().lower()] = v.strip()
+                n = int(headers.get("content-length", "0") or 0)
+                body = await reader.readexactly(n) if n else b""
+                self.calls.append((method, path))
+                keep = await self._route(method, path.split("?")[0], body, writer)
+                if keep is False:
+                    return
+        except (ConnectionError, asyncio.IncompleteReadError):
+            return
+        except asyncio.CancelledError:
+            raise
+        finally:
+            try:
+                writer.close()
+            except Exception:
+                pass
+
+    @staticmethod
+    def _head(status: int, headers: dict) -> bytes:
+        reason = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", 409: "Conflict",
+                  500: "Internal Server Error"}.get(status, "X")
+        lines = [f"HTTP/1.1 {status} {reason}"] + [f"{k}: {v}" for k, v in headers.items()]
+        return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+    async def _send(self, writer, status: int, body: bytes | dict | None = None, close: bool = False) -> None:
+        if isinstance(body, dict) or isinstance(body, list):
+            body = json.dumps(body).encode()
+            ctype = "application/json"
+        else:
+            body = body or b""
+            ctype = "application/json" if body else "text/plain"
+        h = {"content-length": str(len(body)), "content-type": ctype}
+        if close:
+            h["connection"] = "close"
+        writer.write(self._head(status, h) + body)
+        await writer.drain()
+
+    # ------------------------------------------------------------------ routes
+    async def _route(self, method: str, path: str, body: bytes, writer) -> bool | None:
+        b = self.b
+        if path == "/health":
+            await self._send(writer, 200)
+        elif path == "/version":
+            await self._send(writer, 200, {"version": b.version})
+        elif path == "/v1/models":
+            await self._send(writer, 200, {"object": "list", "data": [
+                {"id": "fake-model", "object": "model", "max_model_len": 4096}]})
+        elif path == "/tokenize" and method == "POST":
+            req = json.loads(body or b"{}")
+            words = str(req.get("prompt", "")).split()
+            await self._send(writer, 200, {"tokens": [100 + (hash(w) % 900) for w in words],
+                                           "count": len(words), "max_model_len": 4096})
+        elif path in ("/start_profile", "/stop_profile") and not b.routes:
+            await self._send(writer, 404, {"detail": "Not Found"})
+        elif path in ("/start_profile", "/stop_profile") and method != "POST":
+            await self._send(writer, 405, {"detail": "Method Not Allowed"})
+        elif path == "/start_profile":
+            return await self._start(body, writer)
+        elif path == "/stop_profile":
+            return await self._stop(writer)
+        elif path == "/v1/completions" and method == "POST":
+            return await self._completions(json.loads(body), writer)
+        else:
+            await self._send(writer, 404, {"detail": "Not Found"})
+        return None
+
+    async def _start(self, body: bytes, writer) -> None:
+        self.start_calls += 1
+        req = json.loads(body) if body else None
+        self.start_bodies.append(req)
+        if self.b.start_status != 200:
+            await self._send(writer, self.b.start_status, {"error": {"message": "A profiling session is already active."}})
+            return
+        if self.profiling:
+            await self._send(writer, 409, {"error": {"message": "A profiling session is already active."}})
+            return
+        self.profiling = True
+        self._prefix = (req or {}).get("profile_prefix") if self.b.prefix_from_body else None
+        await self._send(writer, 200)
+
+    def _name(self, rank: int | None) -> str:
+        ns = time.time_ns()
+        p = f"{self._prefix}_" if self._prefix else ""
+        if rank is None:
+            return f"{p}fakehost_4242.async_llm.{ns}.pt.trace.json.gz"
+        return f"{p}dp0_pp0_tp{rank}_dcp0_ep{rank}_rank{rank}.{ns}.pt.trace.json.gz"
+
+    async def _write_files(self) -> None:
+        b = self.b
+        assert self.trace_dir is not None
+        tasks = []
+        for r in range(b.world_size):
+            if r in b.never_ranks:
+                continue
+            if r in b.partial_ranks:
+                fin = write_partial_gz(self.trace_dir / self._name(r), r, b.world_size, b.n_events * 40)
+                secs = b.partial_ranks[r]
+                if secs != float("inf"):
+                    tasks.append(self._later(secs, fin))
+                else:
+                    self._finishers.append(fin)
+            elif r in b.late_ranks:
+                name = self._name(r)
+                tasks.append(self._later(b.late_ranks[r], lambda n=name, r=r: write_trace(
+                    self.trace_dir / n, r, b.world_size, b.n_events)))
+            else:
+                write_trace(self.trace_dir / self._name(r), r, b.world_size, b.n_events)
+            (self.trace_dir / f"{self._prefix + '_' if self._prefix else ''}rank{r}.profiler_out.txt").write_text("table\n")
+        if b.frontend:
+            write_trace(self.trace_dir / self._name(None), None, None, b.n_events, frontend=True)
+        for t in tasks:
+            self._bg.append(asyncio.ensure_future(t))
+
+    async def _later(self, secs: float, fn) -> None:
+        await asyncio.sleep(secs)
+        fn()
+
+    async def _stop(self, writer) -> bool | None:
+        b = self.b
+        self.stop_calls += 1
+        was = self.profiling
+        self.profiling = False
+        if was and self.trace_dir is not None and not b.files_after_reply:
+            await self._write_files()
+        if b.stop_delay_s:
+            await asyncio.sleep(b.stop_delay_s)
+        if was and self.trace_dir is not None and b.files_after_reply:
+            self._bg.append(asyncio.ensure_future(self._write_files()))
+        if b.stop_mode == "500":
+            await self._send(writer, 500, {"error": {"message": "Invocation of profile method failed"}})
+        elif b.stop_mode == "reset":
+            sock = writer.get_extra_info("socket")
+            if sock is not None:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            writer.transport.abort()
+            return False
+        elif b.stop_mode == "close200":
+            await self._send(writer, 200, close=True)
+            return False
+        else:  # ok / slow: empty 200, like vLLM
+            await self._send(writer, 200)
+        return None
+
+    async def _completions(self, req: dict, writer) -> None:
+        b = self.b
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            n = min(int(req.get("max_tokens") or b.tokens), b.tokens) if not req.get("ignore_eos") else int(req.get("max_tokens") or b.tokens)
+            prompt = req.get("prompt")
+            n_in = len(prompt) if isinstance(prompt, list) else len(str(prompt).split())
+            writer.write(self._head(200, {"content-type": "text/event-stream", "transfer-encoding": "chunked"}))
+            if b.ttft_delay_s:
+                await asyncio.sleep(b.ttft_delay_s)
+
+            def chunk(obj) -> bytes:
+                data = b"data: " + (obj if isinstance(obj, bytes) else json.dumps(obj).encode()) + b"\n\n"
+                return f"{len(data):x}\r\n".encode() + data + b"\r\n"
+
+            for i in range(n):
+                if i and b.token_delay_s:
+                    await asyncio.sleep(b.token_delay_s)
+                writer.write(chunk({"id": "cmpl-1", "object": "text_completion", "model": req.get("model"),
+                                    "choices": [{"index": 0, "text": f" t{i}", "logprobs": None,
+                                                 "finish_reason": "length" if i == n - 1 else None}]}))
+                await writer.drain()
+            writer.write(chunk({"id": "cmpl-1", "object": "text_completion", "choices": [],
+                                "usage": {"prompt_tokens": n_in, "completion_tokens": n, "total_tokens": n_in + n}}))
+            writer.write(chunk(b"[DONE]"))
+            writer.write(b"0\r\n\r\n")
+            await writer.drain()
+            self.completions += 1
+        finally:
+            self.in_flight -= 1
+
+
+if __name__ == "__main__":
+    import argparse
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--trace-dir")
+    ap.add_argument("--tokens", type=int, default=8)
+    ap.add_argument("--token-delay", type=float, default=0.0)
+    a = ap.parse_args()
+    srv = FakeVllm(a.trace_dir, Behaviour(tokens=a.tokens, token_delay_s=a.token_delay), a.port).start()
+    print(srv.port, flush=True)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        srv.stop()
