@@ -1,0 +1,249 @@
+"""Browse: the headless core behind ``k25trace tui`` — overview, steps, one step, one kernel, search, ad-hoc SQL.
+
+Every function takes a DuckDB connection or cursor and runs named queries from ``queries/browse_*.sql`` (and
+``report_*.sql`` through :mod:`k25trace.report`), returning polars DataFrames or small dataclasses of them. No UI
+code lives here and nothing here imports Textual: the TUI only calls these functions from its worker threads,
+each with its own ``con.cursor()``.
+
+Invariants: step-level queries always filter on ``(trace_id, step_index)`` plus the step's GPU span
+(``start_ns``), so they touch one step's rows of ``gpu_events`` (sorted by trace_id, start_ns) however large the
+database is; lists are fetched a page at a time with a hard ``limit``.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import duckdb
+import polars as pl
+
+from k25trace import report
+from k25trace.db import fetch_frame, get_query, named_queries, query_frame
+from k25trace.errors import K25Error, QueryError
+
+KERNEL_PAGE = 500
+"""GPU activities of a step fetched per page (a prefill step can have tens of thousands)."""
+
+STEP_ROW_CAP = 5000
+"""Steps shown at most in the steps table; the rest are counted and announced."""
+
+SQL_ROW_CAP = 1000
+"""Rows of an ad-hoc query shown at most (one more is fetched to know there are more)."""
+
+PHASE_FILTERS = ("all", "decode", "prefill", "mixed", "unknown", "empty")
+
+
+@dataclass(frozen=True)
+class Overview:
+    """What the first screen shows: traces (ranks) by run, capture levels, step counts, decode breakdown."""
+
+    traces: pl.DataFrame
+    levels: pl.DataFrame
+    step_counts: pl.DataFrame
+    decode_breakdown: pl.DataFrame
+
+
+@dataclass(frozen=True)
+class StepDetail:
+    """One step: its header row, a page of its kernels, per-category times, timeline strip and the other ranks."""
+
+    header: dict[str, Any]
+    kernels: pl.DataFrame
+    categories: pl.DataFrame
+    timeline: list[str]
+    ranks: pl.DataFrame
+
+    @property
+    def kernel_total(self) -> int:
+        """GPU activities in the step (the kernel table may show only the first page)."""
+        return int(self.header.get("kernel_count") or 0)
+
+
+@dataclass(frozen=True)
+class KernelDetail:
+    """One GPU activity with its launch, and how its kernel's duration varies over steps and ranks."""
+
+    row: dict[str, Any]
+    per_step: pl.DataFrame
+    per_rank: pl.DataFrame
+
+
+@dataclass(frozen=True)
+class SqlResult:
+    """An ad-hoc query's rows (at most ``cap``) and whether more rows were left out."""
+
+    frame: pl.DataFrame
+    truncated: bool
+
+
+def overview(con: duckdb.DuckDBPyConnection) -> Overview:
+    """Everything the overview screen needs; reads only the small per-trace and per-step tables."""
+    return Overview(
+        traces=query_frame(con, "browse_traces"),
+        levels=query_frame(con, "browse_levels"),
+        step_counts=query_frame(con, "browse_step_counts", {"trace_id": None}),
+        decode_breakdown=report.breakdown(con, by="batch", phase="decode"),
+    )
+
+
+def steps(con: duckdb.DuckDBPyConnection, trace_id: int, *, phase: str = "all",
+          batch_size: int | None = None) -> pl.DataFrame:
+    """The steps of one trace (rank), optionally one phase and one batch size, in step order."""
+    if phase not in PHASE_FILTERS:
+        raise K25Error(f"unknown phase {phase!r}; one of {', '.join(PHASE_FILTERS)}")
+    return query_frame(con, "browse_steps", {"trace_id": trace_id, "phase": phase, "batch_size": batch_size})
+
+
+def batch_sizes(step_frame: pl.DataFrame) -> list[int]:
+    """The distinct batch sizes in a steps frame, ascending (for the batch filter)."""
+    if step_frame.is_empty():
+        return []
+    return sorted(int(b) for b in step_frame["batch_size"].drop_nulls().unique().to_list())
+
+
+def first_row(frame: pl.DataFrame) -> dict[str, Any] | None:
+    """The first row of a frame as a dict, or None when it is empty."""
+    return frame.row(0, named=True) if frame.height else None
+
+
+def step_kernels(con: duckdb.DuckDBPyConnection, header: dict[str, Any], *, offset: int = 0,
+                 limit: int = KERNEL_PAGE) -> pl.DataFrame:
+    """A page of a step's GPU activities in time order (``header`` is a :func:`step_detail` header row)."""
+    if header.get("gpu_start_ns") is None:
+        return query_frame(con, "browse_step_kernels", {
+            "trace_id": header["trace_id"], "step_index": header["step_index"], "start_ns": 0, "end_ns": -1,
+            "offset": offset, "limit": limit})
+    return query_frame(con, "browse_step_kernels", {
+        "trace_id": header["trace_id"], "step_index": header["step_index"],
+        "start_ns": header["gpu_start_ns"], "end_ns": header["gpu_end_ns"], "offset": offset, "limit": limit})
+
+
+def step_detail(con: duckdb.DuckDBPyConnection, trace_id: int, step_index: int, *, limit: int = KERNEL_PAGE,
+                buckets: int = 100) -> StepDetail | None:
+    """One step with the first page of its kernels; None when the trace has no such step."""
+    header = first_row(query_frame(con, "browse_step", {"trace_id": trace_id, "step_index": step_index}))
+    if header is None:
+        return None
+    kernels = step_kernels(con, header, limit=limit)
+    categories = query_frame(con, "browse_step_categories", {"trace_id": trace_id, "step_index": step_index})
+    timeline: list[str] = []
+    if header.get("gpu_start_ns") is not None and (header.get("wall_ns") or 0) > 0 and buckets > 0:
+        strip = query_frame(con, "browse_step_timeline", {
+            "trace_id": trace_id, "step_index": step_index, "start_ns": header["gpu_start_ns"],
+            "end_ns": header["gpu_end_ns"], "buckets": buckets})
+        timeline = strip["category"].to_list()
+    ranks = query_frame(con, "browse_step_ranks", {"trace_id": trace_id, "step_index": step_index})
+    return StepDetail(header=header, kernels=kernels, categories=categories, timeline=timeline, ranks=ranks)
+
+
+def kernel_detail(con: duckdb.DuckDBPyConnection, trace_id: int, event_id: int, start_ns: int) -> KernelDetail | None:
+    """One GPU activity (by trace, event id and start) with its variation over steps and ranks; None if missing."""
+    row = first_row(query_frame(con, "browse_kernel", {"trace_id": trace_id, "event_id": event_id, "start_ns": start_ns}))
+    if row is None:
+        return None
+    params = {"trace_id": trace_id, "name_id": row["name_id"]}
+    return KernelDetail(row=row, per_step=query_frame(con, "browse_kernel_steps", params),
+                        per_rank=query_frame(con, "browse_kernel_ranks", params))
+
+
+def first_occurrence(con: duckdb.DuckDBPyConnection, name_id: int, trace_id: int | None) -> dict[str, Any] | None:
+    """Where a kernel picked by name first ran, preferring ``trace_id``; None when it never ran."""
+    return first_row(query_frame(con, "browse_kernel_first", {"trace_id": trace_id, "name_id": name_id}))
+
+
+def search_kernels(con: duckdb.DuckDBPyConnection, pattern: str, *, limit: int = 200) -> pl.DataFrame:
+    """Kernel names containing ``pattern`` (case-insensitive), busiest first."""
+    return query_frame(con, "browse_search", {"pattern": pattern, "limit": limit})
+
+
+def schema_columns(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
+    """Tables and views with their columns and types."""
+    return query_frame(con, "browse_schema")
+
+
+def query_catalog() -> pl.DataFrame:
+    """The named queries that return rows (not the ones that build tables): name, params, summary, grain."""
+    rows = [
+        {"name": q.name, "params": ", ".join("$" + p for p in q.params), "summary": q.summary, "grain": q.grain}
+        for q in named_queries().values() if q.is_report and q.name != "schema"
+    ]
+    return pl.DataFrame(rows, schema={"name": pl.String, "params": pl.String, "summary": pl.String, "grain": pl.String})
+
+
+def named_query_text(name: str) -> str:
+    """The SQL text of a named query (header included), to put in the SQL editor."""
+    return get_query(name).sql
+
+
+def parse_params(text: str) -> dict[str, Any]:
+    """``"phase=decode rank=null top=10"`` → bound parameter values (null/none → None, integers as int)."""
+    params: dict[str, Any] = {}
+    for item in text.replace(",", " ").split():
+        if "=" not in item:
+            raise K25Error(f"parameter {item!r} is not key=value")
+        key, value = item.split("=", 1)
+        key = key.strip().lstrip("$")
+        if value.lower() in ("null", "none", ""):
+            params[key] = None
+        else:
+            try:
+                params[key] = int(value)
+            except ValueError:
+                try:
+                    params[key] = float(value)
+                except ValueError:
+                    params[key] = value
+    return params
+
+
+def run_sql(cursor: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any] | None = None, *,
+            cap: int = SQL_ROW_CAP) -> SqlResult:
+    """Run ad-hoc SQL (the last statement's rows are returned) with bound ``$params``, keeping ``cap`` rows.
+
+    Runs on a cursor of a read-only connection, so it cannot change the database; ``cursor.interrupt()`` from
+    another thread stops it with a :class:`~k25trace.errors.QueryError`.
+    """
+    from k25trace.db import _PARAM_RE, _strip_sql_comments, split_statements
+
+    statements = split_statements(sql)
+    if not statements:
+        raise K25Error("nothing to run")
+    try:
+        for statement in statements:
+            used_names = set(_PARAM_RE.findall(_strip_sql_comments(statement)))
+            missing = sorted(used_names - set(params or {}))
+            if missing:
+                raise QueryError("sql", f"missing parameter(s): {', '.join('$' + m for m in missing)}")
+            used = {k: v for k, v in (params or {}).items() if k in used_names}
+            cursor.execute(statement, used) if used else cursor.execute(statement)
+        if cursor.description is None:
+            return SqlResult(pl.DataFrame(), False)
+        cursor_frame = _fetch_capped(cursor, cap + 1)
+    except duckdb.Error as exc:
+        raise QueryError("sql", str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from exc
+    return SqlResult(cursor_frame.head(cap), cursor_frame.height > cap)
+
+
+def _fetch_capped(cursor: duckdb.DuckDBPyConnection, rows: int) -> pl.DataFrame:
+    """At most ``rows`` rows of the pending result, without materialising the rest (it can be millions)."""
+    reader_method = getattr(cursor, "to_arrow_reader", None) or getattr(cursor, "fetch_record_batch", None)
+    if reader_method is None:
+        return fetch_frame(cursor).head(rows)
+    import pyarrow as pa
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # DuckDB 2 warns that DB-API Arrow results copy once; these are capped
+        reader = reader_method(rows)
+        batches = []
+        kept = 0
+        for batch in reader:
+            batches.append(batch)
+            kept += batch.num_rows
+            if kept >= rows:
+                break
+        table = pa.Table.from_batches(batches, schema=reader.schema)
+    frame = pl.from_arrow(table)
+    assert isinstance(frame, pl.DataFrame)
+    return frame.head(rows)

@@ -1,0 +1,36 @@
+-- name: browse_kernel_ranks
+-- How one kernel's duration varies across the ranks of a run: per trace of the run that $trace_id belongs to,
+-- calls, steps it ran in, calls per step and min/mean/max/p90 µs.
+-- reads: traces, gpu_events
+-- params: $trace_id, $name_id
+-- grain: one row per trace (rank) of the run that ran the kernel
+with run_traces as (
+    select
+        trace_id,
+        rank,
+        coalesce(capture_dir || '#' || coalesce(level, ''), regexp_replace(path, '/[^/]*$', '')) as run_key
+    from traces
+),
+
+same_run as (
+    select run_traces.trace_id
+    from run_traces
+    join run_traces as this_trace on this_trace.run_key = run_traces.run_key
+    where this_trace.trace_id = $trace_id
+)
+
+select
+    gpu_events.trace_id,
+    any_value(gpu_events.rank) as rank,
+    count(*) as calls,
+    count(distinct gpu_events.step_index) as steps,
+    round(count(*) / nullif(count(distinct gpu_events.step_index), 0), 2) as calls_per_step,
+    round(min(gpu_events.dur_ns) / 1e3, 2) as min_us,
+    round(avg(gpu_events.dur_ns) / 1e3, 2) as mean_us,
+    round(quantile_cont(gpu_events.dur_ns, 0.9) / 1e3, 2) as p90_us,
+    round(max(gpu_events.dur_ns) / 1e3, 2) as max_us
+from gpu_events
+where gpu_events.name_id = $name_id
+    and gpu_events.trace_id in (select trace_id from same_run)
+group by gpu_events.trace_id
+order by rank nulls first, gpu_events.trace_id
