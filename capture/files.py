@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 CHUNK = 1 << 20  # 1 MiB
+OUT_MAX = 1 << 20  # most decompressed bytes per step
 HEAD_BYTES = 4 << 20  # decompressed bytes searched for metadata before giving up on the head
 TAIL_BYTES = 256 << 10  # decompressed bytes kept from the end (metadata may follow traceEvents)
 
@@ -80,7 +81,7 @@ def _extract_object(buf: bytes, key: bytes) -> dict | None:
     # Allow only whitespace and the colon between the key and the object.
     if buf[i + len(key): j].strip() not in (b":",):
         return None
-    text = buf[j: j + 65536].decode("utf-8", "replace")
+    text = buf[j:].decode("utf-8", "replace")
     try:
         obj, _ = json.JSONDecoder().raw_decode(text)
     except ValueError:
@@ -113,10 +114,10 @@ def _read_stream(path: Path):
                         if not raw.strip(b"\x00"):
                             break  # padding after the last member
                         d = zlib.decompressobj(16 + zlib.MAX_WBITS)  # gzip allows concatenated members
-                    out = d.decompress(raw)
+                    out = d.decompress(raw, OUT_MAX)  # bounded: JSON can compress 100:1
                     if out:
                         yield out
-                    raw = d.unused_data if d.eof else b""
+                    raw = d.unused_data if d.eof else d.unconsumed_tail
             if not d.eof:
                 raise EOFError("Compressed file ended before the end-of-stream marker was reached")
     else:
@@ -153,21 +154,25 @@ def check_trace_file(path: str | os.PathLike) -> TraceCheck:
     try:
         for chunk in _read_stream(p):
             if not head_done:
-                head += chunk
-                if len(head) >= HEAD_BYTES or b'"traceEvents"' in head[-len(chunk) - 16:]:
+                start = max(0, len(head) - 16)
+                head += chunk[: HEAD_BYTES - len(head)]
+                idx = head.find(b'"traceEvents"', start)
+                if idx >= 0:
+                    del head[idx:]  # metadata before the events is all we want from the head
+                    head_done = True
+                elif len(head) >= HEAD_BYTES:
                     head_done = True
             if first is None:
-                s = chunk.lstrip()
+                s = chunk[:256].lstrip() or chunk.lstrip()
                 if s:
                     first = s[:1]
-            s = chunk.rstrip()
+            s = chunk[-256:].rstrip() or chunk.rstrip()
             if s:
                 last = s[-1:]
-            tail = (tail + chunk)[-TAIL_BYTES:]
+            tail = (tail + chunk[-TAIL_BYTES:])[-TAIL_BYTES:]
     except (EOFError, zlib.error, gzip.BadGzipFile, OSError) as e:
         problem = f"incomplete or corrupt gzip: {e}"
-    head_b = bytes(head[:HEAD_BYTES])
-    meta = _metadata(head_b, tail)
+    meta = _metadata(bytes(head), tail)
     dist = meta.get("distributedInfo") or {}
     rank = dist.get("rank") if isinstance(dist.get("rank"), int) else None
     world = dist.get("world_size") if isinstance(dist.get("world_size"), int) else None
