@@ -6,8 +6,9 @@ The only module that reads trace JSON. Invariants:
   boundaries into chunks of a few MB; each chunk is decoded by msgspec into slim typed structs (unknown keys
   are skipped in C), turned into columns and appended to DuckDB staging tables. Memory is bounded by the chunk
   size, never by the file size, and no Python object outlives its chunk.
-* Exact times. ``start_ns = baseTimeNanoseconds + round(ts * 1000)`` in integer arithmetic (``ts`` is float µs
-  with at most ns resolution, so the rounding is exact); ``dur_ns = round(dur * 1000)``.
+* Exact times. ``start_ns = baseTimeNanoseconds + ts * 1000`` in integer arithmetic: integer ``ts`` (old
+  traces carry absolute µs) multiply exactly; float ``ts`` (µs with at most ns resolution, relative to the
+  base) round exactly while ``ts < 2**53 / 1000`` µs (104 days); ``dur_ns`` likewise.
 * All or nothing per file. A file is staged, then moved into the final tables, classified and split into
   steps inside one transaction; any problem rolls the whole file back and is reported as one line naming the
   file. Other files of the same call are unaffected. Trace files are opened read-only.
@@ -29,6 +30,7 @@ from typing import Any, Callable, Iterator
 
 import duckdb
 import msgspec
+import numpy as np
 import orjson
 import pyarrow as pa
 
@@ -92,8 +94,8 @@ class Event(msgspec.Struct):
     name: str | None = None
     pid: int | str | None = None
     tid: int | str | None = None
-    ts: float | None = None
-    dur: float | None = None
+    ts: int | float | None = None  # ints stay ints: old traces carry absolute µs beyond float64's exact range
+    dur: int | float | None = None
     args: Args | None = None
 
 
@@ -317,6 +319,9 @@ class _Splitter:
             try:
                 obj, i = decoder.raw_decode(text, i)
             except json.JSONDecodeError as exc:
+                if exc.pos >= len(text.rstrip()):
+                    raise TraceError(str(self.path), "truncated JSON: the file ends inside traceEvents "
+                                     "(the writer may still be running, or was killed)") from exc
                 raise TraceError(str(self.path), f"invalid JSON in traceEvents: {exc.msg}") from exc
             events.append(obj)
         meta_text = bytes(self.prefix) + b"null" + text[i:].encode("utf-8")
@@ -349,6 +354,38 @@ def _num(v: Any, typ: type) -> Any:
         except ValueError:
             return None
     return None
+
+
+def _time(v: Any) -> int | float | None:
+    if isinstance(v, bool) or v is None:
+        return None
+    if isinstance(v, (int, float)):
+        return v
+    if isinstance(v, str):
+        try:
+            return int(v) if v.lstrip("-").isdigit() else float(v)
+        except ValueError:
+            return None
+    return None
+
+
+def _ns(values: list[int | float | None]) -> pa.Array:
+    """µs -> integer ns, exactly, vectorised.
+
+    A float µs value with ns resolution is split into its integer µs (exact in float64) and its fraction (exact by
+    Sterbenz); the fraction's representation error stays below 0.25 ns while ts < 2**43 µs (101 days), so
+    rounding ``fraction * 1000`` recovers the written ns exactly. Integer µs (old absolute-time traces, up to
+    2**53) convert to float64 exactly and have no fraction.
+    """
+    try:
+        arr = np.fromiter(values, dtype=np.float64, count=len(values))
+        mask = None
+    except TypeError:  # None among the values
+        mask = np.fromiter((v is None for v in values), dtype=bool, count=len(values))
+        arr = np.fromiter((0.0 if v is None else v for v in values), dtype=np.float64, count=len(values))
+    whole = np.floor(arr)
+    ns = whole.astype(np.int64) * 1000 + np.rint((arr - whole) * 1000.0).astype(np.int64)
+    return pa.array(ns, pa.int64(), mask=mask)
 
 
 def _loose_event(raw: Any) -> Event:
@@ -388,8 +425,8 @@ def _loose_event(raw: Any) -> Event:
         name=raw.get("name") if isinstance(raw.get("name"), str) else None,
         pid=pid if isinstance(pid, (int, str)) and not isinstance(pid, bool) else None,
         tid=tid if isinstance(tid, (int, str)) and not isinstance(tid, bool) else None,
-        ts=_num(raw.get("ts"), float),
-        dur=_num(raw.get("dur"), float),
+        ts=_time(raw.get("ts")),
+        dur=_time(raw.get("dur")),
         args=args,
     )
 
@@ -488,8 +525,8 @@ class _Columns:
                 "name": pa.array([e.name or "" for e in launch], pa.string()),
                 "pid": pa.array([_pid(e.pid) for e in launch], pa.int64()),
                 "tid": pa.array([_pid(e.tid) for e in launch], pa.int64()),
-                "ts": pa.array([e.ts for e in launch], pa.float64()),
-                "dur": pa.array([e.dur for e in launch], pa.float64()),
+                "ts_ns": _ns([e.ts for e in launch]),
+                "dur_ns": _ns([e.dur for e in launch]),
                 "correlation": pa.array([a.correlation for a in args], pa.int64()),
                 "external_id": pa.array([a.external_id for a in args], pa.int64()),
                 "cbid": pa.array([a.cbid for a in args], pa.int32()),
@@ -502,8 +539,8 @@ class _Columns:
                 "name": pa.array([e.name or "" for e in ann], pa.string()),
                 "pid": pa.array([_pid(e.pid) for e in ann], pa.int64()),
                 "tid": pa.array([_pid(e.tid) for e in ann], pa.int64()),
-                "ts": pa.array([e.ts for e in ann], pa.float64()),
-                "dur": pa.array([e.dur for e in ann], pa.float64()),
+                "ts_ns": _ns([e.ts for e in ann]),
+                "dur_ns": _ns([e.dur for e in ann]),
                 "external_id": pa.array([a.external_id for a in args], pa.int64()),
             })
         if ops:
@@ -513,8 +550,8 @@ class _Columns:
                 "name": pa.array([e.name or "" for e in ops], pa.string()),
                 "pid": pa.array([_pid(e.pid) for e in ops], pa.int64()),
                 "tid": pa.array([_pid(e.tid) for e in ops], pa.int64()),
-                "ts": pa.array([e.ts for e in ops], pa.float64()),
-                "dur": pa.array([e.dur for e in ops], pa.float64()),
+                "ts_ns": _ns([e.ts for e in ops]),
+                "dur_ns": _ns([e.dur for e in ops]),
                 "external_id": pa.array([a.external_id for a in args], pa.int64()),
                 "input_dims": pa.array([bytes(a.input_dims).decode("utf-8", "replace") if a.input_dims is not None else None for a in args], pa.string()),
             })
@@ -524,8 +561,8 @@ class _Columns:
                 "name": pa.array([e.name or "" for e in py], pa.string()),
                 "pid": pa.array([_pid(e.pid) for e in py], pa.int64()),
                 "tid": pa.array([_pid(e.tid) for e in py], pa.int64()),
-                "ts": pa.array([e.ts for e in py], pa.float64()),
-                "dur": pa.array([e.dur for e in py], pa.float64()),
+                "ts_ns": _ns([e.ts for e in py]),
+                "dur_ns": _ns([e.dur for e in py]),
             })
         return out
 
@@ -544,8 +581,8 @@ class _Columns:
             "name_id": pa.array([name_id(e.name or "") for e in gpu], pa.int32()),
             "device": pa.array([a.device if a.device is not None else _pid(e.pid) for a, e in zip(args, gpu)], pa.int32()),
             "stream": pa.array([a.stream if a.stream is not None else _pid(e.tid) for a, e in zip(args, gpu)], pa.int64()),
-            "ts": pa.array([e.ts for e in gpu], pa.float64()),
-            "dur": pa.array([e.dur if e.dur is not None else 0.0 for e in gpu], pa.float64()),
+            "ts_ns": _ns([e.ts for e in gpu]),
+            "dur_ns": _ns([e.dur if e.dur is not None else 0 for e in gpu]),
             "correlation": pa.array([a.correlation for a in args], pa.int64()),
             "external_id": pa.array([a.external_id for a in args], pa.int64()),
             "grid_x": pa.array([_dim(g, 0) for g in grids], pa.int32()),
@@ -575,21 +612,21 @@ class _Columns:
 
 _STAGE_DDL = {
     "gpu": "create temp table _stage_gpu (event_id bigint, kind varchar, name_id integer, device integer, stream bigint, "
-    "ts double, dur double, correlation bigint, external_id bigint, grid_x integer, grid_y integer, grid_z integer, "
+    "ts_ns bigint, dur_ns bigint, correlation bigint, external_id bigint, grid_x integer, grid_y integer, grid_z integer, "
     "block_x integer, block_y integer, block_z integer, registers integer, shared_mem_bytes integer, "
     "blocks_per_sm double, warps_per_sm double, occupancy_pct double, bytes bigint, collective_name varchar, "
     "msg_in_nelems bigint, msg_out_nelems bigint, msg_dtype varchar, group_size integer, pg_name varchar, pg_ranks varchar)",
     "launch": "create temp table _stage_launch (event_id bigint, api varchar, name varchar, pid bigint, tid bigint, "
-    "ts double, dur double, correlation bigint, external_id bigint, cbid integer)",
+    "ts_ns bigint, dur_ns bigint, correlation bigint, external_id bigint, cbid integer)",
     "ann": "create temp table _stage_ann (event_id bigint, kind varchar, name varchar, pid bigint, tid bigint, "
-    "ts double, dur double, external_id bigint)",
-    "ops": "create temp table _stage_ops (event_id bigint, name varchar, pid bigint, tid bigint, ts double, dur double, "
+    "ts_ns bigint, dur_ns bigint, external_id bigint)",
+    "ops": "create temp table _stage_ops (event_id bigint, name varchar, pid bigint, tid bigint, ts_ns bigint, dur_ns bigint, "
     "external_id bigint, input_dims varchar)",
-    "py": "create temp table _stage_py (event_id bigint, name varchar, pid bigint, tid bigint, ts double, dur double)",
+    "py": "create temp table _stage_py (event_id bigint, name varchar, pid bigint, tid bigint, ts_ns bigint, dur_ns bigint)",
 }
 
-_NS = "cast(round(ts * 1000) as bigint)"
-_DUR = "cast(round(coalesce(dur, 0) * 1000) as bigint)"
+_NS = "ts_ns"
+_DUR = "coalesce(dur_ns, 0)"
 
 
 class Loader:
@@ -747,7 +784,7 @@ class Loader:
         params = {"trace_id": trace_id, "rank": rank, "base": base}
         con.execute(
             f"insert into gpu_events select $trace_id, $rank, event_id, kind, name_id, device, stream, "
-            f"$base + {_NS} as start_ns, {_DUR} as dur_ns, $base + {_NS} + {_DUR} as end_ns, correlation, external_id, "
+            f"$base + {_NS} as start_ns, {_DUR} as dur_ns_, $base + {_NS} + {_DUR} as end_ns, correlation, external_id, "
             "grid_x, grid_y, grid_z, block_x, block_y, block_z, registers, shared_mem_bytes, blocks_per_sm, warps_per_sm, "
             "occupancy_pct, bytes, collective_name, msg_in_nelems, msg_out_nelems, msg_dtype, group_size, pg_name, pg_ranks, "
             "null, null from _stage_gpu order by start_ns, event_id", params)

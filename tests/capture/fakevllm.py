@@ -81,6 +81,7 @@ class Behaviour:
     token_delay_s: float = 0.0
     ttft_delay_s: float = 0.0
     n_events: int = 50
+    completion_status: int = 200  # anything else: every completion request fails with it
 
 
 class FakeVllm:
@@ -309,6 +310,9 @@ class FakeVllm:
 
     async def _completions(self, req: dict, writer) -> None:
         b = self.b
+        if b.completion_status != 200:
+            await self._send(writer, b.completion_status, {"error": {"message": "engine dead"}})
+            return
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
         try:

@@ -1,0 +1,1 @@
+"""Screens of the k25trace TUI: overview, steps, step, kernel, search, SQL, help."""

@@ -1,0 +1,114 @@
+"""Overview: the runs and ranks in the database, capture levels, step counts and the decode breakdown."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import polars as pl
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import VerticalScroll
+from textual.widgets import DataTable, Footer, Header, Label
+
+from k25trace import browse
+from k25trace.tui.messages import Fetched
+from k25trace.tui.screens.base import BrowseScreen
+from k25trace.tui.widgets import CategoryBars
+
+
+def fill_table(table: DataTable, frame: pl.DataFrame, *, key_column: str | None = None,
+               columns: list[str] | None = None) -> None:
+    """Replace a DataTable's contents with a frame's rows (NULLs as blanks), keyed by ``key_column``."""
+    table.clear(columns=True)
+    columns = columns or frame.columns
+    table.add_columns(*columns)
+    for row in frame.iter_rows(named=True):
+        cells = ["" if row[c] is None else row[c] for c in columns]
+        table.add_row(*cells, key=None if key_column is None else str(row[key_column]))
+
+
+class OverviewScreen(BrowseScreen):
+    """The first screen: pick a trace (rank) to see its steps."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("enter", "open_trace", "Steps of trace", show=False),
+        Binding("R", "reload", "Reload"),
+    ]
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with VerticalScroll(id="overview"):
+            yield Label("loading…", id="status")
+            yield Label("[b]Traces[/b] (one per rank) — Enter: its steps", classes="section")
+            yield DataTable(id="traces", cursor_type="row", zebra_stripes=True)
+            yield Label("[b]Capture levels[/b]", classes="section", id="levels-title")
+            yield DataTable(id="levels", cursor_type="row")
+            yield Label("[b]Steps by phase and batch size[/b]", classes="section")
+            yield DataTable(id="step-counts", cursor_type="row")
+            yield Label("[b]Decode breakdown per batch size[/b] (exclusive GPU time per step, all ranks)",
+                        classes="section")
+            yield CategoryBars(id="breakdown")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.action_reload()
+
+    def action_reload(self) -> None:
+        """Query the overview again (after a load in another terminal)."""
+        self.fetch("overview", browse.overview)
+
+    @on(Fetched)
+    def show_overview(self, message: Fetched) -> None:
+        if message.request != "overview":
+            return
+        overview: browse.Overview = message.result
+        traces = overview.traces
+        if traces.is_empty():
+            self.set_status("This database has no traces yet. Load some with "
+                            "[b]k25trace load TRACE… --db FILE[/b].")
+        else:
+            ranks = traces["rank"].drop_nulls().n_unique()
+            runs = traces["run_key"].n_unique()
+            total_steps = int(traces["steps"].sum())
+            self.set_status(f"{traces.height} trace(s), {ranks} rank(s), {runs} run(s), {total_steps} step(s)"
+                            + ("" if total_steps else " — no steps: run [b]k25trace steps[/b]"))
+        fill_table(self.query_one("#traces", DataTable), traces, key_column="trace_id",
+                   columns=["trace_id", "run", "level", "rank", "device_name", "file_name", "gpu_event_count",
+                            "steps", "decode", "prefill", "mixed", "unknown", "empty"])
+        levels_table = self.query_one("#levels", DataTable)
+        fill_table(levels_table, overview.levels)
+        has_levels = not overview.levels.is_empty()
+        levels_table.display = has_levels
+        self.query_one("#levels-title", Label).update(
+            "[b]Capture levels[/b]" if has_levels else "[b]Capture levels[/b]: none (traces not from `k25trace capture`)")
+        fill_table(self.query_one("#step-counts", DataTable), overview.step_counts)
+        self.query_one("#breakdown", CategoryBars).show_bars(
+            breakdown_rows(overview.decode_breakdown), width=60, empty_message="no decode steps in this database")
+        self.browse_app.mark_painted("overview", message.elapsed_ms)
+
+    @on(DataTable.RowSelected, "#traces")
+    def open_selected_trace(self, event: DataTable.RowSelected) -> None:
+        if event.row_key.value is not None:
+            self.browse_app.open_steps(int(event.row_key.value))
+
+    def action_open_trace(self) -> None:
+        table = self.query_one("#traces", DataTable)
+        if table.row_count:
+            row_key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key
+            if row_key.value is not None:
+                self.browse_app.open_steps(int(row_key.value))
+
+
+def breakdown_rows(frame: pl.DataFrame) -> list[tuple[str, list[tuple[str, float]], str]]:
+    """``report_breakdown`` rows → one bar per (level, batch size): label, category shares, a note."""
+    rows: list[tuple[str, list[tuple[str, float]], str]] = []
+    if frame.is_empty():
+        return rows
+    for (level, batch_size), group in frame.group_by(["level", "batch_size"], maintain_order=True):
+        first = group.row(0, named=True)
+        label = (f"{level} " if level else "") + f"bs={'?' if batch_size is None else batch_size}"
+        shares = [(r["category"], float(r["pct_of_step"] or 0.0)) for r in group.iter_rows(named=True)]
+        note = f"{first['step_ms']:.3f} ms/step, {first['steps']} steps"
+        rows.append((label, shares, note))
+    return rows

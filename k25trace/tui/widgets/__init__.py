@@ -1,0 +1,5 @@
+"""Widgets of the k25trace TUI."""
+
+from k25trace.tui.widgets.category_bar import CategoryBars, Timeline, category_text, stacked_bar
+
+__all__ = ["CategoryBars", "Timeline", "category_text", "stacked_bar"]

@@ -1,0 +1,100 @@
+"""Stacked horizontal bars and a timeline strip in category colours, drawn as Rich text."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich.text import Text
+from textual.widgets import Static
+
+from k25trace.tui.colors import category_color
+
+BLOCK = "█"
+IDLE = "·"
+
+
+def category_text(category: str) -> Text:
+    """A category name in its colour, for table cells and legends."""
+    if category == "idle":
+        return Text(category, style="dim")
+    return Text(category, style=f"bold {category_color(category)}")
+
+
+def stacked_bar(shares: Sequence[tuple[str, float]], width: int) -> Text:
+    """One bar ``width`` cells long split by (category, percent) shares; rounding goes to the largest share."""
+    cells = [(category, max(0.0, share or 0.0) * width / 100.0) for category, share in shares]
+    counts = [int(round(c)) for _, c in cells]
+    if counts and sum(counts) != width and sum(c for _, c in cells) > 0:
+        largest = max(range(len(cells)), key=lambda i: cells[i][1])
+        counts[largest] = max(0, counts[largest] + width - sum(counts))
+    bar = Text()
+    for (category, _), count in zip(cells, counts):
+        if count <= 0:
+            continue
+        if category == "idle":
+            bar.append(IDLE * count, style="dim")
+        else:
+            bar.append(BLOCK * count, style=category_color(category))
+    return bar
+
+
+def legend(categories: Sequence[str]) -> Text:
+    """``■ gemm  ■ attention …`` for the categories given."""
+    text = Text()
+    for category in categories:
+        if category == "idle":
+            text.append(IDLE + " idle  ", style="dim")
+        else:
+            text.append("■ ", style=category_color(category))
+            text.append(category + "  ")
+    return text
+
+
+class CategoryBars(Static):
+    """Labelled stacked bars, one per row: ``label  ███▒▒··  NN ms``, and a legend under them."""
+
+    DEFAULT_CSS = """
+    CategoryBars { height: auto; }
+    """
+
+    def show_bars(self, rows: Sequence[tuple[str, Sequence[tuple[str, float]], str]], *, width: int = 60,
+                  empty_message: str = "nothing to draw") -> None:
+        """Draw ``(label, [(category, percent), …], note)`` rows; ``empty_message`` when there are none."""
+        if not rows:
+            self.update(Text(empty_message, style="italic"))
+            return
+        label_width = max(len(label) for label, _, _ in rows)
+        text = Text()
+        seen: list[str] = []
+        for label, shares, note in rows:
+            text.append(label.rjust(label_width) + " ", style="bold")
+            text.append_text(stacked_bar(shares, width))
+            text.append(" " + note + "\n")
+            seen.extend(c for c, share in shares if c not in seen and (share or 0) > 0)
+        text.append_text(legend(seen))
+        self.update(text)
+
+
+class Timeline(Static):
+    """A one-line strip of a step: each cell is the category that ran longest in that slice of time."""
+
+    DEFAULT_CSS = """
+    Timeline { height: auto; }
+    """
+
+    def show_slices(self, slices: Sequence[str], *, caption: str = "") -> None:
+        """Draw the slices (category names, ``idle`` for gaps) followed by a legend."""
+        if not slices:
+            self.update(Text("no GPU activity in this step", style="italic"))
+            return
+        text = Text()
+        for category in slices:
+            if category == "idle":
+                text.append(IDLE, style="dim")
+            else:
+                text.append(BLOCK, style=category_color(category))
+        if caption:
+            text.append("\n" + caption, style="dim")
+        text.append("\n")
+        text.append_text(legend(list(dict.fromkeys(slices))))
+        self.update(text)

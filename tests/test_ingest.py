@@ -1,0 +1,243 @@
+"""k25trace load: exact counts and timestamps against what the JSON holds, idempotence, bad input."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from helpers import ALL_REAL, B200, HTA_NCCL, HTA_RANK0, HTA_RANK1, MI300X_FULL, expected_counts, expected_ns, read_exact
+from k25trace import db, ingest
+
+
+@pytest.fixture(scope="module")
+def loaded(tmp_path_factory: pytest.TempPathFactory):
+    path = tmp_path_factory.mktemp("db") / "real.duckdb"
+    con = db.connect(path)
+    results, _ = ingest.load_paths(con, ALL_REAL)
+    assert [r.status for r in results] == ["loaded"] * len(ALL_REAL), [r.message for r in results]
+    yield con, {Path(r.path).resolve(): r.trace_id for r in results}
+    con.close()
+
+
+def _trace_id(loaded, path: Path) -> int:
+    return loaded[1][path.resolve()]
+
+
+@pytest.mark.parametrize("path", ALL_REAL, ids=lambda p: p.parent.name + "/" + p.name)
+def test_counts_match_the_json(loaded, path: Path) -> None:
+    con, _ = loaded
+    trace_id = _trace_id(loaded, path)
+    counts = expected_counts(read_exact(path))
+    got = dict(con.execute("select kind, count(*) from gpu_events where trace_id = ? group by kind", [trace_id]).fetchall())
+    assert got.get("kernel", 0) == counts["kernel"]
+    assert got.get("memcpy", 0) == counts["gpu_memcpy"]
+    assert got.get("memset", 0) == counts["gpu_memset"]
+    launches = con.execute("select count(*) from launches where trace_id = ?", [trace_id]).fetchall()[0][0]
+    assert launches == counts["cuda_runtime"] + counts["cuda_driver"]
+    ann = dict(con.execute("select kind, count(*) from annotations where trace_id = ? group by kind", [trace_id]).fetchall())
+    assert ann.get("user_annotation", 0) == counts["user_annotation"]
+    assert ann.get("gpu_user_annotation", 0) == counts["gpu_user_annotation"]
+    ops = con.execute("select count(*) from cpu_ops where trace_id = ?", [trace_id]).fetchall()[0][0]
+    assert ops == counts["cpu_op"]
+    py = con.execute("select count(*) from python_functions where trace_id = ?", [trace_id]).fetchall()[0][0]
+    assert py == 0  # dropped by default
+    total = con.execute("select event_count from traces where trace_id = ?", [trace_id]).fetchall()[0][0]
+    assert total == len(read_exact(path)["traceEvents"])
+
+
+@pytest.mark.parametrize("path", ALL_REAL, ids=lambda p: p.parent.name + "/" + p.name)
+def test_timestamps_are_exact(loaded, path: Path) -> None:
+    con, _ = loaded
+    trace_id = _trace_id(loaded, path)
+    trace = read_exact(path)
+    base = int(trace.get("baseTimeNanoseconds", 0))
+    expected = sorted(
+        (i, base + expected_ns(trace, e["ts"]), expected_ns(trace, e.get("dur", 0)))
+        for i, e in enumerate(trace["traceEvents"])
+        if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and e.get("ph") == "X"
+    )
+    got = con.execute(
+        "select event_id, start_ns, dur_ns from gpu_events where trace_id = ? order by event_id", [trace_id]
+    ).fetchall()
+    assert got == expected
+    assert con.execute("select count(*) from gpu_events where trace_id = ? and end_ns != start_ns + dur_ns", [trace_id]).fetchall()[0][0] == 0
+
+
+def test_rank_world_size_and_metadata(loaded) -> None:
+    con, _ = loaded
+    rows = {
+        Path(r[0]).name + ":" + Path(r[0]).parent.name: r[1:]
+        for r in con.execute("select path, rank, world_size, base_time_ns, device_name, sha256 from traces").fetchall()
+    }
+    assert rows["eager_trace.json.gz:vllm-b200-tp8-rank0-eager"][:4] == (0, 8, 1767189312000000000, "NVIDIA B200")
+    assert rows["sampled_rank-0.json.gz:hta-2rank-sendrecv"][:3] == (0, 128, 0)
+    assert rows["sampled_rank-1.json.gz:hta-2rank-sendrecv"][:2] == (1, 128)
+    assert rows["nccl_data.json.gz:hta-a100-nccl-metadata"][:2] == (0, 2)
+    sha = hashlib.sha256(B200.read_bytes()).hexdigest()
+    assert rows["eager_trace.json.gz:vllm-b200-tp8-rank0-eager"][4] == sha
+
+
+def test_graph_kernels_share_the_graph_launch_correlation(loaded) -> None:
+    con, _ = loaded
+    trace_id = _trace_id(loaded, MI300X_FULL)
+    rows = con.execute(
+        "select l.name, count(*) from gpu_events g join launches l using (trace_id, correlation) "
+        "where g.trace_id = ? and g.kind = 'kernel' group by l.name", [trace_id]
+    ).fetchall()
+    trace = read_exact(MI300X_FULL)
+    graph = [e for e in trace["traceEvents"] if e.get("name") == "hipGraphLaunch"]
+    assert len(graph) == 1
+    sharing = sum(1 for e in trace["traceEvents"]
+                  if e.get("cat") == "kernel" and e["args"]["correlation"] == graph[0]["args"]["correlation"])
+    assert sharing == 421  # of the 425 kernels, 4 are launched eagerly around the graph
+    assert dict(rows) == {"hipGraphLaunch": sharing, "hipLaunchKernel": 3, "hipExtModuleLaunchKernel": 1}
+
+
+def test_collective_args_kept(loaded) -> None:
+    con, _ = loaded
+    trace_id = _trace_id(loaded, HTA_NCCL)
+    trace = read_exact(HTA_NCCL)
+    expected = sorted(
+        (e["args"]["Collective name"], int(e["args"]["In msg nelems"]), int(e["args"]["Group size"]), e["args"]["dtype"])
+        for e in trace["traceEvents"]
+        if e.get("cat") == "kernel" and "Collective name" in e.get("args", {})
+    )
+    got = sorted(con.execute(
+        "select collective_name, msg_in_nelems, group_size, msg_dtype from gpu_events where trace_id = ? and collective_name is not null",
+        [trace_id]).fetchall())
+    assert got == expected and len(got) > 0
+    b200 = _trace_id(loaded, B200)
+    assert con.execute("select count(*) from gpu_events where trace_id = ? and collective_name is not null", [b200]).fetchall()[0][0] >= 1
+
+
+def test_long_names_stored_once_with_short_name(loaded) -> None:
+    con, _ = loaded
+    dupes = con.execute("select count(*) - count(distinct name) from kernel_names").fetchall()[0][0]
+    assert dupes == 0
+    long_name = con.execute("select name, short_name from kernel_names order by length(name) desc limit 1").fetchall()[0]
+    assert len(long_name[0]) > 500 and 0 < len(long_name[1]) <= 160
+
+
+def test_reload_is_idempotent(tmp_path: Path) -> None:
+    con = db.connect(tmp_path / "x.duckdb")
+    first, _ = ingest.load_paths(con, [HTA_RANK0, HTA_RANK1])
+    before = con.execute("select count(*) from gpu_events").fetchall()[0][0]
+    copy = tmp_path / "copy.json.gz"
+    shutil.copy(HTA_RANK0, copy)
+    second, _ = ingest.load_paths(con, [HTA_RANK0, HTA_RANK1, copy])
+    assert [r.status for r in first] == ["loaded", "loaded"]
+    assert [r.status for r in second] == ["skipped", "skipped", "skipped"]
+    assert con.execute("select count(*) from gpu_events").fetchall()[0][0] == before
+    assert con.execute("select count(*) from traces").fetchall()[0][0] == 2
+
+
+def test_trace_files_are_only_read(tmp_path: Path) -> None:
+    copy = tmp_path / "t.json.gz"
+    shutil.copy(B200, copy)
+    os.chmod(copy, 0o444)
+    stat_before = copy.stat()
+    digest = hashlib.sha256(copy.read_bytes()).hexdigest()
+    con = db.connect(tmp_path / "x.duckdb")
+    (result,), _ = ingest.load_paths(con, [copy])
+    assert result.status == "loaded"
+    assert hashlib.sha256(copy.read_bytes()).hexdigest() == digest
+    assert copy.stat().st_mtime_ns == stat_before.st_mtime_ns
+    assert sorted(p.name for p in tmp_path.iterdir() if p.suffix != ".wal") == ["t.json.gz", "x.duckdb"]
+
+
+def test_python_functions_kept_with_flag(tmp_path: Path) -> None:
+    con = db.connect(tmp_path / "x.duckdb")
+    ingest.load_paths(con, [B200], ingest.LoadOptions(keep_python=True))
+    expected = expected_counts(read_exact(B200))["python_function"]
+    assert con.execute("select count(*) from python_functions").fetchall()[0][0] == expected > 0
+
+
+def test_directories_search_pt_trace_files_and_skip_frontend(tmp_path: Path) -> None:
+    (tmp_path / "run").mkdir()
+    shutil.copy(HTA_RANK0, tmp_path / "run" / "dp0_pp0_tp0_dcp0_ep0_rank0.1764412345678901234.pt.trace.json.gz")
+    shutil.copy(HTA_RANK1, tmp_path / "run" / "host_123.async_llm.1764412345678901299.pt.trace.json.gz")
+    shutil.copy(B200, tmp_path / "run" / "unrelated.json.gz")
+    files, notes, errors = ingest.discover([tmp_path / "run"])
+    assert [f.path.name for f in files] == ["dp0_pp0_tp0_dcp0_ep0_rank0.1764412345678901234.pt.trace.json.gz"]
+    assert any("front-end" in n for n in notes) and not errors
+    files, _, _ = ingest.discover([tmp_path / "run"], include_frontend=True)
+    assert len(files) == 2
+
+
+# ------------------------------------------------------------------------------------------------ bad input
+
+
+def _write_gz(path: Path, data: bytes) -> Path:
+    with gzip.open(path, "wb") as fh:
+        fh.write(data)
+    return path
+
+
+@pytest.fixture()
+def bad_files(tmp_path: Path) -> dict[str, Path]:
+    full = gzip.decompress(B200.read_bytes())
+    files = {}
+    truncated = tmp_path / "truncated.json.gz"
+    blob = B200.read_bytes()
+    truncated.write_bytes(blob[: len(blob) // 2])
+    files["truncated gzip"] = truncated
+    files["invalid JSON"] = _write_gz(tmp_path / "invalid.json.gz", full[: len(full) // 2] + b"]]]}")
+    files["truncated JSON"] = _write_gz(tmp_path / "cut.json.gz", full[: len(full) - 200])
+    (tmp_path / "empty.json").write_bytes(b"")
+    files["empty file"] = tmp_path / "empty.json"
+    files["no traceEvents"] = _write_gz(tmp_path / "nokey.json.gz", b'{"schemaVersion": 1, "deviceProperties": []}')
+    files["not an object"] = _write_gz(tmp_path / "list.json.gz", b"[1, 2, 3]")
+    files["fake gz"] = tmp_path / "fake.json.gz"
+    files["fake gz"].write_bytes(b"{not gzip}")
+    return files
+
+
+@pytest.mark.parametrize("case", ["truncated gzip", "invalid JSON", "truncated JSON", "empty file", "no traceEvents", "not an object", "fake gz"])
+def test_bad_input_fails_alone_with_a_clear_message(tmp_path: Path, bad_files: dict[str, Path], case: str) -> None:
+    con = db.connect(tmp_path / "x.duckdb")
+    bad = bad_files[case]
+    results, _ = ingest.load_paths(con, [HTA_RANK0, bad, HTA_RANK1])
+    statuses = [r.status for r in results]
+    assert statuses == ["loaded", "failed", "loaded"], [r.message for r in results]
+    message = results[1].message
+    assert str(bad) in message and "\n" not in message
+    expected_words = {
+        "truncated gzip": "truncated gzip", "invalid JSON": "invalid JSON", "truncated JSON": "truncated JSON",
+        "empty file": "empty file", "no traceEvents": "no traceEvents", "not an object": "not an object",
+        "fake gz": "not gzip",
+    }[case]
+    assert expected_words in message
+    # all or nothing: nothing of the bad file is in any table
+    assert con.execute("select count(*) from traces").fetchall()[0][0] == 2
+    for table in ("gpu_events", "launches", "annotations", "cpu_ops", "steps"):
+        ids = {r[0] for r in con.execute(f"select distinct trace_id from {table}").fetchall()}
+        assert ids <= {r.trace_id for r in results if r.status == "loaded"}, table
+
+
+def test_no_gpu_events_unknown_categories_and_non_ascii(tmp_path: Path) -> None:
+    trace = {
+        "schemaVersion": 1,
+        "distributedInfo": {"rank": 3, "world_size": 8},
+        "baseTimeNanoseconds": 1700000000000000000,
+        "traceEvents": [
+            {"ph": "X", "cat": "cpu_op", "name": "aten::addmm — ✓ 矩阵", "pid": 1, "tid": 1, "ts": 10.5, "dur": 2.25},
+            {"ph": "X", "cat": "mystery_cat", "name": "x", "pid": 1, "tid": 1, "ts": 11, "dur": 1},
+            {"ph": "X", "cat": "user_annotation", "name": "execute_context_0(0)_generation_4(4)", "pid": 1, "tid": 1, "ts": 9, "dur": 20},
+        ],
+    }
+    import json
+
+    cpu_only = _write_gz(tmp_path / "cpu.json.gz", json.dumps(trace, ensure_ascii=False).encode())
+    con = db.connect(tmp_path / "x.duckdb")
+    (result,), _ = ingest.load_paths(con, [cpu_only])
+    assert result.status == "loaded"
+    assert any("no GPU events" in w for w in result.warnings)
+    assert any("mystery_cat" in w for w in result.warnings)
+    assert con.execute("select name, start_ns, dur_ns from cpu_ops").fetchall() == [("aten::addmm — ✓ 矩阵", 1700000000000010500, 2250)]
+    assert con.execute("select rank, world_size from traces").fetchall() == [(3, 8)]
+    assert con.execute("select phase, batch_size, is_empty from steps").fetchall() == [("decode", 4, True)]
