@@ -57,6 +57,9 @@ def read_rules(path: Path, *, first_id: int = 1, source: str | None = None) -> l
         raise K25Error(f"{path}: unknown rules column(s) {unknown}; expected {','.join(RULE_COLUMNS)}")
     rules: list[Rule] = []
     for line_no, row in enumerate(reader, start=2):
+        if row.get(None):  # type: ignore[call-overload]
+            raise K25Error(f"{path}: rule {line_no - 1} has {len(reader.fieldnames) + len(row[None])} fields, expected "  # type: ignore[index]
+                           f"{len(reader.fieldnames)}: quote patterns that contain commas")
         category = (row.get("category") or "").strip()
         kind = (row.get("kind") or "").strip() or None
         name_pattern = (row.get("name_pattern") or "") or None
