@@ -112,7 +112,7 @@ class Run:
 
     # ---------------------------------------------------------------- helpers
     def say(self, msg: str) -> None:
-        self.err.print(msg, highlight=False)
+        self.err.print(msg, highlight=False, soft_wrap=True)
 
     @property
     def interval(self) -> float:
