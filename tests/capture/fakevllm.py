@@ -131,8 +131,11 @@ class FakeVllm:
 
         async def _close():
             self._server.close()
-            for t in self._bg:
+            me = asyncio.current_task()
+            tasks = [t for t in asyncio.all_tasks() if t is not me]
+            for t in tasks:
                 t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
 
         fut = asyncio.run_coroutine_threadsafe(_close(), self._loop)
         try:

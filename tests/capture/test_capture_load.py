@@ -1,0 +1,60 @@
+"""The load generator really keeps C requests in flight and measures what the stream shows."""
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from capture.load import LoadConfig, LoadGenerator, percentile, summarize
+
+
+def _run(cfg, prompt=lambda i: [1, 2, 3]):
+    return asyncio.run(LoadGenerator(cfg, prompt).run())
+
+
+def test_c64_keeps_64_in_flight(fake):
+    s = fake(tokens=16, token_delay_s=0.02, ttft_delay_s=0.05)
+    cfg = LoadConfig(url=s.url, model="fake-model", concurrency=64, requests=192, max_tokens=16)
+    res = _run(cfg)
+    st = summarize(res)
+    assert s.max_in_flight == 64  # measured by the server
+    assert st["max_in_flight"] == 64  # and by the client
+    assert st["requests"] == 192 and st["errors"] == 0 and s.completions == 192
+    assert st["output_tokens"] == 192 * 16 and st["input_tokens"] == 192 * 3
+    # the server's pacing shows through: TTFT >= 50 ms, ITL ~20 ms, TPOT ~20 ms
+    assert st["ttft_ms"]["p50"] >= 50
+    assert 18 <= st["itl_ms"]["p50"] <= 60, st["itl_ms"]
+    assert 18 <= st["tpot_ms"]["p50"] <= 60, st["tpot_ms"]
+    assert st["itl_ms"]["n"] == 192 * 15
+    # three waves of 64, each ~0.35 s: a serial client would need > 60 s
+    assert st["duration_s"] < 5
+
+
+def test_duration_bound_and_rate(fake):
+    s = fake(tokens=4, token_delay_s=0.01)
+    res = _run(LoadConfig(url=s.url, model="fake-model", concurrency=8, duration_s=0.6, max_tokens=4))
+    assert 0.6 <= res.duration_s < 2.0
+    assert len(res.records) > 8 and all(r.ok for r in res.records)
+    res = _run(LoadConfig(url=s.url, model="fake-model", concurrency=8, requests=20, request_rate=40.0,
+                          max_tokens=4, seed=3))
+    st = summarize(res)
+    assert st["requests"] == 20 and st["errors"] == 0
+    # 20 Poisson arrivals at 40/s take about half a second, not ~0
+    assert 0.15 < res.duration_s < 3.0
+    assert st["max_in_flight"] <= 8
+
+
+def test_errors_are_recorded(fake):
+    s = fake(completion_status=503)
+    res = _run(LoadConfig(url=s.url, model="fake-model", concurrency=2, requests=3, max_tokens=4))
+    st = summarize(res)
+    assert st["errors"] == 3 and st["ttft_ms"]["p50"] is None
+    assert "HTTP 503" in st["first_errors"][0]
+
+
+def test_percentile_matches_numpy_linear():
+    vals = [1.0, 2.0, 3.0, 4.0, 10.0]
+    assert percentile(vals, 50) == 3.0
+    assert percentile(vals, 90) == pytest.approx(7.6)
+    assert percentile(vals, 99) == pytest.approx(9.76)
+    assert percentile([5.0], 99) == 5.0
