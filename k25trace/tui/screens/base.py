@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from textual import on, work
+from textual.markup import escape
 from textual.screen import Screen
 from textual.worker import get_current_worker
 
@@ -49,7 +50,7 @@ class BrowseScreen(Screen[None]):
     @on(FetchFailed)
     def show_failure(self, message: FetchFailed) -> None:
         """A failed or interrupted query: say so in the status line, never a traceback."""
-        self.set_status(f"[b]query failed[/b]: {message.error}", error=True)
+        self.set_status(f"[b]query failed[/b]: {escape(message.error)}", error=True)
 
     def set_status(self, markup: str, *, error: bool = False) -> None:
         """Put a line in the screen's ``#status`` label (screens without one ignore it)."""

@@ -12,6 +12,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import DataTable, Footer, Header, Label
 
 from k25trace import browse
+from k25trace.tui.cells import cell
 from k25trace.tui.messages import Fetched
 from k25trace.tui.screens.base import BrowseScreen
 from k25trace.tui.widgets import CategoryBars
@@ -24,7 +25,7 @@ def fill_table(table: DataTable, frame: pl.DataFrame, *, key_column: str | None 
     columns = columns or frame.columns
     table.add_columns(*columns)
     for row in frame.iter_rows(named=True):
-        cells = ["" if row[c] is None else row[c] for c in columns]
+        cells = [cell(row[c]) for c in columns]
         table.add_row(*cells, key=None if key_column is None else str(row[key_column]))
 
 
@@ -85,6 +86,7 @@ class OverviewScreen(BrowseScreen):
         fill_table(self.query_one("#step-counts", DataTable), overview.step_counts)
         self.query_one("#breakdown", CategoryBars).show_bars(
             breakdown_rows(overview.decode_breakdown), width=60, empty_message="no decode steps in this database")
+        self.query_one("#traces", DataTable).focus()
         self.browse_app.mark_painted("overview", message.elapsed_ms)
 
     @on(DataTable.RowSelected, "#traces")

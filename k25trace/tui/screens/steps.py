@@ -13,6 +13,7 @@ from textual.containers import Vertical
 from textual.widgets import DataTable, Footer, Header, Label, Sparkline
 
 from k25trace import browse
+from k25trace.tui.cells import cell
 from k25trace.tui.messages import Fetched
 from k25trace.tui.screens.base import BrowseScreen
 from k25trace.tui.widgets import category_text
@@ -68,6 +69,7 @@ class StepsScreen(BrowseScreen):
             return
         self.all_steps = message.result
         self.redraw()
+        self.query_one("#steps", DataTable).focus()
         self.browse_app.mark_painted("steps", message.elapsed_ms)
 
     def filtered(self) -> pl.DataFrame:
@@ -132,7 +134,7 @@ class StepsScreen(BrowseScreen):
                     text.append_text(category_text(category))
                 cells.append(text)
             else:
-                cells.append("" if value is None else value)
+                cells.append(cell(value))
         return cells
 
     def action_cycle_phase(self) -> None:

@@ -1,0 +1,181 @@
+"""The k25trace TUI app: owns the read-only connection, the screens and the keys that work everywhere.
+
+Threading rule: DuckDB runs only in thread workers (:meth:`BrowseScreen.fetch`, :meth:`SqlScreen.run_sql`),
+each on a cursor of its own taken from :meth:`K25TraceApp.query_cursor`; workers post messages and handlers on
+the screens change widgets. ``ctrl+g`` interrupts every cursor in use, so a long query can be cancelled.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import ClassVar
+
+import duckdb
+from textual import on
+from textual.app import App
+from textual.binding import Binding, BindingType
+from textual.worker import Worker, WorkerState
+
+from k25trace import browse
+from k25trace.db import connect
+from k25trace.errors import K25Error
+from k25trace.tui.screens.help import HelpScreen
+from k25trace.tui.screens.kernel import KernelScreen
+from k25trace.tui.screens.overview import OverviewScreen
+from k25trace.tui.screens.search import SearchScreen
+from k25trace.tui.screens.sql import SqlScreen
+from k25trace.tui.screens.step import StepScreen
+from k25trace.tui.screens.steps import StepsScreen
+
+
+class K25TraceApp(App[None]):
+    """Browse a k25trace database: overview → steps of a rank → one step → one kernel; search; SQL."""
+
+    CSS_PATH = "app.tcss"
+    TITLE = "k25trace"
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("question_mark", "help", "Help"),
+        Binding("slash", "search", "Search"),
+        Binding("e", "sql", "SQL"),
+        Binding("h", "home", "Overview"),
+        Binding("ctrl+g", "cancel_queries", "Cancel query", priority=True),
+        Binding("t", "toggle_theme", "Light/dark"),
+        Binding("q", "quit", "Quit"),
+    ]
+
+    def __init__(self, db_path: Path, *, connection: duckdb.DuckDBPyConnection | None = None) -> None:
+        super().__init__()
+        self.db_path = Path(db_path)
+        self.con = connection or connect(self.db_path, read_only=True)
+        self.sub_title = str(self.db_path)
+        self._cursor_lock = threading.Lock()
+        self._active_cursors: set[duckdb.DuckDBPyConnection] = set()
+        self._rank_cache: dict[int, tuple[int | None, str]] | None = None
+        self.paint_times: dict[str, float] = {}
+        """Wall-clock time (perf_counter) each screen kind was last painted with data; for tests and benchmarks."""
+        self.query_ms: dict[str, float] = {}
+        self.started = time.perf_counter()
+
+    def on_mount(self) -> None:
+        self.push_screen(OverviewScreen())
+
+    @contextmanager
+    def query_cursor(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A cursor of its own for one worker; registered so that :meth:`action_cancel_queries` can interrupt it."""
+        cursor = self.con.cursor()
+        with self._cursor_lock:
+            self._active_cursors.add(cursor)
+        try:
+            yield cursor
+        finally:
+            with self._cursor_lock:
+                self._active_cursors.discard(cursor)
+            cursor.close()
+
+    def mark_painted(self, screen: str, query_ms: float) -> None:
+        self.paint_times[screen] = time.perf_counter()
+        self.query_ms[screen] = query_ms
+
+    def ranks(self) -> dict[int, tuple[int | None, str]]:
+        """trace_id → (rank, run key), read once (a small table) on the UI thread's own cursor."""
+        if self._rank_cache is None:
+            cursor = self.con.cursor()
+            try:
+                frame = browse.query_frame(cursor, "browse_traces")
+            except K25Error:
+                return {}
+            finally:
+                cursor.close()
+            self._rank_cache = {row["trace_id"]: (row["rank"], row["run_key"]) for row in frame.iter_rows(named=True)}
+        return self._rank_cache
+
+    def rank_of(self, trace_id: int) -> int | None:
+        return self.ranks().get(trace_id, (None, ""))[0]
+
+    def next_rank_trace(self, trace_id: int) -> int | None:
+        """The next trace of the same run (ordered by rank), wrapping around; None when the run has one trace."""
+        ranks = self.ranks()
+        if trace_id not in ranks:
+            return None
+        run_key = ranks[trace_id][1]
+        same_run = sorted((t for t, (_, key) in ranks.items() if key == run_key),
+                          key=lambda t: (ranks[t][0] is None, ranks[t][0] or 0, t))
+        if len(same_run) < 2:
+            return None
+        return same_run[(same_run.index(trace_id) + 1) % len(same_run)]
+
+    def open_steps(self, trace_id: int) -> None:
+        self.push_screen(StepsScreen(trace_id))
+
+    def open_step(self, trace_id: int, step_index: int) -> None:
+        self.push_screen(StepScreen(trace_id, step_index))
+
+    def open_kernel(self, trace_id: int, event_id: int, start_ns: int) -> None:
+        self.push_screen(KernelScreen(trace_id, event_id, start_ns))
+
+    def current_trace(self) -> int | None:
+        return getattr(self.screen, "trace_id", None)
+
+    def action_help(self) -> None:
+        sections: list[tuple[str, list[BindingType]]] = [
+            ("Everywhere", list(self.BINDINGS)),
+            ("Overview", list(OverviewScreen.BINDINGS)),
+            ("Steps", list(StepsScreen.BINDINGS)),
+            ("Step", list(StepScreen.BINDINGS)),
+            ("Kernel", list(KernelScreen.BINDINGS)),
+            ("Search", list(SearchScreen.BINDINGS)),
+            ("SQL", list(SqlScreen.BINDINGS)),
+            ("Tables", [Binding("up,down,pageup,pagedown,home,end", "", "move the cursor"),
+                        Binding("enter", "", "open the row")]),
+        ]
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen(sections))
+
+    def action_search(self) -> None:
+        if not isinstance(self.screen, SearchScreen):
+            self.push_screen(SearchScreen(self.current_trace()))
+
+    def action_sql(self) -> None:
+        if not isinstance(self.screen, SqlScreen):
+            self.push_screen(SqlScreen())
+
+    def action_home(self) -> None:
+        while len(self.screen_stack) > 2:
+            self.pop_screen()
+
+    def action_toggle_theme(self) -> None:
+        self.theme = "textual-light" if self.theme == "textual-dark" else "textual-dark"
+
+    def action_cancel_queries(self) -> None:
+        """Interrupt every query that is running; its screen then says it was interrupted."""
+        with self._cursor_lock:
+            cursors = list(self._active_cursors)
+        for cursor in cursors:
+            cursor.interrupt()
+        self.notify(f"cancelled {len(cursors)} running quer{'y' if len(cursors) == 1 else 'ies'}"
+                    if cursors else "no query is running")
+
+    async def action_pop_screen(self) -> None:
+        """Back; the overview is the bottom and stays."""
+        if len(self.screen_stack) > 2:
+            self.pop_screen()
+
+    @on(Worker.StateChanged)
+    def report_worker_error(self, event: Worker.StateChanged) -> None:
+        """An unexpected error in a worker becomes a notification, never a traceback."""
+        if event.state == WorkerState.ERROR and event.worker.error is not None:
+            self.notify(f"{type(event.worker.error).__name__}: {event.worker.error}", title="error",
+                        severity="error", timeout=10)
+
+    def on_unmount(self) -> None:
+        self.con.close()
+
+
+def run_tui(db_path: Path) -> None:
+    """Open ``db_path`` read-only and run the TUI until the user quits."""
+    K25TraceApp(db_path).run()

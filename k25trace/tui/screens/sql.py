@@ -1,0 +1,106 @@
+"""SQL: run ad-hoc SQL on the (read-only) database, with the schema and the named queries at hand."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical
+from textual.widgets import DataTable, Footer, Header, Input, Label, TextArea, Tree
+from textual.worker import get_current_worker
+
+from k25trace import browse
+from k25trace.errors import K25Error
+from k25trace.tui.messages import Fetched, FetchFailed
+from k25trace.tui.screens.base import BrowseScreen
+from k25trace.tui.screens.overview import fill_table
+
+DEFAULT_SQL = "select category, count(*) as calls, round(sum(dur_ns) / 1e6, 3) as ms\nfrom kernels\ngroup by all\norder by ms desc"
+
+
+class SqlScreen(BrowseScreen):
+    """Editor, parameters, results; the left column lists the named queries and the schema."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("ctrl+r", "run_sql", "Run", priority=True),
+        Binding("escape", "app.pop_screen", "Back"),
+    ]
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with Horizontal(id="sql-screen"):
+            with Vertical(id="sql-side"):
+                yield Label("[b]Named queries[/b] (Enter: load)")
+                yield DataTable(id="named-queries", cursor_type="row")
+                yield Label("[b]Schema[/b]")
+                yield Tree("database", id="schema")
+            with Vertical(id="sql-main"):
+                yield TextArea(DEFAULT_SQL, id="editor", language=None, show_line_numbers=True)
+                yield Input(placeholder="parameters: name=value … (for $name in the SQL; null for NULL)", id="params")
+                yield Label("ctrl+r: run   ctrl+g: cancel a running query", id="status")
+                yield DataTable(id="results", zebra_stripes=True)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        catalog = browse.query_catalog()
+        fill_table(self.query_one("#named-queries", DataTable), catalog.select("name", "params"), key_column="name")
+        self.fetch("schema", browse.schema_columns)
+        self.query_one("#editor", TextArea).focus()
+
+    @on(Fetched)
+    def show_fetched(self, message: Fetched) -> None:
+        if message.request == "schema":
+            tree = self.query_one("#schema", Tree)
+            tree.clear()
+            tree.root.expand()
+            for (table_name,), columns in message.result.group_by(["table_name"], maintain_order=True):
+                node = tree.root.add(str(table_name))
+                for row in columns.iter_rows(named=True):
+                    node.add_leaf(f"{row['column_name']} [dim]{row['data_type']}[/dim]")
+        elif message.request == "sql":
+            result: browse.SqlResult = message.result
+            table = self.query_one("#results", DataTable)
+            fill_table(table, result.frame)
+            rows = result.frame.height
+            self.set_status(f"{rows}{'+' if result.truncated else ''} row(s) in {message.elapsed_ms:.0f} ms"
+                            + (f" — showing the first {rows}" if result.truncated else ""))
+
+    @on(DataTable.RowSelected, "#named-queries")
+    def load_named_query(self, event: DataTable.RowSelected) -> None:
+        """Put a named query's SQL in the editor and its parameters, with sample values, in the params line."""
+        name = str(event.row_key.value)
+        self.query_one("#editor", TextArea).text = browse.named_query_text(name)
+        query_params = [p.strip().lstrip("$") for p in
+                        browse.query_catalog().filter(name=name)["params"][0].split(",") if p.strip()]
+        defaults = {"phase": "decode", "top": "20", "limit": "100", "pattern": "gemm"}
+        self.query_one("#params", Input).value = " ".join(f"{p}={defaults.get(p, 'null')}" for p in query_params)
+        self.set_status(f"loaded [b]{name}[/b] — ctrl+r to run")
+
+    def action_run_sql(self) -> None:
+        sql = self.query_one("#editor", TextArea).text
+        try:
+            params = browse.parse_params(self.query_one("#params", Input).value)
+        except K25Error as exc:
+            self.set_status(str(exc), error=True)
+            return
+        self.set_status("running… (ctrl+g: cancel)")
+        self.run_sql(sql, params)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="sql", description="ad-hoc SQL")
+    def run_sql(self, sql: str, params: dict[str, object]) -> None:
+        """Run the editor's SQL on a cursor of its own; ctrl+g interrupts it."""
+        import time
+
+        worker = get_current_worker()
+        started = time.perf_counter()
+        try:
+            with self.browse_app.query_cursor() as cursor:
+                result = browse.run_sql(cursor, sql, params)
+        except K25Error as exc:
+            if not worker.is_cancelled:
+                self.post_message(FetchFailed("sql", str(exc)))
+            return
+        if not worker.is_cancelled:
+            self.post_message(Fetched("sql", result, (time.perf_counter() - started) * 1000))

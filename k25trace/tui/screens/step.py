@@ -1,0 +1,192 @@
+"""Step: one engine step's kernels in time order, its timeline strip, per-category times and its other ranks."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import polars as pl
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical
+from textual.widgets import DataTable, Footer, Header, Label
+
+from k25trace import browse
+from k25trace.tui.cells import cell
+from k25trace.tui.messages import Fetched
+from k25trace.tui.screens.base import BrowseScreen
+from k25trace.tui.widgets import CategoryBars, Timeline, category_text
+
+KERNEL_COLUMNS = ("offset_us", "dur_us", "category", "short_name", "stream", "kind")
+
+
+class StepScreen(BrowseScreen):
+    """One step of one trace; n/p move along the trace, r jumps to the same step on the next rank."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("n,right_square_bracket", "move(1)", "Next step"),
+        Binding("p,left_square_bracket", "move(-1)", "Prev step"),
+        Binding("r", "other_rank", "Next rank"),
+        Binding("m", "more_kernels", "More kernels"),
+        Binding("escape", "app.pop_screen", "Back"),
+    ]
+
+    def __init__(self, trace_id: int, step_index: int) -> None:
+        super().__init__()
+        self.trace_id = trace_id
+        self.step_index = step_index
+        self.detail: browse.StepDetail | None = None
+        self.kernel_rows = 0
+        """GPU activities loaded into the kernel table so far."""
+        self.kernel_start_ns: dict[str, int] = {}
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with Vertical(id="step-screen"):
+            yield Label("loading…", id="title")
+            yield Label("", id="status")
+            yield Timeline(id="timeline")
+            with Horizontal(id="step-body"):
+                with Vertical(id="kernel-pane"):
+                    yield Label("", id="kernel-count")
+                    yield DataTable(id="kernels", cursor_type="row", zebra_stripes=True)
+                with Vertical(id="category-pane"):
+                    yield DataTable(id="categories", cursor_type="row")
+                    yield CategoryBars(id="category-bar")
+                    yield Label("", id="ranks")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.load()
+
+    def load(self) -> None:
+        """Fetch the step (header, first kernel page, categories, timeline, other ranks) in a worker."""
+        trace_id, step_index = self.trace_id, self.step_index
+        self.fetch("step", lambda cursor: browse.step_detail(cursor, trace_id, step_index))
+
+    @on(Fetched)
+    def show_fetched(self, message: Fetched) -> None:
+        if message.request == "step":
+            self.show_step(message.result)
+            self.query_one("#kernels", DataTable).focus()
+            self.browse_app.mark_painted("step", message.elapsed_ms)
+        elif message.request == "more":
+            self.append_kernels(message.result)
+
+    def show_step(self, detail: browse.StepDetail | None) -> None:
+        self.detail = detail
+        kernels = self.query_one("#kernels", DataTable)
+        kernels.clear(columns=True)
+        kernels.add_columns(*KERNEL_COLUMNS)
+        self.kernel_rows = 0
+        self.kernel_start_ns = {}
+        categories = self.query_one("#categories", DataTable)
+        categories.clear(columns=True)
+        if detail is None:
+            self.query_one("#title", Label).update(f"[b]Step {self.step_index}[/b] of trace {self.trace_id}")
+            self.set_status(f"Trace {self.trace_id} has no step {self.step_index}.", error=True)
+            self.query_one("#timeline", Timeline).show_slices([])
+            self.query_one("#kernel-count", Label).update("")
+            self.query_one("#category-bar", CategoryBars).show_bars([], empty_message="")
+            self.query_one("#ranks", Label).update("")
+            return
+        header = detail.header
+        tokens = ""
+        if header["ctx_tokens"] or header["gen_tokens"]:
+            tokens = f"  ctx {header['ctx_reqs'] or 0} req/{header['ctx_tokens'] or 0} tok, " \
+                     f"gen {header['gen_reqs'] or 0} req/{header['gen_tokens'] or 0} tok"
+        self.query_one("#title", Label).update(
+            f"[b]Step {header['step_index']}[/b] of {header['trace_steps']} — trace {header['trace_id']} "
+            f"(rank {'?' if header['rank'] is None else header['rank']})  phase [b]{header['phase']}[/b]  "
+            f"batch [b]{'?' if header['batch_size'] is None else header['batch_size']}[/b]{tokens}")
+        wall_ms = (header["wall_ns"] or 0) / 1e6
+        busy_pct = 100.0 * (header["busy_ns"] or 0) / header["wall_ns"] if header["wall_ns"] else 0.0
+        self.set_status(
+            f"wall {wall_ms:.3f} ms  busy {busy_pct:.1f} %  idle {(header['idle_ns'] or 0) / 1e6:.3f} ms  "
+            f"graph launches {header['graph_launches'] or 0}"
+            + ("  [i](inferred from GPU gaps: no step marker)[/i]" if header["is_inferred"] else "")
+            + ("  [i]empty step[/i]" if header["is_empty"] else ""))
+        self.query_one("#timeline", Timeline).show_slices(
+            detail.timeline, caption=f"0 … {wall_ms:.3f} ms, {len(detail.timeline)} slices")
+        self.append_kernels(detail.kernels)
+        for column in ("category", "busy_ms", "pct", "kernel_ms", "calls"):
+            categories.add_column(column)
+        for row in detail.categories.iter_rows(named=True):
+            categories.add_row(category_text(row["category"]), cell(row["busy_ms"]), cell(row["pct_of_step"]),
+                               cell(row["kernel_ms"]), cell(row["calls"]))
+        shares = [(r["category"], float(r["pct_of_step"] or 0)) for r in detail.categories.iter_rows(named=True)]
+        self.query_one("#category-bar", CategoryBars).show_bars([("", shares, "")] if wall_ms else [], width=40,
+                                                                 empty_message="")
+        self.query_one("#ranks", Label).update(self.ranks_line(detail.ranks))
+
+    def ranks_line(self, ranks: pl.DataFrame) -> str:
+        """``ranks: 0 (this) 12.3 ms · 1 12.9 ms · 2 missing``."""
+        parts = []
+        for row in ranks.iter_rows(named=True):
+            rank = "?" if row["rank"] is None else row["rank"]
+            if row["trace_id"] == self.trace_id:
+                parts.append(f"[b]{rank} (this)[/b]")
+            elif row["has_step"]:
+                parts.append(f"{rank}: {row['wall_ms']:.3f} ms")
+            else:
+                parts.append(f"{rank}: [i]no step {self.step_index}[/i]")
+        return "same step on ranks — " + " · ".join(parts) + ("   (r: next rank)" if len(parts) > 1 else "")
+
+    def append_kernels(self, page: pl.DataFrame) -> None:
+        """Add a page of kernels to the table and update the ``showing N of M`` label."""
+        table = self.query_one("#kernels", DataTable)
+        for row in page.iter_rows(named=True):
+            key = str(row["event_id"])
+            self.kernel_start_ns[key] = row["start_ns"]
+            table.add_row(cell(row["offset_us"]), cell(row["dur_us"]), category_text(row["category"]),
+                          cell(row["short_name"]), cell(row["stream"]), cell(row["kind"]), key=key)
+        self.kernel_rows += page.height
+        total = self.detail.kernel_total if self.detail else 0
+        if total == 0:
+            text = "no GPU activity in this step"
+        else:
+            text = f"kernels: showing {self.kernel_rows} of {total}" + (
+                "  (m: load more)" if self.kernel_rows < total else "") + "  — Enter: kernel details"
+        self.query_one("#kernel-count", Label).update(text)
+
+    def action_move(self, delta: int) -> None:
+        """Go to the previous/next step of this trace."""
+        if self.detail is None:
+            target = self.step_index + delta
+        else:
+            target = self.detail.header["next_step" if delta > 0 else "prev_step"]
+        if target is None or target < 0:
+            self.notify("No " + ("next" if delta > 0 else "previous") + " step.", severity="warning")
+            return
+        self.step_index = int(target)
+        self.load()
+
+    def action_other_rank(self) -> None:
+        """Open the same step on the next rank of the run (says so when that rank has no such step)."""
+        if self.detail is None:
+            return
+        ranks = self.detail.ranks
+        trace_ids = ranks["trace_id"].to_list()
+        if len(trace_ids) < 2:
+            self.notify("This run has no other rank.", severity="warning")
+            return
+        position = trace_ids.index(self.trace_id) if self.trace_id in trace_ids else -1
+        target = ranks.row((position + 1) % len(trace_ids), named=True)
+        if not target["has_step"]:
+            self.notify(f"Rank {target['rank']} (trace {target['trace_id']}) has no step {self.step_index}.",
+                        severity="warning")
+        self.trace_id = int(target["trace_id"])
+        self.load()
+
+    def action_more_kernels(self) -> None:
+        """Fetch the next page of kernels."""
+        if self.detail is None or self.kernel_rows >= self.detail.kernel_total:
+            return
+        header, offset = self.detail.header, self.kernel_rows
+        self.fetch("more", lambda cursor: browse.step_kernels(cursor, header, offset=offset))
+
+    @on(DataTable.RowSelected, "#kernels")
+    def open_kernel(self, event: DataTable.RowSelected) -> None:
+        key = event.row_key.value
+        if key is not None and key in self.kernel_start_ns:
+            self.browse_app.open_kernel(self.trace_id, int(key), self.kernel_start_ns[key])
