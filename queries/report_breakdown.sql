@@ -2,7 +2,7 @@
 -- Where the time of a step goes, per capture level and batch size: for each category the mean exclusive GPU
 -- time per step (time only that category ran), its share of the step's wall time, the summed kernel time,
 -- calls per step and mean µs per call; plus 'overlap' (several categories at once) and 'idle' (no GPU activity)
--- rows, so that the shares of one group add up to 100 %. Empty steps are left out.
+-- rows, so that the shares of one group add up to 100 %; 'other' is always listed. Empty steps are left out.
 -- reads: steps, step_categories, traces
 -- params: $phase, $rank, $trace_id
 -- grain: one row per (level, batch_size, category) — 'overlap' and 'idle' included
@@ -45,6 +45,16 @@ per_category as (
 ),
 
 pseudo as (
+    -- 'other' is always shown (0 when every kernel matched a rule), so missing rules are visible
+    select groups.level, groups.batch_size, 'other' as category, 0::hugeint as busy_ns, 0::hugeint as kernel_ns, 0::hugeint as calls
+    from groups
+    where not exists (
+        select 1 from per_category
+        where per_category.category = 'other'
+            and per_category.level is not distinct from groups.level
+            and per_category.batch_size is not distinct from groups.batch_size
+    )
+    union all
     select level, batch_size, 'overlap' as category, overlap_ns as busy_ns, null::hugeint as kernel_ns, null::hugeint as calls from groups
     union all
     select level, batch_size, 'idle', idle_ns, null, null from groups

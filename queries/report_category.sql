@@ -28,6 +28,9 @@ per_category as (
     join step_categories using (trace_id, step_index)
     group by all
     union all
+    select 'other', 0, 0, 0 from totals
+    where not exists (select 1 from selected_steps join step_categories using (trace_id, step_index) where category = 'other')
+    union all
     select 'overlap', overlap_ns, null, null from totals
     union all
     select 'idle', idle_ns, null, null from totals

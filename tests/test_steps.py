@@ -1,0 +1,145 @@
+"""Engine steps, kernel classes and the breakdown on the real traces."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from helpers import ALL_REAL, B200, HTA_RANK0, MI300X_FULL, MI300X_PIECEWISE, SGLANG, read_exact
+from k25trace import db, ingest, report
+
+
+@pytest.fixture(scope="module")
+def con(tmp_path_factory: pytest.TempPathFactory):
+    connection = db.connect(tmp_path_factory.mktemp("steps") / "steps.duckdb")
+    results, _ = ingest.load_paths(connection, ALL_REAL)
+    assert all(r.status == "loaded" for r in results)
+    yield connection
+    connection.close()
+
+
+def _tid(con, path: Path) -> int:
+    return con.execute("select trace_id from traces where path = ?", [str(path.resolve())]).fetchall()[0][0]
+
+
+def _steps(con, path: Path) -> list[dict]:
+    frame = db.fetch_frame(con.execute("select * from steps where trace_id = ? order by step_index", [_tid(con, path)]))
+    return frame.to_dicts()
+
+
+def test_b200_prefill_step_with_odd_token_field(con) -> None:
+    (step,) = _steps(con, B200)
+    assert step["marker"] == "execute_context_1(888_788544)_generation_0(0)"
+    assert (step["phase"], step["ctx_reqs"], step["ctx_tokens"], step["gen_reqs"], step["batch_size"]) == ("prefill", 1, 888, 0, 1)
+    assert step["source"] == "vllm" and not step["is_inferred"]
+    cats = dict(con.execute(
+        "select category, count(*) from kernels where trace_id = ? and short_name like '%multimem_all_reduce_kernel%' group by all",
+        [_tid(con, B200)]).fetchall())
+    assert cats == {"allreduce": 73}
+    gather = con.execute(
+        "select category from gpu_events where trace_id = ? and collective_name ilike '%gather%'", [_tid(con, B200)]).fetchall()
+    assert gather and {g[0] for g in gather} == {"comm_other"}
+
+
+def test_b200_every_gpu_activity_lands_in_the_step(con) -> None:
+    tid = _tid(con, B200)
+    unassigned = con.execute("select count(*) from gpu_events where trace_id = ? and step_index is null", [tid]).fetchall()[0][0]
+    total = con.execute("select count(*) from gpu_events where trace_id = ?", [tid]).fetchall()[0][0]
+    # kernels launched before the first marker opened are outside any step
+    launched_before = con.execute(
+        "select count(*) from gpu_events g join launches l using (trace_id, correlation) "
+        "where g.trace_id = ? and l.start_ns < (select min(marker_start_ns) from steps where trace_id = ?)", [tid, tid]).fetchall()[0][0]
+    assert unassigned == launched_before
+    assert total - unassigned == _steps(con, B200)[0]["kernel_count"]
+
+
+def test_mi300x_full_graph_decode_step(con) -> None:
+    (step,) = _steps(con, MI300X_FULL)
+    assert (step["phase"], step["batch_size"], step["gen_tokens"], step["graph_launches"]) == ("decode", 32, 32, 1)
+    trace = read_exact(MI300X_FULL)
+    kernels = sum(1 for e in trace["traceEvents"] if e.get("cat") == "kernel")
+    assert kernels == 425
+    in_step = con.execute("select count(*) from gpu_events where trace_id = ? and kind = 'kernel' and step_index = 0",
+                          [_tid(con, MI300X_FULL)]).fetchall()[0][0]
+    assert in_step == 425
+
+
+def test_mi300x_piecewise_mixed_step(con) -> None:
+    (step,) = _steps(con, MI300X_PIECEWISE)
+    assert (step["phase"], step["ctx_reqs"], step["ctx_tokens"], step["gen_reqs"], step["gen_tokens"]) == ("mixed", 9, 8155, 37, 37)
+    assert step["total_tokens"] == 8192
+    assert step["graph_launches"] == 25
+
+
+def test_sglang_decode_step(con) -> None:
+    (step,) = _steps(con, SGLANG)
+    assert (step["phase"], step["batch_size"]) == ("decode", 32)
+    assert step["kernel_count"] == con.execute("select count(*) from gpu_events where trace_id = ?", [_tid(con, SGLANG)]).fetchall()[0][0]
+
+
+def test_traces_without_markers_get_inferred_steps(con) -> None:
+    steps = _steps(con, HTA_RANK0)
+    assert len(steps) > 1 and all(s["is_inferred"] and s["phase"] == "unknown" and s["source"] == "inferred" for s in steps)
+
+
+def test_time_adds_up_exactly_for_every_step(con) -> None:
+    """Exclusive category time + overlap + idle = wall, to the nanosecond, on every real step."""
+    bad = con.execute("""
+        select s.trace_id, s.step_index, s.wall_ns, s.busy_ns, s.idle_ns, s.overlap_ns, sum(c.busy_ns) exclusive
+        from steps s left join step_categories c using (trace_id, step_index)
+        group by all
+        having coalesce(sum(c.busy_ns), 0) + s.overlap_ns + s.idle_ns != s.wall_ns
+            or s.busy_ns != coalesce(sum(c.busy_ns), 0) + s.overlap_ns
+    """).fetchall()
+    assert bad == []
+    assert con.execute("select count(*) from steps where kernel_count > 0").fetchall()[0][0] >= 10
+
+
+def test_busy_is_the_union_of_intervals(con) -> None:
+    """busy_ns checked against an independent Python interval union for every step."""
+    rows = con.execute("select trace_id, step_index, start_ns, end_ns from gpu_events where step_index is not null "
+                       "order by trace_id, step_index, start_ns").fetchall()
+    union: dict[tuple[int, int], int] = {}
+    current: dict[tuple[int, int], list[int]] = {}
+    for trace_id, step, start, end in rows:
+        key = (trace_id, step)
+        cur = current.get(key)
+        if cur is None or start > cur[1]:
+            if cur is not None:
+                union[key] = union.get(key, 0) + cur[1] - cur[0]
+            current[key] = [start, end]
+        else:
+            cur[1] = max(cur[1], end)
+    for key, cur in current.items():
+        union[key] = union.get(key, 0) + cur[1] - cur[0]
+    got = {(r[0], r[1]): r[2] for r in con.execute("select trace_id, step_index, busy_ns from steps where kernel_count > 0").fetchall()}
+    assert got == union
+
+
+def test_category_sums_match_events(con) -> None:
+    bad = con.execute("""
+        select c.trace_id, c.step_index, c.category
+        from step_categories c
+        join (select trace_id, step_index, coalesce(category, 'other') category, sum(dur_ns) ns, count(*) n
+              from gpu_events where step_index is not null group by all) g using (trace_id, step_index, category)
+        where c.kernel_ns != g.ns or c.kernel_count != g.n
+    """).fetchall()
+    assert bad == []
+
+
+def test_report_views(con) -> None:
+    frame = report.breakdown(con, by="batch", phase="decode")
+    assert set(frame["batch_size"].to_list()) == {32}
+    for (level, batch), group in frame.group_by(["level", "batch_size"]):
+        assert abs(sum(group["pct_of_step"].to_list()) - 100) < 0.2
+        assert {"idle", "overlap", "other"} <= set(group["category"].to_list())
+    cats = report.breakdown(con, by="category", phase="all")
+    assert {"other", "idle", "overlap"} <= set(cats["category"].to_list())
+    assert abs(sum(cats["pct_of_step"].to_list()) - 100) < 0.2
+    kernels = report.breakdown(con, by="kernel", phase="all", top=5)
+    assert kernels.height == 5 and kernels["ms_per_step"].to_list() == sorted(kernels["ms_per_step"].to_list(), reverse=True)
+    steps = report.breakdown(con, by="step", phase="all")
+    assert steps.height == con.execute("select count(*) from steps").fetchall()[0][0]
+    ranks = report.breakdown(con, by="rank", phase="all")
+    assert set(ranks["rank"].to_list()) == {0, 1}
