@@ -140,44 +140,54 @@ class LoadGenerator:
                     text = (await resp.aread())[:200].decode("utf-8", "replace").replace("\n", " ")
                     rec.error = f"HTTP {resp.status_code}: {text}"
                     return
-                async for line in resp.aiter_lines():
-                    if not line.startswith("data:"):
+                buf = b""
+                done = False
+                async for raw in resp.aiter_raw():  # SSE split by hand: cheaper than aiter_lines
+                    buf += raw
+                    if b"\n" not in raw:
                         continue
-                    data = line[5:].strip()
-                    if data == "[DONE]":
-                        break
-                    try:
-                        obj = json.loads(data)
-                    except ValueError:
-                        continue
-                    if "error" in obj and not obj.get("choices"):
-                        err = obj["error"]
-                        rec.error = str(err.get("message", err) if isinstance(err, dict) else err)[:200]
-                        return
-                    choices = obj.get("choices")
-                    if choices:
-                        ch = choices[0]
-                        if chat:
-                            delta = ch.get("delta") or {}
-                            is_token = bool(delta.get("content") or delta.get("reasoning_content")
-                                            or delta.get("reasoning"))
-                        else:
-                            is_token = "text" in ch
-                        if ch.get("finish_reason"):
-                            rec.finish_reason = ch["finish_reason"]
-                        if is_token:
-                            now = time.perf_counter()
-                            if last is None:
-                                rec.ttft_ms = (now - t_send) * 1e3
+                    *lines, buf = buf.split(b"\n")
+                    for line in lines:
+                        if not line.startswith(b"data:"):
+                            continue
+                        data = line[5:].strip()
+                        if data == b"[DONE]":
+                            done = True
+                            break
+                        try:
+                            obj = json.loads(data)
+                        except ValueError:
+                            continue
+                        if "error" in obj and not obj.get("choices"):
+                            err = obj["error"]
+                            rec.error = str(err.get("message", err) if isinstance(err, dict) else err)[:200]
+                            return
+                        choices = obj.get("choices")
+                        if choices:
+                            ch = choices[0]
+                            if chat:
+                                delta = ch.get("delta") or {}
+                                is_token = bool(delta.get("content") or delta.get("reasoning_content")
+                                                or delta.get("reasoning"))
                             else:
-                                rec.itl_ms.append((now - last) * 1e3)
-                            last = now
-                            rec.chunks += 1
-                            self.tokens_streamed += 1
-                    usage = obj.get("usage")
-                    if usage:
-                        rec.input_tokens = usage.get("prompt_tokens")
-                        rec.output_tokens = usage.get("completion_tokens") or 0
+                                is_token = "text" in ch
+                            if ch.get("finish_reason"):
+                                rec.finish_reason = ch["finish_reason"]
+                            if is_token:
+                                now = time.perf_counter()
+                                if last is None:
+                                    rec.ttft_ms = (now - t_send) * 1e3
+                                else:
+                                    rec.itl_ms.append((now - last) * 1e3)
+                                last = now
+                                rec.chunks += 1
+                                self.tokens_streamed += 1
+                        usage = obj.get("usage")
+                        if usage:
+                            rec.input_tokens = usage.get("prompt_tokens")
+                            rec.output_tokens = usage.get("completion_tokens") or 0
+                    if done:
+                        break
             end = time.perf_counter()
             rec.e2e_ms = (end - t_send) * 1e3
             if not rec.output_tokens:
