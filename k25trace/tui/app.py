@@ -52,7 +52,7 @@ class K25TraceApp(App[None]):
         super().__init__()
         self.db_path = Path(db_path)
         self.con = connection or connect(self.db_path, read_only=True)
-        self.sub_title = str(self.db_path)
+        self.sub_title = self.db_path.name
         self._cursor_lock = threading.Lock()
         self._active_cursors: set[duckdb.DuckDBPyConnection] = set()
         self._rank_cache: dict[int, tuple[int | None, str]] | None = None

@@ -1,0 +1,273 @@
+"""Pilot tests: drive the real app on a small real-trace database and check what the widgets show."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import pytest
+from textual.pilot import Pilot
+from textual.widgets import DataTable, Label, Static
+
+from k25trace.tui.app import K25TraceApp
+from k25trace.tui.screens.help import HelpScreen
+from k25trace.tui.screens.kernel import KernelScreen
+from k25trace.tui.screens.overview import OverviewScreen
+from k25trace.tui.screens.search import SearchScreen
+from k25trace.tui.screens.sql import SqlScreen
+from k25trace.tui.screens.step import StepScreen
+from k25trace.tui.screens.steps import StepsScreen
+
+pytestmark = pytest.mark.asyncio
+SIZE = (150, 48)
+
+
+async def settle(pilot: Pilot) -> None:
+    """Wait for every worker to finish, then for the messages they posted to be handled."""
+    await pilot.app.workers.wait_for_complete()
+    await pilot.pause()
+    await pilot.app.workers.wait_for_complete()
+    await pilot.pause()
+
+
+def text_of(app: K25TraceApp, selector: str) -> str:
+    widget = app.screen.query_one(selector)
+    assert isinstance(widget, (Label, Static))
+    return str(widget.render())
+
+
+def table(app: K25TraceApp, selector: str) -> DataTable:
+    return app.screen.query_one(selector, DataTable)
+
+
+async def open_trace(pilot: Pilot, trace_id: int) -> None:
+    """From the overview, move the cursor to a trace and press Enter."""
+    await settle(pilot)
+    traces = table(pilot.app, "#traces")  # type: ignore[arg-type]
+    traces.move_cursor(row=traces.get_row_index(str(trace_id)))
+    await pilot.press("enter")
+    await settle(pilot)
+
+
+async def test_overview_lists_traces_counts_and_breakdown(trace_db: Path) -> None:
+    app = K25TraceApp(trace_db)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        assert isinstance(app.screen, OverviewScreen)
+        assert table(app, "#traces").row_count == 6
+        assert "6 trace(s), 2 rank(s)" in text_of(app, "#status")
+        counts = table(app, "#step-counts")
+        assert [counts.get_row_at(i)[0].plain for i in range(counts.row_count)] == ["decode", "mixed", "prefill", "unknown"]
+        breakdown = text_of(app, "#breakdown")
+        assert "bs=32" in breakdown and "2 steps" in breakdown and "gemm" in breakdown
+        assert "none" in text_of(app, "#levels-title")
+
+
+async def test_enter_on_a_trace_opens_its_steps_and_filters_work(trace_db: Path) -> None:
+    app = K25TraceApp(trace_db)
+    async with app.run_test(size=SIZE) as pilot:
+        await open_trace(pilot, 5)
+        screen = app.screen
+        assert isinstance(screen, StepsScreen) and screen.trace_id == 5
+        assert table(app, "#steps").row_count == 117
+        assert "showing 117 of 117 steps" in text_of(app, "#status")
+        await pilot.press("p")  # phase: decode — this trace has only inferred 'unknown' steps
+        assert table(app, "#steps").row_count == 0
+        assert "No step matches" in text_of(app, "#status")
+        await pilot.press("p", "p", "p")  # prefill, mixed, unknown
+        assert screen.phase == "unknown" and table(app, "#steps").row_count == 117
+        await pilot.press("o")  # sort by wall time, longest first
+        first_key = table(app, "#steps").coordinate_to_cell_key((0, 0)).row_key.value
+        longest = screen.all_steps.sort("wall_ms", descending=True)["step_index"][0]
+        assert first_key == str(longest)
+        await pilot.press("r")  # the other rank of the run
+        await settle(pilot)
+        assert screen.trace_id == 6 and table(app, "#steps").row_count == 106
+
+
+async def test_step_screen_moves_between_steps_and_ranks(trace_db: Path) -> None:
+    app = K25TraceApp(trace_db)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        app.open_step(5, 1)
+        await settle(pilot)
+        screen = app.screen
+        assert isinstance(screen, StepScreen)
+        assert table(app, "#kernels").row_count == 92
+        assert "showing 92 of 92" in text_of(app, "#kernel-count")
+        assert "Step 1 of 117" in text_of(app, "#title")
+        assert "comm_other" in text_of(app, "#timeline")
+        categories = table(app, "#categories")
+        assert categories.get_row_at(0)[0].plain == "comm_other"
+        assert "1: 0.273 ms" in text_of(app, "#ranks")
+        await pilot.press("n")
+        await settle(pilot)
+        assert screen.step_index == 2 and "Step 2 of 117" in text_of(app, "#title")
+        await pilot.press("left_square_bracket")
+        await settle(pilot)
+        assert screen.step_index == 1
+        await pilot.press("r")
+        await settle(pilot)
+        assert screen.trace_id == 6 and "rank 1" in text_of(app, "#title")
+
+
+async def test_big_step_shows_a_page_and_loads_more(trace_db: Path) -> None:
+    app = K25TraceApp(trace_db)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        app.open_step(2, 0)  # the eager prefill step: 929 GPU activities
+        await settle(pilot)
+        assert table(app, "#kernels").row_count == 500
+        assert "showing 500 of 929" in text_of(app, "#kernel-count")
+        await pilot.press("m")
+        await settle(pilot)
+        assert table(app, "#kernels").row_count == 929
+        assert "showing 929 of 929" in text_of(app, "#kernel-count")
+        offsets = [table(app, "#kernels").get_row_at(i)[0].plain for i in (0, 499, 500, 928)]
+        values = [float(o.replace(",", "")) for o in offsets]
+        assert values == sorted(values)  # the second page continues the time order
+
+
+async def test_missing_step_and_first_step_edges_are_messages(trace_db: Path) -> None:
+    app = K25TraceApp(trace_db)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        app.open_step(5, 9999)
+        await settle(pilot)
+        assert "has no step 9999" in text_of(app, "#status")
+        app.open_step(5, 0)
+        await settle(pilot)
+        await pilot.press("p")  # there is no step before 0
+        await settle(pilot)
+        assert app.screen.step_index == 0  # type: ignore[attr-defined]
+        assert any("No previous step" in str(n.message) for n in app._notifications)
+
+
+async def test_enter_on_a_kernel_opens_its_details(trace_db: Path) -> None:
+    app = K25TraceApp(trace_db)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        app.open_step(5, 1)
+        await settle(pilot)
+        await pilot.press("enter")  # the first kernel of the step
+        await settle(pilot)
+        assert isinstance(app.screen, KernelScreen)
+        info = text_of(app, "#kernel-info")
+        assert "Memcpy HtoD" in info and "cudaMemcpyAsync" in info and "launch: direct" in info
+        assert table(app, "#per-rank").row_count == 2  # both ranks ran it
+        assert table(app, "#per-step").row_count > 1
+        await pilot.press("escape")
+        assert isinstance(app.screen, StepScreen)
+
+
+async def test_graph_kernel_says_cuda_graph(trace_db: Path) -> None:
+    con = duckdb.connect(str(trace_db), read_only=True)
+    row = con.execute(
+        "select g.trace_id, g.event_id, g.start_ns from gpu_events g join launches l using (trace_id, correlation) "
+        "where l.name ilike '%graphlaunch%' order by g.trace_id, g.start_ns limit 1").fetchone()
+    con.close()
+    if row is None:
+        pytest.skip("no graph-launched kernel in the samples")
+    app = K25TraceApp(trace_db)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        app.open_kernel(*row)
+        await settle(pilot)
+        assert "launch: CUDA graph" in text_of(app, "#kernel-info")
+
+
+async def test_search_finds_kernels_and_opens_one(trace_db: Path) -> None:
+    app = K25TraceApp(trace_db)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("slash")
+        assert isinstance(app.screen, SearchScreen)
+        await pilot.press(*"sendrecv", "enter")
+        await settle(pilot)
+        results = table(app, "#results")
+        assert results.row_count == 1
+        assert "ncclKernel_SendRecv" in results.get_row_at(0)[0].plain
+        await pilot.press("enter")
+        await settle(pilot)
+        assert isinstance(app.screen, KernelScreen)
+        assert "ncclKernel_SendRecv" in text_of(app, "#kernel-info")
+
+
+async def test_sql_panel_runs_queries_reports_errors_and_cancels(trace_db: Path) -> None:
+    app = K25TraceApp(trace_db)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("e")
+        await settle(pilot)
+        assert isinstance(app.screen, SqlScreen)
+        assert app.screen.query_one("#schema").root.children  # type: ignore[attr-defined]
+        await pilot.press("ctrl+r")  # the default query: time per category
+        await settle(pilot)
+        assert table(app, "#results").row_count > 3
+        assert "row(s)" in text_of(app, "#status")
+        editor = app.screen.query_one("#editor")
+        editor.text = "select * from no_such_table"  # type: ignore[attr-defined]
+        await pilot.press("ctrl+r")
+        await settle(pilot)
+        assert "query failed" in text_of(app, "#status") and "no_such_table" in text_of(app, "#status")
+        editor.text = "select count(*) from range(100000) a, range(100000) b where a.range * b.range % 7 = 3"  # type: ignore[attr-defined]
+        await pilot.press("ctrl+r")
+        await pilot.pause(0.3)
+        await pilot.press("ctrl+g")
+        await settle(pilot)
+        assert "nterrupt" in text_of(app, "#status")
+        editor.text = "insert into meta values ('x', 'y')"  # type: ignore[attr-defined]
+        await pilot.press("ctrl+r")
+        await settle(pilot)
+        assert "read-only" in text_of(app, "#status")
+
+
+async def test_named_query_loads_with_its_parameters(trace_db: Path) -> None:
+    app = K25TraceApp(trace_db)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("e")
+        await settle(pilot)
+        names = table(app, "#named-queries")
+        names.focus()
+        names.move_cursor(row=names.get_row_index("report_kernels"))
+        await pilot.press("enter")
+        assert app.screen.query_one("#params").value == "phase=decode rank=null trace_id=null top=20"  # type: ignore[attr-defined]
+        await pilot.press("ctrl+r")
+        await settle(pilot)
+        assert table(app, "#results").row_count == 20
+
+
+async def test_help_lists_every_key(trace_db: Path) -> None:
+    app = K25TraceApp(trace_db)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        help_text = text_of(app, "#help-text")
+        for screen_class in (K25TraceApp, StepsScreen, StepScreen, KernelScreen, SqlScreen, SearchScreen, OverviewScreen):
+            for binding in screen_class.BINDINGS:
+                assert binding.description in help_text  # type: ignore[union-attr]
+        await pilot.press("escape")
+        assert isinstance(app.screen, OverviewScreen)
+
+
+async def test_empty_database_says_so(empty_db: Path) -> None:
+    app = K25TraceApp(empty_db)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        assert "no traces yet" in text_of(app, "#status")
+        assert "no decode steps" in text_of(app, "#breakdown")
+        app.open_steps(1)
+        await settle(pilot)
+        assert "has no steps" in text_of(app, "#status")
+
+
+async def test_not_a_k25trace_database_is_a_message(tmp_path: Path) -> None:
+    path = tmp_path / "plain.duckdb"
+    duckdb.connect(str(path)).close()
+    app = K25TraceApp(path)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        assert "query failed" in text_of(app, "#status")
+        assert "traces" in text_of(app, "#status")
