@@ -10,7 +10,9 @@ import time
 
 import pytest
 
-from conftest import ROOT
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
 from manifest_shape import check_shape
 
 

@@ -10,7 +10,9 @@ import sys
 import httpx
 import pytest
 
-from conftest import ROOT
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
 from manifest_shape import check_shape
 
 pytestmark = pytest.mark.vllm
