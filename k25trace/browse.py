@@ -23,10 +23,10 @@ from k25trace import report
 from k25trace.db import fetch_frame, get_query, named_queries, query_frame
 from k25trace.errors import K25Error, QueryError
 
-KERNEL_PAGE = 500
+KERNEL_PAGE = 100
 """GPU activities of a step fetched per page (a prefill step can have tens of thousands)."""
 
-STEP_ROW_CAP = 5000
+STEP_ROW_CAP = 2000
 """Steps shown at most in the steps table; the rest are counted and announced."""
 
 SQL_ROW_CAP = 1000
@@ -37,12 +37,11 @@ PHASE_FILTERS = ("all", "decode", "prefill", "mixed", "unknown", "empty")
 
 @dataclass(frozen=True)
 class Overview:
-    """What the first screen shows: traces (ranks) by run, capture levels, step counts, decode breakdown."""
+    """What the first screen shows first: traces (ranks) by run, capture levels, step counts."""
 
     traces: pl.DataFrame
     levels: pl.DataFrame
     step_counts: pl.DataFrame
-    decode_breakdown: pl.DataFrame
 
 
 @dataclass(frozen=True)
@@ -63,11 +62,10 @@ class StepDetail:
 
 @dataclass(frozen=True)
 class KernelDetail:
-    """One GPU activity with its launch, and how its kernel's duration varies over steps and ranks."""
+    """One GPU activity with its launch, and how its kernel's duration varies over the steps of its rank."""
 
     row: dict[str, Any]
     per_step: pl.DataFrame
-    per_rank: pl.DataFrame
 
 
 @dataclass(frozen=True)
@@ -79,13 +77,17 @@ class SqlResult:
 
 
 def overview(con: duckdb.DuckDBPyConnection) -> Overview:
-    """Everything the overview screen needs; reads only the small per-trace and per-step tables."""
+    """The overview's tables; they read only the small per-trace and per-step tables."""
     return Overview(
         traces=query_frame(con, "browse_traces"),
         levels=query_frame(con, "browse_levels"),
         step_counts=query_frame(con, "browse_step_counts", {"trace_id": None}),
-        decode_breakdown=report.breakdown(con, by="batch", phase="decode"),
     )
+
+
+def decode_breakdown(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
+    """The decode breakdown per (level, batch size) over all ranks (``report_breakdown``; the slowest overview part)."""
+    return report.breakdown(con, by="batch", phase="decode")
 
 
 def steps(con: duckdb.DuckDBPyConnection, trace_id: int, *, phase: str = "all",
@@ -139,13 +141,17 @@ def step_detail(con: duckdb.DuckDBPyConnection, trace_id: int, step_index: int, 
 
 
 def kernel_detail(con: duckdb.DuckDBPyConnection, trace_id: int, event_id: int, start_ns: int) -> KernelDetail | None:
-    """One GPU activity (by trace, event id and start) with its variation over steps and ranks; None if missing."""
+    """One GPU activity (by trace, event id and start) with its variation over steps; None if missing."""
     row = first_row(query_frame(con, "browse_kernel", {"trace_id": trace_id, "event_id": event_id, "start_ns": start_ns}))
     if row is None:
         return None
-    params = {"trace_id": trace_id, "name_id": row["name_id"]}
-    return KernelDetail(row=row, per_step=query_frame(con, "browse_kernel_steps", params),
-                        per_rank=query_frame(con, "browse_kernel_ranks", params))
+    return KernelDetail(row=row, per_step=query_frame(con, "browse_kernel_steps",
+                                                      {"trace_id": trace_id, "name_id": row["name_id"]}))
+
+
+def kernel_ranks(con: duckdb.DuckDBPyConnection, trace_id: int, name_id: int) -> pl.DataFrame:
+    """A kernel's calls and min/mean/max µs on every rank of the run ``trace_id`` belongs to (scans all ranks)."""
+    return query_frame(con, "browse_kernel_ranks", {"trace_id": trace_id, "name_id": name_id})
 
 
 def first_occurrence(con: duckdb.DuckDBPyConnection, name_id: int, trace_id: int | None) -> dict[str, Any] | None:

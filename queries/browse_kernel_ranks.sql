@@ -1,6 +1,6 @@
 -- name: browse_kernel_ranks
 -- How one kernel's duration varies across the ranks of a run: per trace of the run that $trace_id belongs to,
--- calls, steps it ran in, calls per step and min/mean/max/p90 µs.
+-- calls, steps it ran in (approximate count), calls per step and min/mean/max µs with the standard deviation.
 -- reads: traces, gpu_events
 -- params: $trace_id, $name_id
 -- grain: one row per trace (rank) of the run that ran the kernel
@@ -23,12 +23,12 @@ select
     gpu_events.trace_id,
     any_value(gpu_events.rank) as rank,
     count(*) as calls,
-    count(distinct gpu_events.step_index) as steps,
-    round(count(*) / nullif(count(distinct gpu_events.step_index), 0), 2) as calls_per_step,
+    approx_count_distinct(gpu_events.step_index) as steps,
+    round(count(*) / nullif(approx_count_distinct(gpu_events.step_index), 0), 2) as calls_per_step,
     round(min(gpu_events.dur_ns) / 1e3, 2) as min_us,
     round(avg(gpu_events.dur_ns) / 1e3, 2) as mean_us,
-    round(quantile_cont(gpu_events.dur_ns, 0.9) / 1e3, 2) as p90_us,
-    round(max(gpu_events.dur_ns) / 1e3, 2) as max_us
+    round(max(gpu_events.dur_ns) / 1e3, 2) as max_us,
+    round(stddev_samp(gpu_events.dur_ns) / 1e3, 2) as stddev_us
 from gpu_events
 where gpu_events.name_id = $name_id
     and gpu_events.trace_id in (select trace_id from same_run)

@@ -78,8 +78,13 @@ class K25TraceApp(App[None]):
             cursor.close()
 
     def mark_painted(self, screen: str, query_ms: float) -> None:
-        self.paint_times[screen] = time.perf_counter()
+        """Record when a screen's data is on screen: after the refresh that follows the handler that filled it."""
         self.query_ms[screen] = query_ms
+
+        def painted() -> None:
+            self.paint_times[screen] = time.perf_counter()
+
+        self.call_after_refresh(painted)
 
     def ranks(self) -> dict[int, tuple[int | None, str]]:
         """trace_id → (rank, run key), read once (a small table) on the UI thread's own cursor."""
@@ -173,7 +178,15 @@ class K25TraceApp(App[None]):
                         severity="error", timeout=10)
 
     def on_unmount(self) -> None:
-        self.con.close()
+        """Stop queries still running (quitting must not wait for them), then close the connection."""
+        with self._cursor_lock:
+            cursors = list(self._active_cursors)
+        for cursor in cursors:
+            cursor.interrupt()
+        try:
+            self.con.close()
+        except duckdb.Error:
+            pass  # a worker is still unwinding from its interrupted query; the process is ending anyway
 
 
 def run_tui(db_path: Path) -> None:

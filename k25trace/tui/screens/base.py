@@ -47,6 +47,21 @@ class BrowseScreen(Screen[None]):
         if not worker.is_cancelled:
             self.post_message(Fetched(request, result, (time.perf_counter() - started) * 1000))
 
+    @work(thread=True, exclusive=True, exit_on_error=False, group="side", description="browse query (secondary)")
+    def fetch_side(self, request: str, call: Callable[["duckdb.DuckDBPyConnection"], Any]) -> None:
+        """Like :meth:`fetch`, in a second group: slower parts that paint after the main ones."""
+        worker = get_current_worker()
+        started = time.perf_counter()
+        try:
+            with self.browse_app.query_cursor() as cursor:
+                result = call(cursor)
+        except K25Error as exc:
+            if not worker.is_cancelled:
+                self.post_message(FetchFailed(request, str(exc)))
+            return
+        if not worker.is_cancelled:
+            self.post_message(Fetched(request, result, (time.perf_counter() - started) * 1000))
+
     @on(FetchFailed)
     def show_failure(self, message: FetchFailed) -> None:
         """A failed or interrupted query: say so in the status line, never a traceback."""

@@ -97,6 +97,9 @@ class KernelScreen(BrowseScreen):
 
     @on(Fetched)
     def show_kernel(self, message: Fetched) -> None:
+        if message.request == "ranks":
+            fill_table(self.query_one("#per-rank", DataTable), message.result)
+            return
         if message.request != "kernel":
             return
         detail: browse.KernelDetail | None = message.result
@@ -113,6 +116,7 @@ class KernelScreen(BrowseScreen):
                 f"max {max(detail.per_step['max_us'])} µs")
         else:
             self.query_one("#step-caption", Label).update("not in any step")
-        fill_table(self.query_one("#per-rank", DataTable), detail.per_rank)
+        trace_id, name_id = self.trace_id, detail.row["name_id"]
+        self.fetch_side("ranks", lambda cursor: browse.kernel_ranks(cursor, trace_id, name_id))
         fill_table(self.query_one("#per-step", DataTable), detail.per_step.head(PER_STEP_CAP))
         self.browse_app.mark_painted("kernel", message.elapsed_ms)

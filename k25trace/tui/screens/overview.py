@@ -61,6 +61,10 @@ class OverviewScreen(BrowseScreen):
 
     @on(Fetched)
     def show_overview(self, message: Fetched) -> None:
+        if message.request == "breakdown":
+            self.query_one("#breakdown", CategoryBars).show_bars(
+                breakdown_rows(message.result), width=60, empty_message="no decode steps in this database")
+            return
         if message.request != "overview":
             return
         overview: browse.Overview = message.result
@@ -84,8 +88,8 @@ class OverviewScreen(BrowseScreen):
         self.query_one("#levels-title", Label).update(
             "[b]Capture levels[/b]" if has_levels else "[b]Capture levels[/b]: none (traces not from `k25trace capture`)")
         fill_table(self.query_one("#step-counts", DataTable), overview.step_counts)
-        self.query_one("#breakdown", CategoryBars).show_bars(
-            breakdown_rows(overview.decode_breakdown), width=60, empty_message="no decode steps in this database")
+        self.query_one("#breakdown", CategoryBars).update("computing…")
+        self.fetch_side("breakdown", browse.decode_breakdown)
         self.query_one("#traces", DataTable).focus()
         self.browse_app.mark_painted("overview", message.elapsed_ms)
 

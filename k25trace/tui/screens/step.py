@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 import polars as pl
+from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
@@ -17,7 +18,20 @@ from k25trace.tui.messages import Fetched
 from k25trace.tui.screens.base import BrowseScreen
 from k25trace.tui.widgets import CategoryBars, Timeline, category_text
 
-KERNEL_COLUMNS = ("offset_us", "dur_us", "category", "short_name", "stream", "kind")
+KERNEL_HEADER = f"{'offset_us':>11} {'dur_us':>9}  {'category':<12} {'stream':>6} {'kind':<6} short_name"
+"""The kernel table has one pre-formatted column: Textual's DataTable pays per cell when it paints, and a step
+move repaints the whole visible list, so one cell per row keeps moving between steps fast."""
+
+
+def kernel_line(row: dict[str, object]) -> Text:
+    """One kernel as a fixed-width line: offset, duration, category (in colour), stream, kind, short name."""
+    category = str(row["category"])
+    line = Text(f"{row['offset_us']:>11,.1f} {row['dur_us']:>9,.1f}  ", no_wrap=True)
+    line.append_text(category_text(category))
+    line.append(" " * max(1, 13 - len(category)))
+    stream = "" if row["stream"] is None else str(row["stream"])
+    line.append(f"{stream:>6} {str(row['kind']):<6} {row['short_name']}")
+    return line
 
 
 class StepScreen(BrowseScreen):
@@ -49,7 +63,7 @@ class StepScreen(BrowseScreen):
             with Horizontal(id="step-body"):
                 with Vertical(id="kernel-pane"):
                     yield Label("", id="kernel-count")
-                    yield DataTable(id="kernels", cursor_type="row", zebra_stripes=True)
+                    yield DataTable(id="kernels", cursor_type="row")
                 with Vertical(id="category-pane"):
                     yield DataTable(id="categories", cursor_type="row")
                     yield CategoryBars(id="category-bar")
@@ -77,7 +91,7 @@ class StepScreen(BrowseScreen):
         self.detail = detail
         kernels = self.query_one("#kernels", DataTable)
         kernels.clear(columns=True)
-        kernels.add_columns(*KERNEL_COLUMNS)
+        kernels.add_column(KERNEL_HEADER, key="kernel")
         self.kernel_rows = 0
         self.kernel_start_ns = {}
         categories = self.query_one("#categories", DataTable)
@@ -138,8 +152,7 @@ class StepScreen(BrowseScreen):
         for row in page.iter_rows(named=True):
             key = str(row["event_id"])
             self.kernel_start_ns[key] = row["start_ns"]
-            table.add_row(cell(row["offset_us"]), cell(row["dur_us"]), category_text(row["category"]),
-                          cell(row["short_name"]), cell(row["stream"]), cell(row["kind"]), key=key)
+            table.add_row(kernel_line(row), key=key)
         self.kernel_rows += page.height
         total = self.detail.kernel_total if self.detail else 0
         if total == 0:
@@ -151,8 +164,9 @@ class StepScreen(BrowseScreen):
 
     def action_move(self, delta: int) -> None:
         """Go to the previous/next step of this trace."""
-        if self.detail is None:
-            target = self.step_index + delta
+        header = None if self.detail is None else self.detail.header
+        if header is None or (header["trace_id"], header["step_index"]) != (self.trace_id, self.step_index):
+            target = self.step_index + delta  # a load is in flight: count key presses from the step asked for
         else:
             target = self.detail.header["next_step" if delta > 0 else "prev_step"]
         if target is None or target < 0:
