@@ -230,8 +230,7 @@ def discover(paths: list[Path], *, include_frontend: bool = False) -> tuple[list
             errors.append(f"{arg}: no such file or directory")
             continue
         if arg.is_file():
-            capture = _capture_info_for(arg)
-            add(TraceFile(arg, *capture))
+            add(TraceFile(arg, *_capture_info_for(arg)[:3]))
             continue
         found = sorted(p for p in arg.rglob("*") if p.is_file() and _is_trace_name(p.name))
         skipped_frontend = [p for p in found if is_frontend_name(p.name)]
@@ -244,28 +243,33 @@ def discover(paths: list[Path], *, include_frontend: bool = False) -> tuple[list
         if not kept:
             errors.append(f"{arg}: no *.pt.trace.json[.gz] files found")
         for p in kept:
-            add(TraceFile(p, *_capture_info_for(p)))
+            info = _capture_info_for(p)
+            if info[3] is False:
+                notes.append(f"{p}: skipped: the capture manifest marks it invalid ({info[4]})")
+                continue
+            add(TraceFile(p, *info[:3]))
     return files, notes, errors
 
 
-def _capture_info_for(path: Path) -> tuple[Path | None, str | None, int | None]:
-    """If ``path`` lies in a ``k25trace capture`` directory, its (capture dir, level name, concurrency)."""
+def _capture_info_for(path: Path) -> tuple[Path | None, str | None, int | None, bool | None, str | None]:
+    """If ``path`` lies in a ``k25trace capture`` directory: (capture dir, level, concurrency, valid, problem)."""
     for parent in list(path.resolve().parents)[:3]:
         manifest = parent / "manifest.json"
         if manifest.is_file():
             try:
                 data = orjson.loads(manifest.read_bytes())
             except (OSError, orjson.JSONDecodeError):
-                return None, None, None
+                return None, None, None, None, None
             if not isinstance(data, dict) or "k25trace_capture" not in data:
                 continue
             rel = path.resolve().relative_to(parent).as_posix()
             for level in data.get("levels") or []:
                 level_dir = str(level.get("dir") or level.get("name") or "")
                 if level_dir and (rel.startswith(level_dir + "/")):
-                    return parent, level.get("name"), level.get("concurrency")
-            return parent, None, None
-    return None, None, None
+                    entry = next((f for f in level.get("files") or [] if f.get("path") == rel), {})
+                    return parent, level.get("name"), level.get("concurrency"), entry.get("valid"), entry.get("problem")
+            return parent, None, None, None, None
+    return None, None, None, None, None
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -918,7 +922,7 @@ def _record_capture(con: duckdb.DuckDBPyConnection, capture_dir: Path) -> None:
             return float(value) if isinstance(value, (int, float)) else None
 
         con.execute(
-            "insert or replace into capture_levels values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "insert or replace into capture_levels values (" + ", ".join(["?"] * 17) + ")",
             [key, level.get("name"), level.get("concurrency"), stats.get("requests"), stats.get("errors"),
              stats.get("output_tokens"), stats.get("duration_s"), stats.get("output_tok_s"),
              pct("ttft_ms", "p50"), pct("ttft_ms", "p90"), pct("ttft_ms", "p99"),

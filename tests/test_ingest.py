@@ -241,3 +241,34 @@ def test_no_gpu_events_unknown_categories_and_non_ascii(tmp_path: Path) -> None:
     assert con.execute("select name, start_ns, dur_ns from cpu_ops").fetchall() == [("aten::addmm — ✓ 矩阵", 1700000000000010500, 2250)]
     assert con.execute("select rank, world_size from traces").fetchall() == [(3, 8)]
     assert con.execute("select phase, batch_size, is_empty from steps").fetchall() == [("decode", 4, True)]
+
+
+def test_capture_directory_levels_and_invalid_files(tmp_path: Path) -> None:
+    import json
+
+    cap = tmp_path / "cap"
+    (cap / "c1").mkdir(parents=True)
+    (cap / "c64").mkdir()
+    good1 = cap / "c1" / "dp0_pp0_tp0_dcp0_ep0_rank0.1.pt.trace.json.gz"
+    good2 = cap / "c64" / "dp0_pp0_tp0_dcp0_ep0_rank0.2.pt.trace.json.gz"
+    bad = cap / "c64" / "dp0_pp0_tp1_dcp0_ep1_rank1.3.pt.trace.json.gz"
+    shutil.copy(HTA_RANK0, good1)
+    shutil.copy(HTA_RANK1, good2)
+    bad.write_bytes(B200.read_bytes()[:1000])
+    stats = {"requests": 64, "errors": 0, "output_tokens": 2048, "duration_s": 3.5, "output_tok_s": 585.1,
+             "ttft_ms": {"p50": 30.0, "p90": 41.0, "p99": 50.0}, "tpot_ms": {"p50": 11.0, "p90": 12.0, "p99": 13.0},
+             "itl_ms": {"p50": 11.0, "p90": 12.5, "p99": 14.0}}
+    manifest = {"k25trace_capture": 1, "levels": [
+        {"name": "c1", "concurrency": 1, "dir": "c1", "stats": {**stats, "requests": 1},
+         "files": [{"path": "c1/" + good1.name, "valid": True, "problem": None}]},
+        {"name": "c64", "concurrency": 64, "dir": "c64", "stats": stats,
+         "files": [{"path": "c64/" + good2.name, "valid": True, "problem": None},
+                   {"path": "c64/" + bad.name, "valid": False, "problem": "truncated gzip"}]}]}
+    (cap / "manifest.json").write_text(json.dumps(manifest))
+    con = db.connect(tmp_path / "x.duckdb")
+    results, notes = ingest.load_paths(con, [cap])
+    assert [r.status for r in results] == ["loaded", "loaded"]
+    assert any("marks it invalid" in n and bad.name in n for n in notes)
+    assert con.execute("select level, concurrency from traces order by concurrency").fetchall() == [("c1", 1), ("c64", 64)]
+    assert con.execute("select level, requests, ttft_p90_ms, itl_p99_ms from capture_levels order by level").fetchall() == [
+        ("c1", 1, 41.0, 14.0), ("c64", 64, 41.0, 14.0)]

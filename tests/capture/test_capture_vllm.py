@@ -51,6 +51,28 @@ def test_capture_two_levels_against_real_vllm(vllm_server, tmp_path):
                  and e["name"].startswith("execute_context_")]
         assert any(s.startswith(f"execute_context_0(0)_generation_{c}({c})") for s in steps), steps
         assert doc["distributedInfo"]["rank"] == 0
+    # k25trace load understands the capture directory: levels, request stats and steps from the real markers
+    db = tmp_path / "cap.duckdb"
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    load = subprocess.run([sys.executable, "-m", "k25trace", "load", str(out), "--db", str(db)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600, env=env)
+    assert load.returncode == 0, load.stderr
+    def sql(query):
+        r = subprocess.run([sys.executable, "-m", "k25trace", "sql", "--db", str(db), query, "--format", "json"],
+                           cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout)
+    levels = sql("select level, concurrency, requests, output_tokens from capture_levels order by concurrency")
+    assert levels == [{"level": "c1", "concurrency": 1, "requests": 1, "output_tokens": 8},
+                      {"level": "c4", "concurrency": 4, "requests": 4, "output_tokens": 32}]
+    decode = sql("select t.level, max(s.batch_size) as batch from steps s join traces t using (trace_id) "
+                 "where s.phase = 'decode' group by t.level order by t.level")
+    assert decode == [{"level": "c1", "batch": 1}, {"level": "c4", "batch": 4}]
+    prefill = sql("select count(*) as n from steps where phase in ('prefill', 'mixed') and source = 'vllm'")
+    assert prefill[0]["n"] >= 2
+    report = subprocess.run([sys.executable, "-m", "k25trace", "report", "--db", str(db), "--by", "step", "--phase", "all",
+                             "--format", "csv"], cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
+    assert report.returncode == 0 and "decode" in report.stdout, report.stderr
     # the server is not left profiling: a fresh start/stop pair succeeds (409 would mean still active)
     u = vllm_server["url"]
     assert httpx.post(u + "/start_profile", json={"profile_prefix": "after"}, timeout=60).status_code == 200
