@@ -235,9 +235,11 @@ def sql(query: str | None, db_path: Path, sql_file: Path | None, query_name: str
 @cli.command()
 @db_option
 @click.option("--phase", type=click.Choice(["decode", "prefill", "mixed", "empty", "unknown", "all"]), default="decode", show_default=True)
-@click.option("--by", "by", type=click.Choice(["batch", "category", "step", "rank", "kernel"]), default="batch", show_default=True,
+@click.option("--by", "by", type=click.Choice(["batch", "category", "step", "rank", "kernel", "comm", "rank-comm"]),
+              default="batch", show_default=True,
               help="batch: per batch size (and capture level); category: all steps together; step: one line per step; "
-                   "rank: per rank; kernel: the top kernels.")
+                   "rank: per rank (with the collective wait/transfer split on a terminal); kernel: the top kernels; "
+                   "comm: collectives across ranks (transfer vs wait, skew, straggler); rank-comm: per rank wait and lateness.")
 @click.option("--rank", type=int, default=None, help="Only this rank (default: all ranks).")
 @click.option("--trace", "trace_id", type=int, default=None, help="Only this trace_id.")
 @click.option("--top", type=int, default=20, show_default=True, help="Kernels to list with --by kernel.")
@@ -267,6 +269,11 @@ def report(db_path: Path, phase: str, by: str, rank: int | None, trace_id: int |
         return
     if fmt == "table" and by == "batch":
         print_batch_tables(frame)
+    elif fmt == "table" and by == "rank":
+        output.write(frame, fmt, title="Per rank and category")
+        comm = core.breakdown(con, by="rank-comm", phase=phase, trace_id=trace_id)
+        if not comm.is_empty():
+            output.write(comm, fmt, title="Collectives per rank: transfer vs wait (waiting for the slowest rank)")
     else:
         output.write(frame, fmt)
 

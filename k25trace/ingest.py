@@ -23,16 +23,18 @@ import json
 import os
 import re
 import zlib
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Iterator, Union
+from itertools import compress
+from typing import Any, Callable, ClassVar, Iterable, Iterator, Union
 
 import duckdb
 import msgspec
 import numpy as np
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from k25trace import __version__
 from k25trace.db import run_query
@@ -45,6 +47,8 @@ except ImportError:  # pragma: no cover - isal is a dependency, zlib is the fall
     import gzip as _gzip  # type: ignore[no-redef]
 
 BLOCK_SIZE = 16 << 20  # decompressed bytes per read
+PARALLEL_MIN_BYTES = 16 << 20  # files at least this large (on disk) are decoded by worker processes
+MAX_PENDING_CHUNKS = 4  # chunks in flight to the workers (bounds memory)
 MAX_PREFIX = 256 << 20  # metadata before traceEvents larger than this is not a Kineto trace
 
 GPU_CATS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset", "Kernel": "kernel", "Memcpy": "memcpy", "Memset": "memset"}
@@ -154,11 +158,13 @@ _OP_TYPES = [_tagged(_Op, "cpu_op")]
 _ANN_TYPES = [_tagged(_Launch, c) for c in ("user_annotation", "gpu_user_annotation")]
 _SKIP_CATS = ("ac2g", "fwdbwd", "Trace", "overhead", "cpu_instant_event", "cuda_sync", "gpu_mem", "cpu_mem")
 _SKIP_TYPES = [_tagged(_Tagged, c) for c in _SKIP_CATS]
+_PY_TYPES = (_tagged(_Tagged, "python_function"), _tagged(_Timed, "python_function"))  # dropped / kept
+_SKIP_TYPE_SET = frozenset(_SKIP_TYPES) | {_PY_TYPES[0]}
 _FAST_DECODER = msgspec.json.Decoder(
-    list[Union[tuple(_GPU_TYPES + _LAUNCH_TYPES + _OP_TYPES + _ANN_TYPES + _SKIP_TYPES + [_tagged(_Tagged, "python_function")])]]  # type: ignore[misc]
+    list[Union[tuple(_GPU_TYPES + _LAUNCH_TYPES + _OP_TYPES + _ANN_TYPES + _SKIP_TYPES + [_PY_TYPES[0]])]]  # type: ignore[misc]
 )
 _FAST_DECODER_PY = msgspec.json.Decoder(
-    list[Union[tuple(_GPU_TYPES + _LAUNCH_TYPES + _OP_TYPES + _ANN_TYPES + _SKIP_TYPES + [_tagged(_Timed, "python_function")])]]  # type: ignore[misc]
+    list[Union[tuple(_GPU_TYPES + _LAUNCH_TYPES + _OP_TYPES + _ANN_TYPES + _SKIP_TYPES + [_PY_TYPES[1]])]]  # type: ignore[misc]
 )
 
 
@@ -184,6 +190,8 @@ class LoadOptions:
     keep_python: bool = False
     include_frontend: bool = False
     analyze: bool = True  # classify + steps inside the file's transaction
+    workers: int = field(default_factory=lambda: max(1, min(4, os.cpu_count() or 1)))  # decode processes for big files
+    parallel_min_bytes: int = PARALLEL_MIN_BYTES  # files at least this large on disk go to the worker processes
 
 
 @dataclass
@@ -551,7 +559,8 @@ class _Columns:
         self.skipped: Counter[str] = Counter()
         self.unknown: Counter[str] = Counter()
 
-    def build(self, events: list[Event], first_event_id: int, name_id: Callable[[str], int]) -> dict[str, pa.Table]:
+    def build(self, events: list[Event], first_event_id: int) -> dict[str, pa.Table]:
+        """Columns per staging table; GPU rows carry their ``name`` (the parent maps names to ids)."""
         gpu, gpu_ids = [], []
         launch, launch_ids = [], []
         ann, ann_ids = [], []
@@ -559,7 +568,15 @@ class _Columns:
         py, py_ids = [], []
         skipped = self.skipped
         keep_python = self.keep_python
-        for i, e in enumerate(events):
+        indexed: Iterable[tuple[int, Any]] = enumerate(events)
+        if events and type(events[0]).__module__ == __name__ and type(events[0]) is not Event:
+            # tagged structs: count and drop the skipped categories at C speed before the per-event loop
+            for typ, n in Counter(map(type, events)).items():
+                if typ in _SKIP_TYPE_SET:
+                    skipped[typ.cat] += n
+            keep_mask = [e.__class__ not in _SKIP_TYPE_SET for e in events]
+            indexed = zip(compress(range(len(events)), keep_mask), compress(events, keep_mask))
+        for i, e in indexed:
             cat = e.cat
             if cat is None or (cat in KNOWN_SKIPPED and not (cat == "python_function" and keep_python)):
                 skipped[cat or "(no category)"] += 1
@@ -588,7 +605,7 @@ class _Columns:
                     self.unknown[cat] += 1
         out: dict[str, pa.Table] = {}
         if gpu:
-            out["gpu"] = self._gpu_table(gpu, gpu_ids, name_id)
+            out["gpu"] = self._gpu_table(gpu, gpu_ids)
         if launch:
             args = [e.args or _EMPTY_ARGS for e in launch]
             out["launch"] = pa.table({
@@ -639,7 +656,7 @@ class _Columns:
         return out
 
     @staticmethod
-    def _gpu_table(gpu: list[Event], ids: list[int], name_id: Callable[[str], int]) -> pa.Table:
+    def _gpu_table(gpu: list[Event], ids: list[int]) -> pa.Table:
         args = [e.args or _EMPTY_ARGS for e in gpu]
         grids = [a.grid for a in args]
         blocks = [a.block for a in args]
@@ -650,7 +667,7 @@ class _Columns:
         return pa.table({
             "event_id": pa.array(ids, pa.int64()),
             "kind": pa.array([GPU_CATS[e.cat] for e in gpu], pa.string()),  # type: ignore[index]
-            "name_id": pa.array([name_id(e.name or "") for e in gpu], pa.int32()),
+            "name": pa.array([e.name or "" for e in gpu], pa.string()),
             "device": pa.array([a.device if a.device is not None else _pid(e.pid) for a, e in zip(args, gpu)], pa.int32()),
             "stream": pa.array([a.stream if a.stream is not None else _pid(e.tid) for a, e in zip(args, gpu)], pa.int64()),
             "ts_ns": _ns([e.ts for e in gpu]),
@@ -677,6 +694,158 @@ class _Columns:
             "pg_name": pa.array([_str_or_none(a.pg_name) for a in args], pa.string()) if has_coll else nulls_s,
             "pg_ranks": pa.array([_str_or_none(a.pg_ranks) for a in args], pa.string()) if has_coll else nulls_s,
         })
+
+
+def _decode_and_build(path: str, chunk: bytes, keep_python: bool) -> tuple[dict[str, pa.Table], int, Counter[str], Counter[str]]:
+    """One chunk of events -> staging tables (event ids local to the chunk)."""
+    events = _decode_chunk(Path(path), chunk, 0, keep_python)
+    cols = _Columns(keep_python)
+    tables = cols.build(events, 0)
+    return tables, len(events), cols.skipped, cols.unknown
+
+
+def _chunks(path: Path, keep_python: bool, share: tuple[int, int] | None, progress: Callable[[int], None]) -> Iterator[tuple]:
+    """Stream a file: ("chunk", tables, n, skipped, unknown) per chunk (only chunk i with i % W == w for
+    ``share=(w, W)``), ("progress", compressed bytes), then ("end", tail events, metadata text)."""
+    splitter = _Splitter(path)
+    last_pos = 0
+    index = 0
+    for block, pos in _read_blocks(path):
+        if pos > last_pos:
+            progress(pos - last_pos)
+            last_pos = pos
+        chunk = splitter.feed(block)
+        if not chunk:
+            continue
+        if share is None or index % share[1] == share[0]:
+            yield ("chunk", *_decode_and_build(str(path), chunk, keep_python))
+        index += 1
+    tail_events, meta_text = splitter.finish()
+    size = file_size(path)
+    if size > last_pos:
+        progress(size - last_pos)
+    yield ("end", tail_events, meta_text)
+
+
+def _chunks_in_process(path: Path, keep_python: bool, progress: Callable[[int], None]) -> Iterator[tuple]:
+    return _chunks(path, keep_python, None, progress)
+
+
+def _worker_main(index: int, tasks: Any, results: Any) -> None:
+    """A decode process. A task ``(task_id, path, keep_python, share)`` streams one file: the worker
+    decompresses it itself (cheaper than shipping text between processes) and decodes the chunks of its
+    ``share`` = (w, W) (every W-th chunk from w; (0, 1) = the whole file). Every item it puts is tagged
+    with the task id; a failure is reported as ("error", path, problem) and the worker goes on."""
+    while True:
+        task = tasks.get()
+        if task is None:
+            return
+        task_id, path, keep_python, share = task
+
+        def progress(n: int) -> None:
+            if share[0] == 0:
+                results.put((task_id, ("progress", n)))
+
+        try:
+            for item in _chunks(Path(path), keep_python, share, progress):
+                results.put((task_id, item))
+        except TraceError as exc:
+            results.put((task_id, ("error", exc.path, exc.problem)))
+        except Exception as exc:  # noqa: BLE001 - reported to the parent as this file's failure
+            results.put((task_id, ("error", path, f"{type(exc).__name__}: {exc}")))
+
+
+class _Workers:
+    """Decode processes. Several big files: each worker streams whole files (round robin), ahead of the parent,
+    which takes them in order and writes them to DuckDB (the single writer). One big file: every worker
+    decompresses it and decodes its share of the chunks, and the parent interleaves them back in order."""
+
+    def __init__(self, count: int) -> None:
+        import multiprocessing
+
+        ctx = multiprocessing.get_context("spawn")
+        self.count = count
+        self.tasks = [ctx.Queue() for _ in range(count)]
+        self.results = [ctx.Queue() for _ in range(count)]
+        self.procs = [ctx.Process(target=_worker_main, args=(i, self.tasks[i], self.results[i]), daemon=True)
+                      for i in range(count)]
+        for proc in self.procs:
+            proc.start()
+        self.next_task = 0
+        self.planned: dict[str, tuple[int, int]] = {}  # path -> (task id, worker) of a whole-file prefetch
+
+    def prefetch(self, paths: list[Path], keep_python: bool) -> None:
+        """Start streaming these files, one whole file per worker in turn."""
+        for n, path in enumerate(paths):
+            worker = n % self.count
+            task_id = self._task_id()
+            self.planned[str(path)] = (task_id, worker)
+            self.tasks[worker].put((task_id, str(path), keep_python, (0, 1)))
+
+    def _task_id(self) -> int:
+        self.next_task += 1
+        return self.next_task
+
+    def _get(self, worker: int, task_id: int) -> tuple:
+        import queue
+
+        while True:
+            try:
+                got_id, item = self.results[worker].get(timeout=1.0)
+            except queue.Empty:
+                if not self.procs[worker].is_alive():
+                    raise K25Error(f"decode worker {worker} died (exit code {self.procs[worker].exitcode})") from None
+                continue
+            if got_id == task_id:
+                return item
+            # a stale item of an earlier task that failed on another worker: drop it
+
+    def run(self, path: Path, keep_python: bool) -> Iterator[tuple]:
+        planned = self.planned.pop(str(path), None)
+        if planned is not None:
+            shares = [(planned[1], planned[0])]
+        else:
+            task_id = self._task_id()
+            for worker in range(self.count):
+                self.tasks[worker].put((task_id, str(path), keep_python, (worker, self.count)))
+            shares = [(worker, task_id) for worker in range(self.count)]
+        done = [False] * len(shares)
+        end: tuple | None = None
+        turn = 0
+        try:
+            while not all(done):
+                k = turn % len(shares)
+                if done[k]:
+                    turn += 1
+                    continue
+                item = self._get(*shares[k])
+                if item[0] == "progress":
+                    yield item
+                    continue
+                if item[0] == "error":
+                    raise TraceError(item[1], item[2])
+                if item[0] == "end":
+                    done[k] = True
+                    end = item
+                    turn += 1
+                    continue
+                yield item
+                turn += 1
+        except TraceError:
+            raise  # the workers carry on; leftovers of this task are dropped by task id
+        except BaseException:
+            self.close()
+            raise
+        assert end is not None
+        yield end
+
+    def close(self) -> None:
+        for proc in self.procs:
+            if proc.is_alive():
+                proc.terminate()
+        for proc in self.procs:
+            proc.join(timeout=5)
+        self.procs = []
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -708,6 +877,7 @@ class Loader:
                  progress: Callable[[int], None] | None = None) -> None:
         self.con = con
         self.options = options or LoadOptions()
+        self._executor: _Workers | None = None
         self.progress = progress or (lambda n: None)
         self.names: dict[str, int] = dict(con.execute("select name, name_id from kernel_names").fetchall())
         self.next_name_id = con.execute("select coalesce(max(name_id), 0) from kernel_names").fetchall()[0][0] + 1
@@ -716,6 +886,16 @@ class Loader:
 
             if not con.execute("select count(*) from kernel_rules").fetchall()[0][0]:  # type: ignore[index]
                 install_rules(con, load_rules())
+
+    def _known(self, sha: str) -> tuple[int, str] | None:
+        rows = self.con.execute("select trace_id, path from traces where sha256 = ?", [sha]).fetchall()
+        return rows[0] if rows else None
+
+    def already_loaded(self, path: Path) -> bool:
+        try:
+            return self._known(_sha256(path)) is not None
+        except OSError:
+            return False
 
     def load(self, tf: TraceFile) -> FileResult:
         path = tf.path
@@ -728,8 +908,7 @@ class Loader:
             result.message = f"{path}: cannot read: {exc.strerror}"
             return result
         sha = _sha256(path)
-        rows = self.con.execute("select trace_id, path from traces where sha256 = ?", [sha]).fetchall()
-        row = rows[0] if rows else None
+        row = self._known(sha)
         if row:
             result.status = "skipped"
             result.trace_id = row[0]
@@ -786,24 +965,27 @@ class Loader:
         return result
 
     def _stream(self, path: Path, name_id: Callable[[str], int]) -> tuple[dict[str, Any], int, _Columns]:
-        splitter = _Splitter(path)
+        """Read, decode and stage one file's events; returns (top-level metadata, event count, counters)."""
         cols = _Columns(self.options.keep_python)
+        workers = self._workers() if file_size(path) >= self.options.parallel_min_bytes else None
+        chunks = workers.run(path, self.options.keep_python) if workers else _chunks_in_process(path, self.options.keep_python, self.progress)
         total = 0
-        last_pos = 0
-        for block, pos in _read_blocks(path):
-            if pos > last_pos:
-                self.progress(pos - last_pos)
-                last_pos = pos
-            chunk = splitter.feed(block)
-            if chunk:
-                events = _decode_chunk(path, chunk, total, self.options.keep_python)
-                self._append(cols.build(events, total, name_id))
-                total += len(events)
-                del events
-        tail_events, meta_text = splitter.finish()
+        meta_text = b""
+        tail_events: list[Any] = []
+        for item in chunks:
+            if item[0] == "chunk":
+                _, tables, n, skipped, unknown = item
+                cols.skipped.update(skipped)
+                cols.unknown.update(unknown)
+                self._append(tables, total, name_id)
+                total += n
+            elif item[0] == "progress":
+                self.progress(item[1])
+            else:  # "end"
+                _, tail_events, meta_text = item
         if tail_events:
             events = [_loose_event(e) for e in tail_events]
-            self._append(cols.build(events, total, name_id))
+            self._append(cols.build(events, 0), total, name_id)
             total += len(events)
         try:
             meta = orjson.loads(meta_text)
@@ -811,16 +993,37 @@ class Loader:
             raise TraceError(str(path), f"invalid JSON outside traceEvents: {exc}") from exc
         if not isinstance(meta, dict):
             raise TraceError(str(path), "top-level JSON is not an object")
-        try:
-            size = path.stat().st_size
-            if size > last_pos:
-                self.progress(size - last_pos)
-        except OSError:
-            pass
         return meta, total, cols
 
-    def _append(self, tables: dict[str, pa.Table]) -> None:
+    def prefetch(self, files: list[TraceFile]) -> None:
+        """With several big files, start decoding them in the worker processes ahead of loading."""
+        big = [tf.path for tf in files if file_size(tf.path) >= self.options.parallel_min_bytes]
+        if len(big) < 2:
+            return
+        workers = self._workers()
+        if workers is not None:
+            workers.prefetch(big, self.options.keep_python)
+
+    def _workers(self) -> "_Workers | None":
+        if self.options.workers <= 1:
+            return None
+        if self._executor is None or not self._executor.procs:
+            self._executor = _Workers(self.options.workers)
+        return self._executor
+
+    def close(self) -> None:
+        if self._executor is not None:
+            self._executor.close()
+            self._executor = None
+
+    def _append(self, tables: dict[str, pa.Table], first_event_id: int, name_id: Callable[[str], int]) -> None:
         for key, table in tables.items():
+            if first_event_id:
+                table = table.set_column(0, "event_id", pc.add(table.column("event_id"), first_event_id))
+            if key == "gpu":
+                names = table.column("name").combine_chunks().dictionary_encode()
+                ids = pa.array([name_id(v) for v in names.dictionary.to_pylist()], pa.int32())
+                table = table.drop_columns(["name"]).append_column("name_id", pc.take(ids, names.indices))
             self.con.register("_chunk", table)
             try:
                 self.con.execute(f"insert into _stage_{key} by name select * from _chunk")
@@ -963,14 +1166,22 @@ def load_paths(
     if progress_ctx is not None:
         advance, start_file = progress_ctx.advance, progress_ctx.start_file
     loader = Loader(con, options, progress=lambda n: advance(n))
-    for tf in files:
-        start_file(tf)
-        result = loader.load(tf)
-        results.append(result)
-        if on_result:
-            on_result(result)
+    try:
+        loader.prefetch([tf for tf in files if not loader.already_loaded(tf.path)])
+        for tf in files:
+            start_file(tf)
+            result = loader.load(tf)
+            results.append(result)
+            if on_result:
+                on_result(result)
+    finally:
+        loader.close()
     if progress_ctx is not None:
         progress_ctx.close()
+    if options.analyze and any(r.status == "loaded" for r in results):
+        from k25trace import crossrank
+
+        crossrank.build(con)
     return results, notes
 
 

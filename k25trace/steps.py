@@ -42,4 +42,7 @@ def rebuild(con: duckdb.DuckDBPyConnection, *, gap_ns: int = DEFAULT_GAP_NS) -> 
         except BaseException:
             con.execute("rollback")
             raise
+    from k25trace import crossrank
+
+    crossrank.build(con)
     return len(trace_ids)

@@ -1,6 +1,6 @@
 -- name: schema
 -- The public schema of a k25trace database (see README "Schema"). Idempotent: creates what is missing.
--- creates: meta, traces, kernel_names, kernel_rules, kernel_classes, gpu_events, launches, annotations, cpu_ops, python_functions, captures, capture_levels, steps, step_categories, kernels (view)
+-- creates: meta, traces, kernel_names, kernel_rules, kernel_classes, gpu_events, launches, annotations, cpu_ops, python_functions, captures, capture_levels, steps, step_categories, trace_runs, rank_offsets, collectives, kernels (view)
 -- reads: none
 -- params: none
 -- grain: traces = one row per loaded trace file; gpu_events = one row per GPU activity; launches = one row per CUDA runtime/driver call; annotations = one row per user annotation; cpu_ops = one row per CPU operator
@@ -208,4 +208,39 @@ create table if not exists step_categories (
     busy_ns bigint not null,          -- exclusive: time when this category alone was running
     kernel_count integer not null,
     primary key (trace_id, step_index, category)
+);
+
+create table if not exists trace_runs (
+    trace_id integer,
+    rank integer,
+    world_size integer,
+    run_id varchar                    -- the ranks of one job: capture dir + level, else the file's directory, + world size
+);
+
+create table if not exists rank_offsets (
+    run_id varchar,
+    trace_id integer,
+    rank integer,
+    offset_ns bigint,                 -- this rank's clock minus the reference (lowest) rank's, from paired collective ends
+    paired_collectives bigint
+);
+
+create table if not exists collectives (
+    run_id varchar,
+    step_index integer,
+    pair_step integer,                -- step_index, or -1 when the run's steps were inferred (paired over the whole trace)
+    category varchar,                 -- allreduce | comm_other
+    ordinal bigint,                   -- k-th collective of this category in the step
+    trace_id integer,
+    rank integer,
+    event_id bigint,                  -- -> gpu_events
+    start_ns bigint, end_ns bigint, dur_ns bigint,
+    offset_ns bigint,
+    aligned_start_ns bigint,          -- on the reference rank's clock
+    aligned_end_ns bigint,
+    transfer_ns bigint,               -- shortest duration of this collective across ranks
+    wait_ns bigint,                   -- dur_ns - transfer_ns: time spent waiting for the slowest rank
+    is_late boolean,                  -- this rank started the collective last (the straggler)
+    skew_ns bigint,                   -- latest minus earliest aligned start across ranks
+    end_residual_ns bigint            -- aligned end minus the mean aligned end: the quality of the clock alignment
 );

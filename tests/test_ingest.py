@@ -272,3 +272,26 @@ def test_capture_directory_levels_and_invalid_files(tmp_path: Path) -> None:
     assert con.execute("select level, concurrency from traces order by concurrency").fetchall() == [("c1", 1), ("c64", 64)]
     assert con.execute("select level, requests, ttft_p90_ms, itl_p99_ms from capture_levels order by level").fetchall() == [
         ("c1", 1, 41.0, 14.0), ("c64", 64, 41.0, 14.0)]
+
+
+@pytest.mark.parametrize("many", [False, True], ids=["one-file-shared", "many-files-prefetched"])
+def test_worker_processes_give_the_same_rows_and_isolate_bad_files(tmp_path: Path, many: bool) -> None:
+    """The multi-process decode path (used for big files) stores exactly what the in-process path stores."""
+    bad = tmp_path / "bad.json.gz"
+    bad.write_bytes(B200.read_bytes()[:300_000])
+    files = [B200, bad, HTA_NCCL] if many else [B200]
+    serial = db.connect(tmp_path / "serial.duckdb")
+    ingest.load_paths(serial, files, ingest.LoadOptions(workers=1))
+    parallel = db.connect(tmp_path / "parallel.duckdb")
+    results, _ = ingest.load_paths(parallel, files, ingest.LoadOptions(workers=2, parallel_min_bytes=1))
+    if many:
+        assert [r.status for r in results] == ["loaded", "failed", "loaded"]
+        assert "truncated gzip" in results[1].message and str(bad) in results[1].message
+    query = ("select t.file_name, g.event_id, g.kind, n.name, g.start_ns, g.dur_ns, g.correlation, g.grid_x, g.category, g.step_index "
+             "from gpu_events g join kernel_names n using (name_id) join traces t using (trace_id) order by 1, 2")
+    assert serial.execute(query).fetchall() == parallel.execute(query).fetchall()
+    for table in ("launches", "annotations", "cpu_ops"):
+        q = f"select t.file_name, x.event_id, x.name, x.start_ns from {table} x join traces t using (trace_id) order by 1, 2"
+        assert serial.execute(q).fetchall() == parallel.execute(q).fetchall(), table
+    assert serial.execute("select file_name, event_count, skipped from traces order by 1").fetchall() == \
+        parallel.execute("select file_name, event_count, skipped from traces order by 1").fetchall()

@@ -1,0 +1,22 @@
+"""Cross-rank analysis: pair the collectives of all ranks of a run, estimate clock offsets, split transfer/wait.
+
+All logic is in ``queries/collectives.sql``; this module runs it (after every load, and on demand).
+"""
+
+from __future__ import annotations
+
+import duckdb
+
+from k25trace.db import run_query
+
+
+def build(con: duckdb.DuckDBPyConnection) -> None:
+    """(Re)build trace_runs, rank_offsets and collectives for the whole database, in one transaction."""
+    con.execute("begin transaction")
+    try:
+        run_query(con, "collectives")
+        con.execute("drop table if exists _collective_calls")
+        con.execute("commit")
+    except BaseException:
+        con.execute("rollback")
+        raise

@@ -1,0 +1,40 @@
+-- name: report_rank_comm
+-- Per rank: how long it waits in collectives per step, its clock offset, and how often it is the straggler
+-- (the last to start a paired collective). A rank that waits least and is late most is the slow one.
+-- reads: collectives, rank_offsets, steps
+-- params: $phase
+-- grain: one row per (run, rank, category)
+with selected as (
+    select collectives.*
+    from collectives
+    join steps using (trace_id, step_index)
+    where not steps.is_empty and ($phase = 'all' or steps.phase = $phase)
+),
+
+per_rank as (
+    select
+        run_id, rank, category,
+        count(distinct step_index) as steps,
+        count(*) as calls,
+        sum(dur_ns) as total_ns,
+        sum(transfer_ns) as transfer_ns,
+        sum(wait_ns) as wait_ns,
+        sum(is_late::int) as times_late
+    from selected
+    group by all
+)
+
+select
+    per_rank.run_id,
+    per_rank.rank,
+    per_rank.category,
+    per_rank.steps,
+    round(per_rank.calls / per_rank.steps, 2) as calls_per_step,
+    round(per_rank.total_ns / per_rank.steps / 1e6, 4) as ms_per_step,
+    round(per_rank.transfer_ns / per_rank.steps / 1e6, 4) as transfer_ms_per_step,
+    round(per_rank.wait_ns / per_rank.steps / 1e6, 4) as wait_ms_per_step,
+    round(per_rank.times_late * 100.0 / per_rank.calls, 2) as late_pct,
+    round(rank_offsets.offset_ns / 1e3, 3) as clock_offset_us
+from per_rank
+left join rank_offsets on rank_offsets.run_id = per_rank.run_id and rank_offsets.rank = per_rank.rank
+order by per_rank.run_id, per_rank.category, per_rank.rank
