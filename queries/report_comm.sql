@@ -57,7 +57,7 @@ skews as (
 
 select
     per_step.run_id,
-    any_value(traces.level) as level,
+    (select any_value(traces.level) from trace_runs join traces using (trace_id) where trace_runs.run_id = per_step.run_id) as level,
     per_step.batch_size,
     per_step.category,
     count(*) as steps,
@@ -75,7 +75,5 @@ select
 from per_step
 join skews using (run_id, batch_size, category)
 join stragglers using (run_id, batch_size, category)
-join trace_runs on trace_runs.run_id = per_step.run_id
-join traces using (trace_id)
 group by per_step.run_id, per_step.batch_size, per_step.category
 order by per_step.run_id, per_step.batch_size, per_step.category
