@@ -48,7 +48,7 @@ except ImportError:  # pragma: no cover - isal is a dependency, zlib is the fall
 
 BLOCK_SIZE = 16 << 20  # decompressed bytes per read
 PARALLEL_MIN_BYTES = 16 << 20  # files at least this large (on disk) are decoded by worker processes
-MAX_PENDING_CHUNKS = 4  # chunks in flight to the workers (bounds memory)
+STAGE_BATCH_ROWS = 1_000_000  # buffered rows written to the staging tables at once
 MAX_PREFIX = 256 << 20  # metadata before traceEvents larger than this is not a Kineto trace
 
 GPU_CATS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset", "Kernel": "kernel", "Memcpy": "memcpy", "Memset": "memset"}
@@ -320,17 +320,20 @@ def _read_blocks(path: Path) -> Iterator[tuple[bytes, int]]:
 
 
 class _Splitter:
-    """Cuts the decompressed text into (metadata text, chunks of complete event objects)."""
+    """Cuts the decompressed text into (metadata text, chunks of complete event objects).
+
+    A chunk is returned as one bytearray ``[ev, ev, …]`` ready for the decoder: the block is copied once into it,
+    the boundary comma after its last complete event becomes the closing bracket, and the rest is carried over.
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.prefix = bytearray()
         self.in_array = False
-        self.buf = b""
-        self.tail: bytes = b""
+        self.buf = bytearray(b"[")
 
-    def feed(self, block: bytes) -> bytes | None:
-        """Add a block; return the bytes of complete events (comma-separated objects) or None."""
+    def feed(self, block: bytes) -> bytearray | None:
+        """Add a block; return ``[`` + complete events + ``]`` as a bytearray, or None."""
         if not self.in_array:
             self.prefix += block
             m = _TRACE_EVENTS_RE.search(self.prefix)
@@ -338,25 +341,30 @@ class _Splitter:
                 if len(self.prefix) > MAX_PREFIX:
                     raise TraceError(str(self.path), "no traceEvents array in the first 256 MB: not a Kineto trace")
                 return None
-            self.buf = bytes(self.prefix[m.end():])
+            self.buf += self.prefix[m.end():]
             del self.prefix[m.end() - 1:]  # keep up to the key and colon
             self.in_array = True
         else:
-            self.buf = self.buf + block if self.buf else block
+            self.buf += block
         # last event boundary in the buffer: search the tail first (fast path)
         buf = self.buf
-        start = max(0, len(buf) - (1 << 20))
+        start = max(1, len(buf) - (1 << 20))
         last = None
         while last is None:
             for last in _BOUNDARY_RE.finditer(buf, start):
                 pass
             if last is None:
-                if start == 0:
+                if start == 1:
                     return None
-                start = max(0, start - (8 << 20))
-        complete = buf[: last.start() + 1]
-        self.buf = buf[last.end() - 1:]
-        return complete
+                start = max(1, start - (8 << 20))
+        self.buf = bytearray(b"[") + buf[last.end() - 1:]
+        del buf[last.start() + 1:]
+        buf += b"]"
+        return buf
+
+    @property
+    def rest(self) -> bytes:
+        return bytes(self.buf[1:])
 
     def finish(self) -> tuple[list[Any], bytes]:
         """At end of input: the remaining events (decoded) and the metadata text."""
@@ -372,7 +380,7 @@ class _Splitter:
                 raise TraceError(str(self.path), f"top-level JSON is a {type(obj).__name__}, not an object with traceEvents")
             raise TraceError(str(self.path), "no traceEvents array: not a Kineto/Chrome trace")
         try:
-            text = self.buf.decode("utf-8")
+            text = self.rest.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise TraceError(str(self.path), f"invalid UTF-8 near the end of traceEvents: {exc.reason}") from exc
         decoder = json.JSONDecoder()
@@ -399,8 +407,8 @@ class _Splitter:
         return events, meta_text
 
 
-def _decode_chunk(path: Path, chunk: bytes, offset_hint: int, keep_python: bool = False) -> list[Any]:
-    data = b"[" + chunk + b"]"
+def _decode_chunk(path: Path, data: bytes | bytearray, offset_hint: int, keep_python: bool = False) -> list[Any]:
+    """Decode ``[event, …]`` (as the splitter returns it)."""
     try:
         return (_FAST_DECODER_PY if keep_python else _FAST_DECODER).decode(data)
     except msgspec.ValidationError:
@@ -878,6 +886,8 @@ class Loader:
         self.con = con
         self.options = options or LoadOptions()
         self._executor: _Workers | None = None
+        self._pending: dict[str, list[pa.Table]] = {}
+        self._pending_rows = 0
         self.progress = progress or (lambda n: None)
         self.names: dict[str, int] = dict(con.execute("select name, name_id from kernel_names").fetchall())
         self.next_name_id = con.execute("select coalesce(max(name_id), 0) from kernel_names").fetchall()[0][0] + 1
@@ -936,6 +946,7 @@ class Loader:
             trace_id, warnings = self._commit_file(tf, path, sha, meta, counts, cols, new_names)
             con.execute("commit")
         except BaseException as exc:
+            self._pending, self._pending_rows = {}, 0
             con.execute("rollback")
             if isinstance(exc, TraceError):
                 result.message = str(exc)
@@ -987,6 +998,7 @@ class Loader:
             events = [_loose_event(e) for e in tail_events]
             self._append(cols.build(events, 0), total, name_id)
             total += len(events)
+        self._flush()
         try:
             meta = orjson.loads(meta_text)
         except orjson.JSONDecodeError as exc:
@@ -1024,11 +1036,21 @@ class Loader:
                 names = table.column("name").combine_chunks().dictionary_encode()
                 ids = pa.array([name_id(v) for v in names.dictionary.to_pylist()], pa.int32())
                 table = table.drop_columns(["name"]).append_column("name_id", pc.take(ids, names.indices))
-            self.con.register("_chunk", table)
+            self._pending.setdefault(key, []).append(table)
+            self._pending_rows += table.num_rows
+        if self._pending_rows >= STAGE_BATCH_ROWS:
+            self._flush()
+
+    def _flush(self) -> None:
+        """Write the buffered chunk tables to the staging tables, one insert per table (per-call cost adds up)."""
+        for key, tables in self._pending.items():
+            self.con.register("_chunk", pa.concat_tables(tables, promote_options="permissive"))
             try:
                 self.con.execute(f"insert into _stage_{key} by name select * from _chunk")
             finally:
                 self.con.unregister("_chunk")
+        self._pending = {}
+        self._pending_rows = 0
 
     def _commit_file(self, tf: TraceFile, path: Path, sha: str, meta: dict[str, Any], counts: int, cols: _Columns,
                      new_names: dict[str, int]) -> tuple[int, list[str]]:

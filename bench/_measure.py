@@ -1,0 +1,53 @@
+"""Run a command and measure its wall time and the peak RSS of its whole process tree (workers included)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            child = int(stat.parent.name)
+            out.append(child)
+            out.extend(_children(child))
+    return out
+
+
+def _rss_kb(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def run(cmd: list[str], *, env: dict[str, str] | None = None, interval: float = 0.05) -> tuple[float, float, str]:
+    """(wall seconds, peak RSS of the process tree in MB, stderr tail)."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, **(env or {})})
+    peak = 0
+    tick = 0
+    kids: list[int] = []
+    while proc.poll() is None:
+        if tick % 10 == 0:
+            kids = _children(proc.pid)
+        peak = max(peak, _rss_kb(proc.pid) + sum(_rss_kb(k) for k in kids))
+        tick += 1
+        time.sleep(interval)
+    wall = time.perf_counter() - start
+    err = proc.stderr.read() if proc.stderr else ""
+    if proc.returncode != 0:
+        raise RuntimeError(f"{cmd} failed ({proc.returncode}): {err[-2000:]}")
+    return wall, peak / 1024, err[-500:]
