@@ -278,6 +278,13 @@ def report(db_path: Path, phase: str, by: str, rank: int | None, trace_id: int |
         output.write(frame, fmt)
 
 
+def run_label(run_id: str) -> str:
+    """A short name for a run id (capture dir + level, or directory, + world size)."""
+    base, _, world = run_id.rpartition("#ws")
+    name = base.rstrip("#").rsplit("/", 1)[-1] or base
+    return f"{name} (TP{world})" if world and world not in ("1", "?") else name
+
+
 def print_batch_tables(frame: Any, console: Console | None = None) -> None:
     """The default report as one table per (level, batch size), with the group's totals as the title."""
     import polars as pl
@@ -285,10 +292,14 @@ def print_batch_tables(frame: Any, console: Console | None = None) -> None:
     from k25trace.output import rich_table
 
     console = console or Console(width=None if sys.stdout.isatty() else 160)
-    for key, group in frame.group_by(["level", "batch_size"], maintain_order=True):
-        level, batch = key
+    several_runs = frame["run_id"].n_unique() > 1
+    for key, group in frame.group_by(["run_id", "batch_size"], maintain_order=True):
+        run_id, batch = key
         first = group.row(0, named=True)
-        title = (f"{'level ' + str(level) + ', ' if level else ''}batch size {batch if batch is not None else '?'}: "
+        level = first["level"]
+        run = run_label(str(run_id)) if several_runs and not level else ""
+        title = (f"{run + ': ' if run else ''}{'level ' + str(level) + ', ' if level else ''}"
+                 f"batch size {batch if batch is not None else '?'}: "
                  f"{first['steps']} steps on {first['ranks']} rank(s), mean step {first['step_ms']:.3f} ms "
                  f"(median {first['median_step_ms']:.3f}), idle {first['idle_pct'] or 0:.1f} %")
         body = group.select(["category", "ms_per_step", "pct_of_step", "kernel_ms_per_step", "calls_per_step", "us_per_call"])

@@ -1,15 +1,16 @@
 -- name: report_breakdown
--- Where the time of a step goes, per capture level and batch size: for each category the mean exclusive GPU
+-- Where the time of a step goes, per run (the ranks of one capture level or directory) and batch size: for each category the mean exclusive GPU
 -- time per step (time only that category ran), its share of the step's wall time, the summed kernel time,
 -- calls per step and mean µs per call; plus 'overlap' (several categories at once) and 'idle' (no GPU activity)
 -- rows, so that the shares of one group add up to 100 %; 'other' is always listed. Empty steps are left out.
--- reads: steps, step_categories, traces
+-- reads: steps, step_categories, traces, trace_runs
 -- params: $phase, $rank, $trace_id
--- grain: one row per (level, batch_size, category) — 'overlap' and 'idle' included
+-- grain: one row per (run_id, batch_size, category) — 'overlap' and 'idle' included
 with selected_steps as (
-    select steps.*, traces.level
+    select steps.*, traces.level, coalesce(trace_runs.run_id, traces.path) as run_id
     from steps
     join traces using (trace_id)
+    left join trace_runs using (trace_id)
     where not steps.is_empty
         and ($phase = 'all' or steps.phase = $phase)
         and ($rank is null or steps.rank = $rank)
@@ -18,7 +19,8 @@ with selected_steps as (
 
 groups as (
     select
-        level,
+        run_id,
+        any_value(level) as level,
         batch_size,
         count(*) as steps,
         count(distinct rank) as ranks,
@@ -28,12 +30,12 @@ groups as (
         sum(overlap_ns) as overlap_ns,
         median(wall_ns) as median_wall_ns
     from selected_steps
-    group by level, batch_size
+    group by run_id, batch_size
 ),
 
 per_category as (
     select
-        selected_steps.level,
+        selected_steps.run_id,
         selected_steps.batch_size,
         step_categories.category,
         sum(step_categories.busy_ns) as busy_ns,
@@ -46,18 +48,18 @@ per_category as (
 
 pseudo as (
     -- 'other' is always shown (0 when every kernel matched a rule), so missing rules are visible
-    select groups.level, groups.batch_size, 'other' as category, 0::hugeint as busy_ns, 0::hugeint as kernel_ns, 0::hugeint as calls
+    select groups.run_id, groups.batch_size, 'other' as category, 0::hugeint as busy_ns, 0::hugeint as kernel_ns, 0::hugeint as calls
     from groups
     where not exists (
         select 1 from per_category
         where per_category.category = 'other'
-            and per_category.level is not distinct from groups.level
+            and per_category.run_id = groups.run_id
             and per_category.batch_size is not distinct from groups.batch_size
     )
     union all
-    select level, batch_size, 'overlap' as category, overlap_ns as busy_ns, null::hugeint as kernel_ns, null::hugeint as calls from groups
+    select run_id, batch_size, 'overlap' as category, overlap_ns as busy_ns, null::hugeint as kernel_ns, null::hugeint as calls from groups
     union all
-    select level, batch_size, 'idle', idle_ns, null, null from groups
+    select run_id, batch_size, 'idle', idle_ns, null, null from groups
 ),
 
 rows as (
@@ -68,7 +70,8 @@ rows as (
 
 final as (
     select
-        rows.level,
+        rows.run_id,
+        groups.level,
         rows.batch_size,
         rows.category,
         groups.steps,
@@ -82,8 +85,8 @@ final as (
         round(rows.calls / groups.steps, 2) as calls_per_step,
         round(rows.kernel_ns / nullif(rows.calls, 0) / 1e3, 2) as us_per_call
     from rows
-    join groups on groups.level is not distinct from rows.level and groups.batch_size is not distinct from rows.batch_size
+    join groups on groups.run_id = rows.run_id and groups.batch_size is not distinct from rows.batch_size
 )
 
 select * from final
-order by level nulls first, batch_size nulls last, category in ('overlap', 'idle'), pct_of_step desc, category
+order by run_id, batch_size nulls last, category in ('overlap', 'idle'), pct_of_step desc, category

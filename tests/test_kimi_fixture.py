@@ -100,7 +100,7 @@ def test_decode_breakdown_per_batch_size(kimi) -> None:
     truth, con = kimi
     frame = report.breakdown(con, by="batch", phase="decode")
     assert sorted(set(frame["batch_size"].to_list())) == [1, 8, 64]
-    for (level, batch), group in frame.group_by(["level", "batch_size"]):
+    for (run_id, batch), group in frame.group_by(["run_id", "batch_size"]):
         by_cat = {row["category"]: row for row in group.iter_rows(named=True)}
         assert by_cat["other"]["ms_per_step"] == 0  # every generated kernel name is classified
         # summed kernel ms per step for allreduce, from the truth, over both ranks' decode steps of this batch size
