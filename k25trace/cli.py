@@ -278,13 +278,6 @@ def report(db_path: Path, phase: str, by: str, rank: int | None, trace_id: int |
         output.write(frame, fmt)
 
 
-def run_label(run_id: str) -> str:
-    """A short name for a run id (capture dir + level, or directory, + world size)."""
-    base, _, world = run_id.rpartition("#ws")
-    name = base.rstrip("#").rsplit("/", 1)[-1] or base
-    return f"{name} (TP{world})" if world and world not in ("1", "?") else name
-
-
 def print_batch_tables(frame: Any, console: Console | None = None) -> None:
     """The default report as one table per (level, batch size), with the group's totals as the title."""
     import polars as pl
@@ -297,6 +290,8 @@ def print_batch_tables(frame: Any, console: Console | None = None) -> None:
         run_id, batch = key
         first = group.row(0, named=True)
         level = first["level"]
+        from k25trace.report import run_label
+
         run = run_label(str(run_id)) if several_runs and not level else ""
         title = (f"{run + ': ' if run else ''}{'level ' + str(level) + ', ' if level else ''}"
                  f"batch size {batch if batch is not None else '?'}: "

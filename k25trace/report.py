@@ -46,3 +46,10 @@ def breakdown(con: duckdb.DuckDBPyConnection, *, by: str = "batch", phase: str =
 def summary(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
     """One row per loaded trace: rank, device, events, steps by phase."""
     return query_frame(con, "summary")
+
+
+def run_label(run_id: str) -> str:
+    """A short name for a run id (capture dir + level, or the files' directory, + world size)."""
+    base, _, world = run_id.rpartition("#ws")
+    name = base.rstrip("#").rsplit("/", 1)[-1] or base
+    return f"{name} (TP{world})" if world and world not in ("1", "?") else name

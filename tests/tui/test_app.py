@@ -59,7 +59,9 @@ async def test_overview_lists_traces_counts_and_breakdown(trace_db: Path) -> Non
         counts = table(app, "#step-counts")
         assert [counts.get_row_at(i)[0].plain for i in range(counts.row_count)] == ["decode", "mixed", "prefill", "unknown"]
         breakdown = text_of(app, "#breakdown")
-        assert "bs=32" in breakdown and "2 steps" in breakdown and "gemm" in breakdown
+        # one bar per run and batch size: the SGLang and the vLLM MI300X decode steps are separate runs
+        assert "sglang-mi300x-decode bs=32" in breakdown and "vllm-mi300x-decode-full" in breakdown and breakdown.count("bs=32") == 2
+        assert "1 steps" in breakdown and "gemm" in breakdown
         assert "none" in text_of(app, "#levels-title")
 
 

@@ -107,13 +107,18 @@ class OverviewScreen(BrowseScreen):
 
 
 def breakdown_rows(frame: pl.DataFrame) -> list[tuple[str, list[tuple[str, float]], str]]:
-    """``report_breakdown`` rows → one bar per (level, batch size): label, category shares, a note."""
+    """``report_breakdown`` rows → one bar per (run, batch size): label, category shares, a note."""
+    from k25trace.report import run_label
+
     rows: list[tuple[str, list[tuple[str, float]], str]] = []
     if frame.is_empty():
         return rows
-    for (level, batch_size), group in frame.group_by(["level", "batch_size"], maintain_order=True):
+    several_runs = frame["run_id"].n_unique() > 1
+    for (run_id, batch_size), group in frame.group_by(["run_id", "batch_size"], maintain_order=True):
         first = group.row(0, named=True)
-        label = (f"{level} " if level else "") + f"bs={'?' if batch_size is None else batch_size}"
+        level = first["level"]
+        run = run_label(str(run_id))[:24] + " " if several_runs and not level else ""
+        label = run + (f"{level} " if level else "") + f"bs={'?' if batch_size is None else batch_size}"
         shares = [(r["category"], float(r["pct_of_step"] or 0.0)) for r in group.iter_rows(named=True)]
         note = f"{first['step_ms']:.3f} ms/step, {first['steps']} steps"
         rows.append((label, shares, note))
