@@ -1,0 +1,455 @@
+"""``k25trace bench``: measure floors on the local machine. ``bench allreduce``: the all-reduce floor.
+
+For exactly the message sizes of a loaded trace (or given ones), on all local GPUs (torch.distributed + NCCL, one
+process per GPU, started here) or on CPUs (``--backend gloo --world-size N``), measure per size:
+
+* ``single``: one all-reduce at a time (ranks aligned by a tiny all-reduce before each), median and p90 over
+  ``--iters`` repetitions after ``--warmup``; per repetition the slowest rank's time counts.
+* ``eager``: a burst of ``count`` back-to-back all-reduces (one decode step's worth), ``--bursts`` times.
+* ``graph`` (CUDA only): the same burst captured once in a CUDA graph and replayed.
+
+Bus bandwidth = algbw x 2(n-1)/n, algbw = bytes / per-op time. Results go to stdout (a table) and, with ``--db``,
+into the table ``allreduce_bench`` (DDL below), which ``queries/report_allreduce_floor.sql`` (``allreduce_floor``)
+joins with the observed all-reduce time of the decode steps. ``--profile DIR`` also writes a torch.profiler trace
+of a few bursts per size (``allreduce_bench_rank{r}.<ns>.pt.trace.json.gz``) that ``k25trace load`` reads.
+
+torch is imported only inside the command (and in its worker processes).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import os
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+ALLREDUCE_BENCH_DDL = """
+create table if not exists allreduce_bench (
+    bench_run varchar not null,       -- one invocation of `k25trace bench allreduce`
+    measured_at timestamp not null,   -- when that run started (UTC)
+    backend varchar not null,         -- nccl | gloo
+    world_size integer not null,      -- processes (GPUs) in the all-reduce
+    device_name varchar,              -- GPU name (rank 0), or 'cpu'
+    torch_version varchar,
+    dtype varchar not null,           -- element type of the message (bfloat16, ...)
+    size_bytes bigint not null,       -- message size per rank
+    batch_size integer,               -- the decode batch size this size was derived for (NULL: given by --sizes)
+    size_source varchar,              -- 'trace' (collective args) | 'hidden' (hidden x batch x dtype) | 'given'
+    mode varchar not null,            -- single | eager | graph
+    count integer not null,           -- all-reduces per burst (1 for single)
+    reps integer not null,            -- repetitions (single ops, or bursts) measured
+    median_us double not null,        -- per all-reduce: single-op median, or median burst / count
+    p90_us double not null,           -- likewise, 90th percentile
+    burst_ms double,                  -- median burst time (NULL for single)
+    algbw_gbps double,                -- size_bytes / median per-op time, GB/s (10^9)
+    busbw_gbps double                 -- algbw x 2(n-1)/n
+)
+""".strip()
+
+DTYPE_BYTES = {"bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2, "half": 2, "float32": 4, "fp32": 4, "float": 4}
+DTYPE_CANON = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "fp32": "float32", "float": "float32"}
+
+
+def _log(msg: str) -> None:
+    print(f"bench: {msg}", file=sys.stderr, flush=True)
+
+
+def parse_size(text: str) -> int:
+    """'14336', '14K' (KiB), '1.5M' (MiB), '2G' -> bytes."""
+    t = text.strip().upper().removesuffix("B").removesuffix("I")
+    mult = 1
+    if t and t[-1] in "KMG":
+        mult = {"K": 1024, "M": 1024**2, "G": 1024**3}[t[-1]]
+        t = t[:-1]
+    value = float(t) * mult
+    if value <= 0 or value != int(value):
+        raise click.BadParameter(f"{text!r} is not a positive whole number of bytes")
+    return int(value)
+
+
+def _quantile(values: list[float], q: float) -> float:
+    s = sorted(values)
+    if not s:
+        return float("nan")
+    pos = (len(s) - 1) * q
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+# ------------------------------------------------------------------------------------------------ the pattern
+
+
+def pattern_from_db(con: Any, *, phase: str, hidden: int, dtype: str) -> list[dict[str, Any]]:
+    """Per batch size of the database's steps: the all-reduce count per step and message size (bytes)."""
+    from k25trace.db import query_frame
+
+    rows = query_frame(con, "allreduce_pattern", {"phase": phase}).to_dicts()
+    out = []
+    for r in rows:
+        if not r["allreduce_per_step"]:
+            continue
+        if r["size_bytes"]:
+            size, source = int(r["size_bytes"]), "trace"
+        else:
+            size, source = hidden * int(r["batch_size"]) * DTYPE_BYTES[dtype], "hidden"
+        out.append({"batch_size": int(r["batch_size"]), "count": int(r["allreduce_per_step"]), "size_bytes": size,
+                    "size_source": source, "world_size": r["world_size"]})
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ the workers
+
+
+def _measure_rank(rank: int, world: int, cfg: dict[str, Any]) -> dict[str, Any]:
+    """One rank: every size, every mode; returns raw per-repetition times (µs; bursts: whole-burst µs)."""
+    import time
+
+    import torch
+    import torch.distributed as dist
+
+    backend = cfg["backend"]
+    cuda = backend == "nccl"
+    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
+    os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
+    if cuda:
+        torch.cuda.set_device(rank)
+        device = torch.device("cuda", rank)
+    else:
+        device = torch.device("cpu")
+        torch.set_num_threads(1)
+    kwargs = {"device_id": device} if cuda else {}
+    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{cfg['port']}", rank=rank, world_size=world,
+                            **kwargs)
+    dtype = getattr(torch, cfg["dtype"])
+    esize = torch.empty(0, dtype=dtype).element_size()
+    tiny = torch.zeros(1, device=device)
+
+    def align() -> None:
+        dist.all_reduce(tiny)
+        if not cuda:
+            dist.barrier()
+
+    def timed(fn: Any) -> float:
+        """µs of fn() on this rank (CUDA events on the current stream, else the wall clock)."""
+        align()
+        if cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            return start.elapsed_time(end) * 1e3
+        t0 = time.perf_counter()
+        fn()
+        return (time.perf_counter() - t0) * 1e6
+
+    results = []
+    graphs: dict[int, Any] = {}
+    tensors: dict[int, Any] = {}
+    for spec in cfg["sizes"]:
+        size, count = spec["size_bytes"], spec["count"]
+        x = torch.zeros(max(1, size // esize), dtype=dtype, device=device)
+        tensors[size] = x
+        res: dict[str, Any] = {"size_bytes": size, "count": count}
+
+        def one() -> None:
+            dist.all_reduce(x)
+
+        def burst() -> None:
+            for _ in range(count):
+                dist.all_reduce(x)
+
+        for _ in range(cfg["warmup"]):
+            one()
+        res["single"] = [timed(one) for _ in range(cfg["iters"])]
+        burst()
+        res["eager"] = [timed(burst) for _ in range(cfg["bursts"])]
+        if cuda and cfg["graph"]:
+            torch.cuda.synchronize()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                burst()
+            graph.replay()
+            torch.cuda.synchronize()
+            graphs[size] = graph
+            res["graph"] = [timed(graph.replay) for _ in range(cfg["bursts"])]
+        results.append(res)
+        if rank == 0:
+            _log(f"{size:,} B x {count}: single median {_quantile(res['single'], 0.5):.1f} µs, eager burst "
+                 f"{_quantile(res['eager'], 0.5) / 1e3:.3f} ms"
+                 + (f", graph burst {_quantile(res['graph'], 0.5) / 1e3:.3f} ms" if "graph" in res else ""))
+
+    files: list[str] = []
+    if cfg.get("profile"):
+        from torch.profiler import ProfilerActivity, profile, record_function, tensorboard_trace_handler
+
+        os.makedirs(cfg["profile"], exist_ok=True)
+        handler = tensorboard_trace_handler(cfg["profile"], worker_name=f"allreduce_bench_rank{rank}", use_gzip=True)
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+        with profile(activities=activities, on_trace_ready=handler):
+            for spec in cfg["sizes"]:
+                size, count = spec["size_bytes"], spec["count"]
+                x = tensors[size]
+                for _ in range(2):
+                    align()
+                    with record_function(f"allreduce_burst_eager_{size}B_x{count}"):
+                        for _ in range(count):
+                            dist.all_reduce(x)
+                    if size in graphs:
+                        align()
+                        with record_function(f"allreduce_burst_graph_{size}B_x{count}"):
+                            graphs[size].replay()
+                if cuda:
+                    torch.cuda.synchronize()
+        files = sorted(f for f in os.listdir(cfg["profile"]) if f.startswith(f"allreduce_bench_rank{rank}."))
+    if cuda:
+        torch.cuda.synchronize()
+    dist.barrier()
+    device_name = torch.cuda.get_device_name(device) if cuda else "cpu"
+    dist.destroy_process_group()
+    return {"rank": rank, "device_name": device_name, "torch_version": torch.__version__, "results": results,
+            "profile_files": files}
+
+
+def _worker(rank: int, world: int, cfg: dict[str, Any], queue: Any) -> None:
+    try:
+        queue.put(_measure_rank(rank, world, cfg))
+    except BaseException as exc:  # noqa: BLE001 - reported by the parent
+        import traceback
+
+        traceback.print_exc()
+        queue.put({"rank": rank, "error": f"{type(exc).__name__}: {exc}"})
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def run_allreduce_bench(sizes: list[dict[str, Any]], *, backend: str, world_size: int, dtype: str = "bfloat16",
+                        iters: int = 200, warmup: int = 20, bursts: int = 20, graph: bool = True,
+                        profile: str | None = None, timeout_s: float = 600.0,
+                        bench_run: str | None = None) -> list[dict[str, Any]]:
+    """Start ``world_size`` processes, measure every size, return the result rows (one per size and mode)."""
+    import queue as _queue
+
+    import torch.multiprocessing as mp
+
+    dtype = DTYPE_CANON.get(dtype, dtype)
+    measured_at = _dt.datetime.now(_dt.timezone.utc).replace(tzinfo=None, microsecond=0)
+    bench_run = bench_run or f"{backend}-ws{world_size}-{measured_at:%Y%m%dT%H%M%S}-{os.getpid()}"
+    cfg = {"backend": backend, "dtype": dtype, "iters": iters, "warmup": warmup, "bursts": bursts, "graph": graph,
+           "profile": profile, "port": _free_port(),
+           "sizes": [{"size_bytes": s["size_bytes"], "count": s["count"]} for s in sizes]}
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    procs = [ctx.Process(target=_worker, args=(r, world_size, cfg, q), daemon=True) for r in range(world_size)]
+    for p in procs:
+        p.start()
+    outs: list[dict[str, Any]] = []
+    try:
+        for _ in procs:
+            outs.append(q.get(timeout=timeout_s))
+    except _queue.Empty:
+        raise click.ClickException(f"the bench processes gave no result within {timeout_s:.0f} s") from None
+    finally:
+        for p in procs:
+            p.join(timeout=30)
+            if p.is_alive():
+                p.kill()
+    errors = [o for o in outs if "error" in o]
+    if errors:
+        raise click.ClickException("; ".join(f"rank {o['rank']}: {o['error']}" for o in errors))
+    outs.sort(key=lambda o: o["rank"])
+    return combine(outs, sizes, backend=backend, world_size=world_size, dtype=dtype, bench_run=bench_run,
+                   measured_at=measured_at)
+
+
+def combine(outs: list[dict[str, Any]], sizes: list[dict[str, Any]], *, backend: str, world_size: int, dtype: str,
+            bench_run: str, measured_at: Any) -> list[dict[str, Any]]:
+    """Per size and mode, per repetition the slowest rank; then median/p90 and bandwidths."""
+    rows = []
+    factor = 2 * (world_size - 1) / world_size
+    for i, spec in enumerate(sizes):
+        for mode in ("single", "eager", "graph"):
+            per_rank = [o["results"][i].get(mode) for o in outs]
+            if any(v is None for v in per_rank):
+                continue
+            reps = [max(vals) for vals in zip(*per_rank)]
+            n = 1 if mode == "single" else spec["count"]
+            med, p90 = _quantile(reps, 0.5) / n, _quantile(reps, 0.9) / n
+            algbw = spec["size_bytes"] / (med * 1e-6) / 1e9 if med > 0 else None
+            rows.append({
+                "bench_run": bench_run, "measured_at": measured_at, "backend": backend, "world_size": world_size,
+                "device_name": outs[0]["device_name"], "torch_version": outs[0]["torch_version"], "dtype": dtype,
+                "size_bytes": spec["size_bytes"], "batch_size": spec.get("batch_size"),
+                "size_source": spec.get("size_source", "given"), "mode": mode, "count": n, "reps": len(reps),
+                "median_us": med, "p90_us": p90,
+                "burst_ms": None if mode == "single" else _quantile(reps, 0.5) / 1e3,
+                "algbw_gbps": algbw, "busbw_gbps": None if algbw is None else algbw * factor,
+            })
+    return rows
+
+
+# ------------------------------------------------------------------------------------------------ database
+
+
+COLUMNS = ("bench_run", "measured_at", "backend", "world_size", "device_name", "torch_version", "dtype",
+           "size_bytes", "batch_size", "size_source", "mode", "count", "reps", "median_us", "p90_us", "burst_ms",
+           "algbw_gbps", "busbw_gbps")
+
+
+def ensure_table(con: Any) -> None:
+    """Create ``allreduce_bench`` if missing (a temporary one on a read-only connection)."""
+    try:
+        con.execute(ALLREDUCE_BENCH_DDL)
+    except Exception:  # noqa: BLE001 - read-only database: an empty temporary table lets the report run
+        exists = con.execute("select count(*) from duckdb_tables() where table_name = 'allreduce_bench'").fetchone()
+        if not exists or not exists[0]:
+            con.execute(ALLREDUCE_BENCH_DDL.replace("create table", "create temp table", 1))
+
+
+def write_rows(con: Any, rows: list[dict[str, Any]]) -> None:
+    ensure_table(con)
+    placeholders = ", ".join("?" for _ in COLUMNS)
+    con.executemany(f"insert into allreduce_bench ({', '.join(COLUMNS)}) values ({placeholders})",
+                    [[r[c] for c in COLUMNS] for r in rows])
+
+
+def allreduce_floor(con: Any, phase: str = "decode") -> Any:
+    """The floor report (``queries/report_allreduce_floor.sql``) as a polars DataFrame."""
+    from k25trace.db import query_frame
+    from k25trace.errors import K25Error
+    from k25trace.report import PHASES
+
+    if phase not in PHASES:
+        raise K25Error(f"unknown phase {phase!r}; one of {', '.join(PHASES)}")
+    ensure_table(con)
+    return query_frame(con, "report_allreduce_floor", {"phase": phase})
+
+
+# ------------------------------------------------------------------------------------------------ the command
+
+
+command = click.Group("bench", help="Measure floors on this machine (all-reduce) and store them in a database.")
+
+DISPLAY = ("backend", "world_size", "batch_size", "size_bytes", "mode", "count", "median_us", "p90_us", "burst_ms",
+           "busbw_gbps")
+
+
+def _emit(rows: list[dict[str, Any]], fmt: str | None) -> None:
+    shown = [{k: r[k] for k in DISPLAY} for r in rows]
+    try:
+        import polars as pl
+
+        from k25trace import output
+    except ImportError:  # a bare machine (torch only): JSON lines
+        for r in shown:
+            print(json.dumps(r, default=str))
+        return
+    frame = pl.DataFrame(shown, schema_overrides={"batch_size": pl.Int64, "burst_ms": pl.Float64,
+                                                  "busbw_gbps": pl.Float64})
+    frame = frame.with_columns(pl.col(c).round(3) for c in ("median_us", "p90_us", "burst_ms", "busbw_gbps"))
+    output.write(frame, fmt or output.default_format(), title="All-reduce floor")
+
+
+@command.command("allreduce")
+@click.option("--db", "db_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Read the per-step all-reduce pattern from this database and store the results in it.")
+@click.option("--sizes", default=None, help="Message sizes in bytes, comma-separated (K/M/G suffixes: KiB, MiB, GiB); "
+              "instead of the database's pattern.")
+@click.option("--count", type=int, default=None, help="All-reduces per burst (default: the database's per-step "
+              "count, else 122).")
+@click.option("--batch-sizes", default="1,8,64", show_default=True,
+              help="Without --db or --sizes: sizes = hidden x batch x dtype for these.")
+@click.option("--hidden", type=int, default=7168, show_default=True, help="Hidden size when the trace has no message sizes.")
+@click.option("--dtype", type=click.Choice(sorted(DTYPE_BYTES)), default="bf16", show_default=True)
+@click.option("--phase", default="decode", show_default=True, help="Steps whose pattern is read from --db.")
+@click.option("--backend", type=click.Choice(["auto", "nccl", "gloo"]), default="auto", show_default=True,
+              help="nccl on GPUs (auto when CUDA is there), gloo on CPUs.")
+@click.option("--world-size", type=int, default=None, help="Processes (default: all local GPUs; gloo: 2).")
+@click.option("--iters", type=int, default=200, show_default=True, help="Single all-reduces timed per size.")
+@click.option("--warmup", type=int, default=20, show_default=True)
+@click.option("--bursts", type=int, default=20, show_default=True, help="Bursts timed per size and mode.")
+@click.option("--no-graph", is_flag=True, help="Skip the CUDA-graph burst.")
+@click.option("--profile", "profile_dir", type=click.Path(file_okay=False), default=None,
+              help="Also write a torch.profiler trace of a few bursts per size here.")
+@click.option("--run-name", default=None, help="Name of this bench run (default: backend-ws-time-pid).")
+@click.option("--timeout", "timeout_s", type=float, default=600.0, show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json", "markdown"]), default=None)
+def allreduce(db_path: Path | None, sizes: str | None, count: int | None, batch_sizes: str, hidden: int, dtype: str,
+              phase: str, backend: str, world_size: int | None, iters: int, warmup: int, bursts: int, no_graph: bool,
+              profile_dir: str | None, run_name: str | None, timeout_s: float, fmt: str | None) -> None:
+    """Measure the all-reduce floor for a trace's message sizes: single ops, eager bursts, CUDA-graph bursts.
+
+    \b
+    Examples:
+      k25trace bench allreduce --db run.duckdb                 # sizes/counts of run.duckdb's decode steps
+      k25trace bench allreduce --sizes 14K,112K,896K --count 122
+      k25trace bench allreduce --backend gloo --world-size 2 --db run.duckdb --iters 50
+      k25trace sql --db run.duckdb --query report_allreduce_floor -p phase=decode
+    """
+    import torch
+
+    if backend == "auto":
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+    if backend == "nccl":
+        if not torch.cuda.is_available():
+            raise click.ClickException("--backend nccl needs CUDA GPUs; use --backend gloo --world-size N on CPUs")
+        world_size = world_size or torch.cuda.device_count()
+        if world_size > torch.cuda.device_count():
+            raise click.ClickException(f"--world-size {world_size} > {torch.cuda.device_count()} local GPUs")
+    else:
+        world_size = world_size or 2
+    if world_size < 1:
+        raise click.ClickException("--world-size must be at least 1")
+    for name, value in (("--iters", iters), ("--bursts", bursts)):
+        if value < 1:
+            raise click.ClickException(f"{name} must be at least 1")
+
+    con = None
+    if db_path is not None:
+        from k25trace import db
+
+        con = db.connect(db_path)
+    specs: list[dict[str, Any]]
+    if sizes:
+        specs = [{"size_bytes": parse_size(s), "count": count or 122, "size_source": "given"}
+                 for s in sizes.split(",") if s.strip()]
+    elif con is not None:
+        specs = pattern_from_db(con, phase=phase, hidden=hidden, dtype=dtype)
+        if not specs:
+            raise click.ClickException(f"{db_path}: no {phase} steps with all-reduces; give --sizes and --count")
+        for s in specs:
+            if count:
+                s["count"] = count
+            if s.get("world_size") and s["world_size"] != world_size:
+                _log(f"note: the trace ran on {s['world_size']} ranks, this bench on {world_size}")
+        seen: set[tuple[int, int]] = set()
+        specs = [s for s in specs if (s["size_bytes"], s["count"]) not in seen and not seen.add((s["size_bytes"], s["count"]))]
+    else:
+        specs = [{"size_bytes": hidden * int(b) * DTYPE_BYTES[dtype], "count": count or 122, "batch_size": int(b),
+                  "size_source": "hidden"} for b in batch_sizes.split(",") if b.strip()]
+    _log(f"{backend}, {world_size} process(es), {len(specs)} size(s): "
+         + ", ".join(f"{s['size_bytes']:,} B x {s['count']}" for s in specs))
+    rows = run_allreduce_bench(specs, backend=backend, world_size=world_size, dtype=dtype, iters=iters,
+                               warmup=warmup, bursts=bursts, graph=not no_graph, profile=profile_dir,
+                               timeout_s=timeout_s, bench_run=run_name)
+    if con is not None:
+        write_rows(con, rows)
+        con.close()
+        _log(f"{len(rows)} rows written to {db_path} (table allreduce_bench, bench_run {rows[0]['bench_run']})")
+    if profile_dir:
+        _log(f"profiler traces in {profile_dir} (k25trace load {profile_dir} --db ...)")
+    _emit(rows, fmt)
+
+
+if __name__ == "__main__":
+    command(prog_name="python3 -m k25trace.bench")
