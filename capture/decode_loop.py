@@ -1,0 +1,402 @@
+"""A TP-sharded, Kimi-K2.5-shaped decode loop on N GPUs, profiled per rank the way vLLM profiles its workers.
+
+Real GPU traces without vLLM: one process per GPU (started by this script), each holding its 1/N share of a
+Kimi-shaped model and replaying a CUDA graph per batch size inside vLLM's step marker::
+
+    python3 capture/decode_loop.py --out /tmp/decode_trace                 # all local GPUs, 4 layers
+    python3 capture/decode_loop.py --out /tmp/d --world-size 2 --layers 8 --delay-rank 1 --delay-ms 0.5
+    k25trace load /tmp/decode_trace --db run.duckdb && k25trace report --db run.duckdb
+
+Per rank r of N (``--hidden 7168``, ``--heads 64``, ``--experts 384``, top-8):
+
+* per layer: RMSNorm; MLA-like attention with ``heads/N`` heads (fused q_a/kv_a projection, q_a/kv_a norms,
+  q_b projection, rotary on the rope part, absorbed W_UK/W_UV, a latent KV cache of ``--context`` tokens written
+  at the current position, softmax attention over it), o_proj (row-parallel) then an all-reduce; RMSNorm; MoE:
+  router GEMM + top-8 (sigmoid scores, renormalised), the ``experts/N`` local experts as two grouped GEMMs
+  (``torch._grouped_mm``; tokens routed elsewhere get weight 0 on this rank, the all-reduce sums the ranks'
+  shares) plus a TP-sharded shared expert, then the second all-reduce. With N = 1 the all-reduces are skipped,
+  as vLLM skips them at TP=1.
+* the routed experts' weights are one pool shared by all layers (a Kimi layer's experts are ~34 GB in bf16;
+  what a decode step reads per layer — the selected experts — is the same).
+* a decode step, per batch size B in ``--batch-sizes`` (default 1, 8, 64): inside
+  ``record_function("execute_context_0(0)_generation_B(B)")``: the token ids are copied host -> device, ONE
+  CUDA-graph replay (embedding, all layers, final norm), then eagerly the lm_head GEMM (vocab/N; all-gather of the
+  logits when N > 1), argmax and a device -> host copy of the next tokens.
+* ``--delay-rank R --delay-ms X``: rank R sleeps X ms on the CPU before the graph replay of every
+  ``--delay-every``-th step (inside the marker), so the other ranks wait for it at the first all-reduce.
+* profiling as vLLM does it: ``torch.profiler.profile(activities=[CPU, CUDA], on_trace_ready=
+  tensorboard_trace_handler(out, worker_name="dp0_pp0_tp{r}_dcp0_ep{r}_rank{r}", use_gzip=True))`` — files
+  ``dp0_pp0_tp{r}_dcp0_ep{r}_rank{r}.<ns>.pt.trace.json.gz``. Warm-up steps and graph capture are not profiled.
+
+Needs only torch (and NCCL for N > 1). Progress on stderr; a JSON summary per rank on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from typing import Any
+
+
+def _log(rank: int, msg: str) -> None:
+    print(f"[decode_loop rank {rank}] {msg}", file=sys.stderr, flush=True)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", required=True, help="directory for the per-rank trace files")
+    p.add_argument("--world-size", type=int, default=0, help="processes/GPUs (default: all local GPUs)")
+    p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--batch-sizes", default="1,8,64")
+    p.add_argument("--steps", type=int, default=8, help="profiled decode steps per batch size")
+    p.add_argument("--warmup", type=int, default=3, help="unprofiled steps per batch size before profiling")
+    p.add_argument("--hidden", type=int, default=7168)
+    p.add_argument("--heads", type=int, default=64)
+    p.add_argument("--q-lora-rank", type=int, default=1536)
+    p.add_argument("--kv-lora-rank", type=int, default=512)
+    p.add_argument("--rope-dim", type=int, default=64)
+    p.add_argument("--nope-dim", type=int, default=128)
+    p.add_argument("--v-dim", type=int, default=128)
+    p.add_argument("--experts", type=int, default=384)
+    p.add_argument("--top-k", type=int, default=8)
+    p.add_argument("--moe-intermediate", type=int, default=2048)
+    p.add_argument("--vocab", type=int, default=163840)
+    p.add_argument("--context", type=int, default=1024, help="tokens in each request's latent KV cache")
+    p.add_argument("--delay-rank", type=int, default=None)
+    p.add_argument("--delay-ms", type=float, default=0.0)
+    p.add_argument("--delay-every", type=int, default=4, help="delay every K-th profiled step (1 = every step)")
+    p.add_argument("--device", default="cuda", help="cuda (default) or cpu (a smoke run: no graphs)")
+    p.add_argument("--dtype", default="bfloat16")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--master-port", type=int, default=29533)
+    return p.parse_args(argv)
+
+
+class Model:
+    """One rank's share of the model; ``forward(ids)`` is what the CUDA graph captures."""
+
+    def __init__(self, a: argparse.Namespace, rank: int, world: int, device: Any, dtype: Any) -> None:
+        import torch
+
+        if a.heads % world or a.experts % world or a.moe_intermediate % world or a.vocab % world:
+            raise SystemExit("heads, experts, moe-intermediate and vocab must divide by the world size")
+        self.a, self.rank, self.world, self.dev, self.dtype = a, rank, world, device, dtype
+        g = torch.Generator(device="cpu").manual_seed(a.seed + 17 * rank)
+        H, h = a.hidden, a.heads // world
+        self.h = h
+        qk = a.nope_dim + a.rope_dim
+        self.E = a.experts // world
+        I = a.moe_intermediate
+
+        def w(*shape: int, std: float | None = None) -> Any:
+            t = torch.empty(*shape, dtype=dtype, device=device)
+            return t.normal_(0.0, std if std is not None else 1.0 / math.sqrt(shape[-2] if len(shape) > 1 else 1))
+
+        self.embed = w(a.vocab // world if world > 1 else a.vocab, H, std=0.02)
+        self.layers = []
+        for _ in range(a.layers):
+            self.layers.append({
+                "in_norm": torch.ones(H, dtype=dtype, device=device),
+                "qkv_a": w(H, a.q_lora_rank + a.kv_lora_rank + a.rope_dim),
+                "q_a_norm": torch.ones(a.q_lora_rank, dtype=dtype, device=device),
+                "kv_a_norm": torch.ones(a.kv_lora_rank, dtype=dtype, device=device),
+                "q_b": w(a.q_lora_rank, h * qk),
+                "w_uk": w(h, a.nope_dim, a.kv_lora_rank),
+                "w_uv": w(h, a.kv_lora_rank, a.v_dim),
+                "o": w(h * a.v_dim, H),
+                "post_norm": torch.ones(H, dtype=dtype, device=device),
+                "gate": w(H, a.experts),
+                "gate_bias": torch.zeros(a.experts, dtype=torch.float32, device=device),
+                "sh13": w(H, 2 * I // world),
+                "sh2": w(I // world, H),
+            })
+        # the routed experts: one pool for all layers (see the module doc)
+        # stored (E, N, K) and used transposed, the layout torchtitan feeds torch._grouped_mm on Hopper
+        self.w13 = w(self.E, 2 * I, H, std=1.0 / math.sqrt(H))
+        self.w2 = w(self.E, H, I, std=1.0 / math.sqrt(I))
+        self.final_norm = torch.ones(H, dtype=dtype, device=device)
+        self.lm_head = w(H, a.vocab // world, std=0.02)
+        inv = 1.0 / (10000 ** (torch.arange(0, a.rope_dim, 2, dtype=torch.float32) / a.rope_dim))
+        self.inv_freq = inv.to(device)
+        self.grouped = self._check_grouped_mm()
+
+    def _check_grouped_mm(self) -> bool:
+        import torch
+
+        if not hasattr(torch, "_grouped_mm"):
+            return False
+        try:
+            a = torch.randn(5, 64, dtype=self.dtype, device=self.dev)
+            b = torch.randn(3, 32, 64, dtype=self.dtype, device=self.dev).transpose(-2, -1)
+            offs = torch.tensor([2, 2, 5], dtype=torch.int32, device=self.dev)
+            got = torch._grouped_mm(a, b, offs=offs)
+            ref = torch.cat([a[:2] @ b[0], a[2:5] @ b[2]])
+            return bool(torch.allclose(got.float(), ref.float(), atol=0.5, rtol=0.05))
+        except Exception as exc:  # noqa: BLE001 - any failure means: use the fallback
+            _log(self.rank, f"torch._grouped_mm unusable here ({type(exc).__name__}: {exc}); experts by gathered bmm")
+            return False
+
+    # ---------------------------------------------------------------------------------------------- pieces
+
+    def _all_reduce(self, x: Any) -> Any:
+        if self.world > 1:
+            import torch.distributed as dist
+
+            dist.all_reduce(x)
+        return x
+
+    @staticmethod
+    def _rms(x: Any, weight: Any, eps: float = 1e-6) -> Any:
+        import torch
+
+        return torch.nn.functional.rms_norm(x, (x.shape[-1],), weight, eps)
+
+    def _rope(self, x: Any, pos: Any) -> Any:
+        import torch
+
+        freqs = pos.float()[:, None] * self.inv_freq[None, :]  # (B, rope/2)
+        cos, sin = torch.cos(freqs).to(x.dtype), torch.sin(freqs).to(x.dtype)
+        while cos.dim() < x.dim():
+            cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+        x1, x2 = x[..., 0::2], x[..., 1::2]
+        return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
+
+    def _attention(self, L: dict, x: Any, cache: Any, pos: Any) -> Any:
+        import torch
+
+        a, h = self.a, self.h
+        B = x.shape[0]
+        qkv = x @ L["qkv_a"]
+        q_lat, kv_lat, k_pe = qkv.split([a.q_lora_rank, a.kv_lora_rank, a.rope_dim], dim=-1)
+        q = (self._rms(q_lat, L["q_a_norm"]) @ L["q_b"]).view(B, h, a.nope_dim + a.rope_dim)
+        q_nope, q_pe = q.split([a.nope_dim, a.rope_dim], dim=-1)
+        q_pe = self._rope(q_pe, pos)
+        k_pe = self._rope(k_pe, pos)
+        kv = torch.cat([self._rms(kv_lat, L["kv_a_norm"]), k_pe], dim=-1)  # (B, 576)
+        # write this token's latent into the cache at its position (device tensor: graph-safe)
+        cache.index_put_((torch.arange(B, device=x.device), pos), kv)
+        q_abs = torch.bmm(q_nope.transpose(0, 1), L["w_uk"]).transpose(0, 1)  # (B, h, 512)
+        qf = torch.cat([q_abs, q_pe], dim=-1)  # (B, h, 576)
+        scores = torch.bmm(qf, cache.transpose(1, 2)) * (1.0 / math.sqrt(a.nope_dim + a.rope_dim))  # (B, h, ctx)
+        p = torch.softmax(scores.float(), dim=-1).to(x.dtype)
+        o_lat = torch.bmm(p, cache[:, :, : a.kv_lora_rank])  # (B, h, 512)
+        o = torch.bmm(o_lat.transpose(0, 1), L["w_uv"]).transpose(0, 1).reshape(B, h * a.v_dim)
+        return self._all_reduce(o @ L["o"])
+
+    def _moe(self, L: dict, x: Any) -> Any:
+        import torch
+
+        a = self.a
+        B, H = x.shape
+        logits = (x @ L["gate"]).float()
+        scores = torch.sigmoid(logits)
+        top_w, top_ids = torch.topk(scores + L["gate_bias"], a.top_k, dim=-1)
+        top_w = torch.gather(scores, 1, top_ids)
+        top_w = top_w / top_w.sum(-1, keepdim=True)
+        local = top_ids - self.rank * self.E
+        valid = (local >= 0) & (local < self.E)
+        local = torch.where(valid, local, torch.zeros_like(local)).flatten()
+        weight = torch.where(valid, top_w, torch.zeros_like(top_w)).flatten().to(x.dtype)
+        token = torch.arange(B, device=x.device).repeat_interleave(a.top_k)
+        order = torch.argsort(local)
+        sorted_tok = token[order]
+        xs = x[sorted_tok]
+        if self.grouped:
+            counts = torch.zeros(self.E, dtype=torch.int32, device=x.device)
+            counts.scatter_add_(0, local, torch.ones_like(local, dtype=torch.int32))
+            offs = torch.cumsum(counts, 0, dtype=torch.int32)
+            h13 = torch._grouped_mm(xs, self.w13.transpose(-2, -1), offs=offs)
+            g, u = h13.chunk(2, dim=-1)
+            y = torch._grouped_mm(torch.nn.functional.silu(g) * u, self.w2.transpose(-2, -1), offs=offs)
+        else:  # gathered per-pair weights (slow at large batch; only when _grouped_mm is missing)
+            e = local[order]
+            h13 = torch.bmm(xs.unsqueeze(1), self.w13[e].transpose(-2, -1)).squeeze(1)
+            g, u = h13.chunk(2, dim=-1)
+            y = torch.bmm((torch.nn.functional.silu(g) * u).unsqueeze(1), self.w2[e].transpose(-2, -1)).squeeze(1)
+        out = torch.zeros_like(x)
+        out.index_add_(0, sorted_tok, y * weight[order, None])
+        sh = x @ L["sh13"]
+        g, u = sh.chunk(2, dim=-1)
+        out = out + (torch.nn.functional.silu(g) * u) @ L["sh2"]
+        return self._all_reduce(out)
+
+    def forward(self, ids: Any, pos: Any, caches: list) -> Any:
+        import torch
+
+        if self.world > 1:  # vocab-parallel embedding: rows outside this rank's shard are 0, the sum restores them
+            V = self.embed.shape[0]
+            local = ids - self.rank * V
+            ok = (local >= 0) & (local < V)
+            x = self.embed[torch.where(ok, local, torch.zeros_like(local))] * ok[:, None].to(self.dtype)
+            x = self._all_reduce(x)
+        else:
+            x = self.embed[ids]
+        residual = x
+        for L, cache in zip(self.layers, caches):
+            x = self._attention(L, self._rms(residual, L["in_norm"]), cache, pos)
+            residual = residual + x
+            x = self._moe(L, self._rms(residual, L["post_norm"]))
+            residual = residual + x
+        return self._rms(residual, self.final_norm)
+
+    def logits_and_sample(self, hidden: Any) -> Any:
+        import torch
+
+        logits = hidden @ self.lm_head
+        if self.world > 1:
+            import torch.distributed as dist
+
+            parts = [torch.empty_like(logits) for _ in range(self.world)]
+            dist.all_gather(parts, logits)
+            logits = torch.cat(parts, dim=-1)
+        return torch.argmax(logits, dim=-1)
+
+
+def run_rank(rank: int, world: int, a: argparse.Namespace) -> dict[str, Any]:
+    import torch
+    import torch.distributed as dist
+    from torch.profiler import ProfilerActivity, profile, record_function, tensorboard_trace_handler
+
+    cuda = a.device == "cuda"
+    if cuda:
+        torch.cuda.set_device(rank)
+        device = torch.device("cuda", rank)
+    else:
+        device = torch.device("cpu")
+    dtype = getattr(torch, a.dtype)
+    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
+    os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
+    dist.init_process_group("nccl" if cuda else "gloo", init_method=f"tcp://127.0.0.1:{a.master_port}",
+                            rank=rank, world_size=world, **({"device_id": device} if cuda else {}))
+    torch.manual_seed(a.seed)
+    t0 = time.perf_counter()
+    model = Model(a, rank, world, device, dtype)
+    if cuda:
+        torch.cuda.synchronize()
+    _log(rank, f"model ready in {time.perf_counter() - t0:.1f} s: {a.layers} layers, {model.h} heads, "
+               f"{model.E} local experts, grouped_mm={model.grouped}")
+    batch_sizes = [int(b) for b in a.batch_sizes.split(",") if b.strip()]
+    state: dict[int, dict[str, Any]] = {}
+    for B in batch_sizes:
+        st: dict[str, Any] = {
+            "ids": torch.zeros(B, dtype=torch.long, device=device),
+            "pos": torch.zeros(B, dtype=torch.long, device=device),
+            "ids_host": torch.randint(0, a.vocab, (B,), dtype=torch.long).pin_memory() if cuda
+            else torch.randint(0, a.vocab, (B,), dtype=torch.long),
+            "caches": [torch.randn(B, a.context, a.kv_lora_rank + a.rope_dim, dtype=dtype, device=device) * 0.1
+                       for _ in range(a.layers)],
+        }
+        st["pos"].fill_(a.context - 1)
+        if cuda:
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                for _ in range(2):
+                    model.forward(st["ids"], st["pos"], st["caches"])
+            torch.cuda.current_stream().wait_stream(stream)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                st["out"] = model.forward(st["ids"], st["pos"], st["caches"])
+            st["graph"] = graph
+        state[B] = st
+    if cuda:
+        torch.cuda.synchronize()
+    dist.barrier()
+    _log(rank, f"graphs captured for batch sizes {batch_sizes}")
+
+    delayed: list[int] = []
+    step_no = [0]
+
+    def step(B: int, profiled: bool) -> None:
+        st = state[B]
+        with record_function(f"execute_context_0(0)_generation_{B}({B})"):
+            st["ids"].copy_(st["ids_host"], non_blocking=True)
+            if profiled and a.delay_rank == rank and a.delay_ms > 0 and step_no[0] % max(1, a.delay_every) == 0:
+                time.sleep(a.delay_ms / 1000.0)
+                delayed.append(step_no[0])
+            if cuda:
+                st["graph"].replay()
+                hidden = st["out"]
+            else:
+                hidden = model.forward(st["ids"], st["pos"], st["caches"])
+            nxt = model.logits_and_sample(hidden)
+        st["ids_host"].copy_(nxt, non_blocking=True)  # next tokens back to the host (D2H), as the sampler does
+        if profiled:
+            step_no[0] += 1
+
+    for B in batch_sizes:
+        for _ in range(a.warmup):
+            step(B, False)
+    if cuda:
+        torch.cuda.synchronize()
+    dist.barrier()
+
+    os.makedirs(a.out, exist_ok=True)
+    handler = tensorboard_trace_handler(a.out, worker_name=f"dp0_pp0_tp{rank}_dcp0_ep{rank}_rank{rank}", use_gzip=True)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    step_ms: dict[int, list[float]] = {}
+    with profile(activities=activities, record_shapes=False, with_stack=False, on_trace_ready=handler):
+        for B in batch_sizes:
+            for _ in range(a.steps):
+                t = time.perf_counter()
+                step(B, True)
+                if cuda:
+                    torch.cuda.synchronize()
+                step_ms.setdefault(B, []).append((time.perf_counter() - t) * 1e3)
+    dist.barrier()
+    dist.destroy_process_group()
+    files = sorted(f for f in os.listdir(a.out) if f.startswith(f"dp0_pp0_tp{rank}_"))
+    return {"rank": rank, "world_size": world, "device": torch.cuda.get_device_name(device) if cuda else "cpu",
+            "torch": torch.__version__, "grouped_mm": model.grouped, "layers": a.layers, "steps": a.steps,
+            "delayed_steps": delayed,
+            "median_step_ms": {B: sorted(v)[len(v) // 2] for B, v in step_ms.items()}, "files": files}
+
+
+def _worker(rank: int, world: int, a: argparse.Namespace, queue: Any) -> None:
+    try:
+        queue.put(run_rank(rank, world, a))
+    except BaseException as exc:  # noqa: BLE001 - reported by the parent
+        import traceback
+
+        traceback.print_exc()
+        queue.put({"rank": rank, "error": f"{type(exc).__name__}: {exc}"})
+        raise
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parse_args(argv)
+    world = a.world_size
+    if world <= 0:
+        if a.device == "cuda":
+            import torch
+
+            world = torch.cuda.device_count()
+            if world == 0:
+                raise SystemExit("no CUDA device; use --device cpu for a smoke run")
+        else:
+            world = 1
+    if a.delay_rank is not None and not 0 <= a.delay_rank < world:
+        raise SystemExit(f"--delay-rank {a.delay_rank} is not a rank of {world}")
+    import torch.multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    procs = [ctx.Process(target=_worker, args=(r, world, a, queue)) for r in range(world)]
+    for p in procs:
+        p.start()
+    results = []
+    for _ in procs:
+        results.append(queue.get())
+    for p in procs:
+        p.join()
+    results.sort(key=lambda r: r["rank"])
+    print(json.dumps(results, indent=2))
+    return 1 if any("error" in r for r in results) or any(p.exitcode for p in procs) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
