@@ -90,6 +90,16 @@ def decode_breakdown(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
     return report.breakdown(con, by="batch", phase="decode")
 
 
+def collective_split(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
+    """Collectives across the ranks of each run: transfer vs wait per step, skew, straggler (``report_comm``)."""
+    frame = report.breakdown(con, by="comm", phase="decode")
+    if frame.is_empty():
+        return frame
+    return frame.with_columns(pl.col("run_id").map_elements(report.run_label, return_dtype=pl.String).alias("run")).select(
+        ["run", "level", "batch_size", "category", "ranks", "calls_per_step", "ms_per_step", "transfer_ms_per_step",
+         "wait_ms_per_step", "wait_pct", "skew_p90_us", "straggler_rank", "straggler_late_pct"])
+
+
 def steps(con: duckdb.DuckDBPyConnection, trace_id: int, *, phase: str = "all",
           batch_size: int | None = None) -> pl.DataFrame:
     """The steps of one trace (rank), optionally one phase and one batch size, in step order."""

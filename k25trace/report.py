@@ -11,7 +11,7 @@ import polars as pl
 from k25trace.db import query_frame
 from k25trace.errors import K25Error
 
-VIEWS = ("batch", "category", "step", "rank", "kernel", "comm", "rank-comm")
+VIEWS = ("batch", "category", "step", "rank", "kernel", "comm", "rank-comm", "floor")
 PHASES = ("decode", "prefill", "mixed", "empty", "unknown", "all")
 
 
@@ -33,6 +33,10 @@ def breakdown(con: duckdb.DuckDBPyConnection, *, by: str = "batch", phase: str =
         return query_frame(con, "report_steps", params)
     if by == "kernel":
         return query_frame(con, "report_kernels", {**params, "top": top})
+    if by == "floor":
+        from k25trace.bench import allreduce_floor
+
+        return allreduce_floor(con, phase)
     if by == "comm":
         return query_frame(con, "report_comm", {"phase": phase})
     if by == "rank-comm":

@@ -659,7 +659,7 @@ class _Templates:
         self.cache: dict[tuple[str, int], tuple[str, str]] = {}
 
     def gpu(self, op: Op, stream_id: int) -> tuple[str, str]:
-        key = (op.name, stream_id, op.coll_args is not None)
+        key = (op.name, stream_id, op.coll_args)  # collective args (message sizes) differ per call site and batch
         t = self.cache.get(key)
         if t is not None:
             return t

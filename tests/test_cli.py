@@ -144,3 +144,12 @@ def test_installed_package_carries_its_sql_and_samples() -> None:
     assert len(sample_paths()) >= 4
     if installed:
         assert Path(k25trace.__file__).parent in db.queries_dir().parents
+
+
+def test_core_does_not_import_textual() -> None:
+    """The headless core (and the CLI start-up) never pull in the TUI toolkit."""
+    code = ("import sys, k25trace.cli, k25trace.ingest, k25trace.report, k25trace.steps, k25trace.crossrank, "
+            "k25trace.browse, k25trace.classify; print('textual' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"

@@ -50,6 +50,9 @@ class OverviewScreen(BrowseScreen):
             yield Label("[b]Decode breakdown per batch size[/b] (exclusive GPU time per step, all ranks)",
                         classes="section")
             yield CategoryBars(id="breakdown")
+            yield Label("[b]Collectives across ranks[/b] (decode; wait = time spent waiting for the slowest rank)",
+                        classes="section", id="comm-title")
+            yield DataTable(id="comm", cursor_type="row")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -64,6 +67,16 @@ class OverviewScreen(BrowseScreen):
         if message.request == "breakdown":
             self.query_one("#breakdown", CategoryBars).show_bars(
                 breakdown_rows(message.result), width=60, empty_message="no decode steps in this database")
+            self.fetch_side("comm", browse.collective_split)
+            return
+        if message.request == "comm":
+            comm: pl.DataFrame = message.result
+            table = self.query_one("#comm", DataTable)
+            fill_table(table, comm)
+            table.display = not comm.is_empty()
+            self.query_one("#comm-title", Label).update(
+                "[b]Collectives across ranks[/b] (decode; wait = time spent waiting for the slowest rank)" if not comm.is_empty()
+                else "[b]Collectives across ranks[/b]: none (needs two or more ranks of one run with decode steps)")
             return
         if message.request != "overview":
             return
