@@ -7,8 +7,8 @@ name / in the NCCL ``Collective name`` arg). Rules are tried in file order; the 
 ``other``. A user rules file (same columns) is tried *before* the built-in rules, so it can both extend and
 override them; ``replace=True`` uses the user's rules alone.
 
-Matching runs in SQL (``queries/kernel_classes.sql``) over the distinct (name, kind, collective) keys, not per
-event, then ``queries/apply_kernel_classes.sql`` writes the category into ``gpu_events``.
+Matching runs in SQL (``queries/kernel_classes.sql``) over the distinct (name, kind, collective) keys, not
+per event, and writes the category into ``gpu_events``; the loader runs the same query for each new trace.
 """
 
 from __future__ import annotations
@@ -109,8 +109,8 @@ def install_rules(con: duckdb.DuckDBPyConnection, rules: list[Rule]) -> None:
 def classify(con: duckdb.DuckDBPyConnection, user_rules: Path | None = None, *, replace: bool = False) -> None:
     """Classify every GPU activity in the database (idempotent; re-run after changing rules)."""
     install_rules(con, load_rules(user_rules, replace=replace))
-    run_query(con, "kernel_classes")
-    run_query(con, "apply_kernel_classes")
+    con.execute("delete from kernel_classes")
+    run_query(con, "kernel_classes", {"trace_id": None})
 
 
 def classify_names(

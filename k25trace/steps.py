@@ -16,7 +16,7 @@ DEFAULT_GAP_NS = 1_000_000  # idle gap that separates inferred steps (traces wit
 
 def analyze_trace(con: duckdb.DuckDBPyConnection, trace_id: int, *, gap_ns: int = DEFAULT_GAP_NS) -> None:
     """Classify a freshly loaded trace's new kernel names, then build its steps and step categories."""
-    run_query(con, "kernel_classes_add", {"trace_id": trace_id})
+    run_query(con, "kernel_classes", {"trace_id": trace_id})
     build_steps(con, trace_id, gap_ns=gap_ns)
 
 

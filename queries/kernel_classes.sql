@@ -1,58 +1,72 @@
 -- name: kernel_classes
--- Classify every distinct GPU activity key with the ordered rules in kernel_rules: first matching rule wins,
--- no match gives 'other'. Applied to distinct (name, kind, collective) keys, never per event.
--- creates: kernel_classes (table)
--- reads: gpu_events, kernel_names, kernel_rules
--- params: none
--- grain: one row per distinct (name_id, kind, collective_name) present in gpu_events
-create or replace table kernel_classes as
+-- Classify the (name, kind, collective) keys of one trace ($trace_id; NULL = every trace) that kernel_classes
+-- does not know yet, with the ordered rules in kernel_rules (first match wins, no match = 'other'); matching runs
+-- on distinct keys, never per event. Then write gpu_events.category for that trace (or all). A full
+-- re-classification empties kernel_classes first (k25trace.classify.classify).
+-- creates: kernel_classes (rows added), gpu_events.category (updated)
+-- reads: gpu_events, kernel_names, kernel_rules, kernel_classes
+-- params: $trace_id
+-- grain: one row per new distinct (name_id, kind, collective_name)
+insert into kernel_classes
 with keys as (
     select distinct name_id, kind, collective_name
     from gpu_events
+    where $trace_id is null or trace_id = $trace_id
 ),
 
-named as (
-    select keys.name_id, keys.kind, keys.collective_name, kernel_names.name
+new_keys as (
+    select keys.*, kernel_names.name
     from keys
     join kernel_names using (name_id)
+    where not exists (
+        select 1 from kernel_classes as known
+        where known.name_id = keys.name_id
+            and known.kind = keys.kind
+            and known.collective_name is not distinct from keys.collective_name
+    )
 ),
 
 matched as (
     select
-        named.name_id,
-        named.kind,
-        named.collective_name,
+        new_keys.name_id,
+        new_keys.kind,
+        new_keys.collective_name,
         kernel_rules.rule_id,
         kernel_rules.category,
         kernel_rules.source,
         row_number() over (
-            partition by named.name_id, named.kind, named.collective_name
+            partition by new_keys.name_id, new_keys.kind, new_keys.collective_name
             order by kernel_rules.rule_id
         ) as match_rank
-    from named
+    from new_keys
     join kernel_rules on
-        (kernel_rules.kind is null or kernel_rules.kind = named.kind)
-        and (kernel_rules.name_pattern is null or regexp_matches(named.name, kernel_rules.name_pattern))
+        (kernel_rules.kind is null or kernel_rules.kind = new_keys.kind)
+        and (kernel_rules.name_pattern is null or regexp_matches(new_keys.name, kernel_rules.name_pattern))
         and (
             kernel_rules.collective_pattern is null
-            or (named.collective_name is not null and regexp_matches(named.collective_name, kernel_rules.collective_pattern))
+            or (new_keys.collective_name is not null and regexp_matches(new_keys.collective_name, kernel_rules.collective_pattern))
         )
-),
-
-final as (
-    select
-        named.name_id,
-        named.kind,
-        named.collective_name,
-        coalesce(matched.category, 'other') as category,
-        matched.rule_id,
-        matched.source as rule_source
-    from named
-    left join matched on
-        matched.match_rank = 1
-        and matched.name_id = named.name_id
-        and matched.kind = named.kind
-        and matched.collective_name is not distinct from named.collective_name
 )
 
-select * from final
+select
+    new_keys.name_id,
+    new_keys.kind,
+    new_keys.collective_name,
+    coalesce(matched.category, 'other') as category,
+    matched.rule_id,
+    matched.source as rule_source
+from new_keys
+left join matched on
+    matched.match_rank = 1
+    and matched.name_id = new_keys.name_id
+    and matched.kind = new_keys.kind
+    and matched.collective_name is not distinct from new_keys.collective_name;
+
+update gpu_events
+set category = kernel_classes.category
+from kernel_classes
+where ($trace_id is null or gpu_events.trace_id = $trace_id)
+    and gpu_events.name_id = kernel_classes.name_id
+    and gpu_events.kind = kernel_classes.kind
+    and gpu_events.collective_name is not distinct from kernel_classes.collective_name
+    and gpu_events.category is distinct from kernel_classes.category

@@ -35,21 +35,15 @@ class BrowseScreen(Screen[None]):
         ``exclusive`` marks an older fetch of this screen cancelled, so a stale result (the step the user has
         already moved past) is dropped here instead of landing on screen.
         """
-        worker = get_current_worker()
-        started = time.perf_counter()
-        try:
-            with self.browse_app.query_cursor() as cursor:
-                result = call(cursor)
-        except K25Error as exc:
-            if not worker.is_cancelled:
-                self.post_message(FetchFailed(request, str(exc)))
-            return
-        if not worker.is_cancelled:
-            self.post_message(Fetched(request, result, (time.perf_counter() - started) * 1000))
+        self._run_fetch(request, call)
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="side", description="browse query (secondary)")
     def fetch_side(self, request: str, call: Callable[["duckdb.DuckDBPyConnection"], Any]) -> None:
         """Like :meth:`fetch`, in a second group: slower parts that paint after the main ones."""
+        self._run_fetch(request, call)
+
+    def _run_fetch(self, request: str, call: Callable[["duckdb.DuckDBPyConnection"], Any]) -> None:
+        """The body of both fetch groups (runs in the worker thread)."""
         worker = get_current_worker()
         started = time.perf_counter()
         try:
