@@ -143,3 +143,44 @@ def test_report_views(con) -> None:
     assert steps.height == con.execute("select count(*) from steps").fetchall()[0][0]
     ranks = report.breakdown(con, by="rank", phase="all")
     assert set(ranks["rank"].to_list()) == {0, 1}
+
+
+@pytest.mark.parametrize("marker, expected", [
+    ("execute_context_0(0)_generation_4(12)", ("decode", 0, None, 4, 12, 4, True)),
+    ("execute_context_0(0)_generation_64(64)", ("decode", 0, 0, 64, 64, 64, False)),
+    ("execute_context_2(1024)_generation_30(30)", ("mixed", 2, 1024, 30, 30, 32, False)),
+    ("execute_context_1(888_788544)_generation_0(0)", ("prefill", 1, 888, 0, 0, 1, False)),
+    ("execute_40_context_1(sq8sk8sqsq64sqsk64)_generation_32(sq32sk900sqsq32sqsk900)", ("mixed", 1, 8, 32, 32, 33, False)),
+    ("execute_new_0_cached_16", ("decode", 0, None, 16, None, 16, None)),
+    ("execute_new_3_cached_0", ("prefill", 3, None, 0, None, 3, None)),
+    ("execute_new_1_cached_7", ("mixed", 1, None, 7, None, 8, None)),
+    ("execute_context_0(0)_generation_0(0)", ("empty", 0, 0, 0, 0, 0, False)),
+    ("step[DECODE bs=48]", ("decode", 0, None, 48, None, 48, None)),
+    ("step[EXTEND bs=3]", ("prefill", 3, None, 0, None, 3, None)),
+])
+def test_marker_forms(tmp_path: Path, marker: str, expected: tuple) -> None:
+    import gzip
+    import json
+
+    trace = {"distributedInfo": {"rank": 0, "world_size": 1}, "baseTimeNanoseconds": 0, "traceEvents": [
+        {"ph": "X", "cat": "user_annotation", "name": marker, "pid": 1, "tid": 1, "ts": 100, "dur": 50},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 110, "dur": 5, "args": {"correlation": 9}},
+        {"ph": "X", "cat": "kernel", "name": "void vllm::rms_norm_kernel<c10::BFloat16>(float)", "pid": 0, "tid": 7,
+         "ts": 120, "dur": 3, "args": {"correlation": 9, "stream": 7, "device": 0}},
+    ]}
+    path = tmp_path / "t.json.gz"
+    path.write_bytes(gzip.compress(json.dumps(trace).encode()))
+    con = db.connect(tmp_path / "m.duckdb")
+    ingest.load_paths(con, [path])
+    row = con.execute("select phase, ctx_reqs, ctx_tokens, gen_reqs, gen_tokens, batch_size, is_spec_decode, kernel_count, is_empty "
+                      "from steps").fetchall()
+    assert len(row) == 1
+    phase, ctx_reqs, ctx_tokens, gen_reqs, gen_tokens, batch, spec, kernels, empty = row[0]
+    exp_phase, exp_cr, exp_ct, exp_gr, exp_gt, exp_b, exp_spec = expected
+    assert (phase, ctx_reqs, gen_reqs, batch) == (exp_phase, exp_cr, exp_gr, exp_b)
+    if exp_ct is not None:
+        assert ctx_tokens == exp_ct
+    if exp_gt is not None:
+        assert gen_tokens == exp_gt
+    assert spec == exp_spec
+    assert kernels == 1 and empty == (phase == "empty")
