@@ -65,12 +65,9 @@ class OverviewScreen(BrowseScreen):
     @on(Fetched)
     def show_overview(self, message: Fetched) -> None:
         if message.request == "breakdown":
+            breakdown, comm = message.result
             self.query_one("#breakdown", CategoryBars).show_bars(
-                breakdown_rows(message.result), width=60, empty_message="no decode steps in this database")
-            self.fetch_side("comm", browse.collective_split)
-            return
-        if message.request == "comm":
-            comm: pl.DataFrame = message.result
+                breakdown_rows(breakdown), width=60, empty_message="no decode steps in this database")
             table = self.query_one("#comm", DataTable)
             fill_table(table, comm)
             table.display = not comm.is_empty()
@@ -102,7 +99,7 @@ class OverviewScreen(BrowseScreen):
             "[b]Capture levels[/b]" if has_levels else "[b]Capture levels[/b]: none (traces not from `k25trace capture`)")
         fill_table(self.query_one("#step-counts", DataTable), overview.step_counts)
         self.query_one("#breakdown", CategoryBars).update("computing…")
-        self.fetch_side("breakdown", browse.decode_breakdown)
+        self.fetch_side("breakdown", lambda cursor: (browse.decode_breakdown(cursor), browse.collective_split(cursor)))
         self.query_one("#traces", DataTable).focus()
         self.browse_app.mark_painted("overview", message.elapsed_ms)
 
