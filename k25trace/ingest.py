@@ -49,6 +49,7 @@ except ImportError:  # pragma: no cover - isal is a dependency, zlib is the fall
 BLOCK_SIZE = 16 << 20  # decompressed bytes per read
 PARALLEL_MIN_BYTES = 16 << 20  # files at least this large (on disk) are decoded by worker processes
 STAGE_BATCH_ROWS = 1_000_000  # buffered rows written to the staging tables at once
+RING_BUFFER_BYTES = 32 << 20  # shared-memory buffer per chunk in flight (a chunk is one block plus a remainder)
 MAX_PREFIX = 256 << 20  # metadata before traceEvents larger than this is not a Kineto trace
 
 GPU_CATS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset", "Kernel": "kernel", "Memcpy": "memcpy", "Memset": "memset"}
@@ -317,6 +318,33 @@ def _read_blocks(path: Path) -> Iterator[tuple[bytes, int]]:
             yield block, pos
     finally:
         fh.close()
+
+
+class _Reader:
+    """Decompresses a trace into buffers the caller gives (``readinto``: no intermediate copy)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.fh = _open_stream(path)
+        self.raw = getattr(self.fh, "fileobj", None) or getattr(self.fh, "_fp", None)
+
+    def readinto(self, view: memoryview) -> int:
+        try:
+            return self.fh.readinto(view)
+        except EOFError as exc:
+            raise TraceError(str(self.path), "truncated gzip: the compressed stream ends before its end marker "
+                             "(the writer may still be running, or was killed)") from exc
+        except (OSError, zlib.error) as exc:
+            raise TraceError(str(self.path), f"corrupt gzip data: {exc}") from exc
+
+    def position(self) -> int:
+        try:
+            return self.raw.tell() if self.raw is not None else 0
+        except (OSError, ValueError):
+            return 0
+
+    def close(self) -> None:
+        self.fh.close()
 
 
 class _Splitter:
@@ -704,20 +732,20 @@ class _Columns:
         })
 
 
-def _decode_and_build(path: str, chunk: bytes, keep_python: bool) -> tuple[dict[str, pa.Table], int, Counter[str], Counter[str]]:
-    """One chunk of events -> staging tables (event ids local to the chunk)."""
+def _decode_and_build(path: str, chunk: Any, keep_python: bool) -> tuple[dict[str, pa.Table], int, Counter[str], Counter[str]]:
+    """One chunk of events -> staging tables (event ids local to the chunk). Nothing returned refers to ``chunk``."""
     events = _decode_chunk(Path(path), chunk, 0, keep_python)
     cols = _Columns(keep_python)
     tables = cols.build(events, 0)
-    return tables, len(events), cols.skipped, cols.unknown
+    count = len(events)
+    del events  # raw JSON fields (Input Dims) point into the chunk's buffer until here
+    return tables, count, cols.skipped, cols.unknown
 
 
-def _chunks(path: Path, keep_python: bool, share: tuple[int, int] | None, progress: Callable[[int], None]) -> Iterator[tuple]:
-    """Stream a file: ("chunk", tables, n, skipped, unknown) per chunk (only chunk i with i % W == w for
-    ``share=(w, W)``), ("progress", compressed bytes), then ("end", tail events, metadata text)."""
+def _chunks(path: Path, keep_python: bool, progress: Callable[[int], None]) -> Iterator[tuple]:
+    """Stream a file: ("chunk", tables, n, skipped, unknown) per chunk, then ("end", tail events, metadata)."""
     splitter = _Splitter(path)
     last_pos = 0
-    index = 0
     for block, pos in _read_blocks(path):
         if pos > last_pos:
             progress(pos - last_pos)
@@ -725,9 +753,7 @@ def _chunks(path: Path, keep_python: bool, share: tuple[int, int] | None, progre
         chunk = splitter.feed(block)
         if not chunk:
             continue
-        if share is None or index % share[1] == share[0]:
-            yield ("chunk", *_decode_and_build(str(path), chunk, keep_python))
-        index += 1
+        yield ("chunk", *_decode_and_build(str(path), chunk, keep_python))
     tail_events, meta_text = splitter.finish()
     size = file_size(path)
     if size > last_pos:
@@ -735,27 +761,43 @@ def _chunks(path: Path, keep_python: bool, share: tuple[int, int] | None, progre
     yield ("end", tail_events, meta_text)
 
 
-def _chunks_in_process(path: Path, keep_python: bool, progress: Callable[[int], None]) -> Iterator[tuple]:
-    return _chunks(path, keep_python, None, progress)
-
-
 def _worker_main(index: int, tasks: Any, results: Any) -> None:
-    """A decode process. A task ``(task_id, path, keep_python, share)`` streams one file: the worker
-    decompresses it itself (cheaper than shipping text between processes) and decodes the chunks of its
-    ``share`` = (w, W) (every W-th chunk from w; (0, 1) = the whole file). Every item it puts is tagged
-    with the task id; a failure is reported as ("error", path, problem) and the worker goes on."""
+    """A decode process. Tasks: ``(task_id, path, keep_python)`` streams a whole file (decompress, cut, decode);
+    ``("chunk", task_id, path, shm_name, size, keep_python)`` decodes one chunk the parent put in shared memory.
+    Every item it puts is tagged with the task id; a failure is reported as ("error", path, problem) and the
+    worker goes on."""
+    attached: dict[str, Any] = {}
     while True:
         task = tasks.get()
         if task is None:
+            for shm in attached.values():
+                shm.close()
             return
-        task_id, path, keep_python, share = task
+        if task[0] == "chunk":  # one chunk the parent decompressed into a shared-memory buffer
+            _, task_id, chunk_path, shm_name, size, keep_python = task
+            try:
+                if shm_name not in attached:
+                    from multiprocessing import shared_memory
+
+                    attached[shm_name] = shared_memory.SharedMemory(name=shm_name)
+                view = attached[shm_name].buf[:size]
+                try:
+                    item = ("chunk", *_decode_and_build(chunk_path, view, keep_python))
+                finally:
+                    view.release()
+                results.put((task_id, item))
+            except TraceError as exc:
+                results.put((task_id, ("error", exc.path, exc.problem)))
+            except Exception as exc:  # noqa: BLE001 - reported to the parent as this file's failure
+                results.put((task_id, ("error", chunk_path, f"{type(exc).__name__}: {exc}")))
+            continue
+        task_id, path, keep_python = task
 
         def progress(n: int) -> None:
-            if share[0] == 0:
-                results.put((task_id, ("progress", n)))
+            results.put((task_id, ("progress", n)))
 
         try:
-            for item in _chunks(Path(path), keep_python, share, progress):
+            for item in _chunks(Path(path), keep_python, progress):
                 results.put((task_id, item))
         except TraceError as exc:
             results.put((task_id, ("error", exc.path, exc.problem)))
@@ -765,8 +807,8 @@ def _worker_main(index: int, tasks: Any, results: Any) -> None:
 
 class _Workers:
     """Decode processes. Several big files: each worker streams whole files (round robin), ahead of the parent,
-    which takes them in order and writes them to DuckDB (the single writer). One big file: every worker
-    decompresses it and decodes its share of the chunks, and the parent interleaves them back in order."""
+    which takes them in order and writes them to DuckDB (the single writer). One big file: the parent
+    decompresses it into shared memory and the workers decode the chunks in turn (:meth:`feed`)."""
 
     def __init__(self, count: int) -> None:
         import multiprocessing
@@ -781,6 +823,7 @@ class _Workers:
             proc.start()
         self.next_task = 0
         self.planned: dict[str, tuple[int, int]] = {}  # path -> (task id, worker) of a whole-file prefetch
+        self.ring: list[Any] = []  # shared-memory chunk buffers for feed()
 
     def prefetch(self, paths: list[Path], keep_python: bool) -> None:
         """Start streaming these files, one whole file per worker in turn."""
@@ -788,7 +831,7 @@ class _Workers:
             worker = n % self.count
             task_id = self._task_id()
             self.planned[str(path)] = (task_id, worker)
-            self.tasks[worker].put((task_id, str(path), keep_python, (0, 1)))
+            self.tasks[worker].put((task_id, str(path), keep_python))
 
     def _task_id(self) -> int:
         self.next_task += 1
@@ -808,44 +851,101 @@ class _Workers:
                 return item
             # a stale item of an earlier task that failed on another worker: drop it
 
-    def run(self, path: Path, keep_python: bool) -> Iterator[tuple]:
-        planned = self.planned.pop(str(path), None)
-        if planned is not None:
-            shares = [(planned[1], planned[0])]
-        else:
-            task_id = self._task_id()
-            for worker in range(self.count):
-                self.tasks[worker].put((task_id, str(path), keep_python, (worker, self.count)))
-            shares = [(worker, task_id) for worker in range(self.count)]
-        done = [False] * len(shares)
-        end: tuple | None = None
-        turn = 0
+    def feed(self, path: Path, keep_python: bool, progress: Callable[[int], None]) -> Iterator[tuple]:
+        """One big file: this process decompresses it once, straight into the shared-memory buffers of a small
+        ring (``[`` + the carried-over partial event + a block; the comma after the last complete event becomes
+        ``]``), and the workers decode the buffers in turn; results come back in file order."""
+        from multiprocessing import shared_memory
+
+        task_id = self._task_id()
+        if not self.ring:
+            self.ring = [shared_memory.SharedMemory(create=True, size=RING_BUFFER_BYTES) for _ in range(2 * self.count + 2)]
+        in_flight: deque[int] = deque()  # worker of each buffer sent, in file order
+        sent = 0
+        reader = _Reader(path)
+        splitter = _Splitter(path)
+        last_pos = 0
         try:
-            while not all(done):
-                k = turn % len(shares)
-                if done[k]:
-                    turn += 1
+            while not splitter.in_array:  # the metadata before traceEvents, through the splitter
+                block = bytearray(BLOCK_SIZE)
+                n = reader.readinto(memoryview(block))
+                if not n:
+                    break
+                del block[n:]
+                first = splitter.feed(bytes(block))
+                if first:
+                    yield ("chunk", *_decode_and_build(str(path), first, keep_python))
+            carry = splitter.rest if splitter.in_array else b""
+            while splitter.in_array:
+                if len(in_flight) == len(self.ring):
+                    yield self._take(in_flight.popleft(), task_id)
+                shm = self.ring[sent % len(self.ring)]
+                buf = shm.buf
+                if len(carry) + 2 + BLOCK_SIZE > len(buf):
+                    raise TraceError(str(path), "an event larger than 16 MB: not a Kineto trace")
+                buf[0] = 0x5B  # [
+                buf[1 : 1 + len(carry)] = carry
+                start = 1 + len(carry)
+                n = reader.readinto(buf[start : start + BLOCK_SIZE])
+                pos = reader.position()
+                if pos > last_pos:
+                    progress(pos - last_pos)
+                    last_pos = pos
+                total = start + n
+                if not n:
+                    splitter.buf = bytearray(b"[") + carry
+                    break
+                last = None
+                search_from = max(1, total - (1 << 20))
+                while last is None:
+                    for last in _BOUNDARY_RE.finditer(buf, search_from, total):
+                        pass
+                    if last is None and search_from == 1:
+                        break
+                    search_from = max(1, search_from - (8 << 20))
+                if last is None:  # no complete event yet: carry everything over
+                    carry = bytes(buf[1:total])
                     continue
-                item = self._get(*shares[k])
-                if item[0] == "progress":
-                    yield item
-                    continue
-                if item[0] == "error":
-                    raise TraceError(item[1], item[2])
-                if item[0] == "end":
-                    done[k] = True
-                    end = item
-                    turn += 1
-                    continue
-                yield item
-                turn += 1
+                carry = bytes(buf[last.end() - 1 : total])
+                buf[last.start() + 1] = 0x5D  # ]
+                self.tasks[sent % self.count].put(("chunk", task_id, str(path), shm.name, last.start() + 2, keep_python))
+                in_flight.append(sent % self.count)
+                sent += 1
+            tail_events, meta_text = splitter.finish()
+            while in_flight:
+                yield self._take(in_flight.popleft(), task_id)
+            size = file_size(path)
+            if size > last_pos:
+                progress(size - last_pos)
+            yield ("end", tail_events, meta_text)
         except TraceError:
-            raise  # the workers carry on; leftovers of this task are dropped by task id
+            raise  # workers carry on; leftovers of this task are dropped by task id
         except BaseException:
             self.close()
             raise
-        assert end is not None
-        yield end
+        finally:
+            reader.close()
+
+    def _take(self, worker: int, task_id: int) -> tuple:
+        item = self._get(worker, task_id)
+        if item[0] == "error":
+            raise TraceError(item[1], item[2])
+        return item
+
+    def run(self, path: Path, keep_python: bool) -> Iterator[tuple]:
+        """The items of a file given to :meth:`prefetch`, as its worker streams them."""
+        task_id, worker = self.planned.pop(str(path))
+        try:
+            while True:
+                item = self._take(worker, task_id)
+                yield item
+                if item[0] == "end":
+                    return
+        except TraceError:
+            raise  # the worker carries on with its next file
+        except BaseException:
+            self.close()
+            raise
 
     def close(self) -> None:
         for proc in self.procs:
@@ -854,6 +954,10 @@ class _Workers:
         for proc in self.procs:
             proc.join(timeout=5)
         self.procs = []
+        for shm in self.ring:
+            shm.close()
+            shm.unlink()
+        self.ring = []
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -979,7 +1083,12 @@ class Loader:
         """Read, decode and stage one file's events; returns (top-level metadata, event count, counters)."""
         cols = _Columns(self.options.keep_python)
         workers = self._workers() if file_size(path) >= self.options.parallel_min_bytes else None
-        chunks = workers.run(path, self.options.keep_python) if workers else _chunks_in_process(path, self.options.keep_python, self.progress)
+        if workers is None:
+            chunks = _chunks(path, self.options.keep_python, self.progress)
+        elif str(path) in workers.planned:
+            chunks = workers.run(path, self.options.keep_python)
+        else:
+            chunks = workers.feed(path, self.options.keep_python, self.progress)
         total = 0
         meta_text = b""
         tail_events: list[Any] = []
@@ -1189,6 +1298,8 @@ def load_paths(
         advance, start_file = progress_ctx.advance, progress_ctx.start_file
     loader = Loader(con, options, progress=lambda n: advance(n))
     try:
+        if any(file_size(tf.path) >= options.parallel_min_bytes for tf in files):
+            loader._workers()  # start the processes now: their imports overlap the hashing below
         loader.prefetch([tf for tf in files if not loader.already_loaded(tf.path)])
         for tf in files:
             start_file(tf)
