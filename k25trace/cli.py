@@ -33,7 +33,33 @@ def _fail(message: str) -> None:
     sys.exit(1)
 
 
+# Commands whose modules live beside the core; imported only when used (or listed by --help), so that
+# `k25trace load` does not pay for httpx/asyncio (capture) at start-up.
+LAZY_COMMANDS = {
+    "capture": ("capture.cli", "capture_command"),
+    "synth": ("k25trace.synth", "command"),
+    "bench": ("k25trace.bench", "command"),
+}
+
+
 class _Group(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *LAZY_COMMANDS})
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name in LAZY_COMMANDS and name not in self.commands:
+            import importlib
+
+            module, attr = LAZY_COMMANDS[name]
+            try:
+                command = getattr(importlib.import_module(module), attr)
+            except ModuleNotFoundError as exc:  # a partial installation: the command is simply absent
+                if exc.name and module.startswith(exc.name):
+                    return None
+                raise
+            self.add_command(command, name)
+        return super().get_command(ctx, name)
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
@@ -420,26 +446,6 @@ def tui(paths: tuple[Path, ...], db_path: Path | None) -> None:
         elif not path.exists():
             raise K25Error(f"{path}: no such database")
         run_tui(path)
-
-
-def _register_optional() -> None:
-    """Commands whose modules live beside the core (capture, synth, tui, bench)."""
-    import importlib
-
-    for module, attr in (("capture.cli", "capture_command"), ("k25trace.synth", "command"),
-                         ("k25trace.bench", "command")):
-        try:
-            mod = importlib.import_module(module)
-        except ModuleNotFoundError as exc:
-            if exc.name and module.startswith(exc.name):
-                continue
-            raise
-        command = getattr(mod, attr, None)
-        if command is not None:
-            cli.add_command(command)
-
-
-_register_optional()
 
 
 def main() -> None:

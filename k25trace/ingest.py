@@ -48,7 +48,7 @@ except ImportError:  # pragma: no cover - isal is a dependency, zlib is the fall
 
 BLOCK_SIZE = 16 << 20  # decompressed bytes per read
 PARALLEL_MIN_BYTES = 16 << 20  # files at least this large (on disk) are decoded by worker processes
-STAGE_BATCH_ROWS = 1_000_000  # buffered rows written to the staging tables at once
+STAGE_BATCH_ROWS = 150_000  # buffered rows written to the staging tables at once
 RING_BUFFER_BYTES = 32 << 20  # shared-memory buffer per chunk in flight (a chunk is one block plus a remainder)
 MAX_PREFIX = 256 << 20  # metadata before traceEvents larger than this is not a Kineto trace
 
