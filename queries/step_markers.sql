@@ -8,15 +8,18 @@
 -- params: $trace_id, $gap_ns
 -- grain: one row per engine step of the trace
 create or replace temp table _step_markers as
-with cpu_markers as (
+with step_annotations as (
     select
-        name, start_ns, end_ns, pid, tid,
+        kind, name, start_ns, end_ns, pid, tid,
         case when regexp_matches(name, '^execute_') then 'vllm' else 'sglang' end as family
     from annotations
     where trace_id = $trace_id
-        and kind = 'user_annotation'
         and (regexp_matches(name, '^execute_(new_[0-9]+_cached_[0-9]+|context_[0-9]+\(|[0-9]+_context_[0-9]+\()')
             or regexp_matches(name, '^step\[[A-Za-z]+'))
+),
+
+cpu_markers as (
+    select * from step_annotations where kind = 'user_annotation'
 ),
 
 cpu_family as (
@@ -25,13 +28,7 @@ cpu_family as (
 ),
 
 gpu_copies as (
-    select name, start_ns, end_ns, pid, tid,
-        case when regexp_matches(name, '^execute_') then 'vllm' else 'sglang' end as family
-    from annotations
-    where trace_id = $trace_id
-        and kind = 'gpu_user_annotation'
-        and (regexp_matches(name, '^execute_(new_[0-9]+_cached_[0-9]+|context_[0-9]+\(|[0-9]+_context_[0-9]+\()')
-            or regexp_matches(name, '^step\[[A-Za-z]+'))
+    select * from step_annotations where kind = 'gpu_user_annotation'
 ),
 
 gpu_stream as (
