@@ -161,6 +161,7 @@ _SKIP_CATS = ("ac2g", "fwdbwd", "Trace", "overhead", "cpu_instant_event", "cuda_
 _SKIP_TYPES = [_tagged(_Tagged, c) for c in _SKIP_CATS]
 _PY_TYPES = (_tagged(_Tagged, "python_function"), _tagged(_Timed, "python_function"))  # dropped / kept
 _SKIP_TYPE_SET = frozenset(_SKIP_TYPES) | {_PY_TYPES[0]}
+_KEEP_TYPE = {t: t not in _SKIP_TYPE_SET for t in _GPU_TYPES + _LAUNCH_TYPES + _OP_TYPES + _ANN_TYPES + _SKIP_TYPES + list(_PY_TYPES)}.__getitem__
 _FAST_DECODER = msgspec.json.Decoder(
     list[Union[tuple(_GPU_TYPES + _LAUNCH_TYPES + _OP_TYPES + _ANN_TYPES + _SKIP_TYPES + [_PY_TYPES[0]])]]  # type: ignore[misc]
 )
@@ -580,6 +581,17 @@ def _pid(v: int | str | None) -> int | None:
     return None
 
 
+def _dims(prefix: str, values: list[list[int] | None]) -> dict[str, pa.Array]:
+    """``{prefix_x, prefix_y, prefix_z}`` columns from [x, y, z] lists (vectorised; a short list -> NULLs)."""
+    try:
+        lists = pa.array(values, pa.list_(pa.int32()))
+        if pc.any(pc.less(pc.list_value_length(lists), 3)).as_py():
+            raise ValueError("short list")
+        return {f"{prefix}_{axis}": pc.list_element(lists, i) for i, axis in enumerate("xyz")}
+    except (pa.ArrowInvalid, pa.ArrowTypeError, ValueError, OverflowError):
+        return {f"{prefix}_{axis}": pa.array([_dim(v, i) for v in values], pa.int32()) for i, axis in enumerate("xyz")}
+
+
 def _dim(values: list[int] | None, i: int) -> int | None:
     if values and len(values) > i:
         v = values[i]
@@ -610,7 +622,7 @@ class _Columns:
             for typ, n in Counter(map(type, events)).items():
                 if typ in _SKIP_TYPE_SET:
                     skipped[typ.cat] += n
-            keep_mask = [e.__class__ not in _SKIP_TYPE_SET for e in events]
+            keep_mask = list(map(_KEEP_TYPE, map(type, events)))  # C-level loop
             indexed = zip(compress(range(len(events)), keep_mask), compress(events, keep_mask))
         for i, e in indexed:
             cat = e.cat
@@ -710,12 +722,8 @@ class _Columns:
             "dur_ns": _ns([e.dur if e.dur is not None else 0 for e in gpu]),
             "correlation": pa.array([a.correlation for a in args], pa.int64()),
             "external_id": pa.array([a.external_id for a in args], pa.int64()),
-            "grid_x": pa.array([_dim(g, 0) for g in grids], pa.int32()),
-            "grid_y": pa.array([_dim(g, 1) for g in grids], pa.int32()),
-            "grid_z": pa.array([_dim(g, 2) for g in grids], pa.int32()),
-            "block_x": pa.array([_dim(b, 0) for b in blocks], pa.int32()),
-            "block_y": pa.array([_dim(b, 1) for b in blocks], pa.int32()),
-            "block_z": pa.array([_dim(b, 2) for b in blocks], pa.int32()),
+            **_dims("grid", grids),
+            **_dims("block", blocks),
             "registers": pa.array([a.registers for a in args], pa.int32()),
             "shared_mem_bytes": pa.array([a.shared_memory for a in args], pa.int32()),
             "blocks_per_sm": pa.array([a.blocks_per_sm for a in args], pa.float64()),
