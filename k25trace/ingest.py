@@ -998,6 +998,7 @@ class Loader:
         self.con = con
         self.options = options or LoadOptions()
         self._executor: _Workers | None = None
+        self._hashes: dict[tuple[str, int, int], str] = {}
         self._pending: dict[str, list[pa.Table]] = {}
         self._pending_rows = 0
         self.progress = progress or (lambda n: None)
@@ -1013,9 +1014,17 @@ class Loader:
         rows = self.con.execute("select trace_id, path from traces where sha256 = ?", [sha]).fetchall()
         return rows[0] if rows else None
 
+    def _hash(self, path: Path) -> str:
+        """The file's sha256, computed once per (path, size, mtime) in this load."""
+        stat = path.stat()
+        key = (str(path), stat.st_size, stat.st_mtime_ns)
+        if key not in self._hashes:
+            self._hashes[key] = _sha256(path)
+        return self._hashes[key]
+
     def already_loaded(self, path: Path) -> bool:
         try:
-            return self._known(_sha256(path)) is not None
+            return self._known(self._hash(path)) is not None
         except OSError:
             return False
 
@@ -1029,7 +1038,7 @@ class Loader:
         except OSError as exc:
             result.message = f"{path}: cannot read: {exc.strerror}"
             return result
-        sha = _sha256(path)
+        sha = self._hash(path)
         row = self._known(sha)
         if row:
             result.status = "skipped"
