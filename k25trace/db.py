@@ -31,7 +31,6 @@ import duckdb
 
 from k25trace.errors import K25Error, QueryError
 
-SCHEMA_VERSION = 1
 
 _PARAM_RE = re.compile(r"(?<![:$\w])\$([A-Za-z_][A-Za-z0-9_]*)")
 _HEADER_RE = re.compile(r"^--\s*([a-z_]+)\s*:\s*(.*)$")

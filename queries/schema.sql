@@ -9,6 +9,8 @@ create table if not exists meta (
     value varchar
 );
 
+insert or ignore into meta values ('schema_version', '1');
+
 create sequence if not exists trace_id_seq start 1;
 
 create table if not exists traces (
