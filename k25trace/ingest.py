@@ -296,49 +296,32 @@ def _open_stream(path: Path):
     return open(path, "rb")
 
 
-def _read_blocks(path: Path) -> Iterator[tuple[bytes, int]]:
-    """Yield (decompressed block, compressed bytes read so far)."""
-    fh = _open_stream(path)
-    raw = getattr(fh, "fileobj", None) or getattr(fh, "_fp", None)
-    try:
-        while True:
-            try:
-                block = fh.read(BLOCK_SIZE)
-            except EOFError as exc:
-                raise TraceError(str(path), "truncated gzip: the compressed stream ends before its end marker "
-                                 "(the writer may still be running, or was killed)") from exc
-            except (OSError, zlib.error) as exc:
-                raise TraceError(str(path), f"corrupt gzip data: {exc}") from exc
-            if not block:
-                return
-            pos = 0
-            try:
-                pos = raw.tell() if raw is not None else 0
-            except (OSError, ValueError):
-                pos = 0
-            yield block, pos
-    finally:
-        fh.close()
-
-
 class _Reader:
-    """Decompresses a trace into buffers the caller gives (``readinto``: no intermediate copy)."""
+    """Decompresses a trace, translating gzip failures into one-line TraceErrors naming the file."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.fh = _open_stream(path)
         self.raw = getattr(self.fh, "fileobj", None) or getattr(self.fh, "_fp", None)
 
-    def readinto(self, view: memoryview) -> int:
+    def _call(self, method: Callable[[Any], Any], arg: Any) -> Any:
         try:
-            return self.fh.readinto(view)
+            return method(arg)
         except EOFError as exc:
             raise TraceError(str(self.path), "truncated gzip: the compressed stream ends before its end marker "
                              "(the writer may still be running, or was killed)") from exc
         except (OSError, zlib.error) as exc:
             raise TraceError(str(self.path), f"corrupt gzip data: {exc}") from exc
 
+    def read(self, size: int) -> bytes:
+        return self._call(self.fh.read, size)
+
+    def readinto(self, view: memoryview) -> int:
+        """Decompress into the caller's buffer (no intermediate copy)."""
+        return self._call(self.fh.readinto, view)
+
     def position(self) -> int:
+        """Compressed bytes read so far (for progress)."""
         try:
             return self.raw.tell() if self.raw is not None else 0
         except (OSError, ValueError):
@@ -346,6 +329,16 @@ class _Reader:
 
     def close(self) -> None:
         self.fh.close()
+
+
+def _read_blocks(path: Path) -> Iterator[tuple[bytes, int]]:
+    """Yield (decompressed block, compressed bytes read so far)."""
+    reader = _Reader(path)
+    try:
+        while block := reader.read(BLOCK_SIZE):
+            yield block, reader.position()
+    finally:
+        reader.close()
 
 
 class _Splitter:
