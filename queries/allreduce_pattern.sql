@@ -3,7 +3,7 @@
 -- steps and ranks), and their message size in bytes where the trace records the collective's arguments
 -- (In msg nelems x the element size of its dtype; the most common size of the batch size's all-reduces), else
 -- NULL (the bench then assumes hidden x batch x dtype). `k25trace bench allreduce --db` reads it.
--- reads: steps, gpu_events, traces
+-- reads: steps, gpu_events, traces, dtype_bytes (macro)
 -- params: $phase
 -- grain: one row per batch_size
 with selected as (
@@ -26,13 +26,7 @@ sized as (
     select
         selected.batch_size,
         gpu_events.msg_dtype,
-        gpu_events.msg_in_nelems * case lower(gpu_events.msg_dtype)
-            when 'bfloat16' then 2 when 'half' then 2 when 'float16' then 2
-            when 'float' then 4 when 'float32' then 4 when 'int' then 4 when 'int32' then 4
-            when 'double' then 8 when 'float64' then 8 when 'long' then 8 when 'int64' then 8
-            when 'byte' then 1 when 'char' then 1 when 'uint8' then 1 when 'int8' then 1
-            else case when lower(gpu_events.msg_dtype) like 'float8%' then 1 end
-        end as size_bytes
+        gpu_events.msg_in_nelems * dtype_bytes(gpu_events.msg_dtype) as size_bytes
     from gpu_events
     join selected using (trace_id, step_index)
     where gpu_events.category = 'allreduce' and gpu_events.msg_in_nelems is not null

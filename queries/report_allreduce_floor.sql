@@ -7,7 +7,7 @@
 -- when measured, else eager; the latest bench run; per-op time x the observed count). efficiency = floor /
 -- observed, transfer_efficiency = floor / (observed - wait). The message size is the traces' (In msg nelems x
 -- dtype) where recorded, else the bench row measured for that batch size.
--- reads: steps, step_categories, gpu_events, collectives, traces, allreduce_bench
+-- reads: steps, step_categories, gpu_events, collectives, traces, allreduce_bench, dtype_bytes (macro)
 -- params: $phase
 -- grain: one row per (level, world_size, batch_size)
 with selected as (
@@ -41,13 +41,7 @@ waits as (
 sizes as (
     select
         selected.level, selected.world_size, selected.batch_size,
-        gpu_events.msg_in_nelems * case lower(gpu_events.msg_dtype)
-            when 'bfloat16' then 2 when 'half' then 2 when 'float16' then 2
-            when 'float' then 4 when 'float32' then 4 when 'int' then 4 when 'int32' then 4
-            when 'double' then 8 when 'float64' then 8 when 'long' then 8 when 'int64' then 8
-            when 'byte' then 1 when 'char' then 1 when 'uint8' then 1 when 'int8' then 1
-            else case when lower(gpu_events.msg_dtype) like 'float8%' then 1 end
-        end as size_bytes
+        gpu_events.msg_in_nelems * dtype_bytes(gpu_events.msg_dtype) as size_bytes
     from gpu_events
     join selected using (trace_id, step_index)
     where gpu_events.category = 'allreduce' and gpu_events.msg_in_nelems is not null

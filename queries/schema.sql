@@ -1,6 +1,6 @@
 -- name: schema
 -- The public schema of a k25trace database (see README "Schema"). Idempotent: creates what is missing.
--- creates: meta, traces, kernel_names, kernel_rules, kernel_classes, gpu_events, launches, annotations, cpu_ops, python_functions, captures, capture_levels, steps, step_categories, trace_runs, rank_offsets, collectives, kernels (view)
+-- creates: meta, dtype_bytes (macro), traces, kernel_names, kernel_rules, kernel_classes, gpu_events, launches, annotations, cpu_ops, python_functions, captures, capture_levels, steps, step_categories, trace_runs, rank_offsets, collectives, kernels (view)
 -- reads: none
 -- params: none
 -- grain: traces = one row per loaded trace file; gpu_events = one row per GPU activity; launches = one row per CUDA runtime/driver call; annotations = one row per user annotation; cpu_ops = one row per CPU operator
@@ -10,6 +10,16 @@ create table if not exists meta (
 );
 
 insert or ignore into meta values ('schema_version', '1');
+
+-- bytes per element of a collective's `dtype` arg (NCCL/torch spellings); NULL when unknown
+create or replace macro dtype_bytes(dtype) as
+    case lower(dtype)
+        when 'bfloat16' then 2 when 'half' then 2 when 'float16' then 2
+        when 'float' then 4 when 'float32' then 4 when 'int' then 4 when 'int32' then 4
+        when 'double' then 8 when 'float64' then 8 when 'long' then 8 when 'int64' then 8
+        when 'byte' then 1 when 'char' then 1 when 'uint8' then 1 when 'int8' then 1
+        else case when lower(dtype) like 'float8%' then 1 end
+    end;
 
 create sequence if not exists trace_id_seq start 1;
 
