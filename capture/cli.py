@@ -5,7 +5,15 @@ from pathlib import Path
 
 import click
 
+from capture.client import CaptureError, check_url
 from capture.runner import CaptureOptions, run_capture
+
+
+def _url(ctx, param, value: str) -> str:
+    try:
+        return check_url(value)
+    except CaptureError as e:
+        raise click.BadParameter(str(e).removeprefix("--url "))
 
 
 def _levels(ctx, param, value: str) -> list[int]:
@@ -50,7 +58,7 @@ Server side (vLLM 0.13+), settings that keep /stop_profile short:
 
 
 @click.command("capture", epilog=EPILOG, context_settings={"max_content_width": 100})
-@click.option("--url", required=True, help="vLLM server base URL, e.g. http://127.0.0.1:8000")
+@click.option("--url", required=True, callback=_url, help="vLLM server base URL, e.g. http://127.0.0.1:8000")
 @click.option("--trace-dir", type=click.Path(file_okay=False, path_type=Path),
               help="The server's torch_profiler_dir (same host). Required unless --no-profile.")
 @click.option("--out", "out", required=True, type=click.Path(file_okay=False, path_type=Path),

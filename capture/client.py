@@ -33,6 +33,37 @@ class SessionActive(CaptureError):
     pass
 
 
+def check_url(url: str) -> str:
+    """The server's base URL, checked: ``http(s)://host[:port][/prefix]``; raises :class:`CaptureError`.
+
+    Returns it without surrounding blanks and trailing slashes.  Malformed URLs (an unclosed IPv6
+    bracket, a port that is not a number or out of range, no host, another scheme, a query) get a
+    one-line reason instead of an httpx traceback."""
+    text = str(url).strip()
+    example = "e.g. http://127.0.0.1:8000 or http://[::1]:8000"
+    if not text:
+        raise CaptureError(f"--url is empty; give the server's base URL, {example}")
+    if "://" not in text:
+        raise CaptureError(f"--url {text!r} has no scheme; did you mean http://{text} ?")
+    try:
+        u = httpx.URL(text)
+    except (httpx.InvalidURL, ValueError, TypeError) as e:
+        why = str(e)
+        authority = text.split("://", 1)[1].split("/", 1)[0]
+        if "[" in authority and "]" not in authority:
+            why = "unclosed '[' in an IPv6 address"
+        raise CaptureError(f"--url {text!r} is not a valid URL ({why}); {example}") from None
+    if u.scheme not in ("http", "https"):
+        raise CaptureError(f"--url {text!r}: the scheme must be http or https, not {u.scheme!r}")
+    if not u.host:
+        raise CaptureError(f"--url {text!r} has no host; {example}")
+    if u.port is not None and not 1 <= u.port <= 65535:
+        raise CaptureError(f"--url {text!r}: port {u.port} is out of range (1-65535)")
+    if u.query or u.fragment:
+        raise CaptureError(f"--url {text!r}: give the server's base URL, without a ?query or #fragment")
+    return text.rstrip("/")
+
+
 def suggested_profiler_config(trace_dir: str) -> str:
     """The ``--profiler-config`` that keeps ``/stop_profile`` short (reference §7)."""
     cfg = {
@@ -96,7 +127,7 @@ class ControlClient:
     """Short control calls share one client; the stop call gets its own long-timeout client."""
 
     def __init__(self, url: str, api_key: str | None = None, timeout: float = 30.0):
-        self.url = url.rstrip("/")
+        self.url = check_url(url)
         self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.timeout = timeout
         self.http = httpx.AsyncClient(base_url=self.url, headers=self.headers, timeout=timeout)

@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.table import Table
 
 from capture import files as tf
-from capture.client import CaptureError, ControlClient, ServerInfo, StopResult, supports_start_body
+from capture.client import CaptureError, ControlClient, ServerInfo, StopResult, check_url, supports_start_body
 from capture.load import LoadConfig, LoadGenerator, LoadResult, summarize
 from capture.manifest import MANIFEST, new_manifest, now_iso, read_manifest, write_manifest
 
@@ -453,8 +453,10 @@ class Run:
                 loop.add_signal_handler(sig, self.interrupts.fire, sig.name)
             except (NotImplementedError, RuntimeError, ValueError):
                 pass
-        control = ControlClient(o.url, o.api_key)
+        control: ControlClient | None = None
         try:
+            o.url = check_url(o.url)
+            control = ControlClient(o.url, o.api_key)
             return await self._main(control)
         except CaptureError as e:
             self.say(f"[red]error:[/] {e}")
@@ -468,7 +470,8 @@ class Run:
                 self.save()
             return EXIT_ERROR
         finally:
-            await control.aclose()
+            if control is not None:
+                await control.aclose()
             for sig in (signal.SIGINT, signal.SIGTERM):
                 try:
                     loop.remove_signal_handler(sig)
