@@ -134,6 +134,7 @@ class LoadGenerator:
         t_send = time.perf_counter()
         rec.sent_s = time.monotonic() - self._t0
         last = None
+        usage_tokens: int | None = None
         try:
             async with client.stream("POST", path, json=body) as resp:
                 if resp.status_code != 200:
@@ -163,16 +164,21 @@ class LoadGenerator:
                             rec.error = str(err.get("message", err) if isinstance(err, dict) else err)[:200]
                             return
                         choices = obj.get("choices")
-                        if choices:
+                        if choices and isinstance(choices[0], dict):
                             ch = choices[0]
+                            finish = ch.get("finish_reason")
                             if chat:
                                 delta = ch.get("delta") or {}
                                 is_token = bool(delta.get("content") or delta.get("reasoning_content")
                                                 or delta.get("reasoning"))
                             else:
-                                is_token = "text" in ch
-                            if ch.get("finish_reason"):
-                                rec.finish_reason = ch["finish_reason"]
+                                # a chunk with text is a token; one with empty text is a token only mid-stream
+                                # (its text held back by the detokenizer): the closing chunk of a stream that
+                                # generated nothing carries "" with its finish_reason, and is not one
+                                text = ch.get("text")
+                                is_token = bool(text) or (text == "" and not finish)
+                            if finish:
+                                rec.finish_reason = finish
                             if is_token:
                                 now = time.perf_counter()
                                 if last is None:
@@ -183,17 +189,23 @@ class LoadGenerator:
                                 rec.chunks += 1
                                 self.tokens_streamed += 1
                         usage = obj.get("usage")
-                        if usage:
-                            rec.input_tokens = usage.get("prompt_tokens")
-                            rec.output_tokens = usage.get("completion_tokens") or 0
+                        if isinstance(usage, dict):
+                            if isinstance(usage.get("prompt_tokens"), int):
+                                rec.input_tokens = usage["prompt_tokens"]
+                            if isinstance(usage.get("completion_tokens"), int):
+                                usage_tokens = usage["completion_tokens"]  # 0 is an answer, not a gap
                     if done:
                         break
             end = time.perf_counter()
             rec.e2e_ms = (end - t_send) * 1e3
-            if not rec.output_tokens:
-                rec.output_tokens = rec.chunks
+            rec.output_tokens = usage_tokens if usage_tokens is not None else rec.chunks
+            if rec.output_tokens == 0:
+                rec.error = ("no tokens generated (" + ("usage.completion_tokens = 0" if usage_tokens == 0
+                                                        else "no token in the stream")
+                             + (f", finish_reason {rec.finish_reason}" if rec.finish_reason else "") + ")")
+                return
             if rec.chunks == 0:
-                rec.error = "stream ended without any token"
+                rec.error = f"stream ended without any token chunk (usage says {rec.output_tokens})"
                 return
             if rec.output_tokens > 1 and rec.ttft_ms is not None:
                 rec.tpot_ms = (rec.e2e_ms - rec.ttft_ms) / (rec.output_tokens - 1)

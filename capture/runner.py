@@ -410,6 +410,7 @@ class Run:
         level["stopped_at"] = now_iso()
         if result is not None:
             level["stats"] = summarize(result)
+            self.check_output(level)
             rf = level_dir / "requests.jsonl"
             level_dir.mkdir(parents=True, exist_ok=True)
             with open(rf, "w") as f:
@@ -436,9 +437,24 @@ class Run:
         level["status"] = "interrupted" if self.interrupts.count else "done"
         return level
 
+    def check_output(self, level: dict) -> None:
+        """Say so when the level's requests produced nothing: such a level is not complete."""
+        st = level["stats"]
+        if not st["requests"] or st["completed"] or st["aborted"]:
+            return
+        zero = sum(1 for e in st["first_errors"] if e.startswith("no tokens generated"))
+        why = "; ".join(st["first_errors"]) or "no request completed"
+        if zero:
+            msg = (f"{level['name']}: none of the {st['requests']} request(s) produced a token ({why}): "
+                   "the level is not complete")
+        else:
+            msg = f"{level['name']}: none of the {st['requests']} request(s) succeeded ({why}): the level is not complete"
+        level["warnings"].append(msg)
+        self.say(f"[red]{msg}[/]")
+
     def level_ok(self, level: dict) -> bool:
         st = level.get("stats") or {}
-        if level["status"] != "done" or not st.get("completed"):
+        if level["status"] != "done" or not st.get("completed") or not st.get("output_tokens"):
             return False
         if level["profiled"]:
             return not level["missing_ranks"] and all(f["valid"] for f in level["files"]) and bool(level["files"])

@@ -82,6 +82,8 @@ class Behaviour:
     ttft_delay_s: float = 0.0
     n_events: int = 50
     completion_status: int = 200  # anything else: every completion request fails with it
+    empty_stream: bool = False  # generate nothing: one closing chunk with "" text and finish_reason "length"
+    usage: bool = True  # send the usage chunk (stream_options.include_usage)
 
 
 class FakeVllm:
@@ -320,6 +322,8 @@ class FakeVllm:
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
         try:
             n = min(int(req.get("max_tokens") or b.tokens), b.tokens) if not req.get("ignore_eos") else int(req.get("max_tokens") or b.tokens)
+            if b.empty_stream:
+                n = 0
             prompt = req.get("prompt")
             n_in = len(prompt) if isinstance(prompt, list) else len(str(prompt).split())
             writer.write(self._head(200, {"content-type": "text/event-stream", "transfer-encoding": "chunked"}))
@@ -337,8 +341,12 @@ class FakeVllm:
                                     "choices": [{"index": 0, "text": f" t{i}", "logprobs": None,
                                                  "finish_reason": "length" if i == n - 1 else None}]}))
                 await writer.drain()
-            writer.write(chunk({"id": "cmpl-1", "object": "text_completion", "choices": [],
-                                "usage": {"prompt_tokens": n_in, "completion_tokens": n, "total_tokens": n_in + n}}))
+            if n == 0:  # what vLLM sends when a request ends without output: the finish reason alone
+                writer.write(chunk({"id": "cmpl-1", "object": "text_completion", "model": req.get("model"),
+                                    "choices": [{"index": 0, "text": "", "logprobs": None, "finish_reason": "length"}]}))
+            if b.usage:
+                writer.write(chunk({"id": "cmpl-1", "object": "text_completion", "choices": [],
+                                    "usage": {"prompt_tokens": n_in, "completion_tokens": n, "total_tokens": n_in + n}}))
             writer.write(chunk(b"[DONE]"))
             writer.write(b"0\r\n\r\n")
             await writer.drain()
