@@ -42,7 +42,9 @@ them into CAPTURE_DIR/c<C>/ with CAPTURE_DIR/manifest.json (rewritten atomically
 \b
 Ctrl-C / SIGTERM: stops the load, sends the one stop, salvages the files, writes the manifest.
 A second Ctrl-C stops waiting for /stop_profile or for files. A session this run did not start
-(409 on start) is never stopped.
+(409 on start) is never stopped. A /start_profile that goes unanswered (--start-timeout, reset)
+may have started one: it gets the one stop, its files are kept, and the run ends (exit 1); if
+that stop fails too, a warning says the server may still be profiling.
 
 \b
 Exit status: 0 complete; 1 error (server unreachable, profiling not enabled, session already
@@ -85,6 +87,8 @@ Server side (vLLM 0.13+), settings that keep /stop_profile short:
 @click.option("--model", help="Model to request [default: the first of /v1/models].")
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed for prompts and arrivals.")
 @click.option("--api-key", envvar="OPENAI_API_KEY", help="Bearer token [env: OPENAI_API_KEY].")
+@click.option("--start-timeout", default=30.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
+              help="Read timeout (s) of /start_profile. Unanswered in time: one /stop_profile is sent anyway.")
 @click.option("--stop-timeout", default=3600.0, show_default=True, type=click.FloatRange(min=1),
               help="Read timeout (s) of the single /stop_profile call.")
 @click.option("--file-timeout", default=300.0, show_default=True, type=click.FloatRange(min=0),
@@ -101,7 +105,7 @@ Server side (vLLM 0.13+), settings that keep /stop_profile short:
 @click.option("--force", is_flag=True, help="Replace a previous capture in --out.")
 def capture_command(url, trace_dir, out, concurrency, requests, duration, request_rate, prompt_tokens,
                     max_tokens, ignore_eos, temperature, endpoint, warmup, name, model, seed, api_key,
-                    stop_timeout, file_timeout, request_timeout, expect_ranks, max_iterations,
+                    start_timeout, stop_timeout, file_timeout, request_timeout, expect_ranks, max_iterations,
                     delay_iterations, no_profile, force):
     """Drive a running vLLM server's profiler under load and keep the traces safe.
 
@@ -113,7 +117,7 @@ def capture_command(url, trace_dir, out, concurrency, requests, duration, reques
     opts = CaptureOptions(
         url=url, out=out, trace_dir=trace_dir, concurrency=concurrency, requests=requests,
         duration_s=duration, prompt_tokens=prompt_tokens, max_tokens=max_tokens, warmup=warmup, name=name,
-        stop_timeout_s=stop_timeout, file_timeout_s=file_timeout, no_profile=no_profile,
+        start_timeout_s=start_timeout, stop_timeout_s=stop_timeout, file_timeout_s=file_timeout, no_profile=no_profile,
         expect_ranks=expect_ranks, model=model, seed=seed, ignore_eos=ignore_eos, temperature=temperature,
         api_key=api_key, request_rate=request_rate, endpoint=endpoint, request_timeout_s=request_timeout,
         max_iterations=max_iterations, delay_iterations=delay_iterations, force=force)

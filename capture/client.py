@@ -33,6 +33,17 @@ class SessionActive(CaptureError):
     pass
 
 
+class StartOutcomeUnknown(CaptureError):
+    """``/start_profile`` was sent but no answer came (read timeout, connection closed): the server may be
+    profiling now, or start to later.  The caller must send the one stop (or warn loudly)."""
+
+    def __init__(self, status: str, seconds: float, detail: str):
+        self.status = status  # "timeout" | "reset"
+        self.seconds = seconds
+        self.detail = detail
+        super().__init__(f"/start_profile got no answer ({status} after {seconds:,.1f}s: {detail})")
+
+
 def check_url(url: str) -> str:
     """The server's base URL, checked: ``http(s)://host[:port][/prefix]``; raises :class:`CaptureError`.
 
@@ -202,13 +213,28 @@ class ControlClient:
         r.raise_for_status()
         return list(r.json()["tokens"])
 
-    async def start_profile(self, body: dict | None, trace_dir: str, version: str | None) -> None:
-        """One POST /start_profile. Raises on anything but 200 (404/409 with their own errors)."""
+    async def start_profile(self, body: dict | None, trace_dir: str, version: str | None,
+                            timeout: float | None = None) -> None:
+        """One POST /start_profile. Raises on anything but 200 (404/409 with their own errors).
+
+        Not connected (connect error or timeout, no pooled connection): :class:`CaptureError`, the
+        server never saw the call.  Sent but unanswered (read/write timeout, connection closed or reset):
+        :class:`StartOutcomeUnknown`, the server may be profiling."""
+        t0 = time.monotonic()
+        kw: dict = {"json": body} if body else {}
+        t = timeout if timeout is not None else self.timeout
         try:
-            if body:
-                r = await self.http.post("/start_profile", json=body)
-            else:
-                r = await self.http.post("/start_profile")
+            # a fresh connection: a reset then means the server had the request, never a stale pooled socket
+            async with httpx.AsyncClient(base_url=self.url, headers=self.headers,
+                                         timeout=httpx.Timeout(t, connect=min(t, self.timeout)),
+                                         transport=httpx.AsyncHTTPTransport(retries=0)) as c:
+                r = await c.post("/start_profile", **kw)
+        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol) as e:
+            raise CaptureError(f"/start_profile failed: {type(e).__name__}: {e}") from e
+        except httpx.TimeoutException as e:
+            raise StartOutcomeUnknown("timeout", time.monotonic() - t0, type(e).__name__) from e
+        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as e:
+            raise StartOutcomeUnknown("reset", time.monotonic() - t0, f"{type(e).__name__}: {e}") from e
         except httpx.HTTPError as e:
             raise CaptureError(f"/start_profile failed: {type(e).__name__}: {e}") from e
         if r.status_code == 200:

@@ -23,7 +23,8 @@ from rich.console import Console
 from rich.table import Table
 
 from capture import files as tf
-from capture.client import CaptureError, ControlClient, ServerInfo, StopResult, check_url, supports_start_body
+from capture.client import (CaptureError, ControlClient, ServerInfo, StartOutcomeUnknown, StopResult, check_url,
+                            supports_start_body)
 from capture.load import LoadConfig, LoadGenerator, LoadResult, summarize
 from capture.manifest import MANIFEST, new_manifest, now_iso, read_manifest, write_manifest
 
@@ -54,6 +55,7 @@ class CaptureOptions:
     warmup: int = 2
     name: str | None = None
     stop_timeout_s: float = 3600.0
+    start_timeout_s: float = 30.0
     file_timeout_s: float = 300.0
     no_profile: bool = False
     expect_ranks: int | None = None
@@ -70,6 +72,7 @@ class CaptureOptions:
     force: bool = False
     progress_interval_s: float | None = None  # None: 1 s on a terminal, 10 s otherwise
     poll_s: float = 0.5
+    settle_s: float = 5.0  # quiet time after which the files present are taken as all there are (world size unknown)
 
 
 class Interrupts:
@@ -213,7 +216,7 @@ class Run:
     async def stop_once(self, control: ControlClient) -> StopResult:
         assert self.profiling_active
         self.profiling_active = False  # from here on, never send another stop for this session
-        self.say(f"POST /stop_profile (once; read timeout {self.opts.stop_timeout_s:,.0f}s) ...")
+        self.say(f"POST /stop_profile (once; read timeout {self.opts.stop_timeout_s:,g}s) ...")
         task = asyncio.create_task(control.stop_profile(self.opts.stop_timeout_s))
         t0 = time.monotonic()
         while True:
@@ -235,7 +238,10 @@ class Run:
                 self.say(f"waiting for /stop_profile: {time.monotonic() - t0:,.0f}s (the server writes the traces)")
 
     # ---------------------------------------------------------------- files
-    async def wait_for_files(self, before: dict, prefix: str | None, stop: StopResult) -> tuple[dict, int | None]:
+    async def wait_for_files(self, before: dict, prefix: str | None, stop: StopResult,
+                             maybe_none: bool = False) -> tuple[dict, int | None]:
+        """Wait until every rank's file is complete. ``maybe_none``: the session may never have started
+        (its /start_profile went unanswered), so a 200 stop followed by a quiet directory ends the wait."""
         o = self.opts
         assert o.trace_dir is not None
         states: dict[str, FileState] = {}
@@ -264,11 +270,13 @@ class Run:
             workers_ok = {s.check.rank for s in states.values()
                           if s.check and s.check.ok and not s.check.frontend}
             all_ok = all(s.check and s.check.ok for s in states.values()) and not pending_tmp
+            settled = time.monotonic() - last_change >= o.settle_s
             if world is not None:
                 done = all_ok and set(range(world)) <= workers_ok
             else:
-                settled = time.monotonic() - last_change >= 5.0
                 done = all_ok and bool(workers_ok) and (stop_ok or settled)
+            if maybe_none and stop_ok and settled and not states and not pending_tmp:
+                return states, world
             if done:
                 return states, world
             elapsed = time.monotonic() - t0
@@ -356,7 +364,8 @@ class Run:
         name = f"c{conc}"
         level_dir = o.out / name
         level = {"name": name, "concurrency": conc, "dir": name, "profiled": not o.no_profile,
-                 "started_at": None, "stopped_at": None, "stop_status": None, "stop_seconds": None,
+                 "started_at": None, "stopped_at": None, "start_status": None, "stop_status": None,
+                 "stop_seconds": None,
                  "stats": None, "files": [], "missing_ranks": [], "extra_files": [], "warnings": [],
                  "requests_file": None, "profile_prefix": None, "status": "running"}
         self.manifest["levels"].append(level)
@@ -377,6 +386,7 @@ class Run:
 
         before = tf.snapshot(o.trace_dir) if not o.no_profile else {}
         prefix = None
+        unknown: StartOutcomeUnknown | None = None
         if not o.no_profile:
             body = None
             if supports_start_body(info.version):
@@ -392,18 +402,31 @@ class Run:
                                          "--profiler-config instead (ignored here)")
             level["profile_prefix"] = prefix
             level["started_at"] = now_iso()
-            await control.start_profile(body, str(o.trace_dir), info.version)  # raises on 404/409/other
+            try:
+                await control.start_profile(body, str(o.trace_dir), info.version, o.start_timeout_s)
+            except StartOutcomeUnknown as e:  # sent, never answered: the server may be profiling
+                unknown = e
+                level["start_status"] = e.status
+                level["start_detail"] = e.detail
+                self.say(f"[red]{name}: /start_profile got no answer ({e.status} after {e.seconds:,.1f}s; "
+                         f"--start-timeout {o.start_timeout_s:g}s): whether the server is profiling now is "
+                         "unknown. Sending the one /stop_profile so that it is not left profiling; no load "
+                         "for this level.[/]")
+            else:
+                level["start_status"] = "200"
+                self.say(f"{name}: profiling started" + (f" (prefix {prefix})" if prefix else ""))
+            # raises on 404/409/other answers: the server said no, nothing to stop; from here one stop is owed
             self.profiling_active = True
-            self.say(f"{name}: profiling started" + (f" (prefix {prefix})" if prefix else ""))
         else:
             level["started_at"] = now_iso()
 
         result: LoadResult | None = None
         stop: StopResult | None = None
         try:
-            self.say(f"{name}: {conc} concurrent streaming requests"
-                     + (f", {requests} in all" if requests else "") + (f", {o.duration_s}s" if o.duration_s else ""))
-            result = await self.drive(o.url, model, conc, requests, o.duration_s, prompt, name, seed)
+            if unknown is None:
+                self.say(f"{name}: {conc} concurrent streaming requests"
+                         + (f", {requests} in all" if requests else "") + (f", {o.duration_s}s" if o.duration_s else ""))
+                result = await self.drive(o.url, model, conc, requests, o.duration_s, prompt, name, seed)
         finally:
             if self.profiling_active:
                 stop = await self.stop_once(control)
@@ -424,8 +447,10 @@ class Run:
             colour = "green" if stop.status == "200" else "yellow"
             self.say(f"{name}: /stop_profile → [{colour}]{stop.status}[/] after {stop.seconds:,.1f}s")
             self.save()
-            states, world = await self.wait_for_files(before, prefix, stop)
+            states, world = await self.wait_for_files(before, prefix, stop, maybe_none=unknown is not None)
             entries, missing, extras, warns = self.collect(level_dir, states, world, before, prefix)
+            if unknown is not None and not entries:
+                missing = []  # no session may ever have started: nothing is missing (the error says so)
             level["files"], level["missing_ranks"], level["extra_files"] = entries, missing, extras
             level["world_size"] = world
             level["warnings"] += warns
@@ -435,7 +460,27 @@ class Run:
             if bad:
                 self.say(f"[red]{name}: incomplete file(s): {', '.join(bad)}[/]")
         level["status"] = "interrupted" if self.interrupts.count else "done"
+        if unknown is not None:
+            level["status"] = "failed"
+            self.save()
+            raise CaptureError(self.unknown_start_message(level, unknown, stop))
         return level
+
+    def unknown_start_message(self, level: dict, e: StartOutcomeUnknown, stop: StopResult | None) -> str:
+        name = level["name"]
+        kept = sum(1 for f in level["files"] if f["valid"])
+        head = (f"{name}: /start_profile got no answer ({e.status} after {e.seconds:,.1f}s), so its outcome is "
+                f"unknown; one /stop_profile was sent")
+        if stop is not None and stop.status == "200":
+            files = (f"{kept} trace file(s) of the window were salvaged into {name}/ (no load ran in it)" if kept
+                     else "no trace file appeared, so the start had not taken effect")
+            return (f"{head} and answered 200: the server is not profiling; {files}. If the server is just slow "
+                    f"to start its profiler, raise --start-timeout (now {self.opts.start_timeout_s:g}s).")
+        got = f"answered {stop.status}" if stop is not None else "could not be sent"
+        return (f"{head} and {got}.\n"
+                f"WARNING: the server at {self.opts.url} MAY STILL BE PROFILING (its traces grow, its engine "
+                "slows down). Check it; once it answers again, send one POST /stop_profile by hand "
+                f"(curl -X POST {self.opts.url}/stop_profile) and look for trace files in {self.opts.trace_dir}.")
 
     def check_output(self, level: dict) -> None:
         """Say so when the level's requests produced nothing: such a level is not complete."""
@@ -514,7 +559,7 @@ class Run:
                  + ("" if o.no_profile else f", profiler routes present, traces in {o.trace_dir}"))
         self.prepare_out()
         settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(o).items()
-                    if k not in ("api_key", "force", "progress_interval_s", "poll_s")}
+                    if k not in ("api_key", "force", "progress_interval_s", "poll_s", "settle_s")}
         name = o.name or f"{model.rstrip('/').split('/')[-1]}-{time.strftime('%Y%m%d-%H%M%S')}"
         self.manifest = new_manifest(name, o.url, info.version, model, info.server_args, settings)
         self.save()

@@ -71,6 +71,11 @@ class Behaviour:
     version: str = "0.32.0"
     routes: bool = True  # False: /start_profile and /stop_profile answer 404
     start_status: int = 200  # 409 to simulate someone else's session
+    # ok | late (answers only once a stop has arrived: the client has given up; the start still takes effect,
+    # before the stop, as vLLM's engine takes control calls in order) | late_noop (the same, but the start
+    # has no effect) | reset (starts, then drops the connection unanswered) | hang (never answers; the engine
+    # is stuck, so a stop is never answered either)
+    start_mode: str = "ok"
     stop_mode: str = "ok"  # ok | 500 | slow | reset | close200
     stop_delay_s: float = 0.0  # before answering (files are written first unless files_after_reply)
     files_after_reply: bool = False  # write the files only after answering
@@ -105,6 +110,10 @@ class FakeVllm:
         self._ready = threading.Event()
         self._finishers: list = []
         self._bg: list = []
+        self._control: asyncio.Lock | None = None  # start/stop are handled in arrival order, one at a time
+        self._stop_arrived: asyncio.Event | None = None
+        self._never: asyncio.Event | None = None  # never set: what a hung engine waits on
+        self._handlers: set = set()
 
     # ------------------------------------------------------------------ lifecycle
     @property
@@ -121,6 +130,9 @@ class FakeVllm:
     def _run(self) -> None:
         self._loop = asyncio.new_event_loop()
         asyncio.set_event_loop(self._loop)
+        self._control = asyncio.Lock()
+        self._stop_arrived = asyncio.Event()
+        self._never = asyncio.Event()
         self._server = self._loop.run_until_complete(
             asyncio.start_server(self._handle, "127.0.0.1", self.port, backlog=1024))
         self.port = self._server.sockets[0].getsockname()[1]
@@ -146,6 +158,7 @@ class FakeVllm:
             pass
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(5)
+        self._loop = None  # stopping twice is a no-op
 
     def __enter__(self):
         return self.start()
@@ -155,6 +168,8 @@ class FakeVllm:
 
     # ------------------------------------------------------------------ HTTP plumbing
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        me = asyncio.current_task()
+        self._handlers.add(me)  # a strong reference: asyncio drops its own when the client disconnects
         try:
             while True:
                 line = await reader.readline()
@@ -180,8 +195,9 @@ class FakeVllm:
         except (ConnectionError, asyncio.IncompleteReadError):
             return
         except asyncio.CancelledError:
-            raise
+            return  # the server is shutting down (3.11's stream callback would log a cancelled handler)
         finally:
+            self._handlers.discard(me)
             try:
                 writer.close()
             except Exception:
@@ -236,19 +252,37 @@ class FakeVllm:
             await self._send(writer, 404, {"detail": "Not Found"})
         return None
 
-    async def _start(self, body: bytes, writer) -> None:
+    async def _start(self, body: bytes, writer) -> bool | None:
         self.start_calls += 1
         req = json.loads(body) if body else None
         self.start_bodies.append(req)
-        if self.b.start_status != 200:
-            await self._send(writer, self.b.start_status, {"error": {"message": "A profiling session is already active."}})
-            return
-        if self.profiling:
-            await self._send(writer, 409, {"error": {"message": "A profiling session is already active."}})
-            return
-        self.profiling = True
-        self._prefix = (req or {}).get("profile_prefix") if self.b.prefix_from_body else None
-        await self._send(writer, 200)
+        mode = self.b.start_mode
+        async with self._control:
+            if self.b.start_status != 200:
+                await self._send(writer, self.b.start_status, {"error": {"message": "A profiling session is already active."}})
+                return None
+            if self.profiling:
+                await self._send(writer, 409, {"error": {"message": "A profiling session is already active."}})
+                return None
+            if mode == "hang":
+                await self._never.wait()
+            if mode in ("late", "late_noop"):
+                await self._stop_arrived.wait()
+            if mode != "late_noop":
+                self.profiling = True
+                self._prefix = (req or {}).get("profile_prefix") if self.b.prefix_from_body else None
+        if mode == "reset":
+            self._reset(writer)
+            return False
+        await self._send(writer, 200)  # (after "late": the client is gone; the write fails quietly)
+        return None
+
+    @staticmethod
+    def _reset(writer) -> None:
+        sock = writer.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        writer.transport.abort()
 
     def _name(self, rank: int | None) -> str:
         ns = time.time_ns()
@@ -290,10 +324,12 @@ class FakeVllm:
     async def _stop(self, writer) -> bool | None:
         b = self.b
         self.stop_calls += 1
-        was = self.profiling
-        self.profiling = False
-        if was and self.trace_dir is not None and not b.files_after_reply:
-            await self._write_files()
+        self._stop_arrived.set()
+        async with self._control:
+            was = self.profiling
+            self.profiling = False
+            if was and self.trace_dir is not None and not b.files_after_reply:
+                await self._write_files()
         if b.stop_delay_s:
             await asyncio.sleep(b.stop_delay_s)
         if was and self.trace_dir is not None and b.files_after_reply:
@@ -301,10 +337,7 @@ class FakeVllm:
         if b.stop_mode == "500":
             await self._send(writer, 500, {"error": {"message": "Invocation of profile method failed"}})
         elif b.stop_mode == "reset":
-            sock = writer.get_extra_info("socket")
-            if sock is not None:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-            writer.transport.abort()
+            self._reset(writer)
             return False
         elif b.stop_mode == "close200":
             await self._send(writer, 200, close=True)

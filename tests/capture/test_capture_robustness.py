@@ -6,8 +6,14 @@ import asyncio
 from click.testing import CliRunner
 
 from capture.cli import capture_command
+from capture.client import ControlClient
 from capture.load import LoadConfig, LoadGenerator
 from capture.runner import EXIT_ERROR, EXIT_INCOMPLETE
+from manifest_shape import check_shape
+
+
+def _ranks(lv):
+    return sorted(f["rank"] for f in lv["files"] if f["valid"] and not f["frontend"])
 
 
 # ------------------------------------------------------------------------------- 18: malformed --url
@@ -71,3 +77,76 @@ def test_token_counts_from_usage_and_from_chunks(fake):
         r = res.records[0]
         assert (r.ok, r.output_tokens, r.chunks, len(r.itl_ms)) == (True, 5, 5, 4), usage
         assert r.input_tokens == (2 if usage else None)
+
+
+# ------------------------------------------------------------------------------- 14: unanswered /start_profile
+
+
+def test_start_timeout_is_followed_by_one_stop_and_the_files_are_salvaged(fake, run_cap, tmp_path):
+    # /start_profile answers only after the client gave up (the server was slow to start its profiler, then
+    # did): capture used to report the timeout and send no stop, leaving the server profiling
+    s = fake(world_size=2, start_mode="late")
+    rc, _, err, m = run_cap(s, start_timeout_s=0.3)
+    assert s.start_calls == 1 and s.stop_calls == 1 and not s.profiling
+    assert [c for c in s.calls if c[0] == "POST" and "profile" in c[1]] == [("POST", "/start_profile"),
+                                                                              ("POST", "/stop_profile")]
+    assert s.completions == 0  # no load in a window whose start is unknown
+    assert rc == EXIT_ERROR and m["status"] == "failed"
+    lv = m["levels"][0]
+    assert lv["start_status"] == "timeout" and lv["stop_status"] == "200" and lv["status"] == "failed"
+    assert _ranks(lv) == [0, 1] and all(f["valid"] for f in lv["files"])
+    check_shape(m, tmp_path / "cap")
+    flat = " ".join(err.split())
+    assert "outcome is unknown" in flat and "answered 200: the server is not profiling" in flat
+    assert "salvaged" in flat and "--start-timeout" in flat and "MAY STILL BE PROFILING" not in flat
+    assert "outcome is unknown" in m["error"]
+
+
+def test_start_reset_after_it_took_effect(fake, run_cap):
+    s = fake(start_mode="reset")
+    rc, _, err, m = run_cap(s)
+    lv = m["levels"][0]
+    assert s.stop_calls == 1 and not s.profiling and rc == EXIT_ERROR
+    assert lv["start_status"] == "reset" and _ranks(lv) == [0]
+
+
+def test_start_timeout_that_never_took_effect_ends_without_waiting_for_files(fake, run_cap):
+    s = fake(start_mode="late_noop")
+    rc, _, err, m = run_cap(s, start_timeout_s=0.3, file_timeout_s=3600.0, settle_s=0.3)
+    lv = m["levels"][0]
+    assert s.stop_calls == 1 and rc == EXIT_ERROR and lv["files"] == []
+    assert "no trace file appeared" in " ".join(err.split())
+
+
+def test_start_and_stop_both_unanswered_warn_loudly(fake, run_cap):
+    s = fake(start_mode="hang")
+    rc, _, err, m = run_cap(s, start_timeout_s=0.3, stop_timeout_s=0.3, file_timeout_s=0.3)
+    lv = m["levels"][0]
+    assert s.start_calls == 1 and s.stop_calls == 1 and rc == EXIT_ERROR
+    assert lv["start_status"] == "timeout" and lv["stop_status"] == "timeout"
+    flat = " ".join(err.split())
+    assert "MAY STILL BE PROFILING" in flat and f"curl -X POST {s.url}/stop_profile" in flat
+    assert "MAY STILL BE PROFILING" in m["error"]
+
+
+def test_start_not_connected_sends_no_stop(fake, run_cap, monkeypatch):
+    # the server is gone between preflight and start: nothing was sent, nothing to stop
+    s = fake()
+    real = ControlClient.start_profile
+
+    async def refused(self, *a, **kw):
+        s.stop()  # the port is closed now: a connect error, not an unknown outcome
+        return await real(self, *a, **kw)
+
+    monkeypatch.setattr(ControlClient, "start_profile", refused)
+    rc, _, err, m = run_cap(s)
+    assert rc == EXIT_ERROR and "/start_profile failed: ConnectError" in err
+    assert s.stop_calls == 0 and m["levels"][0]["start_status"] is None
+
+
+def test_cli_start_timeout_option(fake, tmp_path):
+    s = fake(start_mode="late")
+    r = CliRunner().invoke(capture_command, [
+        "--url", s.url, "--trace-dir", str(s.trace_dir), "--out", str(tmp_path / "o"), "--concurrency", "1",
+        "--warmup", "0", "--start-timeout", "0.3", "--file-timeout", "10"])
+    assert r.exit_code == EXIT_ERROR and s.stop_calls == 1 and not s.profiling
