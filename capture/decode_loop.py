@@ -23,7 +23,16 @@ Per rank r of N (``--hidden 7168``, ``--heads 64``, ``--experts 384``, top-8):
   CUDA-graph replay (embedding, all layers, final norm), then eagerly the lm_head GEMM (vocab/N; all-gather of the
   logits when N > 1), argmax and a device -> host copy of the next tokens.
 * ``--delay-rank R --delay-ms X``: rank R sleeps X ms on the CPU before the graph replay of every
-  ``--delay-every``-th step (inside the marker), so the other ranks wait for it at the first all-reduce.
+  ``--delay-every``-th step (inside the marker), so the other ranks wait for it at the first all-reduce (launch
+  skew: a slow host thread).
+* ``--gpu-delay-rank R --gpu-delay-us X --gpu-delay-site K``: on every ``--gpu-delay-every``-th step, rank R runs
+  a spin kernel of about X µs (``torch.cuda._sleep``) on the GPU just before the K-th all-reduce of the forward
+  (call site K: 0 = the embedding's, 1 + 2l = layer l's attention, 2 + 2l = layer l's MoE), so the other ranks
+  wait for it at that call site only (GPU-side lateness: an imbalanced GPU). With CUDA graphs every rank captures
+  a second graph per batch size with the same collectives (only rank R's holds the spin kernel) and replays it
+  on those steps.
+* ``--eager``: no CUDA graph: the forward's kernels are launched one by one (as vLLM's ``--enforce-eager``);
+  ``--record-shapes`` records the ops' input shapes (for efficiency analysis).
 * profiling as vLLM does it: ``torch.profiler.profile(activities=[CPU, CUDA], on_trace_ready=
   tensorboard_trace_handler(out, worker_name="dp0_pp0_tp{r}_dcp0_ep{r}_rank{r}", use_gzip=True))`` — files
   ``dp0_pp0_tp{r}_dcp0_ep{r}_rank{r}.<ns>.pt.trace.json.gz``. Warm-up steps and graph capture are not profiled.
@@ -69,6 +78,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--delay-rank", type=int, default=None)
     p.add_argument("--delay-ms", type=float, default=0.0)
     p.add_argument("--delay-every", type=int, default=4, help="delay every K-th profiled step (1 = every step)")
+    p.add_argument("--gpu-delay-rank", type=int, default=None)
+    p.add_argument("--gpu-delay-us", type=float, default=0.0, help="spin-kernel length in µs (at ~1.98 GHz)")
+    p.add_argument("--gpu-delay-site", type=int, default=1, help="the all-reduce call site the spin kernel precedes")
+    p.add_argument("--gpu-delay-every", type=int, default=2, help="GPU delay on every K-th profiled step")
+    p.add_argument("--gpu-delay-offset", type=int, default=1, help="first GPU-delayed profiled step (mod K)")
+    p.add_argument("--eager", action="store_true", help="no CUDA graph: launch every kernel eagerly")
+    p.add_argument("--record-shapes", action="store_true", help="profile with record_shapes=True")
     p.add_argument("--device", default="cuda", help="cuda (default) or cpu (a smoke run: no graphs)")
     p.add_argument("--dtype", default="bfloat16")
     p.add_argument("--seed", type=int, default=0)
@@ -123,6 +139,8 @@ class Model:
         inv = 1.0 / (10000 ** (torch.arange(0, a.rope_dim, 2, dtype=torch.float32) / a.rope_dim))
         self.inv_freq = inv.to(device)
         self.grouped = self._check_grouped_mm()
+        self.site = 0  # index of the next all-reduce in the current forward (the call site)
+        self.spin_cycles = 0  # > 0: spin this many GPU cycles before the --gpu-delay-site all-reduce
 
     def _check_grouped_mm(self) -> bool:
         import torch
@@ -143,9 +161,15 @@ class Model:
     # ---------------------------------------------------------------------------------------------- pieces
 
     def _all_reduce(self, x: Any) -> Any:
+        site = self.site
+        self.site += 1
         if self.world > 1:
             import torch.distributed as dist
 
+            if self.spin_cycles and site == self.a.gpu_delay_site:
+                import torch
+
+                torch.cuda._sleep(self.spin_cycles)  # this rank arrives late at this call site, on the GPU
             dist.all_reduce(x)
         return x
 
@@ -224,9 +248,10 @@ class Model:
         out = out + (torch.nn.functional.silu(g) * u) @ L["sh2"]
         return self._all_reduce(out)
 
-    def forward(self, ids: Any, pos: Any, caches: list) -> Any:
+    def forward(self, ids: Any, pos: Any, caches: list, spin_cycles: int = 0) -> Any:
         import torch
 
+        self.site, self.spin_cycles = 0, spin_cycles
         if self.world > 1:  # vocab-parallel embedding: rows outside this rank's shard are 0, the sum restores them
             V = self.embed.shape[0]
             local = ids - self.rank * V
@@ -280,6 +305,9 @@ def run_rank(rank: int, world: int, a: argparse.Namespace) -> dict[str, Any]:
     _log(rank, f"model ready in {time.perf_counter() - t0:.1f} s: {a.layers} layers, {model.h} heads, "
                f"{model.E} local experts, grouped_mm={model.grouped}")
     batch_sizes = [int(b) for b in a.batch_sizes.split(",") if b.strip()]
+    gpu_delay = cuda and world > 1 and a.gpu_delay_rank is not None and a.gpu_delay_us > 0
+    # torch.cuda._sleep spins clock64() cycles: about 1.98 GHz on an H100/H200 under load
+    spin_cycles = int(a.gpu_delay_us * 1980) if gpu_delay and rank == a.gpu_delay_rank else 0
     state: dict[int, dict[str, Any]] = {}
     for B in batch_sizes:
         st: dict[str, Any] = {
@@ -291,7 +319,7 @@ def run_rank(rank: int, world: int, a: argparse.Namespace) -> dict[str, Any]:
                        for _ in range(a.layers)],
         }
         st["pos"].fill_(a.context - 1)
-        if cuda:
+        if cuda and not a.eager:
             stream = torch.cuda.Stream()
             stream.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(stream):
@@ -302,6 +330,11 @@ def run_rank(rank: int, world: int, a: argparse.Namespace) -> dict[str, Any]:
             with torch.cuda.graph(graph):
                 st["out"] = model.forward(st["ids"], st["pos"], st["caches"])
             st["graph"] = graph
+            if gpu_delay:  # every rank captures it (same collectives); only the delayed rank's spins
+                graph_d = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph_d):
+                    st["out_delayed"] = model.forward(st["ids"], st["pos"], st["caches"], spin_cycles)
+                st["graph_delayed"] = graph_d
         state[B] = st
     if cuda:
         torch.cuda.synchronize()
@@ -309,20 +342,26 @@ def run_rank(rank: int, world: int, a: argparse.Namespace) -> dict[str, Any]:
     _log(rank, f"graphs captured for batch sizes {batch_sizes}")
 
     delayed: list[int] = []
+    gpu_delayed: list[int] = []
     step_no = [0]
 
     def step(B: int, profiled: bool) -> None:
         st = state[B]
+        n = step_no[0]
+        spin = gpu_delay and profiled and n % max(1, a.gpu_delay_every) == a.gpu_delay_offset % max(1, a.gpu_delay_every)
         with record_function(f"execute_context_0(0)_generation_{B}({B})"):
             st["ids"].copy_(st["ids_host"], non_blocking=True)
-            if profiled and a.delay_rank == rank and a.delay_ms > 0 and step_no[0] % max(1, a.delay_every) == 0:
+            if profiled and a.delay_rank == rank and a.delay_ms > 0 and n % max(1, a.delay_every) == 0:
                 time.sleep(a.delay_ms / 1000.0)
-                delayed.append(step_no[0])
-            if cuda:
-                st["graph"].replay()
-                hidden = st["out"]
+                delayed.append(n)
+            if spin and rank == a.gpu_delay_rank:
+                gpu_delayed.append(n)
+            if "graph" in st:
+                graph, out = (st["graph_delayed"], st["out_delayed"]) if spin else (st["graph"], st["out"])
+                graph.replay()
+                hidden = out
             else:
-                hidden = model.forward(st["ids"], st["pos"], st["caches"])
+                hidden = model.forward(st["ids"], st["pos"], st["caches"], spin_cycles if spin else 0)
             nxt = model.logits_and_sample(hidden)
         st["ids_host"].copy_(nxt, non_blocking=True)  # next tokens back to the host (D2H), as the sampler does
         if profiled:
@@ -339,7 +378,7 @@ def run_rank(rank: int, world: int, a: argparse.Namespace) -> dict[str, Any]:
     handler = tensorboard_trace_handler(a.out, worker_name=f"dp0_pp0_tp{rank}_dcp0_ep{rank}_rank{rank}", use_gzip=True)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     step_ms: dict[int, list[float]] = {}
-    with profile(activities=activities, record_shapes=False, with_stack=False, on_trace_ready=handler):
+    with profile(activities=activities, record_shapes=a.record_shapes, with_stack=False, on_trace_ready=handler):
         for B in batch_sizes:
             for _ in range(a.steps):
                 t = time.perf_counter()
@@ -347,16 +386,24 @@ def run_rank(rank: int, world: int, a: argparse.Namespace) -> dict[str, Any]:
                 if cuda:
                     torch.cuda.synchronize()
                 step_ms.setdefault(B, []).append((time.perf_counter() - t) * 1e3)
-    dist.barrier()
-    dist.destroy_process_group()
+    if cuda:
+        torch.cuda.synchronize()
+    # no barrier/destroy_process_group: with NCCL inside CUDA graphs the teardown hung on 2 H200s; the worker
+    # hands its result over and exits (see _worker)
     files = sorted(f for f in os.listdir(a.out) if f.startswith(f"dp0_pp0_tp{rank}_"))
+    nccl = ".".join(map(str, torch.cuda.nccl.version())) if cuda else None
     return {"rank": rank, "world_size": world, "device": torch.cuda.get_device_name(device) if cuda else "cpu",
-            "torch": torch.__version__, "grouped_mm": model.grouped, "layers": a.layers, "steps": a.steps,
-            "delayed_steps": delayed,
+            "torch": torch.__version__, "cuda": torch.version.cuda, "nccl": nccl, "grouped_mm": model.grouped,
+            "layers": a.layers, "steps": a.steps, "mode": "graph" if cuda and not a.eager else "eager",
+            "allreduce_sites_per_step": 2 * a.layers + 1 if world > 1 else 0,
+            "cpu_delayed_steps": delayed, "cpu_delay_ms": a.delay_ms if delayed else 0.0,
+            "gpu_delayed_steps": gpu_delayed, "gpu_delay_site": a.gpu_delay_site if gpu_delayed else None,
+            "gpu_delay_cycles": spin_cycles if gpu_delayed else 0,
             "median_step_ms": {B: sorted(v)[len(v) // 2] for B, v in step_ms.items()}, "files": files}
 
 
 def _worker(rank: int, world: int, a: argparse.Namespace, queue: Any) -> None:
+    code = 0
     try:
         queue.put(run_rank(rank, world, a))
     except BaseException as exc:  # noqa: BLE001 - reported by the parent
@@ -364,7 +411,11 @@ def _worker(rank: int, world: int, a: argparse.Namespace, queue: Any) -> None:
 
         traceback.print_exc()
         queue.put({"rank": rank, "error": f"{type(exc).__name__}: {exc}"})
-        raise
+        code = 1
+    queue.close()
+    queue.join_thread()
+    sys.stderr.flush()
+    os._exit(code)  # no process-group teardown (it can hang after NCCL graph capture)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -379,8 +430,11 @@ def main(argv: list[str] | None = None) -> int:
                 raise SystemExit("no CUDA device; use --device cpu for a smoke run")
         else:
             world = 1
-    if a.delay_rank is not None and not 0 <= a.delay_rank < world:
-        raise SystemExit(f"--delay-rank {a.delay_rank} is not a rank of {world}")
+    for flag, r in (("--delay-rank", a.delay_rank), ("--gpu-delay-rank", a.gpu_delay_rank)):
+        if r is not None and not 0 <= r < world:
+            raise SystemExit(f"{flag} {r} is not a rank of {world}")
+    if a.gpu_delay_rank is not None and not 0 <= a.gpu_delay_site <= 2 * a.layers:
+        raise SystemExit(f"--gpu-delay-site {a.gpu_delay_site}: the forward has call sites 0..{2 * a.layers}")
     import torch.multiprocessing as mp
 
     ctx = mp.get_context("spawn")
@@ -392,7 +446,10 @@ def main(argv: list[str] | None = None) -> int:
     for _ in procs:
         results.append(queue.get())
     for p in procs:
-        p.join()
+        p.join(timeout=30)
+        if p.is_alive():
+            p.kill()
+            p.join()
     results.sort(key=lambda r: r["rank"])
     print(json.dumps(results, indent=2))
     return 1 if any("error" in r for r in results) or any(p.exitcode for p in procs) else 0

@@ -48,7 +48,9 @@ create table if not exists allreduce_bench (
     p90_us double not null,           -- likewise, 90th percentile
     burst_ms double,                  -- median burst time (NULL for single)
     algbw_gbps double,                -- size_bytes / median per-op time, GB/s (10^9)
-    busbw_gbps double                 -- algbw x 2(n-1)/n
+    busbw_gbps double,                -- algbw x 2(n-1)/n
+    kernel_median_us double,          -- NCCL kernel duration alone (profiled burst; NULL for single and gloo)
+    kernel_p90_us double              -- likewise, 90th percentile
 )
 """.strip()
 
@@ -179,6 +181,8 @@ def _measure_rank(rank: int, world: int, cfg: dict[str, Any]) -> dict[str, Any]:
             torch.cuda.synchronize()
             graphs[size] = graph
             res["graph"] = [timed(graph.replay) for _ in range(cfg["bursts"])]
+        if cuda:
+            res.update(_kernel_times(torch, burst, graphs.get(size), align))
         results.append(res)
         if rank == 0:
             _log(f"{size:,} B x {count}: single median {_quantile(res['single'], 0.5):.1f} µs, eager burst "
@@ -210,14 +214,45 @@ def _measure_rank(rank: int, world: int, cfg: dict[str, Any]) -> dict[str, Any]:
         files = sorted(f for f in os.listdir(cfg["profile"]) if f.startswith(f"allreduce_bench_rank{rank}."))
     if cuda:
         torch.cuda.synchronize()
-    dist.barrier()
     device_name = torch.cuda.get_device_name(device) if cuda else "cpu"
-    dist.destroy_process_group()
+    # no barrier or destroy_process_group here: with NCCL collectives captured in CUDA graphs, tearing the group
+    # down hung on 2 H200s (torch 2.11, NCCL 2.28); the worker hands its result over and exits (see _worker)
     return {"rank": rank, "device_name": device_name, "torch_version": torch.__version__, "results": results,
             "profile_files": files}
 
 
+def _kernel_times(torch: Any, burst: Any, graph: Any, align: Any) -> dict[str, list[float]]:
+    """NCCL kernel durations (µs) of one eager burst and one graph replay, read from a torch.profiler trace.
+
+    The burst's wall time per op includes what lies between the kernels (launches, graph-node overhead); the
+    kernel time alone is what a trace's all-reduce kernels are compared with (``report --by floor``).
+    """
+    import tempfile
+
+    from torch.profiler import ProfilerActivity, profile
+
+    out: dict[str, list[float]] = {}
+    for mode, fn in (("eager", burst), ("graph", graph.replay if graph is not None else None)):
+        if fn is None:
+            continue
+        align()
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            fn()
+            torch.cuda.synchronize()
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "burst.json")
+            prof.export_chrome_trace(path)
+            with open(path) as fh:
+                events = json.load(fh).get("traceEvents", [])
+        out[f"{mode}_kernel"] = [float(e["dur"]) for e in events
+                                 if e.get("cat") == "kernel" and "AllReduce" in str(e.get("name", ""))
+                                 and isinstance(e.get("dur"), (int, float))]
+    return out
+
+
 def _worker(rank: int, world: int, cfg: dict[str, Any], queue: Any) -> None:
+    code = 0
     try:
         queue.put(_measure_rank(rank, world, cfg))
     except BaseException as exc:  # noqa: BLE001 - reported by the parent
@@ -225,6 +260,17 @@ def _worker(rank: int, world: int, cfg: dict[str, Any], queue: Any) -> None:
 
         traceback.print_exc()
         queue.put({"rank": rank, "error": f"{type(exc).__name__}: {exc}"})
+        code = 1
+    finish_worker(queue, code)
+
+
+def finish_worker(queue: Any, code: int) -> None:
+    """Flush the result queue, then leave at once: no process-group teardown (it can hang after graph capture)."""
+    queue.close()
+    queue.join_thread()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _free_port() -> int:
@@ -261,7 +307,7 @@ def run_allreduce_bench(sizes: list[dict[str, Any]], *, backend: str, world_size
         raise click.ClickException(f"the bench processes gave no result within {timeout_s:.0f} s") from None
     finally:
         for p in procs:
-            p.join(timeout=30)
+            p.join(timeout=15)
             if p.is_alive():
                 p.kill()
     errors = [o for o in outs if "error" in o]
@@ -286,6 +332,10 @@ def combine(outs: list[dict[str, Any]], sizes: list[dict[str, Any]], *, backend:
             n = 1 if mode == "single" else spec["count"]
             med, p90 = _quantile(reps, 0.5) / n, _quantile(reps, 0.9) / n
             algbw = spec["size_bytes"] / (med * 1e-6) / 1e9 if med > 0 else None
+            # kernel durations: per kernel position the rank that arrived last (the shortest kernel: the others'
+            # include waiting for it), so the figure is the transfer alone
+            per_rank_k = [o["results"][i].get(f"{mode}_kernel") for o in outs]
+            kern = [min(v) for v in zip(*per_rank_k)] if all(per_rank_k) else []
             rows.append({
                 "bench_run": bench_run, "measured_at": measured_at, "backend": backend, "world_size": world_size,
                 "device_name": outs[0]["device_name"], "torch_version": outs[0]["torch_version"], "dtype": dtype,
@@ -294,6 +344,8 @@ def combine(outs: list[dict[str, Any]], sizes: list[dict[str, Any]], *, backend:
                 "median_us": med, "p90_us": p90,
                 "burst_ms": None if mode == "single" else _quantile(reps, 0.5) / 1e3,
                 "algbw_gbps": algbw, "busbw_gbps": None if algbw is None else algbw * factor,
+                "kernel_median_us": _quantile(kern, 0.5) if kern else None,
+                "kernel_p90_us": _quantile(kern, 0.9) if kern else None,
             })
     return rows
 
@@ -303,13 +355,15 @@ def combine(outs: list[dict[str, Any]], sizes: list[dict[str, Any]], *, backend:
 
 COLUMNS = ("bench_run", "measured_at", "backend", "world_size", "device_name", "torch_version", "dtype",
            "size_bytes", "batch_size", "size_source", "mode", "count", "reps", "median_us", "p90_us", "burst_ms",
-           "algbw_gbps", "busbw_gbps")
+           "algbw_gbps", "busbw_gbps", "kernel_median_us", "kernel_p90_us")
 
 
 def ensure_table(con: Any) -> None:
     """Create ``allreduce_bench`` if missing (a temporary one on a read-only connection)."""
     try:
         con.execute(ALLREDUCE_BENCH_DDL)
+        for column in ("kernel_median_us", "kernel_p90_us"):  # tables made before these columns existed
+            con.execute(f"alter table allreduce_bench add column if not exists {column} double")
     except Exception:  # noqa: BLE001 - read-only database: an empty temporary table lets the report run
         exists = con.execute("select count(*) from duckdb_tables() where table_name = 'allreduce_bench'").fetchone()
         if not exists or not exists[0]:
@@ -321,6 +375,35 @@ def write_rows(con: Any, rows: list[dict[str, Any]]) -> None:
     placeholders = ", ".join("?" for _ in COLUMNS)
     con.executemany(f"insert into allreduce_bench ({', '.join(COLUMNS)}) values ({placeholders})",
                     [[r[c] for c in COLUMNS] for r in rows])
+
+
+def save_rows(path: Path, rows: list[dict[str, Any]]) -> None:
+    """Write result rows as JSON ({"allreduce_bench": [...]}), atomically (a temporary file, then a rename)."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps({"allreduce_bench": rows}, indent=1, default=str) + "\n")
+    os.replace(tmp, path)
+
+
+def read_rows(path: Path) -> list[dict[str, Any]]:
+    """Rows saved by ``save_rows``; a clear error naming the file and what is wrong with it."""
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise click.ClickException(f"{path}: cannot read bench results: {exc}") from None
+    rows = doc.get("allreduce_bench") if isinstance(doc, dict) else None
+    if not isinstance(rows, list) or not rows:
+        raise click.ClickException(f"{path}: no 'allreduce_bench' rows (not a file of `bench allreduce --save-json`)")
+    required = {"bench_run", "measured_at", "backend", "world_size", "dtype", "size_bytes", "mode", "count", "reps",
+                "median_us", "p90_us"}
+    out = []
+    for i, r in enumerate(rows):
+        missing = sorted(required - set(r)) if isinstance(r, dict) else sorted(required)
+        if missing:
+            raise click.ClickException(f"{path}: row {i} lacks {', '.join(missing)}")
+        row = {c: r.get(c) for c in COLUMNS}
+        row["measured_at"] = _dt.datetime.fromisoformat(str(r["measured_at"]))
+        out.append(row)
+    return out
 
 
 def allreduce_floor(con: Any, phase: str = "decode") -> Any:
@@ -341,7 +424,7 @@ def allreduce_floor(con: Any, phase: str = "decode") -> Any:
 command = click.Group("bench", help="Measure floors on this machine (all-reduce) and store them in a database.")
 
 DISPLAY = ("backend", "world_size", "batch_size", "size_bytes", "mode", "count", "median_us", "p90_us", "burst_ms",
-           "busbw_gbps")
+           "busbw_gbps", "kernel_median_us")
 
 
 def _emit(rows: list[dict[str, Any]], fmt: str | None) -> None:
@@ -355,8 +438,9 @@ def _emit(rows: list[dict[str, Any]], fmt: str | None) -> None:
             print(json.dumps(r, default=str))
         return
     frame = pl.DataFrame(shown, schema_overrides={"batch_size": pl.Int64, "burst_ms": pl.Float64,
-                                                  "busbw_gbps": pl.Float64})
-    frame = frame.with_columns(pl.col(c).round(3) for c in ("median_us", "p90_us", "burst_ms", "busbw_gbps"))
+                                                  "busbw_gbps": pl.Float64, "kernel_median_us": pl.Float64})
+    frame = frame.with_columns(pl.col(c).round(3) for c in ("median_us", "p90_us", "burst_ms", "busbw_gbps",
+                                                            "kernel_median_us"))
     output.write(frame, fmt or output.default_format(), title="All-reduce floor")
 
 
@@ -384,9 +468,13 @@ def _emit(rows: list[dict[str, Any]], fmt: str | None) -> None:
 @click.option("--run-name", default=None, help="Name of this bench run (default: backend-ws-time-pid).")
 @click.option("--timeout", "timeout_s", type=float, default=600.0, show_default=True)
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json", "markdown"]), default=None)
+@click.option("--save-json", "save_json", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Also write every result row (all allreduce_bench columns) to this JSON file, for "
+              "`k25trace bench import` on a machine with the database (the GPU machine may have no DuckDB).")
 def allreduce(db_path: Path | None, sizes: str | None, count: int | None, batch_sizes: str, hidden: int, dtype: str,
               phase: str, backend: str, world_size: int | None, iters: int, warmup: int, bursts: int, no_graph: bool,
-              profile_dir: str | None, run_name: str | None, timeout_s: float, fmt: str | None) -> None:
+              profile_dir: str | None, run_name: str | None, timeout_s: float, fmt: str | None,
+              save_json: Path | None) -> None:
     """Measure the all-reduce floor for a trace's message sizes: single ops, eager bursts, CUDA-graph bursts.
 
     \b
@@ -445,6 +533,9 @@ def allreduce(db_path: Path | None, sizes: str | None, count: int | None, batch_
     rows = run_allreduce_bench(specs, backend=backend, world_size=world_size, dtype=dtype, iters=iters,
                                warmup=warmup, bursts=bursts, graph=not no_graph, profile=profile_dir,
                                timeout_s=timeout_s, bench_run=run_name)
+    if save_json is not None:
+        save_rows(save_json, rows)
+        _log(f"{len(rows)} rows written to {save_json}")
     if con is not None:
         write_rows(con, rows)
         con.close()
@@ -452,6 +543,35 @@ def allreduce(db_path: Path | None, sizes: str | None, count: int | None, batch_
     if profile_dir:
         _log(f"profiler traces in {profile_dir} (k25trace load {profile_dir} --db ...)")
     _emit(rows, fmt)
+
+
+@command.command("import")
+@click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--db", "db_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="Database to add the rows to (table allreduce_bench).")
+def import_rows(files: tuple[Path, ...], db_path: Path) -> None:
+    """Add the rows of `bench allreduce --save-json` files (measured on another machine) to a database.
+
+    A bench run already in the database is skipped (same bench_run name), so importing twice adds nothing.
+    """
+    from k25trace import db
+
+    batches = [(f, read_rows(f)) for f in files]  # every file checked before anything is written
+    con = db.connect(db_path)
+    try:
+        ensure_table(con)
+        for f, rows in batches:
+            run = rows[0]["bench_run"]
+            have = con.execute("select count(*) from allreduce_bench where bench_run = ?", [run]).fetchone()[0]
+            if have:
+                _log(f"{f}: bench run {run} is already in {db_path}; skipped")
+                continue
+            con.execute("begin")
+            write_rows(con, rows)
+            con.execute("commit")
+            _log(f"{f}: {len(rows)} rows of bench run {run} added to {db_path}")
+    finally:
+        con.close()
 
 
 if __name__ == "__main__":

@@ -97,7 +97,8 @@ def collective_split(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
         return frame
     return frame.with_columns(pl.col("run_id").map_elements(report.run_label, return_dtype=pl.String).alias("run")).select(
         ["run", "level", "batch_size", "category", "ranks", "calls_per_step", "ms_per_step", "transfer_ms_per_step",
-         "wait_ms_per_step", "wait_pct", "skew_p90_us", "straggler_rank", "straggler_late_pct"])
+         "wait_ms_per_step", "wait_pct", "launch_wait_ms_per_step", "gpu_wait_ms_per_step", "skew_p90_us",
+         "straggler_rank", "straggler_wait_pct", "last_rank", "last_pct"])
 
 
 def steps(con: duckdb.DuckDBPyConnection, trace_id: int, *, phase: str = "all",

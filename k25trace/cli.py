@@ -261,11 +261,13 @@ def sql(query: str | None, db_path: Path, sql_file: Path | None, query_name: str
 @cli.command()
 @db_option
 @click.option("--phase", type=click.Choice(["decode", "prefill", "mixed", "empty", "unknown", "all"]), default="decode", show_default=True)
-@click.option("--by", "by", type=click.Choice(["batch", "category", "step", "rank", "kernel", "comm", "rank-comm", "floor"]),
+@click.option("--by", "by", type=click.Choice(["batch", "category", "step", "rank", "kernel", "comm", "comm-site", "rank-comm", "floor"]),
               default="batch", show_default=True,
               help="batch: per batch size (and capture level); category: all steps together; step: one line per step; "
                    "rank: per rank (with the collective wait/transfer split on a terminal); kernel: the top kernels; "
-                   "comm: collectives across ranks (transfer vs wait, skew, straggler); rank-comm: per rank wait and lateness; "
+                   "comm: collectives across ranks (transfer vs wait, launch vs GPU wait, skew, the straggler = the rank "
+                   "causing the most wait); comm-site: per call site (k-th collective of a step): wait, late rank; "
+                   "rank-comm: per rank wait suffered and caused, lateness; "
                    "floor: observed AllReduce per step against the `k25trace bench allreduce` floor (efficiency).")
 @click.option("--rank", type=int, default=None, help="Only this rank (default: all ranks).")
 @click.option("--trace", "trace_id", type=int, default=None, help="Only this trace_id.")

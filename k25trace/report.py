@@ -11,7 +11,7 @@ import polars as pl
 from k25trace.db import query_frame
 from k25trace.errors import K25Error
 
-VIEWS = ("batch", "category", "step", "rank", "kernel", "comm", "rank-comm", "floor")
+VIEWS = ("batch", "category", "step", "rank", "kernel", "comm", "comm-site", "rank-comm", "floor")
 PHASES = ("decode", "prefill", "mixed", "empty", "unknown", "all")
 
 
@@ -41,6 +41,8 @@ def breakdown(con: duckdb.DuckDBPyConnection, *, by: str = "batch", phase: str =
         return query_frame(con, "report_comm", {"phase": phase})
     if by == "rank-comm":
         return query_frame(con, "report_rank_comm", {"phase": phase})
+    if by == "comm-site":
+        return query_frame(con, "report_comm_site", {"phase": phase})
     if by == "rank":
         params.pop("rank")
         return query_frame(con, "report_ranks", params)

@@ -5,8 +5,12 @@
 -- each rank is the same collective. Rank clocks differ: each rank's offset is the median, over its paired
 -- collectives, of how much later its kernels end than the reference rank's (collectives end nearly together).
 -- After alignment: transfer = the shortest duration across ranks; wait = a rank's duration minus transfer; the
--- late rank is the one whose kernel started last (ties: the shortest duration). Traces whose steps were inferred
--- (no markers) pair their collectives over the whole trace (pair_step = -1).
+-- late rank is the one whose kernel started last (ties: the shortest duration); the wait of the other ranks is
+-- charged to it (caused_wait_ns). lateness_ns = how much later than the earliest rank a rank arrived. A wait at
+-- the first collective of a step (step_ordinal 0, any category) is 'launch' wait (the ranks' hosts started the
+-- step at different times: a slow host thread, a late graph replay); a wait at a later collective is 'gpu'
+-- wait (the work on the GPU between two collectives took longer on the late rank). Traces whose steps were
+-- inferred (no markers) pair their collectives over the whole trace (pair_step = -1; wait_kind 'unknown').
 -- creates: trace_runs (table), _collective_calls (temp table), rank_offsets (table), collectives (table)
 -- reads: traces, gpu_events, steps
 -- params: none
@@ -41,7 +45,8 @@ calls as (
 
 select
     *,
-    row_number() over (partition by trace_id, pair_step, category order by start_ns, event_id) - 1 as ordinal
+    row_number() over (partition by trace_id, pair_step, category order by start_ns, event_id) - 1 as ordinal,
+    row_number() over (partition by trace_id, pair_step order by start_ns, event_id) - 1 as step_ordinal
 from calls;
 
 create or replace table rank_offsets as
@@ -105,19 +110,31 @@ paired as (
         min(dur_ns) over collective as transfer_ns,
         max(aligned_start_ns) over collective - min(aligned_start_ns) over collective as skew_ns,
         aligned_end_ns - avg(aligned_end_ns) over collective as end_residual_ns,
+        aligned_start_ns - min(aligned_start_ns) over collective as lateness_ns,
+        -- the step's first collective on the reference (lowest) rank decides the wait kind for all ranks
+        min(step_ordinal) over collective as first_step_ordinal,
         row_number() over (partition by run_id, pair_step, category, ordinal order by aligned_start_ns desc, dur_ns, rank) = 1 as is_late
     from aligned
     where ranks_present = run_ranks
     window collective as (partition by run_id, pair_step, category, ordinal)
+),
+
+waited as (
+    select *, dur_ns - transfer_ns as wait_ns
+    from paired
 )
 
 select
-    run_id, step_index, pair_step, category, ordinal, trace_id, rank, event_id,
+    run_id, step_index, pair_step, category, ordinal, step_ordinal, trace_id, rank, event_id,
     start_ns, end_ns, dur_ns, offset_ns, aligned_start_ns, aligned_end_ns,
     transfer_ns,
-    dur_ns - transfer_ns as wait_ns,
+    wait_ns,
     is_late,
     skew_ns,
-    end_residual_ns::bigint as end_residual_ns
-from paired
+    end_residual_ns::bigint as end_residual_ns,
+    lateness_ns,
+    case when is_late then sum(wait_ns) over (partition by run_id, pair_step, category, ordinal) - wait_ns else 0 end
+        as caused_wait_ns,
+    case when pair_step < 0 then 'unknown' when first_step_ordinal = 0 then 'launch' else 'gpu' end as wait_kind
+from waited
 order by run_id, pair_step, category, ordinal, rank

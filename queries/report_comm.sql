@@ -1,8 +1,11 @@
 -- name: report_comm
 -- AllReduce (and other collectives) across ranks, per run level and batch size: collectives per step, the
 -- time per step each rank spends in them, split into transfer (the shortest duration of the paired kernels)
--- and wait (the rest: time spent waiting for the slowest rank), start skew, and the straggler rank (the rank
--- most often last to start) with how often it is last.
+-- and wait (the rest: time spent waiting for the slowest rank; mean over ranks), the wait split by kind
+-- (launch: at the step's first collective, the hosts started the step apart; gpu: at later collectives, GPU
+-- work between collectives differed), start skew, the straggler (the rank whose lateness caused the most wait:
+-- the wait it imposed on the others, per step, and its share of all wait) and, apart from it, the rank most
+-- often last to arrive with how often.
 -- reads: collectives, steps, trace_runs, traces
 -- params: $phase
 -- grain: one row per (run, batch_size, category)
@@ -14,44 +17,66 @@ with steps_of_run as (
     group by all
 ),
 
-per_collective as (
-    select run_id, min(step_index) as step_index, category, any_value(transfer_ns) as transfer_ns,
-        any_value(skew_ns) as skew_ns, avg(wait_ns) as mean_wait_ns, max(wait_ns) as max_wait_ns,
-        arg_max(rank, is_late::int) as late_rank, count(*) as ranks
+selected as (
+    select collectives.*, steps_of_run.batch_size
     from collectives
-    group by run_id, pair_step, category, ordinal
+    join steps_of_run using (run_id, step_index)
+),
+
+per_collective as (
+    select run_id, batch_size, min(step_index) as step_index, category, any_value(transfer_ns) as transfer_ns,
+        any_value(skew_ns) as skew_ns, avg(wait_ns) as mean_wait_ns, any_value(wait_kind) as wait_kind,
+        arg_max(rank, is_late::int) as late_rank, count(*) as ranks
+    from selected
+    group by run_id, batch_size, pair_step, category, ordinal
 ),
 
 per_step as (
     select
-        steps_of_run.run_id, steps_of_run.batch_size, per_collective.category, per_collective.step_index,
-        count(*) as calls, sum(transfer_ns) as transfer_ns, sum(mean_wait_ns) as mean_wait_ns, any_value(ranks) as ranks
+        run_id, batch_size, category, step_index,
+        count(*) as calls, sum(transfer_ns) as transfer_ns, sum(mean_wait_ns) as mean_wait_ns,
+        sum(mean_wait_ns) filter (where wait_kind = 'launch') as launch_wait_ns,
+        sum(mean_wait_ns) filter (where wait_kind = 'gpu') as gpu_wait_ns,
+        any_value(ranks) as ranks
     from per_collective
-    join steps_of_run using (run_id, step_index)
     group by all
 ),
 
 late_counts as (
-    select steps_of_run.run_id, steps_of_run.batch_size, per_collective.category, per_collective.late_rank, count(*) as times_late
+    select run_id, batch_size, category, late_rank, count(*) as times_late
     from per_collective
-    join steps_of_run using (run_id, step_index)
+    group by all
+),
+
+last_ranks as (
+    select run_id, batch_size, category,
+        arg_max(late_rank, times_late) as last_rank,
+        max(times_late) * 100.0 / sum(times_late) as last_pct
+    from late_counts
+    group by all
+),
+
+caused as (
+    select run_id, batch_size, category, rank, sum(caused_wait_ns) as caused_ns, count(distinct step_index) as steps
+    from selected
     group by all
 ),
 
 stragglers as (
     select run_id, batch_size, category,
-        arg_max(late_rank, times_late) as straggler_rank,
-        max(times_late) * 100.0 / sum(times_late) as straggler_late_pct
-    from late_counts
+        -- no wait at all: no straggler
+        case when max(caused_ns) > 0 then arg_max(rank, caused_ns) end as straggler_rank,
+        case when max(caused_ns) > 0 then max(caused_ns) / max(steps) end as straggler_wait_ns_per_step,
+        max(caused_ns) * 100.0 / nullif(sum(caused_ns), 0) as straggler_wait_pct
+    from caused
     group by all
 ),
 
 skews as (
-    select steps_of_run.run_id, steps_of_run.batch_size, per_collective.category,
-        quantile_cont(per_collective.skew_ns, 0.5) as skew_p50_ns, quantile_cont(per_collective.skew_ns, 0.9) as skew_p90_ns,
-        max(per_collective.skew_ns) as skew_max_ns
+    select run_id, batch_size, category,
+        quantile_cont(skew_ns, 0.5) as skew_p50_ns, quantile_cont(skew_ns, 0.9) as skew_p90_ns,
+        max(skew_ns) as skew_max_ns
     from per_collective
-    join steps_of_run using (run_id, step_index)
     group by all
 )
 
@@ -67,13 +92,19 @@ select
     round(avg(per_step.transfer_ns) / 1e6, 4) as transfer_ms_per_step,
     round(avg(per_step.mean_wait_ns) / 1e6, 4) as wait_ms_per_step,
     round(sum(per_step.mean_wait_ns) * 100.0 / nullif(sum(per_step.transfer_ns + per_step.mean_wait_ns), 0), 2) as wait_pct,
+    round(avg(coalesce(per_step.launch_wait_ns, 0)) / 1e6, 4) as launch_wait_ms_per_step,
+    round(avg(coalesce(per_step.gpu_wait_ns, 0)) / 1e6, 4) as gpu_wait_ms_per_step,
     round(any_value(skews.skew_p50_ns) / 1e3, 2) as skew_p50_us,
     round(any_value(skews.skew_p90_ns) / 1e3, 2) as skew_p90_us,
     round(any_value(skews.skew_max_ns) / 1e3, 2) as skew_max_us,
     any_value(stragglers.straggler_rank) as straggler_rank,
-    round(any_value(stragglers.straggler_late_pct), 1) as straggler_late_pct
+    round(any_value(stragglers.straggler_wait_ns_per_step) / 1e6, 4) as straggler_wait_ms_per_step,
+    round(any_value(stragglers.straggler_wait_pct), 1) as straggler_wait_pct,
+    any_value(last_ranks.last_rank) as last_rank,
+    round(any_value(last_ranks.last_pct), 1) as last_pct
 from per_step
 join skews using (run_id, batch_size, category)
 join stragglers using (run_id, batch_size, category)
+join last_ranks using (run_id, batch_size, category)
 group by per_step.run_id, per_step.batch_size, per_step.category
 order by per_step.run_id, per_step.batch_size, per_step.category

@@ -1,6 +1,8 @@
 -- name: report_rank_comm
--- Per rank: how long it waits in collectives per step, its clock offset, and how often it is the straggler
--- (the last to start a paired collective). A rank that waits least and is late most is the slow one.
+-- Per rank: how long it waits in collectives per step (wait suffered), how much wait its own lateness caused the
+-- other ranks per step (wait caused, and its share of all the run's wait), how often it is the last to start a
+-- paired collective, and its clock offset. The straggler is the rank with the most wait caused; a rank that is
+-- last by a microsecond on most collectives causes little.
 -- reads: collectives, rank_offsets, steps
 -- params: $phase
 -- grain: one row per (run, rank, category)
@@ -19,6 +21,7 @@ per_rank as (
         sum(dur_ns) as total_ns,
         sum(transfer_ns) as transfer_ns,
         sum(wait_ns) as wait_ns,
+        sum(caused_wait_ns) as caused_ns,
         sum(is_late::int) as times_late
     from selected
     group by all
@@ -33,6 +36,9 @@ select
     round(per_rank.total_ns / per_rank.steps / 1e6, 4) as ms_per_step,
     round(per_rank.transfer_ns / per_rank.steps / 1e6, 4) as transfer_ms_per_step,
     round(per_rank.wait_ns / per_rank.steps / 1e6, 4) as wait_ms_per_step,
+    round(per_rank.caused_ns / per_rank.steps / 1e6, 4) as caused_wait_ms_per_step,
+    round(per_rank.caused_ns * 100.0
+        / nullif(sum(per_rank.caused_ns) over (partition by per_rank.run_id, per_rank.category), 0), 1) as caused_wait_pct,
     round(per_rank.times_late * 100.0 / per_rank.calls, 2) as late_pct,
     round(rank_offsets.offset_ns / 1e3, 3) as clock_offset_us
 from per_rank

@@ -242,7 +242,8 @@ create table if not exists collectives (
     step_index integer,
     pair_step integer,                -- step_index, or -1 when the run's steps were inferred (paired over the whole trace)
     category varchar,                 -- allreduce | comm_other
-    ordinal bigint,                   -- k-th collective of this category in the step
+    ordinal bigint,                   -- k-th collective of this category in the step: the call site
+    step_ordinal bigint,              -- k-th collective of any category in the step (on this rank)
     trace_id integer,
     rank integer,
     event_id bigint,                  -- -> gpu_events
@@ -254,5 +255,8 @@ create table if not exists collectives (
     wait_ns bigint,                   -- dur_ns - transfer_ns: time spent waiting for the slowest rank
     is_late boolean,                  -- this rank started the collective last (the straggler)
     skew_ns bigint,                   -- latest minus earliest aligned start across ranks
-    end_residual_ns bigint            -- aligned end minus the mean aligned end: the quality of the clock alignment
+    end_residual_ns bigint,           -- aligned end minus the mean aligned end: the quality of the clock alignment
+    lateness_ns bigint,               -- aligned start minus the earliest rank's: how late this rank arrived
+    caused_wait_ns bigint,            -- on the late rank: the other ranks' wait_ns summed (the wait it caused); else 0
+    wait_kind varchar                 -- launch (the step's first collective) | gpu (a later one) | unknown (inferred steps)
 );

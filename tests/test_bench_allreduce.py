@@ -165,3 +165,37 @@ def test_parse_size() -> None:
     assert bench.parse_size("1.5MiB") == 3 * 512 * 1024
     with pytest.raises(Exception):
         bench.parse_size("0")
+
+
+H200_BENCH = ROOT / "tests" / "data" / "h200x2-decode-loop" / "allreduce_bench_kimi.json"
+
+
+def test_bench_import_adds_a_run_once_and_names_bad_files(tmp_path: Path) -> None:
+    """`bench import`: rows measured on the H200s go into a database; again adds nothing; a bad file changes nothing."""
+    from click.testing import CliRunner
+
+    from k25trace.cli import cli
+
+    path = tmp_path / "floor.duckdb"
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"something": []}')
+    runner = CliRunner()
+    result = runner.invoke(cli, ["bench", "import", str(H200_BENCH), str(bad), "--db", str(path)])
+    assert result.exit_code != 0 and "bad.json" in result.output and "allreduce_bench" in result.output
+    assert not path.exists() or db.connect(path).execute(
+        "select count(*) from duckdb_tables() where table_name = 'allreduce_bench'").fetchone()[0] == 0
+    for expected_note in ("added", "already in"):
+        result = runner.invoke(cli, ["bench", "import", str(H200_BENCH), "--db", str(path)])
+        assert result.exit_code == 0, result.output
+        assert expected_note in result.output
+    con = db.connect(path, read_only=True)
+    rows = con.execute("select batch_size, mode, median_us, kernel_median_us from allreduce_bench "
+                       "order by batch_size, mode").fetchall()
+    con.close()
+    import json
+
+    saved = json.loads(H200_BENCH.read_text())["allreduce_bench"]
+    assert len(rows) == len(saved) == 9
+    expected = sorted((r["batch_size"], r["mode"], r["median_us"], r["kernel_median_us"]) for r in saved)
+    assert rows == expected
+    assert all((k is None) == (m == "single") for _, m, _, k in rows)  # kernel time for bursts only
