@@ -26,7 +26,7 @@ from capture import files as tf
 from capture.client import (CaptureError, ControlClient, ServerInfo, StartOutcomeUnknown, StopResult, check_url,
                             supports_start_body)
 from capture.load import LoadConfig, LoadGenerator, LoadResult, summarize
-from capture.manifest import MANIFEST, new_manifest, now_iso, read_manifest, write_manifest
+from capture.manifest import MANIFEST, check_manifest, new_manifest, now_iso, write_manifest
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -137,14 +137,19 @@ class Run:
                 raise CaptureError(f"--out {out} {what}; choose a new directory, or pass --force to replace "
                                    "the previous capture's manifest and level directories")
             if (out / MANIFEST).exists():
-                try:
-                    old = read_manifest(out)
-                    for lv in old.get("levels", []):
-                        d = out / str(lv.get("dir", ""))
-                        if lv.get("dir") and d.is_dir() and d.resolve().parent == out.resolve():
-                            shutil.rmtree(d)
-                except (OSError, ValueError):
-                    pass
+                old = check_manifest(out)
+                if old is None:
+                    raise CaptureError(f"--force: {out / MANIFEST} is not a k25trace capture manifest (no "
+                                       "k25trace_capture key); not replacing it. Choose a new --out.")
+                if old.problems:
+                    raise CaptureError(
+                        f"--force: {out / MANIFEST} is damaged ({old.summary()}), so which directories belong "
+                        "to the previous capture is unknown; nothing was removed. Remove the previous capture "
+                        "by hand, or choose a new --out.")
+                for lv in old.levels:
+                    d = out / lv["dir"]
+                    if d.is_dir() and not d.is_symlink() and d.resolve().parent == out.resolve():
+                        shutil.rmtree(d)
                 (out / MANIFEST).unlink()
         out.mkdir(parents=True, exist_ok=True)
 
