@@ -101,6 +101,36 @@ def collective_split(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
          "straggler_rank", "straggler_wait_pct", "last_rank", "last_pct"])
 
 
+@dataclass
+class Collectives:
+    """The collectives screen: per run and batch size, per rank, the alignment warnings."""
+
+    per_batch: pl.DataFrame
+    per_rank: pl.DataFrame
+    warnings: list[str]
+
+
+def collectives(con: duckdb.DuckDBPyConnection) -> Collectives:
+    """Cross-rank figures for the collectives screen (``report_comm``, ``report_rank_comm``, ``comm_alignment``)."""
+    per_batch = report.breakdown(con, by="comm", phase="decode")
+    if not per_batch.is_empty():
+        per_batch = per_batch.with_columns(
+            pl.col("run_id").map_elements(report.run_label, return_dtype=pl.String).alias("run"))
+    per_rank = report.breakdown(con, by="rank-comm", phase="decode")
+    if not per_rank.is_empty():
+        per_rank = per_rank.with_columns(
+            pl.col("run_id").map_elements(report.run_label, return_dtype=pl.String).alias("run"))
+    return Collectives(per_batch, per_rank, report.alignment_warnings(con))
+
+
+def call_sites(con: duckdb.DuckDBPyConnection, run_id: str, batch_size: int | None, category: str) -> pl.DataFrame:
+    """The call sites of one run, batch size and category, the most waited-on first (``report_comm_site``)."""
+    frame = report.breakdown(con, by="comm-site", phase="decode")
+    frame = frame.filter((pl.col("run_id") == run_id) & (pl.col("category") == category)
+                         & (pl.col("batch_size").eq_missing(batch_size)))
+    return frame.sort(["wait_us", "site"], descending=[True, False])
+
+
 def steps(con: duckdb.DuckDBPyConnection, trace_id: int, *, phase: str = "all",
           batch_size: int | None = None) -> pl.DataFrame:
     """The steps of one trace (rank), optionally one phase and one batch size, in step order."""

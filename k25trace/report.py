@@ -11,7 +11,8 @@ import polars as pl
 from k25trace.db import query_frame
 from k25trace.errors import K25Error
 
-VIEWS = ("batch", "category", "step", "rank", "kernel", "comm", "comm-site", "rank-comm", "floor")
+VIEWS = ("batch", "category", "step", "rank", "kernel", "comm", "comm-site", "comm-bw", "rank-comm", "floor")
+CROSS_RANK_VIEWS = ("rank", "comm", "comm-site", "comm-bw", "rank-comm", "floor")
 PHASES = ("decode", "prefill", "mixed", "empty", "unknown", "all")
 
 
@@ -43,10 +44,57 @@ def breakdown(con: duckdb.DuckDBPyConnection, *, by: str = "batch", phase: str =
         return query_frame(con, "report_rank_comm", {"phase": phase})
     if by == "comm-site":
         return query_frame(con, "report_comm_site", {"phase": phase})
+    if by == "comm-bw":
+        from k25trace.bench import ensure_table
+
+        ensure_table(con)  # the bench table is optional: an empty one when none was measured
+        return query_frame(con, "report_comm_bandwidth", {"phase": phase})
     if by == "rank":
         params.pop("rank")
         return query_frame(con, "report_ranks", params)
     raise K25Error(f"unknown view {by!r}; one of {', '.join(VIEWS)}")
+
+
+MARKER_FORMS = ("vLLM execute_… annotations (every known form)", "SGLang step[…]", "their gpu_user_annotation copies")
+
+
+def resolve_phase(con: duckdb.DuckDBPyConnection, phase: str | None) -> tuple[str, str | None]:
+    """The phase to report when the user gave none, and a note saying why when it is not 'decode'.
+
+    'decode' when some trace has decode steps; else, when the steps of every trace were inferred from idle gaps
+    (no step markers), 'all' with a note naming those traces and the marker forms looked for.
+    """
+    if phase is not None:
+        return phase, None
+    cover = query_frame(con, "marker_coverage")
+    if cover.is_empty() or cover["decode_steps"].sum() > 0:
+        return "decode", None
+    inferred = cover.filter(pl.col("inferred"))
+    if inferred.is_empty():
+        return "decode", None
+    names = ", ".join(inferred["file_name"].head(4).to_list()) + (" …" if inferred.height > 4 else "")
+    return "all", (f"no step markers in {inferred.height} trace(s) ({names}); looked for "
+                   f"{', '.join(MARKER_FORMS)}. Showing the {int(inferred['steps'].sum())} steps inferred from GPU "
+                   f"idle gaps (phase unknown, no batch size); --phase decode shows marker steps only.")
+
+
+def alignment_warnings(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """One line per multi-rank run whose cross-rank figures should not be read as exact (``comm_alignment``)."""
+    try:
+        frame = query_frame(con, "report_alignment")
+    except duckdb.CatalogException:  # a database from before the table existed: nothing to say
+        return []
+    lines = []
+    for r in frame.iter_rows(named=True):
+        what = []
+        if r["residual_p90_us"] is not None and r["alignment"] == "poor":
+            what.append(f"paired collectives end {r['residual_p90_us']:,.1f} µs apart at p90 after clock alignment "
+                        f"(median transfer {r['transfer_p50_us']:,.1f} µs)")
+        if r["unpaired_events"]:
+            what.append(f"{r['unpaired_events']} of {r['collective_events']} collective kernels could not be paired")
+        lines.append(f"{run_label(r['run_id'])}: cross-rank wait and straggler figures are approximate: "
+                     + "; ".join(what or ["nothing could be paired"]))
+    return lines
 
 
 def summary(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:

@@ -11,10 +11,12 @@
 -- step at different times: a slow host thread, a late graph replay); a wait at a later collective is 'gpu'
 -- wait (the work on the GPU between two collectives took longer on the late rank). Traces whose steps were
 -- inferred (no markers) pair their collectives over the whole trace (pair_step = -1; wait_kind 'unknown').
--- creates: trace_runs (table), _collective_calls (temp table), rank_offsets (table), collectives (table)
+-- creates: trace_runs (table), _collective_calls (temp table), rank_offsets (table), collectives (table),
+--   comm_alignment (table: how much to trust the figures of each run, see below)
 -- reads: traces, gpu_events, steps
 -- params: none
--- grain: trace_runs = one row per trace; rank_offsets = one row per trace in a multi-rank run; collectives = one row per paired collective per rank
+-- grain: trace_runs = one row per trace; rank_offsets = one row per trace in a multi-rank run; collectives = one row per paired collective per rank;
+--   comm_alignment = one row per multi-rank run with collectives
 create or replace table trace_runs as
 select
     trace_id,
@@ -137,4 +139,53 @@ select
         as caused_wait_ns,
     case when pair_step < 0 then 'unknown' when first_step_ordinal = 0 then 'launch' else 'gpu' end as wait_kind
 from waited
-order by run_id, pair_step, category, ordinal, rank
+order by run_id, pair_step, category, ordinal, rank;
+
+-- comm_alignment: how much to trust the cross-rank figures of each multi-rank run. The clock alignment's residuals
+-- (aligned end minus the mean aligned end of each paired collective: paired collectives end together, so a large
+-- residual means the clocks or the pairing are off) against the median transfer, and how many collective events
+-- could not be paired (a rank has more or fewer of them in a step). alignment = 'good' when the p90 residual is at
+-- most max(2 µs, 10 % of the median transfer) and every event paired; 'poor' otherwise; 'unpaired' when nothing
+-- paired.
+create or replace table comm_alignment as
+with runs as (
+    select run_id, count(distinct rank) as ranks from trace_runs group by run_id having count(distinct rank) > 1
+),
+
+observed as (  -- the collective events that could be paired (those in steps, or all when steps were inferred)
+    select run_id, count(*) as collective_events
+    from _collective_calls
+    group by all
+),
+
+paired as (
+    select run_id,
+        count(*) as paired_events,
+        quantile_cont(abs(end_residual_ns), 0.5) as residual_p50_ns,
+        quantile_cont(abs(end_residual_ns), 0.9) as residual_p90_ns,
+        max(abs(end_residual_ns)) as residual_max_ns,
+        median(transfer_ns) as transfer_p50_ns
+    from collectives
+    group by all
+)
+
+select
+    runs.run_id,
+    runs.ranks,
+    observed.collective_events,
+    coalesce(paired.paired_events, 0) as paired_events,
+    observed.collective_events - coalesce(paired.paired_events, 0) as unpaired_events,
+    round(paired.residual_p50_ns / 1e3, 3) as residual_p50_us,
+    round(paired.residual_p90_ns / 1e3, 3) as residual_p90_us,
+    round(paired.residual_max_ns / 1e3, 3) as residual_max_us,
+    round(paired.transfer_p50_ns / 1e3, 3) as transfer_p50_us,
+    case
+        when paired.paired_events is null then 'unpaired'
+        when paired.residual_p90_ns <= greatest(2000, 0.1 * paired.transfer_p50_ns)
+            and observed.collective_events = paired.paired_events then 'good'
+        else 'poor'
+    end as alignment
+from runs
+join observed using (run_id)
+left join paired using (run_id)
+order by runs.run_id;

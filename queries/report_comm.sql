@@ -5,8 +5,11 @@
 -- (launch: at the step's first collective, the hosts started the step apart; gpu: at later collectives, GPU
 -- work between collectives differed), start skew, the straggler (the rank whose lateness caused the most wait:
 -- the wait it imposed on the others, per step, and its share of all wait) and, apart from it, the rank most
--- often last to arrive with how often.
--- reads: collectives, steps, trace_runs, traces
+-- often last to arrive with how often; and how much to trust it all (comm_alignment: the clock alignment's p90
+-- residual and 'good' | 'poor' | 'unpaired').
+-- Runs without step markers pair their collectives over the whole trace (pairing = 'whole trace'; batch_size
+-- NULL; wait_kind unknown, so launch + gpu wait is 0 there).
+-- reads: collectives, steps, trace_runs, traces, comm_alignment
 -- params: $phase
 -- grain: one row per (run, batch_size, category)
 with steps_of_run as (
@@ -18,7 +21,8 @@ with steps_of_run as (
 ),
 
 selected as (
-    select collectives.*, steps_of_run.batch_size
+    -- -1 stands for "no batch size" (inferred steps) so that the joins below match it; shown as NULL
+    select collectives.*, coalesce(steps_of_run.batch_size, -1) as batch_size
     from collectives
     join steps_of_run using (run_id, step_index)
 ),
@@ -26,6 +30,7 @@ selected as (
 per_collective as (
     select run_id, batch_size, min(step_index) as step_index, category, any_value(transfer_ns) as transfer_ns,
         any_value(skew_ns) as skew_ns, avg(wait_ns) as mean_wait_ns, any_value(wait_kind) as wait_kind,
+        pair_step < 0 as whole_trace,
         arg_max(rank, is_late::int) as late_rank, count(*) as ranks
     from selected
     group by run_id, batch_size, pair_step, category, ordinal
@@ -37,6 +42,7 @@ per_step as (
         count(*) as calls, sum(transfer_ns) as transfer_ns, sum(mean_wait_ns) as mean_wait_ns,
         sum(mean_wait_ns) filter (where wait_kind = 'launch') as launch_wait_ns,
         sum(mean_wait_ns) filter (where wait_kind = 'gpu') as gpu_wait_ns,
+        bool_or(whole_trace) as whole_trace,
         any_value(ranks) as ranks
     from per_collective
     group by all
@@ -83,8 +89,9 @@ skews as (
 select
     per_step.run_id,
     (select any_value(traces.level) from trace_runs join traces using (trace_id) where trace_runs.run_id = per_step.run_id) as level,
-    per_step.batch_size,
+    nullif(per_step.batch_size, -1) as batch_size,
     per_step.category,
+    case when any_value(per_step.whole_trace) then 'whole trace (no step markers)' else 'per step' end as pairing,
     count(*) as steps,
     any_value(per_step.ranks) as ranks,
     round(avg(per_step.calls), 2) as calls_per_step,
@@ -101,10 +108,13 @@ select
     round(any_value(stragglers.straggler_wait_ns_per_step) / 1e6, 4) as straggler_wait_ms_per_step,
     round(any_value(stragglers.straggler_wait_pct), 1) as straggler_wait_pct,
     any_value(last_ranks.last_rank) as last_rank,
-    round(any_value(last_ranks.last_pct), 1) as last_pct
+    round(any_value(last_ranks.last_pct), 1) as last_pct,
+    any_value(comm_alignment.alignment) as alignment,
+    any_value(comm_alignment.residual_p90_us) as residual_p90_us
 from per_step
 join skews using (run_id, batch_size, category)
 join stragglers using (run_id, batch_size, category)
 join last_ranks using (run_id, batch_size, category)
+left join comm_alignment using (run_id)
 group by per_step.run_id, per_step.batch_size, per_step.category
 order by per_step.run_id, per_step.batch_size, per_step.category

@@ -17,7 +17,8 @@ with steps_of_run as (
 ),
 
 selected as (
-    select collectives.*, steps_of_run.batch_size
+    -- -1 stands for "no batch size" (inferred steps) so that the joins below match it; shown as NULL
+    select collectives.*, coalesce(steps_of_run.batch_size, -1) as batch_size
     from collectives
     join steps_of_run using (run_id, step_index)
     where collectives.pair_step >= 0
@@ -60,7 +61,7 @@ per_site as (
 
 select
     per_site.run_id,
-    per_site.batch_size,
+    nullif(per_site.batch_size, -1) as batch_size,
     per_site.category,
     per_site.site,
     per_site.steps,

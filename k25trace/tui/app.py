@@ -23,6 +23,7 @@ from textual.worker import Worker, WorkerState
 from k25trace import browse
 from k25trace.db import connect
 from k25trace.errors import K25Error
+from k25trace.tui.screens.comm import CommScreen
 from k25trace.tui.screens.help import HelpScreen
 from k25trace.tui.screens.kernel import KernelScreen
 from k25trace.tui.screens.overview import OverviewScreen
@@ -42,6 +43,7 @@ class K25TraceApp(App[None]):
         Binding("question_mark", "help", "Help"),
         Binding("slash", "search", "Search"),
         Binding("e", "sql", "SQL"),
+        Binding("c", "collectives", "Collectives"),
         Binding("h", "home", "Overview"),
         Binding("ctrl+g", "cancel_queries", "Cancel query", priority=True),
         Binding("t", "toggle_theme", "Light/dark"),
@@ -133,6 +135,7 @@ class K25TraceApp(App[None]):
             ("Steps", list(StepsScreen.BINDINGS)),
             ("Step", list(StepScreen.BINDINGS)),
             ("Kernel", list(KernelScreen.BINDINGS)),
+            ("Collectives", list(CommScreen.BINDINGS)),
             ("Search", list(SearchScreen.BINDINGS)),
             ("SQL", list(SqlScreen.BINDINGS)),
             ("Tables", [Binding("up,down,pageup,pagedown,home,end", "", "move the cursor"),
@@ -144,6 +147,10 @@ class K25TraceApp(App[None]):
     def action_search(self) -> None:
         if not isinstance(self.screen, SearchScreen):
             self.push_screen(SearchScreen(self.current_trace()))
+
+    def action_collectives(self) -> None:
+        if not isinstance(self.screen, CommScreen):
+            self.push_screen(CommScreen())
 
     def action_sql(self) -> None:
         if not isinstance(self.screen, SqlScreen):
