@@ -97,6 +97,16 @@ def alignment_warnings(con: duckdb.DuckDBPyConnection) -> list[str]:
     return lines
 
 
+def run_warnings(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """One line per rank that two or more files of one run claim (kept apart as sessions; ``trace_runs``)."""
+    try:
+        frame = query_frame(con, "report_run_duplicates")
+    except (duckdb.CatalogException, duckdb.BinderException):  # a database from before trace_runs had the column
+        return []
+    return [f"{run_label(r['run'])}: {r['files']} files claim rank {r['rank']} ({r['sessions']}); kept apart as "
+            "sessions (the k-th file of each rank, by first event, is session k)" for r in frame.iter_rows(named=True)]
+
+
 def summary(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
     """One row per loaded trace: rank, device, events, steps by phase."""
     return query_frame(con, "summary")

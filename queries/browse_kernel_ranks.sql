@@ -1,15 +1,12 @@
 -- name: browse_kernel_ranks
 -- How one kernel's duration varies across the ranks of a run: per trace of the run that $trace_id belongs to,
 -- calls, steps it ran in (approximate count), calls per step and min/mean/max µs with the standard deviation.
--- reads: traces, gpu_events
+-- reads: trace_runs, gpu_events
 -- params: $trace_id, $name_id
 -- grain: one row per trace (rank) of the run that ran the kernel
-with run_traces as (
-    select
-        trace_id,
-        rank,
-        coalesce(capture_dir || '#' || coalesce(level, ''), regexp_replace(path, '/[^/]*$', '')) as run_key
-    from traces
+with run_traces as (  -- a run as trace_runs defines it (one definition for reports and TUI)
+    select trace_id, rank, run_id as run_key
+    from trace_runs
 ),
 
 same_run as (

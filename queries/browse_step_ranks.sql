@@ -1,16 +1,12 @@
 -- name: browse_step_ranks
 -- The same step on every rank of the run (traces of the same capture level, else of the same folder): per rank
 -- its trace and, when that trace has the step, its phase, batch size and GPU wall time.
--- reads: traces, steps
+-- reads: trace_runs, traces, steps
 -- params: $trace_id, $step_index
 -- grain: one row per trace of the run, the given one included
-with run_traces as (
-    select
-        trace_id,
-        rank,
-        coalesce(capture_dir || '#' || coalesce(level, ''), regexp_replace(path, '/[^/]*$', '')) as run_key
-    from traces
-    where not is_frontend
+with run_traces as (  -- a run as trace_runs defines it (one definition for reports and TUI)
+    select trace_id, rank, run_id as run_key
+    from trace_runs
 ),
 
 same_run as (

@@ -1,7 +1,7 @@
 -- name: browse_traces
 -- The traces the TUI can browse, with the run they belong to (capture directory and level, else the folder the
 -- file came from) so that the ranks of one run can be found from any of them, and step counts by phase.
--- reads: traces, steps
+-- reads: traces, trace_runs, steps
 -- params: none
 -- grain: one row per loaded trace
 with step_counts as (
@@ -20,7 +20,7 @@ with step_counts as (
 final as (
     select
         traces.trace_id,
-        coalesce(traces.capture_dir || '#' || coalesce(traces.level, ''), regexp_replace(traces.path, '/[^/]*$', '')) as run_key,
+        coalesce(trace_runs.run_id, traces.path) as run_key,  -- a run as trace_runs defines it
         coalesce(regexp_extract(traces.capture_dir, '[^/]*$'), regexp_extract(regexp_replace(traces.path, '/[^/]*$', ''), '[^/]*$')) as run,
         traces.level,
         traces.concurrency,
@@ -36,6 +36,7 @@ final as (
         coalesce(step_counts.unknown, 0) as unknown,
         coalesce(step_counts.empty, 0) as empty
     from traces
+    left join trace_runs using (trace_id)
     left join step_counts using (trace_id)
     where not traces.is_frontend
 )

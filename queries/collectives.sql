@@ -17,14 +17,39 @@
 -- params: none
 -- grain: trace_runs = one row per trace; rank_offsets = one row per trace in a multi-rank run; collectives = one row per paired collective per rank;
 --   comm_alignment = one row per multi-rank run with collectives
+-- trace_runs is THE definition of a run (every report and TUI query reads it): the traces of one capture level
+-- (else of one directory) with the same world size. When two or more files of such a group claim the same rank
+-- (two profiling sessions written into one directory), the group is split into sessions: the k-th file of each
+-- rank, in order of its first event, goes to session k (run_id '…#ws2#s2'), and duplicate_of_rank says so.
 create or replace table trace_runs as
+with base as (
+    select
+        trace_id,
+        rank,
+        world_size,
+        file_name,
+        coalesce(capture_dir || '#' || coalesce(level, ''), regexp_replace(path, '/[^/]*$', '')) || '#ws'
+            || coalesce(world_size::varchar, '?') as base_run,
+        row_number() over (partition by
+            coalesce(capture_dir || '#' || coalesce(level, ''), regexp_replace(path, '/[^/]*$', '')),
+            world_size, rank order by first_ns nulls last, trace_id) as session
+    from traces
+    where not is_frontend
+),
+
+sessions as (
+    select *, max(session) over (partition by base_run) as sessions
+    from base
+)
+
 select
     trace_id,
     rank,
     world_size,
-    coalesce(capture_dir || '#' || coalesce(level, ''), regexp_replace(path, '/[^/]*$', '')) || '#ws' || coalesce(world_size::varchar, '?') as run_id
-from traces
-where not is_frontend;
+    case when sessions > 1 then base_run || '#s' || session else base_run end as run_id,
+    sessions > 1 as duplicate_of_rank,   -- another file of the same directory/level claims this rank
+    file_name
+from sessions;
 
 create or replace temp table _collective_calls as
 with trace_inferred as (

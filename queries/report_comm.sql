@@ -56,7 +56,7 @@ late_counts as (
 
 last_ranks as (
     select run_id, batch_size, category,
-        arg_max(late_rank, times_late) as last_rank,
+        first(late_rank order by times_late desc, late_rank) as last_rank,  -- ties: the lowest rank
         max(times_late) * 100.0 / sum(times_late) as last_pct
     from late_counts
     group by all
@@ -71,7 +71,7 @@ caused as (
 stragglers as (
     select run_id, batch_size, category,
         -- no wait at all: no straggler
-        case when max(caused_ns) > 0 then arg_max(rank, caused_ns) end as straggler_rank,
+        case when max(caused_ns) > 0 then first(rank order by caused_ns desc, rank) end as straggler_rank,
         case when max(caused_ns) > 0 then max(caused_ns) / max(steps) end as straggler_wait_ns_per_step,
         max(caused_ns) * 100.0 / nullif(sum(caused_ns), 0) as straggler_wait_pct
     from caused

@@ -41,8 +41,8 @@ caused as (
 
 site_stragglers as (
     select run_id, batch_size, category, site,
-        case when max(caused_ns) > 0 then arg_max(rank, caused_ns) end as late_rank,
-        arg_max(times_late, caused_ns) as late_rank_times_last
+        case when max(caused_ns) > 0 then first(rank order by caused_ns desc, rank) end as late_rank,
+        first(times_late order by caused_ns desc, rank) as late_rank_times_last
     from caused
     group by all
 ),

@@ -1,36 +1,40 @@
 -- name: report_ranks
--- Per rank, per category: mean exclusive ms per step and share of wall time over the selected steps, so ranks
--- can be compared side by side (a slow rank shows less AllReduce wait and more of everything else).
--- reads: steps, step_categories
+-- Per run and rank, per category: mean exclusive ms per step and share of wall time over the selected steps, so
+-- the ranks of a run can be compared side by side (a slow rank shows less AllReduce wait and more of everything
+-- else). A run is as trace_runs defines it, so two files claiming the same rank are never merged.
+-- reads: steps, step_categories, trace_runs
 -- params: $phase, $trace_id
--- grain: one row per (rank, category), 'idle' included
+-- grain: one row per (run, rank, category), 'idle' included
 with selected_steps as (
-    select *
+    select steps.*, coalesce(trace_runs.run_id, '?') as run_id
     from steps
-    where not is_empty
-        and ($phase = 'all' or phase = $phase)
-        and ($trace_id is null or trace_id = $trace_id)
+    left join trace_runs using (trace_id)
+    where not steps.is_empty
+        and ($phase = 'all' or steps.phase = $phase)
+        and ($trace_id is null or steps.trace_id = $trace_id)
 ),
 
 per_rank as (
-    select rank, count(*) as steps, sum(wall_ns) as wall_ns, sum(idle_ns) as idle_ns, sum(overlap_ns) as overlap_ns
+    select run_id, rank, count(*) as steps, sum(wall_ns) as wall_ns, sum(idle_ns) as idle_ns,
+        sum(overlap_ns) as overlap_ns
     from selected_steps
-    group by rank
+    group by run_id, rank
 ),
 
 per_category as (
-    select selected_steps.rank, step_categories.category, sum(step_categories.busy_ns) as busy_ns,
+    select selected_steps.run_id, selected_steps.rank, step_categories.category, sum(step_categories.busy_ns) as busy_ns,
         sum(step_categories.kernel_ns) as kernel_ns, sum(step_categories.kernel_count) as calls
     from selected_steps
     join step_categories using (trace_id, step_index)
     group by all
     union all
-    select rank, 'overlap', overlap_ns, null, null from per_rank
+    select run_id, rank, 'overlap', overlap_ns, null, null from per_rank
     union all
-    select rank, 'idle', idle_ns, null, null from per_rank
+    select run_id, rank, 'idle', idle_ns, null, null from per_rank
 )
 
 select
+    per_category.run_id,
     per_category.rank,
     per_category.category,
     per_rank.steps,
@@ -40,5 +44,6 @@ select
     round(per_category.kernel_ns / per_rank.steps / 1e6, 4) as kernel_ms_per_step,
     round(per_category.calls / per_rank.steps, 2) as calls_per_step
 from per_category
-join per_rank on per_rank.rank is not distinct from per_category.rank
-order by per_category.rank nulls first, per_category.category in ('overlap', 'idle'), pct_of_step desc, per_category.category
+join per_rank on per_rank.run_id = per_category.run_id and per_rank.rank is not distinct from per_category.rank
+order by per_category.run_id, per_category.rank nulls first, per_category.category in ('overlap', 'idle'),
+    pct_of_step desc, per_category.category

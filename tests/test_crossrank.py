@@ -199,3 +199,34 @@ def test_alignment_warning_on_the_real_pair_with_inconsistent_clocks(tmp_path: P
     assert comm["alignment"].to_list() == ["poor"]
     phase, note = report.resolve_phase(con, None)
     assert phase == "all" and "no step markers in 2 trace(s)" in note
+
+
+def test_two_files_claiming_one_rank_are_kept_apart(tmp_path: Path) -> None:
+    """Two profiling sessions of the same two ranks in one directory (issue 11, item 8): not merged into one rank,
+    each session paired on its own with the figures it has alone, and a warning naming the files."""
+    import shutil
+
+    fixture = Path(__file__).parent / "data" / "h200x2-decode-loop"
+    both = tmp_path / "both"
+    both.mkdir()
+    for f in [*(fixture / "graph").iterdir(), *(fixture / "eager").iterdir()]:
+        shutil.copy(f, both / f.name)
+    con = db.connect(tmp_path / "both.duckdb")
+    ingest.load_paths(con, [both])
+    alone = db.connect(tmp_path / "alone.duckdb")
+    ingest.load_paths(alone, [fixture / "graph", fixture / "eager"])
+    runs = con.execute("select run_id, count(*), count(distinct rank) from trace_runs group by all order by 1").fetchall()
+    assert [(r.rsplit("#", 1)[1], n, ranks) for r, n, ranks in runs] == [("s1", 2, 2), ("s2", 2, 2)]
+    warnings = report.run_warnings(con)
+    assert len(warnings) == 2 and all("2 files claim rank" in w for w in warnings)
+    assert report.run_warnings(alone) == []
+
+    def figures(c, by: str) -> list[tuple]:
+        frame = report.breakdown(c, by=by, phase="decode")
+        return sorted(tuple(v for k, v in row.items() if k != "run_id") for row in frame.iter_rows(named=True))
+
+    # session 1 is the CUDA-graph run (written first), session 2 the eager one: same figures as loaded apart
+    assert figures(con, "comm") == figures(alone, "comm")
+    assert figures(con, "rank") == figures(alone, "rank")
+    ranks = report.breakdown(con, by="rank", phase="decode")
+    assert ranks.select(["run_id", "rank"]).unique().height == 4
