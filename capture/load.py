@@ -135,6 +135,7 @@ class LoadGenerator:
         rec.sent_s = time.monotonic() - self._t0
         last = None
         usage_tokens: int | None = None
+        empty_final: float | None = None  # when a closing chunk with "" text arrived
         try:
             async with client.stream("POST", path, json=body) as resp:
                 if resp.status_code != 200:
@@ -172,11 +173,14 @@ class LoadGenerator:
                                 is_token = bool(delta.get("content") or delta.get("reasoning_content")
                                                 or delta.get("reasoning"))
                             else:
-                                # a chunk with text is a token; one with empty text is a token only mid-stream
-                                # (its text held back by the detokenizer): the closing chunk of a stream that
-                                # generated nothing carries "" with its finish_reason, and is not one
+                                # a chunk with text is a token, and so is one with empty text mid-stream (its
+                                # text held back by the detokenizer: an incomplete UTF-8 sequence). The closing
+                                # chunk with "" and its finish_reason is one only if usage says so (below): a
+                                # stream that generated nothing ends with just such a chunk
                                 text = ch.get("text")
                                 is_token = bool(text) or (text == "" and not finish)
+                                if text == "" and finish:
+                                    empty_final = time.perf_counter()
                             if finish:
                                 rec.finish_reason = finish
                             if is_token:
@@ -198,6 +202,14 @@ class LoadGenerator:
                         break
             end = time.perf_counter()
             rec.e2e_ms = (end - t_send) * 1e3
+            if empty_final is not None and usage_tokens is not None and rec.chunks < usage_tokens:
+                # usage counts one more token than the chunks with text: the closing "" chunk carried it
+                if last is None:
+                    rec.ttft_ms = (empty_final - t_send) * 1e3
+                else:
+                    rec.itl_ms.append((empty_final - last) * 1e3)
+                rec.chunks += 1
+                self.tokens_streamed += 1
             rec.output_tokens = usage_tokens if usage_tokens is not None else rec.chunks
             if rec.output_tokens == 0:
                 rec.error = ("no tokens generated (" + ("usage.completion_tokens = 0" if usage_tokens == 0

@@ -88,6 +88,7 @@ class Behaviour:
     n_events: int = 50
     completion_status: int = 200  # anything else: every completion request fails with it
     empty_stream: bool = False  # generate nothing: one closing chunk with "" text and finish_reason "length"
+    empty_texts: tuple = ()  # indexes of tokens streamed with "" text (held back, as vLLM's detokenizer does)
     usage: bool = True  # send the usage chunk (stream_options.include_usage)
 
 
@@ -371,7 +372,8 @@ class FakeVllm:
                 if i and b.token_delay_s:
                     await asyncio.sleep(b.token_delay_s)
                 writer.write(chunk({"id": "cmpl-1", "object": "text_completion", "model": req.get("model"),
-                                    "choices": [{"index": 0, "text": f" t{i}", "logprobs": None,
+                                    "choices": [{"index": 0, "text": "" if i in b.empty_texts else f" t{i}",
+                                                 "logprobs": None,
                                                  "finish_reason": "length" if i == n - 1 else None}]}))
                 await writer.drain()
             if n == 0:  # what vLLM sends when a request ends without output: the finish reason alone
