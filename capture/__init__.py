@@ -4,8 +4,10 @@ Runs next to the server (httpx, click, rich and the standard library only).  Mod
 
 - :mod:`capture.client`: preflight and the profiler control calls (start once, stop exactly once);
 - :mod:`capture.load`: the streaming load generator and its latency statistics;
-- :mod:`capture.files`: trace-file completeness checks by streaming (``validate_trace_file``), copies;
-- :mod:`capture.manifest`: ``CAPTURE_DIR/manifest.json``, written atomically;
+- :mod:`capture.files`: trace-file completeness checks by streaming (``validate_trace_file``), the
+  engine-step markers' decode batch sizes in the same pass (``scan_step_markers``), copies;
+- :mod:`capture.manifest`: ``CAPTURE_DIR/manifest.json``, written atomically, read back without trusting
+  it (``check_manifest``);
 - :mod:`capture.runner`: one capture run, level by level;
 - :mod:`capture.cli`: the ``capture`` click command (``k25trace capture``).
 """

@@ -116,6 +116,23 @@ def supports_start_body(version: str | None) -> bool:
     return v is not None and v >= (0, 32)
 
 
+_RUNNING = re.compile(r"^vllm:num_requests_running(?:\{[^}]*\})?\s+(\S+)", re.M)
+
+
+def parse_running_requests(text: str) -> int | None:
+    """Sum of the ``vllm:num_requests_running`` samples in a Prometheus text page; None if absent."""
+    total, found = 0.0, False
+    for m in _RUNNING.finditer(text):
+        try:
+            v = float(m.group(1))
+        except ValueError:
+            continue
+        if v == v and v not in (float("inf"), float("-inf")):
+            total += v
+            found = True
+    return int(round(total)) if found else None
+
+
 @dataclass
 class ServerInfo:
     url: str
@@ -207,6 +224,16 @@ class ControlClient:
             return False
         r2 = await self.http.get("/stop_profile")
         return r2.status_code != 404
+
+    async def running_requests(self) -> int | None:
+        """``vllm:num_requests_running`` now, summed over engines (data-parallel ranks), from ``/metrics``.
+
+        None when the page lacks the gauge; :class:`CaptureError` when there is no such page (404, …);
+        httpx errors propagate."""
+        r = await self.http.get("/metrics")
+        if r.status_code != 200:
+            raise CaptureError(f"/metrics answered {r.status_code}")
+        return parse_running_requests(r.text)
 
     async def tokenize(self, model: str, text: str) -> list[int]:
         r = await self.http.post("/tokenize", json={"model": model, "prompt": text, "add_special_tokens": False})

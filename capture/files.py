@@ -31,6 +31,8 @@ HEAD_BYTES = 4 << 20  # decompressed bytes searched for metadata before giving u
 TAIL_BYTES = 256 << 10  # decompressed bytes kept from the end (metadata may follow traceEvents)
 
 TRACE_SUFFIXES = (".pt.trace.json.gz", ".pt.trace.json")
+CARRY_MAX = 4 << 20  # most bytes of one unfinished event kept between chunks by the marker scan
+_DP_IN_NAME = re.compile(r"(?:^|[_.-])dp(\d+)_pp\d+_tp\d+")
 _RANK_IN_NAME = re.compile(r"(?:^|[_-])rank[_-]?(\d+)(?:[._-]|$)")
 _DIST_KEY = b'"distributedInfo"'
 
@@ -46,6 +48,7 @@ class TraceCheck:
     frontend: bool
     size: int = 0
     metadata: dict = field(default_factory=dict)
+    steps: "StepScan | None" = None  # engine-step markers (worker traces)
 
     def as_tuple(self) -> tuple[bool, str | None, int | None, int | None, bool]:
         return (self.ok, self.problem, self.rank, self.world_size, self.frontend)
@@ -68,6 +71,12 @@ def rank_from_name(name: str) -> int | None:
     stem = name.split(".pt.trace.json")[0]
     matches = _RANK_IN_NAME.findall(stem.split(".")[0]) or _RANK_IN_NAME.findall(stem)
     return int(matches[-1]) if matches else None
+
+
+def dp_from_name(name: str) -> int | None:
+    """The data-parallel rank vLLM writes into a worker trace's name (``dp1_pp0_tp0_…``); None when absent."""
+    m = _DP_IN_NAME.search(name)
+    return int(m.group(1)) if m else None
 
 
 def _extract_object(buf: bytes, key: bytes) -> dict | None:
@@ -129,8 +138,124 @@ def _read_stream(path: Path):
                 yield raw
 
 
-def check_trace_file(path: str | os.PathLike) -> TraceCheck:
-    """Stream the whole file once and say whether it is a complete trace; read rank/world size."""
+# --- engine-step markers ---------------------------------------------------------------------------
+# The forms queries/step_markers.sql parses (the loader's step table), matched the same way here:
+# vLLM execute_context_N(T)_generation_M(U) (token fields may be odd), the detailed
+# execute_T_context_N(sq…)_generation_M(sq…), legacy execute_new_N_cached_M, SGLang step[MODE … bs=N].
+
+_MARKER_NAME = re.compile(rb'"name"\s*:\s*"((?:execute_|step\[)[^"]*)"')
+_MARKER_CAT = re.compile(rb'"cat"\s*:\s*"(gpu_user_annotation|user_annotation)"')
+_PID = re.compile(rb'"pid"\s*:\s*("[^"]*"|-?\d+)')
+_TID = re.compile(rb'"tid"\s*:\s*("[^"]*"|-?\d+)')
+_NATIVE = re.compile(r"^execute_context_([0-9]+)\(([^)]*)\)_generation_([0-9]+)\(([^)]*)\)")
+_DETAILED = re.compile(r"^execute_([0-9]+)_context_([0-9]+)\(sq([0-9]+)[^)]*\)_generation_([0-9]+)\(sq([0-9]+)[^)]*\)")
+_LEGACY = re.compile(r"^execute_new_([0-9]+)_cached_([0-9]+)")
+_SGLANG = re.compile(r"^step\[([A-Za-z]+)[^\]]*?bs=([0-9]+)")
+
+
+def parse_step_marker(name: str) -> tuple[str, int | None, int | None] | None:
+    """``(family, ctx_reqs, gen_reqs)`` of an engine-step marker (family ``vllm`` or ``sglang``); None
+    when ``name`` is not one.  A decode step has ``ctx_reqs == 0 < gen_reqs``; its batch is ``gen_reqs``."""
+    m = _NATIVE.match(name)
+    if m:
+        return "vllm", int(m.group(1)), int(m.group(3))
+    m = _DETAILED.match(name)
+    if m:
+        return "vllm", int(m.group(2)), int(m.group(4))
+    m = _LEGACY.match(name)
+    if m:
+        return "vllm", int(m.group(1)), int(m.group(2))
+    m = _SGLANG.match(name)
+    if m:
+        mode, bs = m.group(1).upper(), int(m.group(2))
+        if mode == "DECODE":
+            return "sglang", 0, bs
+        if mode in ("PREFILL", "EXTEND"):
+            return "sglang", bs, 0
+        return "sglang", None, None  # MIXED: neither
+    return None
+
+
+@dataclass
+class StepScan:
+    """Engine-step markers of one trace, as the loader's step table will count them: the CPU
+    ``user_annotation`` markers (vLLM's over SGLang's when both), else the GPU copies of the stream that
+    carries the most.  ``decode_batches`` maps a decode step's batch size (requests) to its step count."""
+
+    source: str | None  # vllm | sglang | gpu_annotation | None (no markers)
+    steps: int
+    decode_batches: dict[int, int]
+
+    @property
+    def max_decode_batch(self) -> int | None:
+        return max(self.decode_batches) if self.decode_batches else None
+
+
+class _MarkerScan:
+    """Streams the decompressed JSON once; keeps counters only (never the events)."""
+
+    def __init__(self) -> None:
+        # (kind, family or stream) -> (steps, {decode batch: steps})
+        self.cpu: dict[str, tuple[int, dict[int, int]]] = {}
+        self.gpu: dict[tuple, tuple[int, dict[int, int]]] = {}
+        self.carry = b""
+
+    def feed(self, chunk: bytes, final: bool = False) -> None:
+        buf = self.carry + chunk if self.carry else chunk
+        # cut at the last '{': every event header before it is whole (a header holds no braces)
+        cut = len(buf) if final else buf.rfind(b"{")
+        if cut < 0:
+            self.carry = buf[-CARRY_MAX:]
+            return
+        self.carry = buf[cut:][:CARRY_MAX]
+        for m in _MARKER_NAME.finditer(buf, 0, cut):
+            lo = max(buf.rfind(b"{", 0, m.start()), buf.rfind(b"}", 0, m.start())) + 1
+            hi_open, hi_close = buf.find(b"{", m.end()), buf.find(b"}", m.end())
+            hi = min(x for x in (hi_open, hi_close, len(buf)) if x >= 0)
+            header = buf[lo:hi]
+            cat = _MARKER_CAT.search(header)
+            if cat is None:
+                continue
+            parsed = parse_step_marker(m.group(1).decode("utf-8", "replace"))
+            if parsed is None:
+                continue
+            family, ctx, gen = parsed
+            if cat.group(1) == b"user_annotation":
+                key: object = family
+                table: dict = self.cpu
+            else:
+                pid, tid = _PID.search(header), _TID.search(header)
+                key = (pid.group(1) if pid else None, tid.group(1) if tid else None)
+                table = self.gpu
+            n, hist = table.get(key, (0, {}))
+            if ctx == 0 and gen:
+                hist[gen] = hist.get(gen, 0) + 1
+            table[key] = (n + 1, hist)
+
+    def result(self) -> StepScan:
+        self.feed(b"", final=True)
+        if self.cpu:
+            family = "vllm" if "vllm" in self.cpu else "sglang"
+            n, hist = self.cpu[family]
+            return StepScan(family, n, dict(sorted(hist.items())))
+        if self.gpu:
+            key = sorted(self.gpu, key=lambda k: (-self.gpu[k][0], str(k)))[0]
+            n, hist = self.gpu[key]
+            return StepScan("gpu_annotation", n, dict(sorted(hist.items())))
+        return StepScan(None, 0, {})
+
+
+def scan_step_markers(path: str | os.PathLike) -> StepScan:
+    """The engine-step markers of a trace file, by streaming it (see :class:`StepScan`)."""
+    scan = _MarkerScan()
+    for chunk in _read_stream(Path(path)):
+        scan.feed(chunk)
+    return scan.result()
+
+
+def check_trace_file(path: str | os.PathLike, scan_steps: bool = True) -> TraceCheck:
+    """Stream the whole file once and say whether it is a complete trace; read rank/world size, and
+    (``scan_steps``, worker traces) count the engine-step markers by decode batch size."""
     p = Path(path)
     frontend = is_frontend_name(p.name)
     name_rank = None if frontend else rank_from_name(p.name)
@@ -151,8 +276,11 @@ def check_trace_file(path: str | os.PathLike) -> TraceCheck:
     first = None
     last = None
     problem = None
+    scan = _MarkerScan() if scan_steps and not frontend else None
     try:
         for chunk in _read_stream(p):
+            if scan is not None:
+                scan.feed(chunk)
             if not head_done:
                 start = max(0, len(head) - 16)
                 head += chunk[: HEAD_BYTES - len(head)]
@@ -183,7 +311,8 @@ def check_trace_file(path: str | os.PathLike) -> TraceCheck:
             problem = "not a JSON object (does not start with '{')"
         elif last != b"}":
             problem = "JSON does not close (file cut short)"
-    return TraceCheck(problem is None, problem, rank, world, frontend, size, meta)
+    steps = scan.result() if scan is not None and problem is None else None
+    return TraceCheck(problem is None, problem, rank, world, frontend, size, meta, steps)
 
 
 def _metadata(head: bytes, tail: bytes) -> dict:

@@ -5,10 +5,19 @@ Shape (the loader reads it; keys may be added, never renamed)::
     {"k25trace_capture": 1, "k25trace_version", "name", "server_url", "vllm_version", "model",
      "server_args": {...}|null, "started_at", "finished_at", "complete": bool,
      "levels": [{"name": "c64", "concurrency": 64, "dir": "c64", "profiled": bool,
-                 "started_at", "stopped_at", "stop_status", "stop_seconds",
+                 "started_at", "stopped_at", "start_status", "stop_status", "stop_seconds",
                  "stats": {...}, "files": [{"path", "rank", "world_size", "frontend", "size",
-                                            "sha256", "valid", "problem"}],
-                 "missing_ranks": [...]}]}
+                                            "sha256", "valid", "problem",
+                                            "step_markers", "decode_batch_sizes": {"<batch>": steps}}],
+                 "missing_ranks": [...],
+                 "decode_batch_sizes_seen": {"<batch>": steps}|null, "decode_batch_sizes_rank",
+                 "max_decode_batch_seen", "max_running_requests", "running_requests_samples",
+                 "reached_concurrency": bool|null, "warnings": [...]}]}
+
+``start_status`` is "200", or "timeout"/"reset" for a start that went unanswered (the run then ends);
+``decode_batch_sizes_seen`` counts the decode steps per batch size in the lowest rank's trace (from its
+step markers), ``max_decode_batch_seen`` is the largest decode batch (data-parallel groups added up),
+``max_running_requests`` the largest ``vllm:num_requests_running`` polled from ``/metrics`` during the load.
 """
 from __future__ import annotations
 

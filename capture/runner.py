@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import httpx
 from rich.console import Console
 from rich.table import Table
 
@@ -73,6 +74,7 @@ class CaptureOptions:
     progress_interval_s: float | None = None  # None: 1 s on a terminal, 10 s otherwise
     poll_s: float = 0.5
     settle_s: float = 5.0  # quiet time after which the files present are taken as all there are (world size unknown)
+    metrics_interval_s: float = 0.5  # /metrics polls (vllm:num_requests_running) during each level's load
 
 
 class Interrupts:
@@ -95,6 +97,36 @@ class Interrupts:
         f = asyncio.get_running_loop().create_future()
         self._waiters.append(f)
         return f
+
+
+@dataclass
+class RunningWatch:
+    """``vllm:num_requests_running`` polled from ``/metrics`` while a level's load runs."""
+
+    max: int | None = None
+    samples: int = 0
+    unavailable: str | None = None
+
+    async def watch(self, control: ControlClient, interval: float) -> None:
+        failures = 0
+        while True:
+            try:
+                v = await control.running_requests()
+            except CaptureError as e:
+                self.unavailable = f"{e}: no running-requests gauge"
+                return
+            except httpx.HTTPError as e:
+                failures += 1
+                if failures >= 3:
+                    self.unavailable = f"/metrics failed {failures} times ({type(e).__name__})"
+                    return
+            else:
+                if v is None:
+                    self.unavailable = "/metrics has no vllm:num_requests_running"
+                    return
+                self.samples += 1
+                self.max = v if self.max is None else max(self.max, v)
+            await asyncio.sleep(interval)
 
 
 @dataclass
@@ -330,19 +362,24 @@ class Run:
                 entries.append({"path": f"{level_dir.name}/{s.name}", "rank": c.rank if c else None,
                                 "world_size": c.world_size if c else None,
                                 "frontend": tf.is_frontend_name(s.name), "size": 0, "sha256": None,
-                                "valid": False, "problem": f"copy failed: {e}"})
+                                "valid": False, "problem": f"copy failed: {e}", "step_markers": None,
+                                "decode_batch_sizes": None})
                 continue
             valid = bool(c and c.ok)
             problem = c.problem if c else "not checked"
+            steps = c.steps if c else None
             if valid and c is not None and size != c.size:
                 # it changed after it was validated: check the copy itself
                 c2 = tf.check_trace_file(level_dir / s.name)
-                valid, problem = c2.ok, c2.problem
+                valid, problem, steps = c2.ok, c2.problem, c2.steps
             entries.append({"path": f"{level_dir.name}/{s.name}", "rank": c.rank if c else None,
                             "world_size": c.world_size if c else None,
                             "frontend": bool(c.frontend) if c else tf.is_frontend_name(s.name),
                             "size": size, "sha256": sha, "valid": valid, "problem": problem,
-                            "vllm_version": (c.metadata.get("vllm_version") if c else None)})
+                            "vllm_version": (c.metadata.get("vllm_version") if c else None),
+                            "step_markers": steps.steps if steps and valid else None,
+                            "decode_batch_sizes": ({str(b): n for b, n in steps.decode_batches.items()}
+                                                   if steps and steps.source and valid else None)})
         ws = {e["world_size"] for e in entries if e["world_size"] and not e["frontend"]}
         if o.expect_ranks and ws and ws != {o.expect_ranks}:
             warnings.append(f"--expect-ranks {o.expect_ranks} but the traces say world_size {sorted(ws)}")
@@ -372,7 +409,9 @@ class Run:
                  "started_at": None, "stopped_at": None, "start_status": None, "stop_status": None,
                  "stop_seconds": None,
                  "stats": None, "files": [], "missing_ranks": [], "extra_files": [], "warnings": [],
-                 "requests_file": None, "profile_prefix": None, "status": "running"}
+                 "requests_file": None, "profile_prefix": None, "status": "running",
+                 "decode_batch_sizes_seen": None, "decode_batch_sizes_rank": None, "max_decode_batch_seen": None,
+                 "max_running_requests": None, "running_requests_samples": 0, "reached_concurrency": None}
         self.manifest["levels"].append(level)
         requests = o.requests if o.requests is not None else (None if o.duration_s else conc)
         seed = o.seed + 1000 * level_index
@@ -427,14 +466,24 @@ class Run:
 
         result: LoadResult | None = None
         stop: StopResult | None = None
+        running = RunningWatch()
         try:
             if unknown is None:
                 self.say(f"{name}: {conc} concurrent streaming requests"
                          + (f", {requests} in all" if requests else "") + (f", {o.duration_s}s" if o.duration_s else ""))
-                result = await self.drive(o.url, model, conc, requests, o.duration_s, prompt, name, seed)
+                watch = asyncio.create_task(running.watch(control, o.metrics_interval_s))
+                try:
+                    result = await self.drive(o.url, model, conc, requests, o.duration_s, prompt, name, seed)
+                finally:
+                    watch.cancel()
+                    await asyncio.gather(watch, return_exceptions=True)
         finally:
             if self.profiling_active:
                 stop = await self.stop_once(control)
+        level["max_running_requests"] = running.max
+        level["running_requests_samples"] = running.samples
+        if running.unavailable:
+            level["running_requests_note"] = running.unavailable
         level["stopped_at"] = now_iso()
         if result is not None:
             level["stats"] = summarize(result)
@@ -464,6 +513,8 @@ class Run:
             bad = [e["path"] for e in entries if not e["valid"]]
             if bad:
                 self.say(f"[red]{name}: incomplete file(s): {', '.join(bad)}[/]")
+        if result is not None and not result.aborted:
+            self.check_batch(level, requests)
         level["status"] = "interrupted" if self.interrupts.count else "done"
         if unknown is not None:
             level["status"] = "failed"
@@ -486,6 +537,50 @@ class Run:
                 f"WARNING: the server at {self.opts.url} MAY STILL BE PROFILING (its traces grow, its engine "
                 "slows down). Check it; once it answers again, send one POST /stop_profile by hand "
                 f"(curl -X POST {self.opts.url}/stop_profile) and look for trace files in {self.opts.trace_dir}.")
+
+    def check_batch(self, level: dict, requests: int | None) -> None:
+        """Record the decode batch the engine reached (traces' step markers, /metrics), warn when it fell
+        short of the level's concurrency: such a level measures a smaller batch than its name says."""
+        conc = level["concurrency"]
+        workers = [f for f in level["files"] if f["valid"] and not f["frontend"] and f.get("decode_batch_sizes") is not None]
+        level["decode_batch_sizes_seen"] = None
+        level["decode_batch_sizes_rank"] = None
+        level["max_decode_batch_seen"] = None
+        if workers:
+            first = min(workers, key=lambda f: (f["rank"] if f["rank"] is not None else 1 << 30, f["path"]))
+            level["decode_batch_sizes_seen"] = first["decode_batch_sizes"]
+            level["decode_batch_sizes_rank"] = first["rank"]
+            # data-parallel engines batch apart: add up each DP group's largest batch (TP ranks share theirs)
+            groups: dict[int, int] = {}
+            for f in workers:
+                dp = tf.dp_from_name(f["path"].rsplit("/", 1)[-1]) or 0
+                top = max(map(int, f["decode_batch_sizes"]), default=0)
+                groups[dp] = max(groups.get(dp, 0), top)
+            level["max_decode_batch_seen"] = sum(groups.values())
+        by_markers = level["max_decode_batch_seen"]
+        by_metrics = level.get("max_running_requests")
+        seen = by_markers if by_markers is not None else by_metrics
+        level["reached_concurrency"] = None if seen is None else seen >= conc
+        if level["profiled"] and level["files"] and not workers:
+            level["warnings"].append("no engine-step markers in the worker traces: the decode batch reached is "
+                                     "known only from /metrics" + ("" if by_metrics is not None else " (unavailable)"))
+        if seen is None or seen >= conc:
+            return
+        hist = level["decode_batch_sizes_seen"]
+        parts = []
+        if by_markers is not None:
+            shown = ", ".join(f"{n} at batch {b}" for b, n in sorted(((int(b), n) for b, n in (hist or {}).items())))
+            parts.append(f"decode steps in rank {level['decode_batch_sizes_rank']}'s trace: {shown or 'none'}")
+        if by_metrics is not None:
+            parts.append(f"at most {by_metrics} request(s) running on /metrics "
+                         f"({level['running_requests_samples']} samples)")
+        o = self.opts
+        more = f"more requests per level (--requests, now {requests})" if requests else "a longer --duration"
+        msg = (f"{level['name']}: the engine never ran a decode batch of {conc} ({'; '.join(parts)}): this level "
+               f"measures batch {seen}, not {conc}. Make the requests overlap: longer outputs (--max-tokens, now "
+               f"{o.max_tokens}, with --ignore-eos), {more}; and check the server's --max-num-seqs.")
+        level["warnings"].append(msg)
+        self.say(f"[yellow]{msg}[/]")
 
     def check_output(self, level: dict) -> None:
         """Say so when the level's requests produced nothing: such a level is not complete."""
@@ -590,10 +685,19 @@ class Run:
             return EXIT_INTERRUPTED
         return EXIT_OK if self.manifest["complete"] else EXIT_INCOMPLETE
 
+    @staticmethod
+    def batch_cell(lv: dict) -> str:
+        b = lv.get("max_decode_batch_seen")
+        if b is None:
+            b = lv.get("max_running_requests")
+        if b is None:
+            return "-"
+        return f"{b}!" if b < lv["concurrency"] else str(b)
+
     def print_summary(self) -> None:
         m = self.manifest
         t = Table(title=f"capture {m['name']} ({m['status']})")
-        for col in ("level", "reqs", "err", "conc", "tok/s", "ttft p50", "tpot p50",
+        for col in ("level", "reqs", "err", "conc", "batch", "tok/s", "ttft p50", "tpot p50",
                     "itl p99", "stop", "stop s", "files", "missing"):
             t.add_column(col, justify="right" if col not in ("level", "stop") else "left")
 
@@ -604,13 +708,15 @@ class Run:
             st = lv.get("stats") or {}
             nfiles = sum(1 for x in lv["files"] if x["valid"])
             t.add_row(lv["name"], f(st.get("requests"), "{}"), f(st.get("errors"), "{}"),
-                      f(st.get("max_in_flight"), "{}"), f(st.get("output_tok_s")),
+                      f(st.get("max_in_flight"), "{}"), self.batch_cell(lv), f(st.get("output_tok_s")),
                       f((st.get("ttft_ms") or {}).get("p50")), f((st.get("tpot_ms") or {}).get("p50"), "{:,.2f}"),
                       f((st.get("itl_ms") or {}).get("p99")), lv.get("stop_status") or "-",
                       f(lv.get("stop_seconds")), f"{nfiles}/{len(lv['files'])}" if lv["profiled"] else "-",
                       ",".join(map(str, lv["missing_ranks"])) or "-")
         self.out.print(t)
-        self.out.print("latencies in ms; conc = most requests in flight; files = valid/copied", highlight=False)
+        self.out.print("latencies in ms; conc = most requests in flight; batch = largest decode batch the engine "
+                       "ran (step markers, else /metrics running; ! = below the level's concurrency); "
+                       "files = valid/copied", highlight=False)
         outp = str(self.opts.out)
         if any(lv["profiled"] and lv["files"] for lv in m["levels"]):
             self.out.print(f"next: k25trace load {outp} --db {outp.rstrip('/')}.duckdb", highlight=False, soft_wrap=True)

@@ -24,14 +24,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 
-def trace_bytes(rank: int | None, world: int | None, n_events: int = 50, frontend: bool = False) -> bytes:
-    """A small Kineto-like trace: metadata (distributedInfo) first, then traceEvents."""
+def trace_bytes(rank: int | None, world: int | None, n_events: int = 50, frontend: bool = False,
+                markers: list[str] | tuple = ()) -> bytes:
+    """A small Kineto-like trace: metadata (distributedInfo) first, then traceEvents.
+
+    ``markers``: engine-step annotations, written as Kineto does (``"ph", "cat", "name", "pid", …`` on one
+    line, ``args`` after), each with its GPU copy on two streams."""
     head = {"schemaVersion": 1, "deviceProperties": []}
     if rank is not None and not frontend:
         head["distributedInfo"] = {"backend": "gloo", "rank": rank, "world_size": world}
     head["vllm_version"] = "0.32.0"
     events = [{"ph": "X", "cat": "cpu_op", "name": f"aten::op{i}", "pid": 1, "tid": 1, "ts": i * 10, "dur": 5}
               for i in range(n_events)]
+    for i, m in enumerate(markers):
+        ts = 10 * n_events + 100 * i
+        events.append({"ph": "X", "cat": "user_annotation", "name": m, "pid": 1, "tid": 1, "ts": ts, "dur": 90,
+                       "args": {"External id": i + 1}})
+        for stream in (7, 13):
+            events.append({"ph": "X", "cat": "gpu_user_annotation", "name": m, "pid": 0, "tid": stream,
+                           "ts": ts + 5, "dur": 80, "args": {"External id": i + 1}})
     doc = dict(head)
     doc["traceEvents"] = events
     doc["traceName"] = "fake"
@@ -39,8 +50,9 @@ def trace_bytes(rank: int | None, world: int | None, n_events: int = 50, fronten
     return json.dumps(doc, indent=1).encode()
 
 
-def write_trace(path: Path, rank: int | None, world: int | None, n_events: int = 50, frontend: bool = False) -> None:
-    data = trace_bytes(rank, world, n_events, frontend)
+def write_trace(path: Path, rank: int | None, world: int | None, n_events: int = 50, frontend: bool = False,
+                markers: list[str] | tuple = ()) -> None:
+    data = trace_bytes(rank, world, n_events, frontend, markers)
     with gzip.open(path, "wb") as f:
         f.write(data)
 
@@ -89,6 +101,14 @@ class Behaviour:
     completion_status: int = 200  # anything else: every completion request fails with it
     empty_stream: bool = False  # generate nothing: one closing chunk with "" text and finish_reason "length"
     empty_texts: tuple = ()  # indexes of tokens streamed with "" text (held back, as vLLM's detokenizer does)
+    # the engine: at most max_running requests generate at once (vLLM's --max-num-seqs; 0 = no limit), the
+    # others wait. batch_barrier=N: the first N requests hold their first token until N are running and, with
+    # metrics on, a /metrics scrape has reported them (or batch_barrier_timeout_s passed): a batch of N, seen.
+    max_running: int = 0
+    batch_barrier: int = 0
+    batch_barrier_timeout_s: float = 30.0
+    metrics: bool = True  # serve /metrics (vllm:num_requests_running / _waiting)
+    step_markers: bool = True  # the worker traces carry execute_context_… step annotations
     usage: bool = True  # send the usage chunk (stream_options.include_usage)
 
 
@@ -103,6 +123,12 @@ class FakeVllm:
         self.profiling = False
         self.in_flight = 0
         self.max_in_flight = 0
+        self.running = 0  # requests generating (holding an engine slot)
+        self.metrics_calls = 0
+        self.steps: list[str] = []  # step markers of the current profiling session (worker traces)
+        self._slots: asyncio.Semaphore | None = None
+        self._batch_full: asyncio.Event | None = None
+        self._batch_seen: asyncio.Event | None = None
         self.completions = 0
         self.start_bodies: list = []
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -134,6 +160,9 @@ class FakeVllm:
         self._control = asyncio.Lock()
         self._stop_arrived = asyncio.Event()
         self._never = asyncio.Event()
+        self._slots = asyncio.Semaphore(self.b.max_running) if self.b.max_running else None
+        self._batch_full = asyncio.Event()
+        self._batch_seen = asyncio.Event()
         self._server = self._loop.run_until_complete(
             asyncio.start_server(self._handle, "127.0.0.1", self.port, backlog=1024))
         self.port = self._server.sockets[0].getsockname()[1]
@@ -227,6 +256,8 @@ class FakeVllm:
     # ------------------------------------------------------------------ routes
     async def _route(self, method: str, path: str, body: bytes, writer) -> bool | None:
         b = self.b
+        if path == "/metrics":
+            self.metrics_calls += 1
         if path == "/health":
             await self._send(writer, 200)
         elif path == "/version":
@@ -247,6 +278,17 @@ class FakeVllm:
             return await self._start(body, writer)
         elif path == "/stop_profile":
             return await self._stop(writer)
+        elif path == "/metrics" and b.metrics:
+            running = self.running
+            if b.batch_barrier and self._batch_full.is_set() and running >= b.batch_barrier:
+                self._batch_seen.set()
+            text = ("# HELP vllm:num_requests_running Number of requests in model execution batches.\n"
+                    "# TYPE vllm:num_requests_running gauge\n"
+                    f'vllm:num_requests_running{{engine="0",model_name="fake-model"}} {float(running)}\n'
+                    "# HELP vllm:num_requests_waiting Number of requests waiting to be processed.\n"
+                    "# TYPE vllm:num_requests_waiting gauge\n"
+                    f'vllm:num_requests_waiting{{engine="0",model_name="fake-model"}} {float(self.in_flight - running)}\n')
+            await self._send(writer, 200, text.encode())
         elif path == "/v1/completions" and method == "POST":
             return await self._completions(json.loads(body), writer)
         else:
@@ -271,6 +313,7 @@ class FakeVllm:
                 await self._stop_arrived.wait()
             if mode != "late_noop":
                 self.profiling = True
+                self.steps = []
                 self._prefix = (req or {}).get("profile_prefix") if self.b.prefix_from_body else None
         if mode == "reset":
             self._reset(writer)
@@ -308,10 +351,10 @@ class FakeVllm:
                     self._finishers.append(fin)
             elif r in b.late_ranks:
                 name = self._name(r)
-                tasks.append(self._later(b.late_ranks[r], lambda n=name, r=r: write_trace(
-                    self.trace_dir / n, r, b.world_size, b.n_events)))
+                tasks.append(self._later(b.late_ranks[r], lambda n=name, r=r, st=list(self.steps): write_trace(
+                    self.trace_dir / n, r, b.world_size, b.n_events, markers=st)))
             else:
-                write_trace(self.trace_dir / self._name(r), r, b.world_size, b.n_events)
+                write_trace(self.trace_dir / self._name(r), r, b.world_size, b.n_events, markers=self.steps)
             (self.trace_dir / f"{self._prefix + '_' if self._prefix else ''}rank{r}.profiler_out.txt").write_text("table\n")
         if b.frontend:
             write_trace(self.trace_dir / self._name(None), None, None, b.n_events, frontend=True)
@@ -354,6 +397,7 @@ class FakeVllm:
             return
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        slot = False
         try:
             n = min(int(req.get("max_tokens") or b.tokens), b.tokens) if not req.get("ignore_eos") else int(req.get("max_tokens") or b.tokens)
             if b.empty_stream:
@@ -368,9 +412,24 @@ class FakeVllm:
                 data = b"data: " + (obj if isinstance(obj, bytes) else json.dumps(obj).encode()) + b"\n\n"
                 return f"{len(data):x}\r\n".encode() + data + b"\r\n"
 
+            if self._slots is not None:
+                await self._slots.acquire()
+            slot = True
+            self.running += 1
+            if self.profiling and b.step_markers:
+                self.steps.append(f"execute_context_1({n_in})_generation_0(0)")  # its prefill
+            if b.batch_barrier and not self._batch_full.is_set():
+                if self.running >= b.batch_barrier:
+                    self._batch_full.set()
+                try:
+                    await asyncio.wait_for(self._barrier(), b.batch_barrier_timeout_s)
+                except asyncio.TimeoutError:
+                    pass
             for i in range(n):
                 if i and b.token_delay_s:
                     await asyncio.sleep(b.token_delay_s)
+                if self.profiling and b.step_markers:  # one decode step per token, of the requests generating now
+                    self.steps.append(f"execute_context_0(0)_generation_{self.running}({self.running})")
                 writer.write(chunk({"id": "cmpl-1", "object": "text_completion", "model": req.get("model"),
                                     "choices": [{"index": 0, "text": "" if i in b.empty_texts else f" t{i}",
                                                  "logprobs": None,
@@ -388,6 +447,15 @@ class FakeVllm:
             self.completions += 1
         finally:
             self.in_flight -= 1
+            if slot:
+                self.running -= 1
+                if self._slots is not None:
+                    self._slots.release()
+
+    async def _barrier(self) -> None:
+        await self._batch_full.wait()
+        if self.b.metrics:
+            await self._batch_seen.wait()
 
 
 if __name__ == "__main__":
