@@ -5,10 +5,11 @@ stdout carries only data (tables, CSV, JSON); progress, warnings and errors go t
 
 from __future__ import annotations
 
+import math
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 from rich.console import Console
@@ -233,26 +234,45 @@ def sql(query: str | None, db_path: Path, sql_file: Path | None, query_name: str
         ]
         output.write(pl.DataFrame(rows), fmt or output.default_format())
         return
-    con = db.connect(db_path, read_only=True)
     fmt = fmt or output.default_format()
-    if query_name:
-        cursor = db.run_query(con, query_name, _parse_params(params))
-    else:
+    if not query_name:
         if sql_file:
-            text = sql_file.read_text(encoding="utf-8")
+            text = _read_utf8(sql_file.read_bytes, f"{sql_file}")
         elif query == "-":
-            text = sys.stdin.read()
+            text = _read_utf8(sys.stdin.buffer.read, "stdin")
         elif query:
-            text = query
+            text = _read_utf8(lambda: query.encode("utf-8", "surrogateescape"), "the query argument")
         else:
             raise K25Error("give a query, -f FILE, - (stdin) or --query NAME")
-        try:
-            cursor = con.execute(text, _parse_params(params)) if params else con.execute(text)
-        except duckdb.Error as exc:
-            raise K25Error(f"SQL error: {exc}") from exc
-    if cursor.description is None:
+    con = db.connect(db_path, read_only=True)
+    db.forbid_external_access(con)  # read-only means no file written (or read) either: see README
+    if query_name:
+        cursor = db.run_query(con, query_name, _parse_params(params))
+        if cursor.description is not None:
+            output.write(db.fetch_frame(cursor), fmt)
         return
-    output.write(db.fetch_frame(cursor), fmt)
+    try:
+        rel = output.user_relation(con, text, _parse_params(params))
+        if rel is None:
+            return
+        result = output.fetch_result(rel, as_json=fmt == "json")
+    except duckdb.Error as exc:
+        raise K25Error(f"SQL error: {exc}{output.read_only_hint(exc)}") from exc
+    output.write_result(result, fmt)
+
+
+def _read_utf8(read: Any, source: str) -> str:
+    """The SQL text from ``read()`` (bytes); a clear error, not a traceback, when it is not UTF-8."""
+    try:
+        data = read()
+    except OSError as exc:
+        raise K25Error(f"{source}: cannot read: {exc.strerror or exc}") from exc
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise K25Error(f"{source}: not UTF-8 text: byte 0x{data[exc.start]:02x} at offset {exc.start} (line {line}); "
+                       "save it as UTF-8") from exc
 
 
 # ------------------------------------------------------------------------------------------------------- report
@@ -335,9 +355,54 @@ def print_batch_tables(frame: Any, console: Console | None = None) -> None:
 # ------------------------------------------------------------------------------------------- classify and steps
 
 
+def _rules_option(ctx: click.Context, param: click.Parameter, value: Path | None) -> Path | None:
+    """--rules must be a readable UTF-8 file (checked here: a bad byte is a usage error, not a traceback)."""
+    if value is not None:
+        try:
+            _read_utf8(value.read_bytes, str(value))
+        except K25Error as exc:
+            raise click.BadParameter(str(exc), ctx, param) from exc
+    return value
+
+
+def _gap_us_option(ctx: click.Context, param: click.Parameter, value: float) -> float:
+    """--gap-us must be a finite, non-negative number of microseconds that fits in 64-bit nanoseconds."""
+    if not math.isfinite(value) or not 0 <= value <= MAX_GAP_US:
+        raise click.BadParameter(f"{value} is not a usable gap: give microseconds from 0 to {MAX_GAP_US:.0e}", ctx, param)
+    return value
+
+
+MAX_GAP_US = 9e15  # 9e18 ns: the largest gap that fits in a BIGINT of nanoseconds
+
+
+def _is_interrupt(exc: BaseException) -> bool:
+    """Ctrl-C, as Python raises it or as DuckDB reports a query it stopped for it."""
+    import duckdb
+
+    if isinstance(exc, (KeyboardInterrupt, duckdb.InterruptException)):
+        return True
+    return isinstance(exc, (RuntimeError, K25Error)) and "interrupted" in str(exc).lower()
+
+
+def _close(con: Any) -> None:
+    """Close a connection after an interrupt (its transaction is already rolled back); a second Ctrl-C or a
+    connection DuckDB already gave up on must not turn the clean message into a traceback."""
+    if con is not None:
+        try:
+            con.close()
+        except BaseException:  # noqa: BLE001
+            pass
+
+
+def _interrupted(message: str) -> NoReturn:
+    err.print(f"[bold red]interrupted:[/] {message}", soft_wrap=True)
+    sys.exit(130)
+
+
 @cli.command()
 @db_option
-@click.option("--rules", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="Your rules CSV, tried before the built-in rules.")
+@click.option("--rules", type=click.Path(exists=True, dir_okay=False, path_type=Path), callback=_rules_option,
+              help="Your rules CSV (UTF-8), tried before the built-in rules.")
 @click.option("--replace", is_flag=True, help="Use only --rules, not the built-in rules.")
 @click.option("--show", is_flag=True, help="Print which rule matched each kernel name (no re-classification).")
 @format_option
@@ -345,7 +410,7 @@ def classify(db_path: Path, rules: Path | None, replace: bool, show: bool, fmt: 
     """Re-classify every kernel with the built-in rules (plus --rules FILE) and rebuild the steps.
 
     A rules file has the columns category,kind,name_pattern,collective_pattern,note; rules are RE2 regexes
-    tried in order, first match wins; yours come before the built-in ones.
+    tried in order, first match wins; yours come before the built-in ones. Ctrl-C stops it cleanly (exit 130).
 
     \b
     Examples:
@@ -360,27 +425,51 @@ def classify(db_path: Path, rules: Path | None, replace: bool, show: bool, fmt: 
         return
     if replace and rules is None:
         raise K25Error("--replace needs --rules FILE")
-    con = db.connect(db_path, create=False)
-    con.execute("begin transaction")
+    stage, con = "classify", None
     try:
-        core.classify(con, rules, replace=replace)
-        con.execute("commit")
-    except BaseException:
-        con.execute("rollback")
-        raise
-    n = steps.rebuild(con)
+        con = db.connect(db_path, create=False)
+        con.execute("begin transaction")
+        try:
+            core.classify(con, rules, replace=replace)
+            con.execute("commit")
+        except BaseException:
+            con.execute("rollback")
+            raise
+        stage = "steps"
+        n = steps.rebuild(con)
+    except BaseException as exc:
+        if not _is_interrupt(exc):
+            raise
+        _close(con)
+        if stage == "classify":
+            _interrupted("nothing changed: the classification was rolled back")
+        _interrupted(f"the kernels are re-classified, but not every trace's steps were rebuilt (none is half-built); "
+                     f"run `k25trace steps --db {_esc(str(db_path))}` to finish")
     err.print(f"re-classified and rebuilt the steps of {n} trace(s)")
 
 
 @cli.command("steps")
 @db_option
-@click.option("--gap-us", type=float, default=1000.0, show_default=True, help="Idle gap that separates inferred steps (traces without step markers).")
+@click.option("--gap-us", type=float, default=1000.0, show_default=True, callback=_gap_us_option,
+              help="Idle gap that separates inferred steps (traces without step markers).")
 def steps_cmd(db_path: Path, gap_us: float) -> None:
-    """Rebuild the engine steps of every trace (e.g. with another --gap-us for traces without markers)."""
-    from k25trace import db, steps
+    """Rebuild the engine steps of every trace (e.g. with another --gap-us for traces without markers).
 
-    con = db.connect(db_path, create=False)
-    n = steps.rebuild(con, gap_ns=int(gap_us * 1000))
+    Each trace is rebuilt in a transaction of its own; Ctrl-C stops cleanly (exit 130), leaving every trace with
+    either its old or its new steps.
+    """
+    con = None
+    try:
+        from k25trace import db, steps
+
+        con = db.connect(db_path, create=False)
+        n = steps.rebuild(con, gap_ns=round(gap_us * 1000))
+    except BaseException as exc:
+        if not _is_interrupt(exc):
+            raise
+        _close(con)
+        _interrupted(f"the traces not reached keep their previous steps (none is half-built); "
+                     f"run `k25trace steps --db {_esc(str(db_path))}` again to finish")
     err.print(f"rebuilt the steps of {n} trace(s)")
 
 

@@ -166,6 +166,21 @@ def connect(path: str | Path | None, *, read_only: bool = False, create: bool = 
     return con
 
 
+def forbid_external_access(con: duckdb.DuckDBPyConnection) -> None:
+    """Make a connection safe for the user's SQL: no file or network access at all (``COPY … TO``, ``EXPORT
+    DATABASE``, ``ATTACH``, ``read_csv``, ``INSTALL``/``LOAD``, …) and the configuration locked, so the SQL
+    cannot turn it back on or point a log or profile at a file. The setting belongs to the database instance:
+    every cursor of ``con`` (and every other connection to the same instance) is covered; idempotent."""
+    (locked, external), = con.execute(
+        "select current_setting('lock_configuration'), current_setting('enable_external_access')").fetchall()
+    if locked:
+        if not external:
+            return
+        raise K25Error("this database connection has a locked configuration that allows file access")
+    con.execute("set enable_external_access = false").fetchall()
+    con.execute("set lock_configuration = true").fetchall()
+
+
 def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
     """Create the tables of the public schema if they are missing (idempotent)."""
     run_query(con, "schema")

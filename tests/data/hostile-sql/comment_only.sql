@@ -1,0 +1,3 @@
+-- nothing but comments and an empty statement
+/* a block comment */
+;
