@@ -8,15 +8,17 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
+from textual.markup import escape
 from textual.widgets import DataTable, Footer, Header, Input, Label, TextArea, Tree
 from textual.worker import get_current_worker
 
-from k25trace import browse
+from k25trace import browse, db, output
 from k25trace.errors import K25Error
 from k25trace.tui.messages import Fetched, FetchFailed
 from k25trace.tui.screens.base import BrowseScreen
 from k25trace.tui.screens.overview import fill_table
 
+CELL_CHARS = 1000  # longer text (a 20 MB kernel name) is cut: a DataTable measures every cell it holds
 DEFAULT_SQL = "select category, count(*) as calls, round(sum(dur_ns) / 1e6, 3) as ms\nfrom kernels\ngroup by all\norder by ms desc"
 
 
@@ -56,11 +58,11 @@ class SqlScreen(BrowseScreen):
             tree.clear()
             tree.root.expand()
             for (table_name,), columns in message.result.group_by(["table_name"], maintain_order=True):
-                node = tree.root.add(str(table_name))
+                node = tree.root.add(escape(str(table_name)))
                 for row in columns.iter_rows(named=True):
-                    node.add_leaf(f"{row['column_name']} [dim]{row['data_type']}[/dim]")
+                    node.add_leaf(f"{escape(str(row['column_name']))} [dim]{escape(str(row['data_type']))}[/dim]")
         elif message.request == "sql":
-            result: browse.SqlResult = message.result
+            result: output.Result = message.result
             table = self.query_one("#results", DataTable)
             fill_table(table, result.frame)
             rows = result.frame.height
@@ -90,17 +92,35 @@ class SqlScreen(BrowseScreen):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="sql", description="ad-hoc SQL")
     def run_sql(self, sql: str, params: dict[str, object]) -> None:
-        """Run the editor's SQL on a cursor of its own; ctrl+g interrupts it."""
+        """Run the editor's SQL on a cursor of its own; ctrl+g interrupts it. Whatever goes wrong ends in the
+        status line (never "running…" for ever): a DuckDB error, SQL with no statement, a value that cannot be
+        shown. No file can be read or written (see :func:`k25trace.db.forbid_external_access`)."""
         import time
 
         worker = get_current_worker()
         started = time.perf_counter()
         try:
-            with self.browse_app.query_cursor() as cursor:
-                result = browse.run_sql(cursor, sql, params)
+            result = self._run(sql, params)
         except K25Error as exc:
+            failure = str(exc)
+        except BaseException as exc:  # noqa: BLE001 — DuckDB, polars (its panics are BaseExceptions), anything
+            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                raise
+            failure = (str(exc).splitlines() or [type(exc).__name__])[0] + output.read_only_hint(exc)
+        else:
             if not worker.is_cancelled:
-                self.post_message(FetchFailed("sql", str(exc)))
+                self.post_message(Fetched("sql", result, (time.perf_counter() - started) * 1000))
             return
         if not worker.is_cancelled:
-            self.post_message(Fetched("sql", result, (time.perf_counter() - started) * 1000))
+            self.post_message(FetchFailed("sql", failure))
+
+    def _run(self, sql: str, params: dict[str, object]) -> output.Result:
+        """The rows to show (at most SQL_ROW_CAP, cells cut at CELL_CHARS), every DuckDB type as text if need be."""
+        import polars as pl
+
+        with self.browse_app.query_cursor() as cursor:
+            db.forbid_external_access(cursor)
+            relation = output.user_relation(cursor, sql, params)
+            if relation is None:
+                return output.Result(pl.DataFrame(), False, frozenset())
+            return output.fetch_result(relation, limit=browse.SQL_ROW_CAP, max_chars=CELL_CHARS)
