@@ -256,7 +256,11 @@ def sql(query: str | None, db_path: Path, sql_file: Path | None, query_name: str
         if rel is None:
             return
         result = output.fetch_result(rel, as_json=fmt == "json")
-    except duckdb.Error as exc:
+    except (duckdb.Error, KeyboardInterrupt, RuntimeError) as exc:
+        if _is_interrupt(exc):
+            _interrupted("the query was stopped (Ctrl-C)")
+        if not isinstance(exc, duckdb.Error):
+            raise
         raise K25Error(f"SQL error: {exc}{output.read_only_hint(exc)}") from exc
     output.write_result(result, fmt)
 

@@ -402,3 +402,15 @@ def test_ctrl_c_during_classify_step_rebuild(two_traces: Path, monkeypatch: pyte
     assert_clean(result, 130)
     assert "re-classified" in result.stderr and "k25trace steps --db" in result.stderr
     assert step_counts(two_traces) == before
+
+
+@pytest.mark.parametrize("raised", [KeyboardInterrupt(), RuntimeError("Query interrupted")])
+def test_ctrl_c_during_sql(empty_db: Path, monkeypatch: pytest.MonkeyPatch, raised: BaseException) -> None:
+    """Ctrl-C while `sql` runs a query ended in click's "Aborted!" (exit 1) or DuckDB's RuntimeError."""
+    def interrupted(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise raised
+
+    monkeypatch.setattr(output, "fetch_result", interrupted)
+    result = sql(empty_db, "select 1", "csv")
+    assert_clean(result, 130)
+    assert "interrupted: the query was stopped" in result.stderr and result.stdout == ""
