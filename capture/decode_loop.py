@@ -31,6 +31,10 @@ Per rank r of N (``--hidden 7168``, ``--heads 64``, ``--experts 384``, top-8):
   wait for it at that call site only (GPU-side lateness: an imbalanced GPU). With CUDA graphs every rank captures
   a second graph per batch size with the same collectives (only rank R's holds the spin kernel) and replays it
   on those steps.
+* ``--inject-gaps`` (eager only): on profiled steps n with n % 3 == 1 the host sleeps ``--host-gap-us`` before
+  layer ``--gap-layer`` (a host-bound GPU gap mid-step: the GPU drains its queue and waits for the next launch);
+  on steps with n % 3 == 2 it copies a value to the host there (``.cpu()``: a blocking D2H copy, the host waits
+  for the GPU, then the GPU waits for the host's next launch); steps with n % 3 == 0 are clean.
 * ``--eager``: no CUDA graph: the forward's kernels are launched one by one (as vLLM's ``--enforce-eager``);
   ``--record-shapes`` records the ops' input shapes (for efficiency analysis).
 * profiling as vLLM does it: ``torch.profiler.profile(activities=[CPU, CUDA], on_trace_ready=
@@ -84,6 +88,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--gpu-delay-every", type=int, default=2, help="GPU delay on every K-th profiled step")
     p.add_argument("--gpu-delay-offset", type=int, default=1, help="first GPU-delayed profiled step (mod K)")
     p.add_argument("--eager", action="store_true", help="no CUDA graph: launch every kernel eagerly")
+    p.add_argument("--inject-gaps", action="store_true", help="eager: a host sleep / a blocking copy mid-step")
+    p.add_argument("--host-gap-us", type=float, default=500.0)
+    p.add_argument("--gap-layer", type=int, default=None, help="layer before which the gap is made (default: half)")
     p.add_argument("--record-shapes", action="store_true", help="profile with record_shapes=True")
     p.add_argument("--device", default="cuda", help="cuda (default) or cpu (a smoke run: no graphs)")
     p.add_argument("--dtype", default="bfloat16")
@@ -139,6 +146,7 @@ class Model:
         inv = 1.0 / (10000 ** (torch.arange(0, a.rope_dim, 2, dtype=torch.float32) / a.rope_dim))
         self.inv_freq = inv.to(device)
         self.grouped = self._check_grouped_mm()
+        self.gap = None  # None | "sleep" | "copy": what to do before layer gap_layer in this forward (eager)
         self.site = 0  # index of the next all-reduce in the current forward (the call site)
         self.spin_cycles = 0  # > 0: spin this many GPU cycles before the --gpu-delay-site all-reduce
 
@@ -261,7 +269,14 @@ class Model:
         else:
             x = self.embed[ids]
         residual = x
-        for L, cache in zip(self.layers, caches):
+        gap_layer = self.a.gap_layer if self.a.gap_layer is not None else len(self.layers) // 2
+        for i, (L, cache) in enumerate(zip(self.layers, caches)):
+            if i == gap_layer and self.gap == "sleep":
+                with torch.profiler.record_function("injected_host_sleep"):
+                    time.sleep(self.a.host_gap_us / 1e6)
+            elif i == gap_layer and self.gap == "copy":
+                with torch.profiler.record_function("injected_blocking_copy"):
+                    residual[:1, :8].float().cpu()  # D2H: the host waits for everything queued before it
             x = self._attention(L, self._rms(residual, L["in_norm"]), cache, pos)
             residual = residual + x
             x = self._moe(L, self._rms(residual, L["post_norm"]))
@@ -343,6 +358,7 @@ def run_rank(rank: int, world: int, a: argparse.Namespace) -> dict[str, Any]:
 
     delayed: list[int] = []
     gpu_delayed: list[int] = []
+    injected: dict[str, list[int]] = {}
     step_no = [0]
 
     def step(B: int, profiled: bool) -> None:
@@ -356,6 +372,11 @@ def run_rank(rank: int, world: int, a: argparse.Namespace) -> dict[str, Any]:
                 delayed.append(n)
             if spin and rank == a.gpu_delay_rank:
                 gpu_delayed.append(n)
+            model.gap = None
+            if a.inject_gaps and profiled and "graph" not in st:
+                model.gap = {1: "sleep", 2: "copy"}.get(n % 3)
+                if model.gap:
+                    injected.setdefault(model.gap, []).append(n)
             if "graph" in st:
                 graph, out = (st["graph_delayed"], st["out_delayed"]) if spin else (st["graph"], st["out"])
                 graph.replay()
@@ -399,6 +420,8 @@ def run_rank(rank: int, world: int, a: argparse.Namespace) -> dict[str, Any]:
             "cpu_delayed_steps": delayed, "cpu_delay_ms": a.delay_ms if delayed else 0.0,
             "gpu_delayed_steps": gpu_delayed, "gpu_delay_site": a.gpu_delay_site if gpu_delayed else None,
             "gpu_delay_cycles": spin_cycles if gpu_delayed else 0,
+            "host_sleep_steps": injected.get("sleep", []), "blocking_copy_steps": injected.get("copy", []),
+            "host_gap_us": a.host_gap_us if injected else None,
             "median_step_ms": {B: sorted(v)[len(v) // 2] for B, v in step_ms.items()}, "files": files}
 
 

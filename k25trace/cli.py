@@ -284,13 +284,17 @@ def _read_utf8(read: Any, source: str) -> str:
 
 @cli.command()
 @db_option
-@click.option("--phase", type=click.Choice(["decode", "prefill", "mixed", "empty", "unknown", "all"]), default="decode", show_default=True)
-@click.option("--by", "by", type=click.Choice(["batch", "category", "step", "rank", "kernel", "comm", "comm-site", "rank-comm", "floor"]),
+@click.option("--phase", type=click.Choice(["decode", "prefill", "mixed", "empty", "unknown", "all"]), default=None,
+              help="Steps to report (default: decode; when no trace has step markers, the inferred steps).")
+@click.option("--by", "by", type=click.Choice(["batch", "category", "step", "rank", "kernel", "idle", "timeline", "comm", "comm-site", "comm-bw", "rank-comm", "floor"]),
               default="batch", show_default=True,
               help="batch: per batch size (and capture level); category: all steps together; step: one line per step; "
                    "rank: per rank (with the collective wait/transfer split on a terminal); kernel: the top kernels; "
+                   "idle: why the GPU is idle (host-bound, sync, launch overhead, device-bound; between steps); "
+                   "timeline: one line per step, the whole GPU timeline accounted for, suspicious steps flagged; "
                    "comm: collectives across ranks (transfer vs wait, launch vs GPU wait, skew, the straggler = the rank "
                    "causing the most wait); comm-site: per call site (k-th collective of a step): wait, late rank; "
+                   "comm-bw: bus bandwidth of the observed transfers per message size, beside the bench floor; "
                    "rank-comm: per rank wait suffered and caused, lateness; "
                    "floor: observed AllReduce per step against the `k25trace bench allreduce` floor (efficiency).")
 @click.option("--rank", type=int, default=None, help="Only this rank (default: all ranks).")
@@ -312,16 +316,24 @@ def report(db_path: Path, phase: str, by: str, rank: int | None, trace_id: int |
     from k25trace import db, output, report as core
 
     con = db.connect(db_path, read_only=True)
+    phase, note = core.resolve_phase(con, phase)
+    if note:
+        err.print(f"note: {note}")
+    for line in core.run_warnings(con):
+        err.print(f"warning: {line}")
     frame = core.breakdown(con, by=by, phase=phase, rank=rank, trace_id=trace_id, top=top)
     fmt = fmt or output.default_format()
+    if by in core.CROSS_RANK_VIEWS:
+        for line in core.alignment_warnings(con):
+            err.print(f"warning: {line}")
     if frame.is_empty():
-        err.print(f"no {phase if phase != 'all' else ''} steps with GPU activity in {db_path}"
+        err.print(f"no {phase + ' ' if phase != 'all' else ''}steps with GPU activity in {db_path}"
                   + ("" if phase == "all" else " (try --phase all)"))
         if fmt != "table":
             output.write(frame, fmt)
         return
     if fmt == "table" and by == "batch":
-        print_batch_tables(frame)
+        print_batch_tables(frame, idle=core.breakdown(con, by="idle", phase=phase))
     elif fmt == "table" and by == "rank":
         output.write(frame, fmt, title="Per rank and category")
         comm = core.breakdown(con, by="rank-comm", phase=phase, trace_id=trace_id)
@@ -331,11 +343,14 @@ def report(db_path: Path, phase: str, by: str, rank: int | None, trace_id: int |
         output.write(frame, fmt)
 
 
-def print_batch_tables(frame: Any, console: Console | None = None) -> None:
-    """The default report as one table per (level, batch size), with the group's totals as the title."""
+def print_batch_tables(frame: Any, console: Console | None = None, idle: Any = None) -> None:
+    """The default report as one table per (level, batch size), with the group's totals as the title and, when
+    ``idle`` (``report --by idle``) is given, why the GPU was idle as the caption."""
     import polars as pl
 
     from k25trace.output import rich_table
+
+    idle_rows = {} if idle is None else {(r["run_id"], r["batch_size"]): r for r in idle.iter_rows(named=True)}
 
     console = console or Console(width=None if sys.stdout.isatty() else 160)
     several_runs = frame["run_id"].n_unique() > 1
@@ -353,7 +368,16 @@ def print_batch_tables(frame: Any, console: Console | None = None) -> None:
         body = group.select(["category", "ms_per_step", "pct_of_step", "kernel_ms_per_step", "calls_per_step", "us_per_call"])
         body = body.rename({"ms_per_step": "ms/step", "pct_of_step": "% of step", "kernel_ms_per_step": "kernel ms/step",
                             "calls_per_step": "calls/step", "us_per_call": "µs/call"})
-        console.print(rich_table(body.with_columns(pl.col("category")), title=title))
+        table = rich_table(body.with_columns(pl.col("category")), title=title)
+        why = idle_rows.get((run_id, batch))
+        if why:
+            table.caption = (
+                f"idle {why['idle_ms']:.3f} ms/step = host-bound {why['host_ms']:.3f} + after a host sync "
+                f"{why['sync_ms']:.3f} + launch overhead {why['launch_overhead_ms']:.3f} + device-bound "
+                f"{why['device_ms']:.3f}" + (f" + unknown {why['unknown_ms']:.3f}" if why["unknown_ms"] else "")
+                + f"; between steps {why['between_ms']:.3f} ms/step ({why['between_pct_of_span'] or 0:.1f} % of the "
+                "GPU span) — report --by idle / --by timeline")
+        console.print(table)
 
 
 # ------------------------------------------------------------------------------------------- classify and steps
@@ -506,7 +530,7 @@ def demo(db_path: Path | None) -> None:
                                       "steps", "decode", "prefill", "mixed", "decode_batch_sizes"]),
             title=f"Traces loaded into {path}"))
         frame = core.breakdown(con, by="batch", phase="decode")
-        print_batch_tables(frame, console)
+        print_batch_tables(frame, console, idle=core.breakdown(con, by="idle", phase="decode"))
         console.print(output.rich_table(
             core.breakdown(con, by="step", phase="all").select(["trace_id", "rank", "step_index", "phase", "batch_size",
                                                                 "graph_launches", "kernel_count", "wall_ms", "busy_pct",

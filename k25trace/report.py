@@ -11,7 +11,8 @@ import polars as pl
 from k25trace.db import query_frame
 from k25trace.errors import K25Error
 
-VIEWS = ("batch", "category", "step", "rank", "kernel", "comm", "comm-site", "comm-bw", "rank-comm", "floor")
+VIEWS = ("batch", "category", "step", "rank", "kernel", "idle", "timeline", "comm", "comm-site", "comm-bw", "rank-comm",
+         "floor")
 CROSS_RANK_VIEWS = ("rank", "comm", "comm-site", "comm-bw", "rank-comm", "floor")
 PHASES = ("decode", "prefill", "mixed", "empty", "unknown", "all")
 
@@ -38,6 +39,10 @@ def breakdown(con: duckdb.DuckDBPyConnection, *, by: str = "batch", phase: str =
         from k25trace.bench import allreduce_floor
 
         return allreduce_floor(con, phase)
+    if by == "idle":
+        return query_frame(con, "report_idle", {"phase": phase})
+    if by == "timeline":
+        return query_frame(con, "report_timeline", params)
     if by == "comm":
         return query_frame(con, "report_comm", {"phase": phase})
     if by == "rank-comm":

@@ -1,7 +1,7 @@
 """Steps: split each trace's timeline into engine steps and compute per-step and per-category time.
 
 All logic is SQL (``queries/step_markers.sql``, ``step_assign.sql``, ``step_intervals.sql``,
-``steps_build.sql``); this module only runs the files in order for one trace. Called by the loader inside the
+``steps_build.sql``, ``gaps_build.sql``: the GPU idle gaps, classified); this module only runs the files in order for one trace. Called by the loader inside the
 file's transaction, and by :func:`rebuild` (``k25trace steps``) after a classification change.
 """
 
@@ -27,6 +27,7 @@ def build_steps(con: duckdb.DuckDBPyConnection, trace_id: int, *, gap_ns: int = 
     run_query(con, "step_assign", {"trace_id": trace_id})
     run_query(con, "step_intervals", {"trace_id": trace_id})
     run_query(con, "steps_build", {"trace_id": trace_id})
+    run_query(con, "gaps_build", {"trace_id": trace_id})
     for temp in ("_step_markers", "_step_intervals", "_category_codes"):
         con.execute(f"drop table if exists {temp}")
 

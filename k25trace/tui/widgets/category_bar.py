@@ -11,6 +11,13 @@ from k25trace.tui.colors import category_color
 
 BLOCK = "█"
 IDLE = "·"
+IDLE_CAUSES = {  # timeline glyphs for idle slices by cause (queries/gaps_build.sql)
+    "idle:host": ("h", "host-bound"),
+    "idle:sync": ("s", "after a host sync"),
+    "idle:launch": ("l", "launch overhead"),
+    "idle:device": ("d", "device-bound"),
+    "idle:unknown": (IDLE, "idle"),
+}
 
 
 def category_text(category: str) -> Text:
@@ -44,6 +51,9 @@ def legend(categories: Sequence[str]) -> Text:
     for category in categories:
         if category == "idle":
             text.append(IDLE + " idle  ", style="dim")
+        elif category in IDLE_CAUSES:
+            glyph, meaning = IDLE_CAUSES[category]
+            text.append(f"{glyph} {meaning}  ", style="dim")
         else:
             text.append("■ ", style=category_color(category))
             text.append(category + "  ")
@@ -91,6 +101,8 @@ class Timeline(Static):
         for category in slices:
             if category == "idle":
                 text.append(IDLE, style="dim")
+            elif category in IDLE_CAUSES:
+                text.append(IDLE_CAUSES[category][0], style="dim")
             else:
                 text.append(BLOCK, style=category_color(category))
         if caption:

@@ -1,0 +1,168 @@
+-- name: gaps_build
+-- Every GPU idle gap of one trace, classified. In-step gaps: between the step's own GPU activities (kernels,
+-- copies, memsets; union over streams), so a step's gaps add up to its idle_ns exactly. Between-step gaps: holes
+-- in the union of all the trace's GPU activity that lie in no step's window (first to last activity), from the
+-- first step's start to the last step's end, attributed to the step that follows. Each gap is explained by the
+-- GPU activity that ends it and that activity's launch call (correlation; graph kernels share their
+-- cudaGraphLaunch's):
+--   device: the launch call started before the GPU went idle: the GPU waited on a dependency (another stream, an
+--           event, a graph's internal edges), not on the host;
+--   sync:   the launch came after the GPU went idle and a host synchronisation on the launching thread
+--           (cudaStreamSynchronize, cudaDeviceSynchronize, cudaEventSynchronize, a synchronous cudaMemcpy, their
+--           cu*/hip* forms, hipMemcpyWithStream) returned inside the gap: the host had waited for the GPU, then
+--           had to relaunch; or the launch came after the GPU went idle and such a blocking call (on any
+--           thread) covers at least half of the gap: the GPU waited behind a blocking copy (all of the gap is
+--           then sync_ns; a blocking call while the GPU runs queued work explains nothing and is ignored);
+--   host:   the launch came after the GPU went idle with no such sync: the CPU was late (Python, scheduling);
+--   unknown: no launch call found for the activity.
+-- host and sync gaps split at the launch call's start: before it host_ns / sync_ns (the GPU waits for the host to
+-- issue the launch), after it launch_ns (the launch path itself: call start -> GPU start, launch overhead).
+-- host_ns + sync_ns + launch_ns + device_ns + unknown_ns = dur_ns for every gap.
+-- creates: gpu_gaps (rows for one trace)
+-- reads: gpu_events, launches, steps, traces
+-- params: $trace_id
+-- grain: one row per idle gap of the trace's GPU timeline
+delete from gpu_gaps where trace_id = $trace_id;
+
+insert into gpu_gaps by name
+with acts as (
+    select event_id, step_index, start_ns, end_ns, correlation
+    from gpu_events
+    where trace_id = $trace_id
+),
+
+in_step as (
+    select step_index, event_id, start_ns, correlation,
+        max(end_ns) over (partition by step_index order by start_ns, end_ns, event_id
+                          rows between unbounded preceding and 1 preceding) as prev_end_ns
+    from acts
+    where step_index is not null
+),
+
+in_step_gaps as (
+    select step_index, false as between_steps, prev_end_ns as start_ns, start_ns as end_ns,
+        event_id as next_event_id, correlation
+    from in_step
+    where start_ns > prev_end_ns
+),
+
+windows as (
+    select step_index, gpu_start_ns, gpu_end_ns
+    from steps
+    where trace_id = $trace_id and gpu_start_ns is not null
+),
+
+span as (
+    select min(gpu_start_ns) as first_ns, max(gpu_end_ns) as last_ns from windows
+),
+
+everything as (
+    select event_id, start_ns, correlation,
+        max(end_ns) over (order by start_ns, end_ns, event_id rows between unbounded preceding and 1 preceding) as prev_end_ns
+    from acts
+),
+
+global_gaps as (
+    select prev_end_ns as start_ns, start_ns as end_ns, event_id as next_event_id, correlation
+    from everything, span
+    where start_ns > prev_end_ns and prev_end_ns >= span.first_ns and start_ns <= span.last_ns
+),
+
+containing as (  -- the latest step window that started at or before the gap: the gap is inside it when it ends by its end
+    select global_gaps.*, windows.gpu_end_ns as window_end_ns
+    from global_gaps
+    asof left join windows on global_gaps.start_ns >= windows.gpu_start_ns
+),
+
+between_gaps as (
+    select following.step_index, true as between_steps, containing.start_ns, containing.end_ns,
+        containing.next_event_id, containing.correlation
+    from containing
+    asof left join windows as following on containing.end_ns <= following.gpu_start_ns
+    where containing.window_end_ns is null or containing.end_ns > containing.window_end_ns
+),
+
+gaps as (
+    select * from in_step_gaps
+    union all
+    select * from between_gaps
+),
+
+calls as (  -- one launch call per correlation id
+    select correlation, arg_min(name, start_ns) as name, min(start_ns) as start_ns, arg_min(tid, start_ns) as tid
+    from launches
+    where trace_id = $trace_id and correlation is not null
+    group by correlation
+),
+
+syncs as (
+    select tid, start_ns, end_ns
+    from launches
+    where trace_id = $trace_id
+        and name in ('cudaStreamSynchronize', 'cudaDeviceSynchronize', 'cudaEventSynchronize', 'cudaMemcpy',
+                     'cudaMemcpy2D', 'cuStreamSynchronize', 'cuCtxSynchronize', 'cuEventSynchronize', 'cuMemcpyDtoH_v2',
+                     'cuMemcpyHtoD_v2', 'hipStreamSynchronize', 'hipDeviceSynchronize', 'hipEventSynchronize',
+                     'hipMemcpy', 'hipMemcpyWithStream')
+),
+
+launched as (
+    select gaps.*, calls.name as launch_name, calls.start_ns as launch_start_ns, calls.tid
+    from gaps
+    left join calls using (correlation)
+),
+
+synced as (
+    select launched.*, syncs.end_ns as sync_end_ns
+    from launched
+    asof left join syncs on syncs.tid = launched.tid and launched.launch_start_ns >= syncs.end_ns
+),
+
+blocked as (  -- gaps at least half covered by one blocking call (a long blocking copy or sync)
+    select gaps.start_ns, gaps.next_event_id, max(syncs.end_ns) as blocking_end_ns
+    from gaps
+    join syncs on syncs.start_ns < gaps.end_ns and syncs.end_ns > gaps.start_ns
+    where least(syncs.end_ns, gaps.end_ns) - greatest(syncs.start_ns, gaps.start_ns) >= 0.5 * (gaps.end_ns - gaps.start_ns)
+    group by all
+),
+
+classified as (
+    select synced.* replace (coalesce(blocked.blocking_end_ns, synced.sync_end_ns) as sync_end_ns),
+        blocked.blocking_end_ns is not null and coalesce(launch_start_ns > synced.start_ns, true) as behind_blocking
+    from synced
+    left join blocked using (start_ns, next_event_id)
+),
+
+decided as (
+    select *,
+        case
+            when behind_blocking then 'sync'
+            when launch_start_ns is null then 'unknown'
+            when launch_start_ns <= start_ns then 'device'
+            when sync_end_ns is not null and sync_end_ns >= start_ns then 'sync'
+            else 'host'
+        end as cause,
+        case when behind_blocking then end_ns
+            else least(greatest(coalesce(launch_start_ns, start_ns), start_ns), end_ns)
+        end as launch_cut_ns
+    from classified
+)
+
+select
+    $trace_id as trace_id,
+    (select rank from traces where trace_id = $trace_id) as rank,
+    step_index,
+    between_steps,
+    start_ns,
+    end_ns,
+    end_ns - start_ns as dur_ns,
+    cause,
+    case when cause = 'host' then launch_cut_ns - start_ns else 0 end as host_ns,
+    case when cause = 'sync' then launch_cut_ns - start_ns else 0 end as sync_ns,
+    case when cause in ('host', 'sync') then end_ns - launch_cut_ns else 0 end as launch_ns,
+    case when cause = 'device' then end_ns - start_ns else 0 end as device_ns,
+    case when cause = 'unknown' then end_ns - start_ns else 0 end as unknown_ns,
+    next_event_id,
+    launch_name,
+    launch_start_ns,
+    sync_end_ns
+from decided;

@@ -1,0 +1,96 @@
+-- name: report_timeline
+-- The whole GPU timeline of each step, accounted for: the CPU time of its marker, its GPU wall (first to last
+-- activity) = busy + idle, the idle split by cause (host-bound, after a host sync, launch overhead,
+-- device-bound dependency, unknown: queries/gaps_build.sql), the gap before it (GPU idle between the previous step
+-- and this one: its idle split into host side (host + sync + launch) and device side (device + unknown);
+-- between_busy = GPU work between the two steps that belongs to neither), the
+-- launch overhead per gap (p50 / max µs), and a flag when one gap or one copy dominates the step.
+-- reads: steps, gpu_gaps, gpu_events, trace_runs
+-- params: $phase, $rank, $trace_id
+-- grain: one row per non-empty step of the selected traces
+with selected as (
+    select steps.*, trace_runs.run_id,
+        lag(steps.gpu_end_ns) over (partition by steps.trace_id order by steps.gpu_start_ns, steps.step_index) as prev_end_ns
+    from steps
+    left join trace_runs using (trace_id)
+    where not steps.is_empty
+        and ($rank is null or steps.rank = $rank)
+        and ($trace_id is null or steps.trace_id = $trace_id)
+),
+
+gap_sums as (
+    select trace_id, step_index,
+        sum(host_ns) filter (where not between_steps) as host_ns,
+        sum(sync_ns) filter (where not between_steps) as sync_ns,
+        sum(launch_ns) filter (where not between_steps) as launch_ns,
+        sum(device_ns) filter (where not between_steps) as device_ns,
+        sum(unknown_ns) filter (where not between_steps) as unknown_ns,
+        max(dur_ns) filter (where not between_steps) as longest_gap_ns,
+        arg_max(cause, dur_ns) filter (where not between_steps) as longest_gap_cause,
+        quantile_cont(launch_ns, 0.5) filter (where not between_steps and cause in ('host', 'sync')) as launch_p50_ns,
+        max(launch_ns) filter (where not between_steps and cause in ('host', 'sync')) as launch_max_ns,
+        count(*) filter (where not between_steps) as gaps,
+        sum(dur_ns) filter (where between_steps) as between_idle_ns,
+        sum(host_ns + sync_ns + launch_ns) filter (where between_steps) as between_host_ns,
+        sum(device_ns + unknown_ns) filter (where between_steps) as between_device_ns
+    from gpu_gaps
+    group by all
+),
+
+longest_copy as (
+    select gpu_events.trace_id, gpu_events.step_index, max(gpu_events.dur_ns) as copy_ns
+    from gpu_events
+    join selected using (trace_id, step_index)
+    where gpu_events.kind = 'memcpy'
+    group by all
+),
+
+rows as (
+    select
+        selected.*,
+        coalesce(gap_sums.host_ns, 0) as host_ns,
+        coalesce(gap_sums.sync_ns, 0) as sync_ns,
+        coalesce(gap_sums.launch_ns, 0) as launch_ns,
+        coalesce(gap_sums.device_ns, 0) as device_ns,
+        coalesce(gap_sums.unknown_ns, 0) as unknown_ns,
+        coalesce(gap_sums.gaps, 0) as gaps,
+        gap_sums.longest_gap_ns, gap_sums.longest_gap_cause, gap_sums.launch_p50_ns, gap_sums.launch_max_ns,
+        case when selected.prev_end_ns is null then null else greatest(selected.gpu_start_ns - selected.prev_end_ns, 0) end
+            as gap_before_ns,
+        coalesce(gap_sums.between_idle_ns, 0) as between_idle_ns,
+        coalesce(gap_sums.between_host_ns, 0) as between_host_ns,
+        coalesce(gap_sums.between_device_ns, 0) as between_device_ns,
+        longest_copy.copy_ns
+    from selected
+    left join gap_sums using (trace_id, step_index)
+    left join longest_copy using (trace_id, step_index)
+    where $phase = 'all' or selected.phase = $phase
+)
+
+select
+    run_id, trace_id, rank, step_index, phase, batch_size,
+    round((marker_end_ns - marker_start_ns) / 1e6, 4) as cpu_ms,
+    round(wall_ns / 1e6, 4) as wall_ms,
+    round(busy_ns / 1e6, 4) as busy_ms,
+    round(idle_ns / 1e6, 4) as idle_ms,
+    round(host_ns / 1e6, 4) as host_ms,
+    round(sync_ns / 1e6, 4) as sync_ms,
+    round(launch_ns / 1e6, 4) as launch_ms,
+    round(device_ns / 1e6, 4) as device_ms,
+    round(unknown_ns / 1e6, 4) as unknown_ms,
+    gaps,
+    round(launch_p50_ns / 1e3, 2) as launch_p50_us,
+    round(launch_max_ns / 1e3, 2) as launch_max_us,
+    round(gap_before_ns / 1e6, 4) as gap_before_ms,
+    round(between_idle_ns / 1e6, 4) as between_idle_ms,
+    round(between_host_ns / 1e6, 4) as between_host_ms,
+    round(between_device_ns / 1e6, 4) as between_device_ms,
+    round((gap_before_ns - between_idle_ns) / 1e6, 4) as between_busy_ms,
+    case
+        when copy_ns > 0.5 * wall_ns then 'one copy is ' || round(copy_ns * 100.0 / wall_ns)::int || ' % of the step ('
+            || round(copy_ns / 1e6, 3) || ' ms)'
+        when longest_gap_ns > 0.5 * wall_ns then 'one ' || longest_gap_cause || ' gap is '
+            || round(longest_gap_ns * 100.0 / wall_ns)::int || ' % of the step (' || round(longest_gap_ns / 1e6, 3) || ' ms)'
+    end as flag
+from rows
+order by run_id, trace_id, step_index
