@@ -1,6 +1,6 @@
 -- name: schema
 -- The public schema of a k25trace database (see README "Schema"). Idempotent: creates what is missing.
--- creates: meta, dtype_bytes (macro), traces, kernel_names, kernel_rules, kernel_classes, gpu_events, launches, annotations, cpu_ops, python_functions, captures, capture_levels, steps, step_categories, trace_runs, rank_offsets, collectives, kernels (view)
+-- creates: meta, dtype_bytes (macro), traces, kernel_names, kernel_rules, kernel_classes, gpu_events, launches, annotations, cpu_ops, python_functions, captures, capture_levels, steps, step_categories, gpu_gaps, trace_runs, rank_offsets, collectives, comm_alignment, kernels (view)
 -- reads: none
 -- params: none
 -- grain: traces = one row per loaded trace file; gpu_events = one row per GPU activity; launches = one row per CUDA runtime/driver call; annotations = one row per user annotation; cpu_ops = one row per CPU operator
@@ -28,9 +28,9 @@ create table if not exists traces (
     path varchar not null,            -- absolute path of the file as loaded
     file_name varchar not null,
     file_size bigint not null,        -- bytes on disk (compressed size for .gz)
-    sha256 varchar not null unique,   -- content hash of the file on disk: loading it again is a no-op
-    rank integer,                     -- distributedInfo.rank (NULL when the file has none)
-    world_size integer,               -- distributedInfo.world_size
+    sha256 varchar not null unique,   -- content hash of the bytes loaded (the file as read): loading it again is a no-op
+    rank integer,                     -- distributedInfo.rank, else the file name's rank{N}, else 0 (see rank_source)
+    world_size integer,               -- distributedInfo.world_size; 1 for a single-process trace; NULL if unknown
     base_time_ns bigint not null,     -- baseTimeNanoseconds (0 when absent)
     device_name varchar,              -- deviceProperties[device].name of the GPU this rank used
     device_count integer,             -- entries in deviceProperties
@@ -48,8 +48,12 @@ create table if not exists traces (
     metadata json,                    -- other top-level keys (schemaVersion, trace_id, cuda versions, …)
     skipped json,                     -- {category: count} of events not stored (ac2g flows, python_function, …)
     loaded_at timestamp not null,
-    loader_version varchar not null
+    loader_version varchar not null,
+    rank_source varchar               -- where rank came from: 'distributedInfo' | 'file_name' | 'default' (rank 0 of 1)
 );
+
+-- databases made before rank_source existed
+alter table traces add column if not exists rank_source varchar;
 
 create table if not exists kernel_names (
     name_id integer primary key,
@@ -226,7 +230,10 @@ create table if not exists trace_runs (
     trace_id integer,
     rank integer,
     world_size integer,
-    run_id varchar                    -- the ranks of one job: capture dir + level, else the file's directory, + world size
+    run_id varchar,                   -- the ranks of one job: capture dir + level, else the file's directory, + world size
+                                      -- (+ '#s<k>' when files of that group claim the same rank: session k)
+    duplicate_of_rank boolean,        -- another file of the same directory/level claims this trace's rank
+    file_name varchar
 );
 
 create table if not exists rank_offsets (
@@ -259,4 +266,35 @@ create table if not exists collectives (
     lateness_ns bigint,               -- aligned start minus the earliest rank's: how late this rank arrived
     caused_wait_ns bigint,            -- on the late rank: the other ranks' wait_ns summed (the wait it caused); else 0
     wait_kind varchar                 -- launch (the step's first collective) | gpu (a later one) | unknown (inferred steps)
+);
+
+create table if not exists comm_alignment (
+    run_id varchar,
+    ranks bigint,
+    collective_events bigint,         -- collective kernels eligible for pairing (in steps; all when steps are inferred)
+    paired_events bigint,
+    unpaired_events bigint,
+    residual_p50_us double, residual_p90_us double, residual_max_us double,  -- |aligned end - mean aligned end|
+    transfer_p50_us double,
+    alignment varchar                 -- good | poor | unpaired: how much to trust this run's wait/straggler figures
+);
+
+create table if not exists gpu_gaps (
+    trace_id integer not null,
+    rank integer,
+    step_index integer,               -- the step holding the gap; for a between-step gap, the step that follows it
+    between_steps boolean not null,   -- outside every step's GPU window (scheduler, sampling sync, Python, …)
+    start_ns bigint not null,         -- the GPU went idle (end of the last activity before)
+    end_ns bigint not null,           -- the next activity started
+    dur_ns bigint not null,
+    cause varchar not null,           -- host | sync | device | unknown (queries/gaps_build.sql says how)
+    host_ns bigint not null,          -- GPU waiting for a late host to issue the next launch
+    sync_ns bigint not null,          -- likewise, right after the host waited for the GPU (a blocking sync/copy)
+    launch_ns bigint not null,        -- the launch path itself: launch call start -> GPU start, while idle
+    device_ns bigint not null,        -- launched before the GPU went idle: a dependency (stream, event, graph edge)
+    unknown_ns bigint not null,       -- no launch call found
+    next_event_id bigint,             -- -> gpu_events: the activity that ended the gap
+    launch_name varchar,              -- its launch call (cudaLaunchKernel, cudaGraphLaunch, …)
+    launch_start_ns bigint,
+    sync_end_ns bigint                -- the host sync that explains a 'sync' gap
 );
