@@ -101,6 +101,11 @@ def collective_split(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
          "straggler_rank", "straggler_wait_pct", "last_rank", "last_pct"])
 
 
+def idle_split(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
+    """Why the GPU is idle per run and decode batch size, and the time between steps (``report_idle``)."""
+    return report.breakdown(con, by="idle", phase="decode")
+
+
 @dataclass
 class Collectives:
     """The collectives screen: per run and batch size, per rank, the alignment warnings."""

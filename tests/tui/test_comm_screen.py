@@ -38,6 +38,10 @@ async def test_collectives_screen_straggler_ranks_and_call_sites(tp2_db: Path) -
     app = K25TraceApp(tp2_db)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
+        await settle(pilot)
+        # the overview's decode bars say how much of the GPU span lies between steps
+        bars = text_of(app, "#breakdown")
+        assert bars.count("between (") == 3, bars
         await pilot.press("c")
         await settle(pilot)
         assert isinstance(app.screen, CommScreen)

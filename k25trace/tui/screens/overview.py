@@ -65,9 +65,9 @@ class OverviewScreen(BrowseScreen):
     @on(Fetched)
     def show_overview(self, message: Fetched) -> None:
         if message.request == "breakdown":
-            breakdown, comm = message.result
+            breakdown, comm, idle = message.result
             self.query_one("#breakdown", CategoryBars).show_bars(
-                breakdown_rows(breakdown), width=60, empty_message="no decode steps in this database")
+                breakdown_rows(breakdown, idle), width=60, empty_message="no decode steps in this database")
             table = self.query_one("#comm", DataTable)
             fill_table(table, comm)
             table.display = not comm.is_empty()
@@ -99,7 +99,8 @@ class OverviewScreen(BrowseScreen):
             "[b]Capture levels[/b]" if has_levels else "[b]Capture levels[/b]: none (traces not from `k25trace capture`)")
         fill_table(self.query_one("#step-counts", DataTable), overview.step_counts)
         self.query_one("#breakdown", CategoryBars).update("computing…")
-        self.fetch_side("breakdown", lambda cursor: (browse.decode_breakdown(cursor), browse.collective_split(cursor)))
+        self.fetch_side("breakdown", lambda cursor: (browse.decode_breakdown(cursor), browse.collective_split(cursor),
+                                                     browse.idle_split(cursor)))
         self.query_one("#traces", DataTable).focus()
         self.browse_app.mark_painted("overview", message.elapsed_ms)
 
@@ -116,10 +117,12 @@ class OverviewScreen(BrowseScreen):
                 self.browse_app.open_steps(int(row_key.value))
 
 
-def breakdown_rows(frame: pl.DataFrame) -> list[tuple[str, list[tuple[str, float]], str]]:
-    """``report_breakdown`` rows → one bar per (run, batch size): label, category shares, a note."""
+def breakdown_rows(frame: pl.DataFrame, idle: pl.DataFrame | None = None) -> list[tuple[str, list[tuple[str, float]], str]]:
+    """``report_breakdown`` rows → one bar per (run, batch size): label, category shares, a note (with the time
+    between steps, from ``report_idle``, when given)."""
     from k25trace.report import run_label
 
+    between = {} if idle is None else {(r["run_id"], r["batch_size"]): r for r in idle.iter_rows(named=True)}
     rows: list[tuple[str, list[tuple[str, float]], str]] = []
     if frame.is_empty():
         return rows
@@ -131,5 +134,8 @@ def breakdown_rows(frame: pl.DataFrame) -> list[tuple[str, list[tuple[str, float
         label = run + (f"{level} " if level else "") + f"bs={'?' if batch_size is None else batch_size}"
         shares = [(r["category"], float(r["pct_of_step"] or 0.0)) for r in group.iter_rows(named=True)]
         note = f"{first['step_ms']:.3f} ms/step, {first['steps']} steps"
+        why = between.get((run_id, batch_size))
+        if why is not None and why["between_ms"]:  # none when the batch size has a single step
+            note += f", +{why['between_ms']:.3f} between ({why['between_pct_of_span']:.0f} % of span)"
         rows.append((label, shares, note))
     return rows
