@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import re
+import sys
 import warnings
 from dataclasses import dataclass, field
 from importlib import resources
@@ -148,8 +149,66 @@ def run_query(
         raise QueryError(name, str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from exc
 
 
+SCHEMA_VERSION = 2
+"""The schema this k25trace writes (``meta.schema_version``). 1: the first release; 2: gpu_gaps, comm_alignment,
+trace_runs sessions, traces.rank_source, collectives' caused wait / wait kind, allreduce_bench kernel times."""
+
+
+def check_database(con: duckdb.DuckDBPyConnection, path: Path | str, *, read_only: bool) -> int | None:
+    """Refuse a DuckDB file that is not k25trace's, or that a newer k25trace wrote, before anything touches it.
+
+    Returns the file's schema version (None for an empty file). Nothing is created or altered here.
+    """
+    tables = [r[0] for r in con.execute(
+        "select table_name from duckdb_tables() where database_name = current_database() and not temporary "
+        "order by table_name").fetchall()]
+    if not tables:
+        return None
+    if "meta" not in tables:
+        shown = ", ".join(tables[:6]) + (" …" if len(tables) > 6 else "")
+        raise K25Error(f"{path}: not a k25trace database (it holds {shown} and no k25trace `meta` table); "
+                       "refusing to change it: give --db a new file")
+    try:
+        row = con.execute("select value from meta where key = 'schema_version'").fetchone()
+        version = int(row[0]) if row else None
+    except (duckdb.Error, TypeError, ValueError):
+        version = None
+    if version is None:
+        raise K25Error(f"{path}: its `meta` table has no k25trace schema_version: not a k25trace database; "
+                       "refusing to change it: give --db a new file")
+    if version > SCHEMA_VERSION:
+        raise K25Error(f"{path}: written by a newer k25trace (schema version {version}; this one reads up to "
+                       f"{SCHEMA_VERSION}): upgrade k25trace")
+    if version < SCHEMA_VERSION and read_only:
+        raise K25Error(f"{path}: schema version {version} is older than this k25trace's ({SCHEMA_VERSION}): run "
+                       f"`k25trace steps --db {path}` once to upgrade it (it rebuilds the derived tables)")
+    return version
+
+
+def upgrade(con: duckdb.DuckDBPyConnection, version: int) -> None:
+    """Bring an older k25trace database to SCHEMA_VERSION in one transaction: new tables and columns, then the
+    derived tables (steps, gaps, runs, collectives) rebuilt from the stored events."""
+    from k25trace import crossrank, steps
+
+    print(f"upgrading the database from schema version {version} to {SCHEMA_VERSION} …", file=sys.stderr)
+    con.execute("begin transaction")
+    try:
+        ensure_schema(con)
+        for trace_id, in con.execute("select trace_id from traces order by trace_id").fetchall():
+            steps.build_steps(con, trace_id)
+        con.execute("update meta set value = ? where key = 'schema_version'", [str(SCHEMA_VERSION)])
+        con.execute("commit")
+    except BaseException:
+        con.execute("rollback")
+        raise
+    crossrank.build(con)
+
+
 def connect(path: str | Path | None, *, read_only: bool = False, create: bool = True) -> duckdb.DuckDBPyConnection:
-    """Open (and if needed initialise) a k25trace database. ``None`` means in-memory."""
+    """Open (and if needed initialise) a k25trace database. ``None`` means in-memory.
+
+    A DuckDB file that is not k25trace's, or from a newer k25trace, is refused before anything is written to it;
+    one from an older k25trace is upgraded (read-only: refused with the command that upgrades it)."""
     if path is None:
         con = duckdb.connect(":memory:")
     else:
@@ -161,8 +220,21 @@ def connect(path: str | Path | None, *, read_only: bool = False, create: bool = 
             con = duckdb.connect(str(path), read_only=read_only)
         except duckdb.Error as exc:
             raise K25Error(f"{path}: cannot open as a DuckDB database: {str(exc).splitlines()[0]}") from exc
+        try:
+            version = check_database(con, path, read_only=read_only)
+        except BaseException:
+            con.close()
+            raise
+        if version is not None and version < SCHEMA_VERSION:
+            upgrade(con, version)
     if not read_only:
-        ensure_schema(con)
+        con.execute("begin transaction")
+        try:
+            ensure_schema(con)
+            con.execute("commit")
+        except BaseException:
+            con.execute("rollback")
+            raise
     return con
 
 

@@ -9,7 +9,7 @@ create table if not exists meta (
     value varchar
 );
 
-insert or ignore into meta values ('schema_version', '1');
+insert or ignore into meta values ('schema_version', '2');  -- k25trace.db.SCHEMA_VERSION
 
 -- bytes per element of a collective's `dtype` arg (NCCL/torch spellings); NULL when unknown
 create or replace macro dtype_bytes(dtype) as
