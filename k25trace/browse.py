@@ -53,6 +53,8 @@ class StepDetail:
     categories: pl.DataFrame
     timeline: list[str]
     ranks: pl.DataFrame
+    flag: str | None = None
+    """Why the step is suspicious (one copy or one gap over half its wall), else None."""
 
     @property
     def kernel_total(self) -> int:
@@ -183,7 +185,9 @@ def step_detail(con: duckdb.DuckDBPyConnection, trace_id: int, step_index: int, 
             "end_ns": header["gpu_end_ns"], "buckets": buckets})
         timeline = strip["category"].to_list()
     ranks = query_frame(con, "browse_step_ranks", {"trace_id": trace_id, "step_index": step_index})
-    return StepDetail(header=header, kernels=kernels, categories=categories, timeline=timeline, ranks=ranks)
+    flag = first_row(query_frame(con, "browse_step_flag", {"trace_id": trace_id, "step_index": step_index}))
+    return StepDetail(header=header, kernels=kernels, categories=categories, timeline=timeline, ranks=ranks,
+                      flag=None if flag is None else flag["flag"])
 
 
 def kernel_detail(con: duckdb.DuckDBPyConnection, trace_id: int, event_id: int, start_ns: int) -> KernelDetail | None:

@@ -194,3 +194,30 @@ def test_idle_view_adds_up_per_batch(con) -> None:
         parts = r["host_ms"] + r["sync_ms"] + r["launch_overhead_ms"] + r["device_ms"] + r["unknown_ms"]
         assert parts == pytest.approx(r["idle_ms"], abs=5e-4)
         assert r["busy_ms"] + r["idle_ms"] == pytest.approx(r["wall_ms"], abs=5e-4)
+
+
+@pytest.mark.asyncio
+async def test_the_tui_step_screen_flags_the_blocking_copy_step(tmp_path: Path) -> None:
+    from k25trace.tui.app import K25TraceApp
+    from k25trace.tui.screens.step import StepScreen
+
+    path = tmp_path / "sg.duckdb"
+    c = db.connect(path)
+    ingest.load_paths(c, [SGLANG])
+    tid = c.execute("select trace_id from traces").fetchone()[0]
+    c.close()
+    app = K25TraceApp(path)
+    async with app.run_test(size=(150, 48)) as pilot:
+        await pilot.app.workers.wait_for_complete()
+        await pilot.pause()
+        app.open_step(tid, 0)
+        for _ in range(2):
+            await pilot.app.workers.wait_for_complete()
+            await pilot.pause()
+        assert isinstance(app.screen, StepScreen)
+        status = str(app.screen.query_one("#status").render())
+        assert "suspicious: one sync gap is 98 % of the step" in status
+        categories = app.screen.query_one("#categories")
+        names = [str(getattr(categories.get_row_at(i)[0], "plain", categories.get_row_at(i)[0]))
+                 for i in range(categories.row_count)]
+        assert "idle: after sync" in names

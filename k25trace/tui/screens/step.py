@@ -119,7 +119,8 @@ class StepScreen(BrowseScreen):
             f"wall {wall_ms:.3f} ms  busy {busy_pct:.1f} %  idle {(header['idle_ns'] or 0) / 1e6:.3f} ms  "
             f"graph launches {header['graph_launches'] or 0}"
             + ("  [i](inferred from GPU gaps: no step marker)[/i]" if header["is_inferred"] else "")
-            + ("  [i]empty step[/i]" if header["is_empty"] else ""))
+            + ("  [i]empty step[/i]" if header["is_empty"] else "")
+            + (f"  [b]suspicious:[/b] {detail.flag}" if detail.flag else ""), error=bool(detail.flag))
         self.query_one("#timeline", Timeline).show_slices(
             detail.timeline, caption=f"0 … {wall_ms:.3f} ms, {len(detail.timeline)} slices")
         self.append_kernels(detail.kernels)
@@ -128,7 +129,8 @@ class StepScreen(BrowseScreen):
         for row in detail.categories.iter_rows(named=True):
             categories.add_row(category_text(row["category"]), cell(row["busy_ms"]), cell(row["pct_of_step"]),
                                cell(row["kernel_ms"]), cell(row["calls"]))
-        shares = [(r["category"], float(r["pct_of_step"] or 0)) for r in detail.categories.iter_rows(named=True)]
+        shares = [(r["category"], float(r["pct_of_step"] or 0)) for r in detail.categories.iter_rows(named=True)
+                  if not r["category"].startswith("idle: ") and r["category"] != "gap before step"]  # parts of idle
         self.query_one("#category-bar", CategoryBars).show_bars([("", shares, "")] if wall_ms else [], width=40,
                                                                  empty_message="")
         self.query_one("#ranks", Label).update(self.ranks_line(detail.ranks))
