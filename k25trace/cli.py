@@ -40,6 +40,7 @@ LAZY_COMMANDS = {
     "capture": ("capture.cli", "capture_command"),
     "synth": ("k25trace.synth", "command"),
     "bench": ("k25trace.bench", "command"),
+    "html": ("k25trace.share_cli", "html_command"),
 }
 
 
