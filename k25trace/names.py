@@ -209,3 +209,44 @@ def short_name(name: str) -> str:
         token = f"{token}<{functor}>"
     token = _CUTE_SUFFIX.sub("", token).strip()
     return _clip(token) if token else _clip(name)
+
+
+# ------------------------------------------------------------------------------------- families (compare)
+
+# Tile and cluster shapes inside a name: nvjet's ``128x64_64x6_2x1``, cuBLAS's ``tilesize64x64x64``,
+# Tensile's ``MT256x48x64_MI16x16x1``. Builds and batch sizes pick other tiles for the same operation.
+_TILE_SHAPE = re.compile(r"\d+(?:x\d+)+")
+# NCCL's algorithm and protocol (``_RING_LL``, ``_TREE_LL128``, ``_NVLS_SIMPLE``): chosen per message size and
+# NCCL version for the same collective.
+_NCCL_ALGO = re.compile(r"_(?:RING|TREE|NVLS_TREE|NVLS|COLLNET_DIRECT|COLLNET_CHAIN|PAT)_(?:LL128|LL|SIMPLE)(?=_|$)")
+# Inductor/Triton kernels end in an index that only numbers the kernels of one compiled graph.
+_TRITON_INDEX = re.compile(r"^(triton_\w+?)_\d+$")
+
+
+def kernel_family(name: str) -> str:
+    """The family of a GPU activity name, for matching kernels across builds, versions and batch sizes.
+
+    The short name (no return type, template arguments or argument list), with tile shapes written as ``#``
+    (``nvjet_tst_128x64_64x6_2x1_v_bz_TNT`` → ``nvjet_tst_#_#_#_v_bz_TNT``), NCCL's algorithm/protocol suffix
+    dropped (``ncclDevKernel_AllReduce_Sum_bf16_RING_LL`` → ``ncclDevKernel_AllReduce_Sum_bf16``) and an
+    Inductor kernel's trailing index dropped. Memcpy and memset names are their own family.
+    """
+    short = short_name(name)
+    if short.startswith(("Memcpy", "Memset")):
+        return short
+    family = _NCCL_ALGO.sub("", short)
+    family = _TRITON_INDEX.sub(r"\1", family)
+    return _TILE_SHAPE.sub("#", family)
+
+
+def template_args(name: str, limit: int = 100) -> str | None:
+    """The function's own template arguments of a demangled name (``<c10::BFloat16, 8>``), clipped to ``limit``
+    characters; None when it has none. Tells apart the variants of one short name (Marlin's w13 and w2)."""
+    text = name.strip().replace(_ANON + "::", "")
+    if "<" not in text:
+        return None
+    _, _, group = _top_level(text)
+    if not group:
+        return None
+    group = " ".join(group.split())
+    return "<" + (group if len(group) <= limit else group[: limit - 1] + "…") + ">"
