@@ -287,6 +287,9 @@ class Config:
     compresslevel: int = 1
     workers: int = 1
     base_epoch_ns: int = BASE_EPOCH_NS
+    category_scale: tuple[tuple[str, float], ...] = ()   # (category, factor): durations of its ops × factor
+    kernel_rename: tuple[tuple[str, str], ...] = ()      # (name, new name): the same op written under another name
+    noise_seed: int | None = None                        # None: the run-to-run noise follows ``seed``
 
 
 # ---------------------------------------------------------------------------------------- step programs
@@ -339,6 +342,7 @@ class _Builder:
         self.ops: list[Op] = []
         self.cur: int = -1
         self.last_main = -1
+        self.scale = dict(cfg.category_scale)
 
     def launch(self, name: str, cbid: int, cpu_us: float, gap_us: float, cpu_op: str | None = None,
                after: bool = False) -> int:
@@ -348,7 +352,11 @@ class _Builder:
 
     def op(self, name: str, dur_ns: int, *, stream: int = MAIN, kind: str = "kernel", coll: str | None = None,
            deps: tuple[int, ...] = (), nbytes: int = 0, coll_args: tuple | None = None) -> int:
-        self.ops.append(Op(name, kind, stream, self.cur, max(700, int(dur_ns)), coll, deps, nbytes, coll_args))
+        dur = max(700, int(dur_ns))
+        factor = self.scale.get(KERNEL_CATEGORY[name], 1.0)
+        if factor != 1.0:
+            dur = max(700, int(round(dur * factor)))
+        self.ops.append(Op(name, kind, stream, self.cur, dur, coll, deps, nbytes, coll_args))
         idx = len(self.ops) - 1
         self.launches[self.cur].ops.append(idx)
         if stream == MAIN:
@@ -551,6 +559,9 @@ def simulate(cfg: Config) -> Iterable[StepSim]:
     rng = random.Random(f"synth-{cfg.seed}")
     rank_rngs = [random.Random(f"synth-{cfg.seed}-rank{r}") for r in range(R)]
     speed = [1.0 + rng.uniform(-0.01, 0.01) for _ in range(R)]   # persistent per-GPU speed difference
+    if cfg.noise_seed is not None:  # the same GPUs (speeds), another run: only the jitter and timing draws differ
+        rng = random.Random(f"synth-{cfg.seed}-noise{cfg.noise_seed}")
+        rank_rngs = [random.Random(f"synth-{cfg.seed}-noise{cfg.noise_seed}-rank{r}") for r in range(R)]
     delays = [(_as_delay(d)) for d in cfg.delays]
     cache: dict[tuple[str, int, int], Program] = {}
     stream_free = [[0, 0, 0] for _ in range(R)]
@@ -652,9 +663,10 @@ def _list_lines(vals: Sequence[int], ind: str) -> str:
 class _Templates:
     """Pre-rendered static parts of GPU events, per (name, device, stream)."""
 
-    def __init__(self, device: int, ranks: int):
+    def __init__(self, device: int, ranks: int, rename: dict[str, str] | None = None):
         self.device = device
         self.ranks = ranks
+        self.rename = rename or {}
         self.ranks_str = json.dumps("[" + ", ".join(str(i) for i in range(ranks)) + "]")
         self.cache: dict[tuple[str, int], tuple[str, str]] = {}
 
@@ -664,7 +676,7 @@ class _Templates:
         if t is not None:
             return t
         cat = {"kernel": "kernel", "memcpy": "gpu_memcpy", "memset": "gpu_memset"}[op.kind]
-        head = (f'{_IND}{{\n{_IND}    "ph": "X",\n{_IND}    "cat": "{cat}",\n{_IND}    "name": {json.dumps(op.name)},\n'
+        head = (f'{_IND}{{\n{_IND}    "ph": "X",\n{_IND}    "cat": "{cat}",\n{_IND}    "name": {json.dumps(self.rename.get(op.name, op.name))},\n'
                 f'{_IND}    "pid": {self.device},\n{_IND}    "tid": {stream_id},\n{_IND}    "ts": ')
         a = _IND + "        "
         if op.kind == "kernel":
@@ -754,7 +766,7 @@ class _Writer:
         self.offset = meta["offset_ns"]
         self.base = meta["base_ns"]
         self.pid = meta["pid"]
-        self.tpl = _Templates(rank, cfg.ranks)
+        self.tpl = _Templates(rank, cfg.ranks, dict(cfg.kernel_rename))
         self.ext = 100
         self.corr = 1000
         self.py_id = 1_000_000
@@ -1190,7 +1202,9 @@ def generate(out_dir: str | os.PathLike[str], *, ranks: int = 8, batch_sizes: Se
              ar_latency_us: float = 24.0, delays: Iterable[Any] = (),
              clock_offsets_us: float | Sequence[float] | None = None, max_clock_offset_us: float = 2000.0,
              jitter: float = 0.03, target_gz_mb: float | None = None, gzip: bool = True, compresslevel: int = 1,
-             workers: int = 1, seed: int = 0, progress: bool = False) -> dict[str, Any]:
+             workers: int = 1, seed: int = 0, progress: bool = False,
+             category_scale: dict[str, float] | None = None, kernel_rename: dict[str, str] | None = None,
+             noise_seed: int | None = None) -> dict[str, Any]:
     """Write ``ranks`` synthetic trace files + truth.json into ``out_dir``; return the truth dict.
 
     ``delays``: items ``Delay``, dicts ``{rank, delay_us, steps?, ordinals?, every?}`` or tuples
@@ -1198,6 +1212,12 @@ def generate(out_dir: str | os.PathLike[str], *, ranks: int = 8, batch_sizes: Se
     random offsets in ±``max_clock_offset_us`` (rank 0 always 0). ``workers`` > 1 writes ranks in parallel
     processes. ``target_gz_mb`` pads every rank file to about that many MB (10^6 bytes) compressed (or
     uncompressed when ``gzip=False``).
+
+    For comparisons with a known change: ``category_scale`` ``{category: factor}`` makes every op of a category
+    take ``factor`` × its time (``{"attention": 1.2}``: attention 20 % slower); ``kernel_rename`` ``{name: new}``
+    writes an op under another name (same duration and category: one kernel replaced by another); ``noise_seed``
+    keeps ``seed``'s GPUs (per-rank speed, clock offsets, base times) and draws other jitter and timings: the same
+    workload run again. All default to the unchanged generator.
     """
     if allreduce not in ("nccl", "custom"):
         raise ValueError("allreduce must be 'nccl' or 'custom'")
@@ -1216,12 +1236,25 @@ def generate(out_dir: str | os.PathLike[str], *, ranks: int = 8, batch_sizes: Se
     for d in dl:
         if not 0 <= d.rank < ranks:
             raise ValueError(f"delay rank {d.rank} out of range")
+    scales = dict(category_scale or {})
+    for cat, factor in scales.items():
+        if cat not in CATEGORIES:
+            raise ValueError(f"category_scale: unknown category {cat!r}; one of {', '.join(CATEGORIES)}")
+        if not (math.isfinite(factor) and factor > 0):
+            raise ValueError(f"category_scale: factor for {cat} must be a positive number, not {factor}")
+    renames = dict(kernel_rename or {})
+    for old, new in renames.items():
+        if old not in KERNEL_CATEGORY:
+            raise ValueError(f"kernel_rename: {old[:80]!r} is not a kernel the generator writes")
+        if not new or new in KERNEL_CATEGORY or list(renames.values()).count(new) > 1:
+            raise ValueError(f"kernel_rename: the new name {new[:80]!r} must be non-empty and new")
     cfg = Config(ranks=ranks, batch_sizes=tuple(batch_sizes), steps_per_batch=tuple(steps_per_batch), layers=layers,
                  first_k_dense=first_k_dense, prefill=prefill, prompt_len=prompt_len,
                  max_prefill_tokens=max_prefill_tokens, empty_steps=empty_steps, context_len=context_len,
                  allreduce=allreduce, ar_bus_gbps=ar_bus_gbps, ar_latency_us=ar_latency_us, delays=dl,
                  clock_offsets_ns=tuple(offs), jitter=jitter, seed=seed, target_gz_mb=target_gz_mb, gzip=gzip,
-                 compresslevel=compresslevel, workers=workers)
+                 compresslevel=compresslevel, workers=workers, category_scale=tuple(sorted(scales.items())),
+                 kernel_rename=tuple(sorted(renames.items())), noise_seed=noise_seed)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     metas = _rank_meta(cfg, rng)
@@ -1256,8 +1289,13 @@ def generate(out_dir: str | os.PathLike[str], *, ranks: int = 8, batch_sizes: Se
               "allreduce": allreduce, "ar_bus_gbps": ar_bus_gbps, "ar_latency_us": ar_latency_us,
               "clock_offsets_us": [o / 1000 for o in offs], "jitter": jitter, "target_gz_mb": target_gz_mb,
               "gzip": gzip, "compresslevel": compresslevel, "seed": seed}
+    if scales or renames or noise_seed is not None:  # recorded only when used: default truth.json unchanged
+        params.update(category_scale=scales, kernel_rename=renames, noise_seed=noise_seed)
+    kernel_categories = dict(KERNEL_CATEGORY)
+    for old, new in renames.items():
+        kernel_categories[new] = kernel_categories.pop(old)
     truth = {"format": "k25trace-synth-truth/1", "params": params, "categories": list(CATEGORIES),
-             "kernel_categories": dict(KERNEL_CATEGORY), "ranks": rank_info, "steps": steps,
+             "kernel_categories": kernel_categories, "ranks": rank_info, "steps": steps,
              "per_rank_steps": per_rank, "collectives": colls, "delays": [d.as_dict() for d in dl],
              "timing": {"simulate_seconds": round(sim_s, 3), "write_seconds": round(write_s, 3)}}
     (out / "truth.json").write_text(json.dumps(truth, indent=1))
@@ -1298,6 +1336,36 @@ def parse_delay(spec: str) -> Delay:
         raise click.BadParameter(f"delay {spec!r}: {exc}") from exc
 
 
+def parse_scales(specs: Iterable[str]) -> dict[str, float]:
+    """``["attention=1.2"]`` → ``{"attention": 1.2}``."""
+    out: dict[str, float] = {}
+    for spec in specs:
+        cat, sep, factor = spec.partition("=")
+        try:
+            if not sep:
+                raise ValueError("expected CATEGORY=FACTOR")
+            out[cat.strip()] = float(factor)
+        except ValueError as exc:
+            raise click.BadParameter(f"scale {spec!r}: {exc}") from exc
+    return out
+
+
+def parse_renames(specs: Iterable[str]) -> dict[str, str]:
+    """``["act_and_mul_kernel=void vllm::silu_and_mul_kernel<…>(…)"]`` → ``{full old name: new name}``; OLD is a
+    part of exactly one of the generator's kernel names."""
+    out: dict[str, str] = {}
+    for spec in specs:
+        old, sep, new = spec.partition("=")
+        hits = [name for name in KERNEL_CATEGORY if old and old in name]
+        if not sep or not new:
+            raise click.BadParameter(f"rename {spec!r}: expected OLD=NEW")
+        if len(hits) != 1:
+            raise click.BadParameter(f"rename {spec!r}: {old!r} is in {len(hits)} of the generator's kernel names; "
+                                     "give a part of exactly one")
+        out[hits[0]] = new
+    return out
+
+
 @click.command("synth")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Output directory (trace files + truth.json).")
@@ -1320,9 +1388,16 @@ def parse_delay(spec: str) -> Delay:
 @click.option("--gzip/--no-gzip", default=True, show_default=True)
 @click.option("--workers", default=1, show_default=True, type=int, help="Processes writing rank files.")
 @click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--scale", "scales", multiple=True, metavar="CATEGORY=FACTOR",
+              help="Every op of a category takes FACTOR x its time (attention=1.2: 20 % slower; repeatable).")
+@click.option("--rename", "renames", multiple=True, metavar="OLD=NEW",
+              help="Write the kernel whose name contains OLD (one of the generator's) as NEW (repeatable).")
+@click.option("--noise-seed", type=int, default=None,
+              help="Same GPUs and clocks as --seed, other jitter and timings (the same workload run again).")
 def command(out_dir: Path, ranks: int, batch_sizes: str, steps: str, layers: int, first_k_dense: int,
             prefill: bool, empty_steps: int, context_len: int, allreduce: str, delays: tuple[str, ...],
-            clock_offset_us: str | None, target_gz_mb: float | None, gzip: bool, workers: int, seed: int) -> None:
+            clock_offset_us: str | None, target_gz_mb: float | None, gzip: bool, workers: int, seed: int,
+            scales: tuple[str, ...], renames: tuple[str, ...], noise_seed: int | None) -> None:
     """Generate synthetic Kimi-K2.5 TP-N vLLM traces with ground truth (truth.json)."""
     bs = [int(x) for x in batch_sizes.split(",") if x]
     st = [int(x) for x in steps.split(",") if x]
@@ -1339,7 +1414,8 @@ def command(out_dir: Path, ranks: int, batch_sizes: str, steps: str, layers: int
                      layers=layers, first_k_dense=first_k_dense, prefill=prefill, empty_steps=empty_steps,
                      context_len=context_len, allreduce=allreduce, delays=[parse_delay(d) for d in delays],
                      clock_offsets_us=offs, max_clock_offset_us=max_off, target_gz_mb=target_gz_mb, gzip=gzip,
-                     workers=workers, seed=seed, progress=True)
+                     workers=workers, seed=seed, progress=True, category_scale=parse_scales(scales),
+                     kernel_rename=parse_renames(renames), noise_seed=noise_seed)
     for ri in truth["ranks"]:
         size = ri["gz_bytes"] if ri["gz_bytes"] is not None else ri["bytes"]
         click.echo(f"{ri['file']}\t{size / 1e6:.1f} MB\t{ri['events']} events", err=True)
