@@ -1,0 +1,476 @@
+"""A model-aware lower bound for one decode step, from a Hugging Face ``config.json`` (``report --by sol``).
+
+What one tensor-parallel rank must at least read from device memory in one decode step of B tokens:
+
+* **weights**: every layer's attention projections (MLA: the replicated fused q_a/kv_a projection, q_b, kv_b, o;
+  GQA: q, k, v, o), the dense MLP of dense layers, the shared experts, the router, the final norm and lm_head —
+  each sharded over the TP ranks as vLLM shards them (column/row parallel: 1/TP each; MLA's q_a/kv_a projection
+  and the router are replicated; KV heads fewer than TP are replicated) — and the **routed experts hit**: B tokens
+  each choosing k of E experts hit E·(1 − (1 − k/E)^B) distinct experts per layer in expectation when the router
+  spreads tokens uniformly (skewed routing hits fewer); a rank reads its 1/TP share of them (the same under TP
+  sharding of every expert and under expert parallelism with E/TP experts per rank);
+* **KV cache**: B requests × the context length × per layer (MLA: the latent kv_lora_rank + rope dims, replicated
+  on every rank; GQA: K and V of the rank's KV heads);
+* bytes per weight follow the quantization: the checkpoint's ``quantization_config`` (compressed-tensors with its
+  ``ignore`` list, fp8 block, GPTQ/AWQ, MXFP4) or ``--quant`` (e.g. ``experts=w4a16-g32``: 4-bit weights plus a
+  16-bit scale per group of 32 = 0.5625 bytes per weight), scales and zero points included.
+
+HBM floor = bytes / the device's memory bandwidth; compute floor = FLOPs (2 per weight per token, plus attention
+over the context) / the tensor peak of the scheme's compute type; the step floor is the larger of the two plus the
+measured all-reduce floor (``k25trace bench allreduce``) where there is one. Activations, routing metadata and
+the write of the new KV entry are left out: the bound is lower than any real step.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from k25trace.errors import K25Error
+
+# ---------------------------------------------------------------------------------------------------- the config
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The dimensions of a decoder that the bound needs (from a Hugging Face config.json)."""
+
+    name: str
+    hidden: int
+    layers: int
+    vocab: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int  # the dense MLP's
+    dtype: str = "bf16"
+    # MLA (DeepSeek-V2/V3, Kimi-K2): None for GQA models
+    q_lora_rank: int | None = None
+    kv_lora_rank: int | None = None
+    qk_nope_dim: int = 0
+    qk_rope_dim: int = 0
+    v_head_dim: int = 0
+    # MoE
+    experts: int = 0
+    top_k: int = 0
+    moe_intermediate: int = 0
+    shared_intermediate: int = 0  # all shared experts together (DeepSeek: n_shared_experts x moe_intermediate)
+    moe_layers: tuple[int, ...] = ()
+    tie_embeddings: bool = False
+    quantization: dict[str, Any] = field(default_factory=dict)
+    module_prefix: str = "model."
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank is not None
+
+    @property
+    def dense_layers(self) -> int:
+        return self.layers - len(self.moe_layers)
+
+
+_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float32": "fp32", "float": "fp32"}
+
+
+def load_config(path: Path) -> ModelConfig:
+    """Read a Hugging Face ``config.json`` (DeepSeek-V3 / Kimi-K2 MLA MoE, Qwen/Mixtral MoE, Llama/Qwen/Mistral
+    dense; a multimodal config's ``text_config`` is used)."""
+    try:
+        raw = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise K25Error(f"{path}: cannot read the model config: {getattr(exc, 'strerror', None) or exc}") from exc
+    except ValueError as exc:
+        raise K25Error(f"{path}: the model config is not JSON: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise K25Error(f"{path}: the model config is not a JSON object")
+    return parse_config(raw, source=str(path))
+
+
+def parse_config(raw: dict[str, Any], *, source: str = "config") -> ModelConfig:
+    prefix = "model."
+    cfg = raw
+    if "hidden_size" not in cfg and isinstance(raw.get("text_config"), dict):
+        cfg = {**raw["text_config"]}
+        cfg.setdefault("quantization_config", raw.get("quantization_config"))
+        cfg.setdefault("torch_dtype", raw.get("torch_dtype") or raw.get("dtype"))
+        prefix = "language_model.model."
+
+    def need(*keys: str) -> int:
+        for key in keys:
+            if isinstance(cfg.get(key), int) and cfg[key] > 0:
+                return int(cfg[key])
+        raise K25Error(f"{source}: the model config lacks {' / '.join(keys)}")
+
+    def opt(key: str, default: int = 0) -> int:
+        value = cfg.get(key)
+        return int(value) if isinstance(value, int) and value > 0 else default
+
+    hidden, layers, vocab = need("hidden_size"), need("num_hidden_layers"), need("vocab_size")
+    heads = need("num_attention_heads")
+    kv_heads = opt("num_key_value_heads", heads)
+    head_dim = opt("head_dim", hidden // heads)
+    dtype = _DTYPES.get(str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16").lower().replace("torch.", ""),
+                        "bf16")
+    experts = opt("n_routed_experts") or opt("num_experts") or opt("num_local_experts")
+    top_k = opt("num_experts_per_tok") or opt("moe_topk") or (opt("top_k") if experts else 0)
+    moe_inter = opt("moe_intermediate_size") or (opt("intermediate_size") if opt("num_local_experts") else 0)
+    if experts and not (top_k and moe_inter):
+        raise K25Error(f"{source}: a MoE config ({experts} experts) needs num_experts_per_tok and "
+                       "moe_intermediate_size")
+    if experts and ("first_k_dense_replace" in cfg or "n_routed_experts" in cfg):
+        first_dense = opt("first_k_dense_replace")
+        freq = opt("moe_layer_freq", 1)
+        moe_layers = tuple(i for i in range(layers) if i >= first_dense and i % freq == 0) if experts else ()
+        shared = opt("n_shared_experts") * moe_inter
+    elif experts:
+        step = opt("decoder_sparse_step", 1)
+        only_mlp = set(cfg.get("mlp_only_layers") or [])
+        moe_layers = tuple(i for i in range(layers) if i not in only_mlp and (i + 1) % step == 0)
+        shared = opt("shared_expert_intermediate_size")
+    else:
+        moe_layers, shared = (), 0
+    mla = isinstance(cfg.get("kv_lora_rank"), int)
+    return ModelConfig(
+        name=str(cfg.get("model_type") or (cfg.get("architectures") or ["?"])[0]),
+        hidden=hidden, layers=layers, vocab=vocab, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
+        intermediate=opt("intermediate_size"), dtype=dtype,
+        q_lora_rank=cfg.get("q_lora_rank") if mla and isinstance(cfg.get("q_lora_rank"), int) else None,
+        kv_lora_rank=int(cfg["kv_lora_rank"]) if mla else None,
+        qk_nope_dim=opt("qk_nope_head_dim") if mla else 0, qk_rope_dim=opt("qk_rope_head_dim") if mla else 0,
+        v_head_dim=opt("v_head_dim") if mla else 0,
+        experts=experts, top_k=top_k if experts else 0, moe_intermediate=moe_inter if experts else 0,
+        shared_intermediate=shared, moe_layers=moe_layers,
+        tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        quantization=cfg.get("quantization_config") or {}, module_prefix=prefix,
+    )
+
+
+# ----------------------------------------------------------------------------------------------- quantization
+
+
+@dataclass(frozen=True)
+class Scheme:
+    """How one weight matrix is stored: bits per weight, per-group scales (and zero points) along K, or fp8 blocks."""
+
+    name: str
+    bits: int
+    group: int | None = None  # group size along K for the scales; None: no group scales
+    scale_bytes: int = 2
+    zero_point: bool = False
+    block: tuple[int, int] | None = None  # fp8 block scales (fp32) per (K-block, N-block)
+    channel_scale: bool = False  # one fp32 scale per output channel
+    compute: str = "bf16"  # the tensor peak its GEMMs can run at (W4A16 dequantizes to 16 bit)
+
+    def matrix_bytes(self, k: int, n: int) -> float:
+        """Bytes of a K x N weight matrix, scales and zero points included."""
+        total = k * n * self.bits / 8
+        if self.group:
+            groups = math.ceil(k / self.group) * n
+            total += groups * self.scale_bytes + (groups * self.bits / 8 if self.zero_point else 0)
+        if self.block:
+            total += math.ceil(k / self.block[0]) * math.ceil(n / self.block[1]) * 4
+        if self.channel_scale:
+            total += n * 4
+        return total
+
+
+def scheme(spec: str) -> Scheme:
+    """A scheme name: bf16, fp16, fp32, fp8 (per-channel scales), fp8-block128 (128x128 blocks), wNa16-gG (e.g.
+    w4a16-g32; -zp adds zero points; g0 = per channel), mxfp4, nvfp4."""
+    s = spec.strip().lower()
+    if s in ("bf16", "bfloat16"):
+        return Scheme("bf16", 16, compute="bf16")
+    if s in ("fp16", "float16", "half"):
+        return Scheme("fp16", 16, compute="fp16")
+    if s in ("fp32", "float32"):
+        return Scheme("fp32", 32, compute="fp32")
+    if s in ("fp8", "fp8-channel", "w8a8-fp8"):
+        return Scheme("fp8", 8, channel_scale=True, compute="fp8")
+    m = re.fullmatch(r"fp8-block(\d+)(?:x(\d+))?", s)
+    if m:
+        a = int(m.group(1))
+        return Scheme(s, 8, block=(a, int(m.group(2) or a)), compute="fp8")
+    m = re.fullmatch(r"w(4|8)a16-g(\d+)(-zp)?", s)
+    if m:
+        group = int(m.group(2)) or None
+        return Scheme(s, int(m.group(1)), group=group, channel_scale=group is None, zero_point=bool(m.group(3)),
+                      compute="bf16")
+    if s == "mxfp4":
+        return Scheme(s, 4, group=32, scale_bytes=1, compute="fp8")
+    if s == "nvfp4":
+        return Scheme(s, 4, group=16, scale_bytes=1, compute="fp4")
+    raise K25Error(f"unknown quantization scheme {spec!r}: one of bf16, fp16, fp32, fp8, fp8-block128, "
+                   "w4a16-g32 (wNa16-gG, -zp for zero points, g0 per channel), mxfp4, nvfp4")
+
+
+PARTS = ("attention", "dense", "shared", "experts", "router", "lm_head")
+ALIASES = {"linear": ("attention", "dense", "shared", "experts"), "all": ("attention", "dense", "shared", "experts",
+                                                                          "lm_head")}
+KV_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
+
+
+@dataclass(frozen=True)
+class QuantPlan:
+    """The scheme of each weight matrix (by module) and the KV-cache element size."""
+
+    base: Scheme
+    per_part: dict[str, Scheme]
+    kv_bytes: int
+    ignored: tuple[str, ...] = ()  # module names/patterns left in the base dtype
+    source: str = ""
+
+    def for_module(self, part: str, module: str) -> Scheme:
+        chosen = self.per_part.get(part)
+        if chosen is None or any(_module_matches(pattern, module) for pattern in self.ignored):
+            return self.base
+        return chosen
+
+    def describe(self) -> str:
+        parts = ", ".join(f"{p}={s.name}" for p, s in self.per_part.items() if s != self.base)
+        return f"{parts or 'all ' + self.base.name}; KV cache {self.kv_bytes} B/elem ({self.source})"
+
+
+def _module_matches(pattern: str, module: str) -> bool:
+    """compressed-tensors / HF ignore semantics: ``re:`` regex, glob with ``*``, else the module or a parent."""
+    if pattern.startswith("re:"):
+        return re.match(pattern[3:], module) is not None
+    if "*" in pattern:
+        return fnmatch.fnmatchcase(module, pattern) or fnmatch.fnmatchcase(module, pattern + ".*")
+    return module == pattern or module.startswith(pattern + ".") or f".{pattern}." in f".{module}."
+
+
+def plan_from_config(cfg: ModelConfig) -> QuantPlan:
+    """The quantization the checkpoint declares (its ``quantization_config``); none: everything in its dtype."""
+    base = scheme(cfg.dtype)
+    q = cfg.quantization or {}
+    method = str(q.get("quant_method") or "").lower()
+    if not q:
+        return QuantPlan(base, {}, KV_BYTES.get(cfg.dtype, 2), source="config: unquantized")
+    linear = ALIASES["linear"]
+    if method == "compressed-tensors":
+        groups = [g for g in (q.get("config_groups") or {}).values() if isinstance(g, dict)]
+        if not groups:
+            raise K25Error("compressed-tensors quantization_config without config_groups: give --quant")
+        w = groups[0].get("weights") or {}
+        acts = groups[0].get("input_activations")
+        bits = int(w.get("num_bits") or 0)
+        fmt = str(q.get("format") or "")
+        if "nvfp4" in fmt:
+            chosen = scheme("nvfp4")
+        elif w.get("type") == "float" and bits == 8:
+            block = w.get("block_structure")
+            chosen = scheme(f"fp8-block{block[0]}x{block[1]}") if isinstance(block, list) and len(block) == 2 \
+                else scheme("fp8")
+        elif bits in (4, 8) and not acts:
+            group = int(w.get("group_size") or 0) if w.get("strategy", "group") == "group" else 0
+            chosen = scheme(f"w{bits}a16-g{group}" + ("" if w.get("symmetric", True) else "-zp"))
+        else:
+            raise K25Error(f"compressed-tensors scheme {w} with activations {acts} is not modelled: give --quant")
+        return QuantPlan(base, {p: chosen for p in linear}, KV_BYTES.get(cfg.dtype, 2),
+                         ignored=tuple(str(x) for x in q.get("ignore") or []), source="config: compressed-tensors")
+    if method == "fp8":
+        block = q.get("weight_block_size")
+        chosen = scheme(f"fp8-block{block[0]}x{block[1]}") if isinstance(block, list) and len(block) == 2 \
+            else scheme("fp8")
+        ignored = tuple(str(x) for x in (q.get("modules_to_not_convert") or q.get("ignored_layers") or []))
+        return QuantPlan(base, {p: chosen for p in linear}, KV_BYTES.get(cfg.dtype, 2), ignored=ignored,
+                         source="config: fp8")
+    if method in ("gptq", "awq", "gptq_marlin", "awq_marlin"):
+        bits = int(q.get("bits") or q.get("w_bit") or 4)
+        group = int(q.get("group_size") or q.get("q_group_size") or 128)
+        zero = bool(q.get("zero_point")) if method.startswith("awq") else not q.get("sym", True)
+        chosen = scheme(f"w{bits}a16-g{max(group, 0)}" + ("-zp" if zero else ""))
+        ignored = tuple(str(x) for x in q.get("modules_to_not_convert") or [])
+        return QuantPlan(base, {p: chosen for p in linear}, KV_BYTES.get(cfg.dtype, 2), ignored=ignored,
+                         source=f"config: {method}")
+    if method == "mxfp4":
+        return QuantPlan(base, {"experts": scheme("mxfp4")}, KV_BYTES.get(cfg.dtype, 2),
+                         ignored=tuple(str(x) for x in q.get("modules_to_not_convert") or []), source="config: mxfp4")
+    raise K25Error(f"quantization method {method!r} in the model config is not modelled: give --quant")
+
+
+def parse_quant(spec: str | None, cfg: ModelConfig) -> QuantPlan:
+    """``--quant``: comma-separated ``[part=]scheme`` over the config's plan. Parts: attention, dense, shared,
+    experts, router, lm_head, linear (= attention, dense, shared, experts), all (+ lm_head), kv (KV-cache dtype:
+    bf16, fp16, fp8, fp32). A bare scheme means linear. ``--quant experts=w4a16-g32`` is Kimi-K2-Thinking's INT4:
+    routed experts in 4 bits, everything else in the config's dtype."""
+    plan = plan_from_config(cfg)
+    if not spec:
+        return plan
+    per_part = dict(plan.per_part)
+    kv = plan.kv_bytes
+    ignored = plan.ignored
+    for item in (x.strip() for x in spec.split(",")):
+        if not item:
+            continue
+        part, _, value = item.rpartition("=")
+        part = part.strip().lower() or "linear"
+        if part == "kv":
+            if value.strip().lower() not in KV_BYTES:
+                raise K25Error(f"--quant kv={value}: one of {', '.join(sorted(KV_BYTES))}")
+            kv = KV_BYTES[value.strip().lower()]
+            continue
+        targets = ALIASES.get(part, (part,))
+        if any(t not in PARTS for t in targets):
+            raise K25Error(f"--quant {item!r}: unknown part {part!r}; parts: {', '.join(PARTS)}, linear, all, kv")
+        for t in targets:
+            per_part[t] = scheme(value)
+        ignored = ()  # the user's parts are taken as given
+    return QuantPlan(plan.base, per_part, kv, ignored=ignored, source=f"--quant {spec}")
+
+
+# ------------------------------------------------------------------------------------------------- the bound
+
+
+@dataclass(frozen=True)
+class Part:
+    """One piece of the step bound: bytes this rank reads, FLOPs it does, and how they were counted."""
+
+    name: str
+    bytes: float
+    flops: float
+    detail: str
+
+
+@dataclass(frozen=True)
+class StepBound:
+    tp: int
+    batch: int
+    context: int | None
+    parts: tuple[Part, ...]
+    compute: str  # the compute type of the GEMMs (peak column key)
+    experts_hit: float  # per layer, all ranks together (expected)
+    plan: str
+
+    def part(self, name: str) -> Part | None:
+        return next((p for p in self.parts if p.name == name), None)
+
+    @property
+    def weight_bytes(self) -> float:
+        return sum(p.bytes for p in self.parts if p.name != "kv_cache")
+
+    @property
+    def total_bytes(self) -> float:
+        return sum(p.bytes for p in self.parts)
+
+    @property
+    def total_flops(self) -> float:
+        return sum(p.flops for p in self.parts)
+
+
+def step_bound(cfg: ModelConfig, plan: QuantPlan, *, tp: int, batch: int, context: int | None) -> StepBound:
+    """Bytes and FLOPs of one decode step of ``batch`` tokens on one of ``tp`` ranks (see the module doc)."""
+    if tp < 1 or batch < 1:
+        raise K25Error(f"the bound needs TP >= 1 and a batch size >= 1 (got TP {tp}, batch {batch})")
+    if context is not None and context < 0:
+        raise K25Error(f"--context {context}: give a number of tokens >= 0")
+    H, L, B = cfg.hidden, cfg.layers, batch
+    act = 2 if cfg.dtype in ("bf16", "fp16") else 4
+    pre = cfg.module_prefix
+    probe = cfg.moe_layers[-1] if cfg.moe_layers else max(L - 1, 0)
+
+    def mat(part: str, module: str, k: int, n: int, share: float, tokens: float) -> tuple[float, float]:
+        s = plan.for_module(part, module)
+        return s.matrix_bytes(k, n) * share, 2.0 * tokens * k * n * share
+
+    parts: list[Part] = []
+
+    # attention projections, per layer
+    att_b = att_f = 0.0
+    if cfg.is_mla:
+        kvl, rope, nope, vdim, h = cfg.kv_lora_rank or 0, cfg.qk_rope_dim, cfg.qk_nope_dim, cfg.v_head_dim, cfg.heads
+        m = f"{pre}layers.{probe}.self_attn."
+        items = []
+        if cfg.q_lora_rank:
+            items += [("q_a_proj", H, cfg.q_lora_rank, 1.0), ("q_b_proj", cfg.q_lora_rank, h * (nope + rope), 1 / tp)]
+        else:
+            items += [("q_proj", H, h * (nope + rope), 1 / tp)]
+        items += [("kv_a_proj_with_mqa", H, kvl + rope, 1.0), ("kv_b_proj", kvl, h * (nope + vdim), 1 / tp),
+                  ("o_proj", h * vdim, H, 1 / tp)]
+        for name, k, n, share in items:
+            b, f = mat("attention", m + name, k, n, share, B)
+            att_b, att_f = att_b + b, att_f + f
+        norm_elems = (cfg.q_lora_rank or 0) + kvl
+        detail = (f"MLA: q_a/kv_a replicated, q_b/kv_b/o 1/{tp} ({cfg.heads // tp if tp <= cfg.heads else '<1'} of "
+                  f"{cfg.heads} heads per rank)")
+    else:
+        hd, kvh = cfg.head_dim, cfg.kv_heads
+        kv_share = (max(kvh, tp) / tp) / kvh  # KV heads fewer than TP are replicated
+        m = f"{pre}layers.{probe}.self_attn."
+        for name, k, n, share in (("q_proj", H, cfg.heads * hd, 1 / tp), ("k_proj", H, kvh * hd, kv_share),
+                                  ("v_proj", H, kvh * hd, kv_share), ("o_proj", cfg.heads * hd, H, 1 / tp)):
+            b, f = mat("attention", m + name, k, n, share, B)
+            att_b, att_f = att_b + b, att_f + f
+        norm_elems = 0
+        detail = f"GQA: q/o 1/{tp}, k/v {max(kvh, tp) / tp:g} of {kvh} KV heads per rank"
+    norms = L * (2 * H + norm_elems) * act + H * act
+    parts.append(Part("attention", att_b * L, att_f * L, f"{L} layers; {detail}"))
+
+    # dense MLP layers
+    dense_layers = cfg.dense_layers
+    if dense_layers and cfg.intermediate:
+        m = f"{pre}layers.0.mlp."
+        b = f = 0.0
+        for name, k, n in (("gate_proj", H, cfg.intermediate), ("up_proj", H, cfg.intermediate),
+                           ("down_proj", cfg.intermediate, H)):
+            bb, ff = mat("dense", m + name, k, n, 1 / tp, B)
+            b, f = b + bb, f + ff
+        parts.append(Part("dense_mlp", b * dense_layers, f * dense_layers,
+                          f"{dense_layers} dense layers, intermediate {cfg.intermediate} 1/{tp}"))
+
+    moe_layers = len(cfg.moe_layers)
+    hit = 0.0
+    if moe_layers:
+        E, k, I = cfg.experts, cfg.top_k, cfg.moe_intermediate
+        if cfg.shared_intermediate:
+            m = f"{pre}layers.{probe}.mlp.shared_experts."
+            b = f = 0.0
+            for name, kk, n in (("gate_proj", H, cfg.shared_intermediate), ("up_proj", H, cfg.shared_intermediate),
+                                ("down_proj", cfg.shared_intermediate, H)):
+                bb, ff = mat("shared", m + name, kk, n, 1 / tp, B)
+                b, f = b + bb, f + ff
+            parts.append(Part("shared_experts", b * moe_layers, f * moe_layers,
+                              f"{moe_layers} MoE layers, shared intermediate {cfg.shared_intermediate} 1/{tp}"))
+        hit = E * (1.0 - (1.0 - min(k, E) / E) ** B)
+        m = f"{pre}layers.{probe}.mlp.experts.0."
+        per_expert = sum(plan.for_module("experts", m + name).matrix_bytes(kk, n)
+                         for name, kk, n in (("gate_proj", H, I), ("up_proj", H, I), ("down_proj", I, H)))
+        exp_b = per_expert * hit / tp * moe_layers
+        exp_f = 2.0 * B * k * 3 * H * I / tp * moe_layers
+        parts.append(Part("routed_experts", exp_b, exp_f,
+                          f"{hit:.1f} of {E} experts hit per layer (expected, {B} tokens x top-{k}, uniform routing), "
+                          f"1/{tp} per rank, {moe_layers} MoE layers, "
+                          f"{plan.for_module('experts', m + 'gate_proj').name}"))
+        router = H * E * act + E * 4  # replicated; e_score_correction_bias in fp32
+        parts.append(Part("router", router * moe_layers, 2.0 * B * H * E * moe_layers, f"{E} experts, replicated"))
+
+    # lm_head (vocab-parallel) and the embedding rows the batch reads
+    lm = plan.for_module("lm_head", "lm_head").matrix_bytes(H, cfg.vocab) / tp
+    parts.append(Part("lm_head", lm + norms, 2.0 * B * H * cfg.vocab / tp,
+                      f"vocab {cfg.vocab} 1/{tp}; plus all norms' weights"))
+    parts.append(Part("embedding", B * H * act / tp, 0.0, f"{B} rows of {H}"))
+
+    # KV cache
+    if context is not None:
+        kvb = plan.kv_bytes
+        if cfg.is_mla:
+            width = (cfg.kv_lora_rank or 0) + cfg.qk_rope_dim
+            kv_bytes = L * B * context * width * kvb
+            heads_r = cfg.heads / tp
+            flops = L * B * heads_r * context * 2.0 * (width + (cfg.kv_lora_rank or 0))
+            detail = f"MLA latent {width} x {context} tokens x {B} requests x {L} layers, replicated per rank"
+        else:
+            kvh_r = max(cfg.kv_heads, tp) / tp
+            kv_bytes = L * B * context * 2 * cfg.head_dim * kvh_r * kvb
+            flops = L * B * (cfg.heads / tp) * context * 4.0 * cfg.head_dim
+            detail = f"K and V of {kvh_r:g} KV heads x {cfg.head_dim} x {context} tokens x {B} requests x {L} layers"
+        parts.append(Part("kv_cache", kv_bytes, flops, detail + f", {kvb} B/elem"))
+    compute = plan.per_part.get("experts", plan.base).compute if moe_layers else plan.per_part.get(
+        "attention", plan.base).compute
+    return StepBound(tp=tp, batch=B, context=context, parts=tuple(parts), compute=compute, experts_hit=hit,
+                     plan=plan.describe())

@@ -1,0 +1,36 @@
+-- name: sol_graph_kernels
+-- The kernels of the selected steps that were replayed from a CUDA/HIP graph (their launch is a cudaGraphLaunch):
+-- they have no CPU op and so no recorded shapes. Grouped per step and kernel signature (name_id:grid:block, as in
+-- queries/sol_op_calls.sql) so that k25trace/sol.py can carry shapes over from the same kernels of an eager step
+-- of the same device, world size, phase and batch size where that match is unambiguous.
+-- reads: steps, trace_runs, traces, gpu_events, launches, kernel_names
+-- params: $phase, $rank, $trace_id
+-- grain: one row per (trace, step, kernel signature)
+with selected as (
+    select steps.trace_id, steps.step_index, steps.phase, steps.batch_size, trace_runs.run_id, trace_runs.world_size,
+        traces.device_name
+    from steps
+    join trace_runs using (trace_id)
+    join traces using (trace_id)
+    where not steps.is_empty
+        and ($phase = 'all' or steps.phase = $phase)
+        and ($rank is null or steps.rank = $rank)
+        and ($trace_id is null or steps.trace_id = $trace_id)
+)
+
+select
+    selected.run_id, selected.phase, selected.batch_size, selected.world_size, selected.device_name,
+    gpu_events.trace_id, gpu_events.step_index,
+    gpu_events.name_id || ':' || gpu_events.grid_x || 'x' || gpu_events.grid_y || 'x' || gpu_events.grid_z
+        || ':' || gpu_events.block_x || 'x' || gpu_events.block_y || 'x' || gpu_events.block_z as sig,
+    count(*) as kernels,
+    sum(gpu_events.dur_ns)::bigint as kernel_ns,
+    any_value(gpu_events.category) as category,
+    any_value(kernel_names.short_name) as short_name
+from gpu_events
+join selected using (trace_id, step_index)
+join launches on launches.trace_id = gpu_events.trace_id and launches.correlation = gpu_events.correlation
+join kernel_names using (name_id)
+where gpu_events.kind = 'kernel' and launches.name ilike '%graphlaunch%'
+group by all
+order by selected.run_id, gpu_events.trace_id, gpu_events.step_index, sig
