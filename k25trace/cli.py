@@ -287,7 +287,7 @@ def _read_utf8(read: Any, source: str) -> str:
 @db_option
 @click.option("--phase", type=click.Choice(["decode", "prefill", "mixed", "empty", "unknown", "all"]), default=None,
               help="Steps to report (default: decode; when no trace has step markers, the inferred steps).")
-@click.option("--by", "by", type=click.Choice(["batch", "category", "step", "rank", "kernel", "idle", "timeline", "comm", "comm-site", "comm-bw", "rank-comm", "floor"]),
+@click.option("--by", "by", type=click.Choice(["batch", "category", "step", "rank", "kernel", "idle", "timeline", "comm", "comm-site", "comm-bw", "rank-comm", "floor", "roofline", "sol"]),
               default="batch", show_default=True,
               help="batch: per batch size (and capture level); category: all steps together; step: one line per step; "
                    "rank: per rank (with the collective wait/transfer split on a terminal); kernel: the top kernels; "
@@ -297,12 +297,23 @@ def _read_utf8(read: Any, source: str) -> str:
                    "causing the most wait); comm-site: per call site (k-th collective of a step): wait, late rank; "
                    "comm-bw: bus bandwidth of the observed transfers per message size, beside the bench floor; "
                    "rank-comm: per rank wait suffered and caused, lateness; "
-                   "floor: observed AllReduce per step against the `k25trace bench allreduce` floor (efficiency).")
+                   "floor: observed AllReduce per step against the `k25trace bench allreduce` floor (efficiency); "
+                   "roofline: each op with recorded shapes against the GPU's peaks (TFLOP/s, GB/s, % of peak, "
+                   "compute- or memory-bound), unmodelled ops named; "
+                   "sol: each decode step against its lower bound from --model-config (weights, KV cache, all-reduce).")
+@click.option("--peaks", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="Device peaks CSV (columns of queries/device_peaks.csv), tried before the built-in peaks.")
+@click.option("--model-config", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="--by sol: the Hugging Face config.json of the traced model.")
+@click.option("--quant", default=None, help="--by sol: weight/KV storage over the config's, e.g. experts=w4a16-g32,kv=fp8.")
+@click.option("--context", type=click.IntRange(min=0), default=None,
+              help="--by sol: tokens in each request's KV cache (the context length read per step).")
 @click.option("--rank", type=int, default=None, help="Only this rank (default: all ranks).")
 @click.option("--trace", "trace_id", type=int, default=None, help="Only this trace_id.")
 @click.option("--top", type=int, default=20, show_default=True, help="Kernels to list with --by kernel.")
 @format_option
-def report(db_path: Path, phase: str, by: str, rank: int | None, trace_id: int | None, top: int, fmt: str | None) -> None:
+def report(db_path: Path, phase: str, by: str, peaks: Path | None, model_config: Path | None, quant: str | None,
+           context: int | None, rank: int | None, trace_id: int | None, top: int, fmt: str | None) -> None:
     """Print where the time of a step goes (default: decode steps, grouped by batch size).
 
     ms/step and % are exclusive GPU time (only that category running); with the 'overlap' and 'idle' rows they
@@ -322,7 +333,8 @@ def report(db_path: Path, phase: str, by: str, rank: int | None, trace_id: int |
         err.print(f"note: {note}")
     for line in core.run_warnings(con):
         err.print(f"warning: {line}")
-    frame = core.breakdown(con, by=by, phase=phase, rank=rank, trace_id=trace_id, top=top)
+    frame = core.breakdown(con, by=by, phase=phase, rank=rank, trace_id=trace_id, top=top, peaks=peaks,
+                           model_config=model_config, quant=quant, context=context)
     fmt = fmt or output.default_format()
     if by in core.CROSS_RANK_VIEWS:
         for line in core.alignment_warnings(con):
@@ -335,6 +347,10 @@ def report(db_path: Path, phase: str, by: str, rank: int | None, trace_id: int |
         return
     if fmt == "table" and by == "batch":
         print_batch_tables(frame, idle=core.breakdown(con, by="idle", phase=phase))
+    elif fmt == "table" and by in ("roofline", "sol"):
+        from k25trace.sol import print_tables
+
+        print_tables(frame, by)
     elif fmt == "table" and by == "rank":
         output.write(frame, fmt, title="Per rank and category")
         comm = core.breakdown(con, by="rank-comm", phase=phase, trace_id=trace_id)

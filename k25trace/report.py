@@ -5,6 +5,8 @@ Each function runs one named query from ``queries/report_*.sql``; the CLI and th
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import duckdb
 import polars as pl
 
@@ -12,7 +14,7 @@ from k25trace.db import query_frame
 from k25trace.errors import K25Error
 
 VIEWS = ("batch", "category", "step", "rank", "kernel", "idle", "timeline", "comm", "comm-site", "comm-bw", "rank-comm",
-         "floor")
+         "floor", "roofline", "sol")
 CROSS_RANK_VIEWS = ("rank", "comm", "comm-site", "comm-bw", "rank-comm", "floor")
 PHASES = ("decode", "prefill", "mixed", "empty", "unknown", "all")
 
@@ -24,9 +26,19 @@ def _params(phase: str, rank: int | None, trace_id: int | None) -> dict[str, obj
 
 
 def breakdown(con: duckdb.DuckDBPyConnection, *, by: str = "batch", phase: str = "decode", rank: int | None = None,
-              trace_id: int | None = None, top: int = 20) -> pl.DataFrame:
-    """The breakdown table for one view (``by``): batch, category, step, rank or kernel."""
+              trace_id: int | None = None, top: int = 20, peaks: Path | None = None, model_config: Path | None = None,
+              quant: str | None = None, context: int | None = None) -> pl.DataFrame:
+    """The breakdown table for one view (``by``): batch, category, step, rank, kernel, …; the speed-of-light views
+    (``roofline``, ``sol``: k25trace/sol.py) also take ``peaks`` (a device peaks CSV tried before the built-in one),
+    and ``sol`` the model: ``model_config`` (a Hugging Face config.json), ``quant`` and ``context``."""
     params = _params(phase, rank, trace_id)
+    if by in ("roofline", "sol"):
+        from k25trace import sol
+
+        if by == "roofline":
+            return sol.roofline(con, phase=phase, rank=rank, trace_id=trace_id, top=top, peaks_file=peaks)
+        return sol.step_sol(con, model_config=model_config, quant=quant, context=context, phase=phase, rank=rank,
+                            trace_id=trace_id, peaks_file=peaks)
     if by == "batch":
         return query_frame(con, "report_breakdown", params)
     if by == "category":
