@@ -397,6 +397,102 @@ def print_batch_tables(frame: Any, console: Console | None = None, idle: Any = N
         console.print(table)
 
 
+# ------------------------------------------------------------------------------------------------------ compare
+
+
+def _is_trace_path(path: Path) -> bool:
+    """A directory or a trace file (.json, .json.gz) is loaded into a temporary database; anything else is a database."""
+    return path.is_dir() or path.name.endswith((".json", ".json.gz"))
+
+
+@cli.command()
+@click.argument("sides", nargs=-1, type=click.Path(path_type=Path), metavar="[A] [B]")
+@click.option("--db", "db_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="The database side A comes from (and side B, unless a path B is given).")
+@click.option("--a", "select_a", multiple=True, metavar="KEY=VALUE",
+              help="What side A holds: run=ID|LABEL|PART, level=NAME, trace=ID[,ID], rank=N, batch=N (repeatable).")
+@click.option("--b", "select_b", multiple=True, metavar="KEY=VALUE", help="What side B holds (as --a).")
+@click.option("--by", type=click.Choice(["all", "category", "kernel", "step", "comm", "macro"]), default=None,
+              help="The table to print (default: all of them with the verdict; category with --format csv).")
+@click.option("--match", type=click.Choice(["auto", "batch", "level", "side"]), default="auto", show_default=True,
+              help="Pair steps by phase and batch size, by capture level, or each side's selection as one group "
+                   "(auto: side when --a and --b pick different batch sizes or levels, else batch).")
+@click.option("--phase", type=click.Choice(["decode", "prefill", "mixed", "empty", "unknown", "all"]), default="decode",
+              show_default=True, help="Steps to compare.")
+@click.option("--alpha", type=float, default=0.05, show_default=True,
+              help="Significance level of the Holm-adjusted Welch t-test.")
+@click.option("--min-change", type=float, default=5.0, show_default=True,
+              help="A significant delta below this % of A's value is 'negligible'.")
+@click.option("--min-step", type=float, default=0.5, show_default=True,
+              help="A significant delta below this % of A's step time is 'negligible'.")
+@click.option("--top", type=int, default=30, show_default=True,
+              help="Kernel rows per group in table/Markdown output besides the changed ones (0: all).")
+@format_option
+def compare(sides: tuple[Path, ...], db_path: Path | None, select_a: tuple[str, ...], select_b: tuple[str, ...],
+            by: str | None, match: str, phase: str, alpha: float, min_change: float, min_step: float, top: int,
+            fmt: str | None) -> None:
+    """What changed between two captures, and is it more than the step-to-step noise?
+
+    Each side is a database, a trace directory (loaded into a temporary database), or a run, capture level,
+    traces, rank or batch size inside one (--a/--b). Steps are paired by phase and batch size (--match); per
+    category, kernel, step time and (several ranks) collective wait/transfer it prints A, B, the delta and a
+    verdict from Welch's t-test on the per-step values (Holm-adjusted per table): within noise, negligible,
+    slower or faster.
+
+    \b
+    Examples:
+      k25trace compare before.duckdb after.duckdb
+      k25trace compare traces/eager traces/graph --by kernel
+      k25trace compare --db cap.duckdb --a level=c1 --b level=c64
+      k25trace compare --db run.duckdb --a batch=1 --b batch=64 --format markdown
+    """
+    from k25trace import compare as core, db, output
+
+    sources = ([db_path] if db_path is not None else []) + list(sides)
+    if not sources:
+        raise K25Error("give two databases or trace directories (A B), or --db FILE with --a/--b selections")
+    if len(sources) > 2:
+        raise K25Error("two sides at most: --db FILE and one path B, or two paths A B")
+    if len(sources) == 1:
+        sources *= 2
+    fmt = fmt or output.default_format()
+    with tempfile.TemporaryDirectory(prefix="k25trace-compare-") as tmp:
+        opened: dict[Path, Any] = {}
+
+        def open_side(path: Path, name: str) -> Any:
+            key = path.resolve()
+            if key not in opened:
+                if _is_trace_path(path):
+                    if not path.exists():
+                        raise K25Error(f"side {name}: {path}: no such file or directory")
+                    err.print(f"loading side {name} ({_esc(str(path))}) into a temporary database")
+                    temp = Path(tmp) / f"side-{len(opened)}.duckdb"
+                    con, failed = run_load(temp, [path], quiet=True)
+                    con.close()
+                    if failed:
+                        raise K25Error(f"side {name}: {failed} file(s) of {path} could not be loaded; not comparing "
+                                       "a partial side")
+                    path = temp
+                opened[key] = db.connect(path, read_only=True)
+            return opened[key]
+
+        a = core.Side("A", open_side(sources[0], "A"), str(sources[0]), core.Selection.parse(select_a))
+        b = core.Side("B", open_side(sources[1], "B"), str(sources[1]), core.Selection.parse(select_b))
+        result = core.compare(a, b, phase=phase, match=match, alpha=alpha, min_change_pct=min_change,
+                              min_step_pct=min_step)
+        for side in result.sides.iter_rows(named=True):
+            err.print(_esc(f"{side['side']}: {side['source']} [{side['selection']}]: {side['runs']}, {side['ranks']} "
+                           f"rank(s), {side['devices'] or 'GPU unknown'}, {side['steps']} {phase} steps, batch sizes "
+                           f"{side['batch_sizes'] or '?'}"), soft_wrap=True)
+        for note in result.notes:
+            err.print(f"note: {_esc(note)}", soft_wrap=True)
+        core.write(result, fmt, by=by or ("category" if fmt == "csv" else "all"), top=top)
+        if fmt not in ("table", "markdown") or (by or "all") != "all":
+            err.print(f"verdict: {_esc(result.summary())}", soft_wrap=True)
+        for con in opened.values():
+            con.close()
+
+
 # ------------------------------------------------------------------------------------------- classify and steps
 
 

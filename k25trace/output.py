@@ -190,6 +190,12 @@ def _dump_json(rows: list[dict[str, Any]]) -> str:
                         option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode() + "\n"
 
 
+def write_json(value: Any, out: IO[str] | None = None) -> None:
+    """Any nesting of dicts, lists and values (several tables in one document, e.g. ``compare --format json``),
+    converted as :func:`write` converts JSON cells (NaN as "NaN", exact decimals, bytes as BLOB text)."""
+    (out or sys.stdout).write(_dump_json(_jsonable(value)))
+
+
 # ---------------------------------------------------------------------------------------- DuckDB results
 
 
