@@ -14,7 +14,8 @@ lower bound (``report --by sol``, with :mod:`k25trace.models`).
   size, phase and batch size only when unambiguous (:func:`carry_graph_kernels`); the rest is listed unmodelled.
 
 Element types: ``cpu_ops`` stores ``Input Dims`` but not ``Input type``, so an op's dtype is read from its kernels'
-names (``c10::BFloat16``, ``__nv_bfloat16``, ``cutlass::bfloat16_t``, cuBLAS ``nvjet_…tst_`` = BF16, …:
+names (``c10::BFloat16``, ``__nv_bfloat16``, ``cutlass::bfloat16_t``, cuBLAS ``nvjet_…tst_`` and hipBLASLt
+``Cijk_…_BBS_`` = BF16, …:
 ``dtype_source = kernel``); when no kernel of the op names one, the dtype most kernels of the run name is used
 (``dtype_source = run``). Byte counts depend only on the element size.
 """
@@ -189,6 +190,8 @@ def run_devices(con: duckdb.DuckDBPyConnection, peaks: Sequence[Peaks]) -> dict[
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
 _NVJET = re.compile(r"nvjet_(?:sm\d+_)?([a-z]{3})_")
 _NVJET_TYPES = {"tst": "bf16", "hsh": "fp16", "sss": "fp32"}  # A/compute/output letters; 'tst' seen on H200 and B200
+_TENSILE = re.compile(r"^Cijk_[A-Za-z]+_[A-Za-z]+_([BHS])[BHS]S?_")  # hipBLASLt: 'BBS' (bf16) seen on MI300X
+_TENSILE_TYPES = {"B": "bf16", "H": "fp16", "S": "fp32"}
 _TOKENS = (
     ("bf16", re.compile(r"c10::BFloat16|__nv_bfloat16|__hip_bfloat16|bfloat16_t|BF16BF16|Bfloat16|_bf16")),
     ("fp16", re.compile(r"c10::Half|__half\b|half_t|\bhalf\b|F16F16|_fp16|_f16_")),
@@ -203,6 +206,9 @@ def name_dtype(name: str) -> str | None:
     m = _NVJET.search(name)
     if m and m.group(1) in _NVJET_TYPES:
         return _NVJET_TYPES[m.group(1)]
+    m = _TENSILE.search(name)
+    if m:
+        return _TENSILE_TYPES[m.group(1)]
     for dtype, pattern in _TOKENS:
         if pattern.search(name):
             return dtype

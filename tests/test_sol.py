@@ -266,6 +266,8 @@ def test_vllm_ops_on_the_b200_trace_match_the_raw_json(vllm) -> None:
 
 def test_kv_cache_write_with_a_bf16_cache_on_the_mi300x_trace(vllm) -> None:
     frame = sol.roofline(vllm, phase="all", top=None).filter(pl.col("run_id").str.contains("piecewise"))
+    # the lm_head GEMM: hipBLASLt's Cijk_…_BBS_ kernel name gives BF16, as the raw Input type says
+    assert _check_ops_against_raw(frame, raw_ops(MI300X_PIECEWISE), {"aten::mm"}) == 1
     cache = frame.filter(pl.col("op") == "_C_cache_ops::reshape_and_cache_flash").row(0, named=True)
     raw = raw_ops(MI300X_PIECEWISE)
     dims = raw[("_C_cache_ops::reshape_and_cache_flash", cache["input_dims"])]["dims"]
