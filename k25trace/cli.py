@@ -41,6 +41,7 @@ LAZY_COMMANDS = {
     "synth": ("k25trace.synth", "command"),
     "bench": ("k25trace.bench", "command"),
     "html": ("k25trace.share_cli", "html_command"),
+    "export": ("k25trace.share_cli", "export_command"),
 }
 
 

@@ -1,5 +1,6 @@
-"""``k25trace html``: a thin click wrapper over :mod:`k25trace.html` (registered lazily by :mod:`k25trace.cli`).
-The page goes where ``-o`` says (``-o -``: stdout); what was written and notes go to stderr.
+"""``k25trace html`` and ``k25trace export perfetto|parquet``: thin click wrappers over :mod:`k25trace.html` and
+:mod:`k25trace.export` (registered lazily by :mod:`k25trace.cli`). Files go where ``-o``/``DIR`` says (``-o -``:
+stdout); what was written, notes and warnings go to stderr.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from k25trace.report import PHASES
+from k25trace.report import PHASES, run_label
 
 db_option = click.option("--db", "db_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
                          help="The k25trace DuckDB database file.")
@@ -79,3 +80,89 @@ def html_command(db_path: Path, out: Path, phase: str | None, top: int, title: s
     if str(out) != "-":
         _err(f"wrote {out}: {_size(len(encoded))}, {data.batch['run_id'].n_unique() if not data.batch.is_empty() else 0}"
              f" run(s), {len(data.timelines)} step timeline(s), in {time.perf_counter() - started:.1f} s")
+
+
+@click.group("export")
+def export_command() -> None:
+    """Take the data elsewhere: a Perfetto/Chrome trace of chosen steps, or the tables as Parquet."""
+
+
+@export_command.command("perfetto")
+@db_option
+@click.option("-o", "--output", "out", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="The JSON trace to write (- for stdout; a name ending in .gz is gzipped).")
+@click.option("--run", default=None, help="The run: its id, its label as reports print it (e.g. 'graph (TP2)'), or a "
+                                          "part of its id (default: the only run with steps).")
+@click.option("--steps", default=None, help="Step indexes, e.g. 3,4 or 10-12, or 'all' (default: one representative "
+                                            "step per batch size: the one nearest the median wall time).")
+@click.option("--batch", type=int, default=None, help="Only steps of this batch size (alone: its representative step).")
+@click.option("--rank", "ranks", default=None, help="Ranks to include, e.g. 0,1 (default: all).")
+@click.option("--details", is_flag=True, help="Also each activity's full demangled name (often KBs), raw start, "
+                                             "correlation, registers, shared memory, occupancy, NCCL args (larger).")
+def perfetto_command(db_path: Path, out: Path, run: str | None, steps: str | None, batch: int | None,
+                     ranks: str | None, details: bool) -> None:
+    """Write a trimmed Chrome trace (JSON) of chosen steps on every chosen rank, clocks aligned.
+
+    One process per rank, one track per GPU stream plus the step markers; timestamps moved onto the reference
+    rank's clock with the offsets k25trace computed from paired collectives; each activity's category in `cat`
+    and args (and as a cname colour for chrome://tracing); each paired collective carries its transfer/wait
+    split, and its wait is a nested 'wait for rank N' slice. Open it in ui.perfetto.dev or chrome://tracing.
+
+    \b
+    Examples:
+      k25trace export perfetto --db run.duckdb -o steps.json                  # a representative step per batch size
+      k25trace export perfetto --db run.duckdb --batch 8 --steps 9,10 --rank 0,1 -o bs8.json
+    """
+    import orjson
+
+    from k25trace import db, export
+
+    started = time.perf_counter()
+    con = db.connect(db_path, read_only=True)
+    run_id = export.resolve_run(con, run)
+    chosen = export.select_steps(con, run_id, steps, batch)
+    rank_list = export.parse_int_list(ranks, "--rank")
+    result = export.perfetto_trace(con, run_id, chosen, rank_list, details=details, source=db_path.name)
+    con.close()
+    data = result.to_json()
+    problems = export.check_chrome_trace(orjson.loads(data))  # the file as a viewer will parse it
+    if problems:  # never expected: the exporter builds what the check asks for
+        raise click.ClickException("the trace failed its own validity check: " + "; ".join(problems[:5]))
+    if out.name.endswith(".gz"):  # both viewers open gzipped JSON traces
+        import gzip
+
+        data = gzip.compress(data, compresslevel=6, mtime=0)
+    _write(out, data)
+    for note in result.notes:
+        _err(f"note: {note}")
+    offsets = ", ".join(f"rank {r} {ns:+,} ns" for r, ns in result.offsets_ns.items())
+    _err(f"wrote {out}: {_size(len(data))}, run {run_label(run_id)}, step(s) "
+         f"{export.ranges_text(result.steps)}, rank(s) {', '.join(map(str, result.ranks))}: {result.activities:,} GPU "
+         f"activities, {result.waits:,} collective waits, {result.markers} step markers; clock offsets {offsets}; in "
+         f"{time.perf_counter() - started:.1f} s")
+
+
+@export_command.command("parquet")
+@click.argument("out_dir", type=click.Path(file_okay=False, path_type=Path))
+@db_option
+@click.option("--overwrite", is_flag=True, help="Replace tables already exported into DIR.")
+def parquet_command(out_dir: Path, db_path: Path, overwrite: bool) -> None:
+    """Write every table of the database as Parquet into DIR: per-event and per-step tables partitioned by run and
+    rank (TABLE/run=…/rank=…/), the others one file each, plus run_keys.parquet and manifest.json.
+
+    \b
+    Example:
+      k25trace export parquet out/ --db run.duckdb
+      duckdb -c "select run, rank, category, sum(dur_ns)/1e6 as ms
+                 from read_parquet('out/gpu_events/**/*.parquet', hive_partitioning=true) group by all"
+    """
+    from k25trace import db, export
+
+    started = time.perf_counter()
+    con = db.connect(db_path, read_only=True)
+    done = export.export_parquet(con, out_dir, overwrite=overwrite, source=str(db_path))
+    con.close()
+    total = sum(f.stat().st_size for t in done for f in ([out_dir / t.path] if not t.partitioned_by
+                                                            else (out_dir / t.path).rglob("*.parquet")) if f.is_file())
+    _err(f"wrote {len(done)} tables ({sum(t.rows for t in done):,} rows, {_size(total)}) to {out_dir} in "
+         f"{time.perf_counter() - started:.1f} s")

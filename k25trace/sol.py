@@ -951,9 +951,19 @@ def step_sol(con: duckdb.DuckDBPyConnection, *, model_config: Path | None, quant
         hbm = dev.peak("hbm_gbps") if dev else None
         peak = dev.peak(COMPUTE_PEAK.get(bound.compute, "bf16_tflops")) if dev else None
         ar = floors.get((run_id, batch))
-        ar_ms = None
+        ar_ms, ar_basis = None, "not measured: run `k25trace bench allreduce --db` (report --by floor)"
         if tp > 1 and ar:
             ar_ms = ar["floor_kernel_ms"] if ar["floor_kernel_ms"] is not None else ar["floor_ms"]
+            if ar_ms is not None:
+                ar_basis = (f"bench {ar['floor_mode']} burst, {ar['floor_basis']} time x {ar['allreduce_per_step']} "
+                            "per step")
+            elif ar["msg_bytes"] and ar["allreduce_per_step"] and dev and dev.peak("interconnect_gbps"):
+                # no bench: the bus-bandwidth term alone (2(n-1)/n of each message over each link direction)
+                link = dev.peak("interconnect_gbps")
+                ar_ms = ar["allreduce_per_step"] * ar["msg_bytes"] * 2 * (tp - 1) / tp / (link * 1e9) * 1e3
+                ar_basis = (f"bandwidth only: {ar['allreduce_per_step']:g} x {ar['msg_bytes']:,} B x 2(n-1)/n at "
+                            f"{link:g} GB/s per direction ({dev.interconnect}); latency not counted — `k25trace bench "
+                            "allreduce` measures the real floor")
 
         def floor_of(nbytes: float, flops: float) -> float | None:
             if not hbm:
@@ -982,12 +992,8 @@ def step_sol(con: duckdb.DuckDBPyConnection, *, model_config: Path | None, quant
             elif part == "allreduce":
                 if tp == 1:
                     row["floor_basis"] = "TP 1: no all-reduce"
-                elif ar_ms is None:
-                    row["floor_basis"] = "not measured: run `k25trace bench allreduce --db` (report --by floor)"
                 else:
-                    row.update(floor_ms=ar_ms, floor_basis=(
-                        f"bench {ar['floor_mode']} burst, {ar['floor_basis']} time x {ar['allreduce_per_step']} per "
-                        "step"))
+                    row.update(floor_ms=ar_ms, floor_basis=ar_basis)
             elif part == "idle":
                 row.update(floor_ms=0.0, floor_basis="a step at its bound keeps the GPU busy")
             else:

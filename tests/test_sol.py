@@ -533,6 +533,17 @@ def test_sol_report_on_the_tp2_eager_traces(x2) -> None:
         assert rows["kv_cache"]["ratio"] is None  # the loop's attention runs in bmm GEMMs, not attention kernels
 
 
+def test_without_a_bench_the_allreduce_floor_is_the_link_bandwidth_term(tmp_path: Path) -> None:
+    con = _load(tmp_path / "nobench.duckdb", X2 / "eager")
+    frame = sol.step_sol(con, model_config=MODELS / "decode-loop-8l" / "config.json")
+    for b in (1, 8, 64):
+        row = frame.filter((pl.col("batch_size") == b) & (pl.col("part") == "allreduce")).row(0, named=True)
+        # 17 all-reduces of hidden 7168 x batch x bf16; TP2 moves 2(n-1)/n = 1 message per link direction
+        assert row["floor_ms"] == pytest.approx(17 * 7168 * b * 2 * 1 / 450e9 * 1e3, rel=1e-5)
+        assert row["floor_basis"].startswith("bandwidth only") and "latency not counted" in row["floor_basis"]
+    con.close()
+
+
 def test_sol_needs_a_model_config(x2) -> None:
     with pytest.raises(K25Error, match="--model-config"):
         sol.step_sol(x2, model_config=None)
