@@ -324,7 +324,7 @@ def _extract(side: Side, phase: str) -> _Data:
     level_params = {k: params[k] for k in ("run_id", "level", "trace_ids")}
     return _Data(
         side=side, runs=selected_runs, rank_steps=rank_steps, obs=obs,
-        categories=query_frame(side.con, "compare_step_categories", params),
+        categories=query_frame(side.con, "compare_categories", params),
         kernels=query_frame(side.con, "compare_kernels", params),
         names=query_frame(side.con, "compare_kernel_names", params),
         comm=query_frame(side.con, "compare_comm_steps", comm_params) if sel.rank is None else pl.DataFrame(),

@@ -1,4 +1,4 @@
--- name: compare_step_categories
+-- name: compare_categories
 -- One side of `k25trace compare`: per selected step (run and step index, summed over its ranks) and category,
 -- the exclusive GPU time (only that category running), the summed kernel time and the calls. Divided by the
 -- step's ranks (compare_steps) it is the per-step observation the category comparison tests.
