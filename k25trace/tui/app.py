@@ -24,6 +24,7 @@ from k25trace import browse
 from k25trace.db import connect
 from k25trace.errors import K25Error
 from k25trace.tui.screens.comm import CommScreen
+from k25trace.tui.screens.compare import CompareScreen
 from k25trace.tui.screens.help import HelpScreen
 from k25trace.tui.screens.kernel import KernelScreen
 from k25trace.tui.screens.overview import OverviewScreen
@@ -44,6 +45,7 @@ class K25TraceApp(App[None]):
         Binding("slash", "search", "Search"),
         Binding("e", "sql", "SQL"),
         Binding("c", "collectives", "Collectives"),
+        Binding("d", "compare", "Compare"),
         Binding("h", "home", "Overview"),
         Binding("ctrl+g", "cancel_queries", "Cancel query", priority=True),
         Binding("t", "toggle_theme", "Light/dark"),
@@ -136,6 +138,7 @@ class K25TraceApp(App[None]):
             ("Step", list(StepScreen.BINDINGS)),
             ("Kernel", list(KernelScreen.BINDINGS)),
             ("Collectives", list(CommScreen.BINDINGS)),
+            ("Compare", list(CompareScreen.BINDINGS)),
             ("Search", list(SearchScreen.BINDINGS)),
             ("SQL", list(SqlScreen.BINDINGS)),
             ("Tables", [Binding("up,down,pageup,pagedown,home,end", "", "move the cursor"),
@@ -151,6 +154,10 @@ class K25TraceApp(App[None]):
     def action_collectives(self) -> None:
         if not isinstance(self.screen, CommScreen):
             self.push_screen(CommScreen())
+
+    def action_compare(self) -> None:
+        if not isinstance(self.screen, CompareScreen):
+            self.push_screen(CompareScreen())
 
     def action_sql(self) -> None:
         if not isinstance(self.screen, SqlScreen):
