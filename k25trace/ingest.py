@@ -843,6 +843,10 @@ def _loose_event(raw: Any) -> Event:
 
 def _int_or_none(v: Any) -> int | None:
     """A 64-bit integer, or None (NaN, Infinity, beyond 64 bits, not a number)."""
+    if v is None:
+        return None
+    if type(v) is int:  # the common case, per GPU event: no call
+        return v if -0x8000000000000000 <= v <= 0x7FFFFFFFFFFFFFFF else None
     return _num(v, int)
 
 
@@ -855,8 +859,8 @@ def _str_or_none(v: Any) -> str | None:
 
 
 def _pid(v: int | str | None) -> int | None:
-    if isinstance(v, int):
-        return v if _INT64[0] <= v <= _INT64[1] else None
+    if type(v) is int:
+        return v if -0x8000000000000000 <= v <= 0x7FFFFFFFFFFFFFFF else None
     if isinstance(v, str):
         digits = "".join(ch for ch in v if ch.isdigit())
         return int(digits) if digits and len(digits) < 19 else None
