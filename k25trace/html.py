@@ -742,8 +742,10 @@ def section_distribution(data: ReportData) -> str:
                         f'data-rank="{r["rank"]}" data-step="{r["step_index"]}" data-ms="{attr(v)}"><title>rank '
                         f"{r['rank']}, step {r['step_index']}: {num(v)} ms" + (" (outlier)" if outlier else "")
                         + "</title></circle>")
-                if outlier:
-                    svg.text(x + 6, ypos(v) + 3, f"{num(v)} ms (r{r['rank']} s{r['step_index']})", "start", "outlier")
+                if outlier:  # labelled on the side of the dot that stays inside the panel
+                    right = x - px < pw / 2
+                    svg.text(x + 6 if right else x - 6, ypos(v) + 3, f"{num(v)} ms (r{r['rank']} s{r['step_index']})",
+                             "start" if right else "end", "outlier")
         svg.text(12, ph / 2, "ms per step", "middle", "unit", f' transform="rotate(-90 12 {ph / 2:.1f})"')
         leg = ('<ul class="legend">' + "".join(
             f'<li><span class="sw dot" style="background:{RUN_COLORS[i % len(RUN_COLORS)]}"></span>rank {r}</li>'
@@ -945,7 +947,7 @@ def style() -> str:
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,"Helvetica Neue",Arial,sans-serif;color:var(--fg);margin:0;background:#fff}
 main{max-width:1180px;margin:0 auto;padding:12px 24px 48px}
 h1{font-size:22px;margin:10px 0 2px}h2{font-size:18px;margin:30px 0 8px;border-bottom:1px solid var(--line);padding-bottom:4px}
-h3{font-size:15px;margin:10px 0 2px}p{margin:4px 0}code{font-size:12.5px;background:#f6f8fa;padding:0 3px;border-radius:3px}
+h3{font-size:15px;margin:10px 0 2px}p{margin:4px 0}code{font-size:12.5px;background:#f6f8fa;padding:0 3px;border-radius:3px;white-space:nowrap}
 .muted,figcaption p{color:var(--muted)}figcaption p{font-size:12.5px;max-width:1000px}
 .note{background:#fff8c5;border:1px solid #d4a72c;padding:6px 10px;border-radius:4px;margin:6px 0}
 .empty{font-style:italic;color:var(--muted)}

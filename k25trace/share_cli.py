@@ -35,6 +35,9 @@ def _write(out: Path, data: bytes) -> None:
     parent = out.parent if str(out.parent) else Path(".")
     fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=parent)
     try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)  # as open() would create it (mkstemp makes it private): a file to share
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
         os.replace(tmp, out)

@@ -92,6 +92,9 @@ def page(tp2: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str
 def test_the_page_is_one_self_contained_small_file(page: tuple[Path, str, float]) -> None:
     path, text, seconds = page
     size = path.stat().st_size
+    umask = os.umask(0)
+    os.umask(umask)
+    assert path.stat().st_mode & 0o777 == 0o666 & ~umask  # a file to share, not a private temporary file
     print(f"\nHTML report of the TP2 graph+eager fixture: {size:,} bytes, written in {seconds:.2f} s")
     assert size < 400_000, size  # a few hundred KB: inline SVG, no library
     assert text.startswith("<!DOCTYPE html>") and text.rstrip().endswith("</html>")
