@@ -621,8 +621,8 @@ class _Splitter:
                 return TraceError(str(self.path), f"invalid JSON in traceEvents {where}: {_reason(exc)}")
         except (msgspec.ValidationError, RecursionError):
             pass
-        return TraceError(str(self.path), "truncated JSON: the file ends inside traceEvents "
-                          "(the writer may still be running, or was killed)")
+        return TraceError(str(self.path), f"truncated JSON: the file ends inside traceEvents "
+                          f"{self.at(len(self.buf), scan.starts)} (the writer may still be running, or was killed)")
 
 
 class _GuessedCut(Exception):

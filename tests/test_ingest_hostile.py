@@ -109,6 +109,19 @@ def test_invalid_json_names_the_real_event_and_byte(tmp_path: Path, options: ing
                                   "JSON): JSON is malformed: object keys must be strings")
 
 
+@pytest.mark.parametrize("options", [SERIAL, PARALLEL], ids=["serial", "parallel"])
+def test_truncated_json_names_the_event_it_ends_in(tmp_path: Path, options: ingest.LoadOptions) -> None:
+    text = (DATA / "invalid-at-event-3.pt.trace.json").read_bytes().replace(b",,", b",")
+    cut = text.index(b'"name": "d"') + 5
+    path = tmp_path / "cut.pt.trace.json.gz"
+    path.write_bytes(gzip.compress(text[:cut]))
+    con = _connect(tmp_path)
+    results, _ = ingest.load_paths(con, [path, HTA_RANK0], options)
+    assert [r.status for r in results] == ["failed", "loaded"]
+    assert results[0].message == (f"{path}: truncated JSON: the file ends inside traceEvents at event 3 (byte {cut:,} "
+                                  "of the decompressed JSON) (the writer may still be running, or was killed)")
+
+
 def _tricky_trace(n: int, seed: int) -> dict:
     """Valid Kineto-like JSON full of false boundaries: names with `}, {`, `]`, escaped quotes and non-ASCII,
     args with lists of objects, metadata with `}, {` after traceEvents."""
