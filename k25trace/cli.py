@@ -483,7 +483,8 @@ def compare(sides: tuple[Path, ...], db_path: Path | None, select_a: tuple[str, 
                               min_step_pct=min_step)
         for side in result.sides.iter_rows(named=True):
             err.print(_esc(f"{side['side']}: {side['source']} [{side['selection']}]: {side['runs']}, {side['ranks']} "
-                           f"rank(s), {side['devices'] or 'GPU unknown'}, {side['steps']} {phase} steps, batch sizes "
+                           f"rank(s), {side['devices'] or 'GPU unknown'}, {side['steps']} "
+                           f"{'' if phase == 'all' else phase + ' '}steps, batch sizes "
                            f"{side['batch_sizes'] or '?'}"), soft_wrap=True)
         for note in result.notes:
             err.print(f"note: {_esc(note)}", soft_wrap=True)

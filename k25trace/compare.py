@@ -314,7 +314,8 @@ def _extract(side: Side, phase: str) -> _Data:
     rank_steps = query_frame(side.con, "compare_steps", params)
     if rank_steps.is_empty():
         what = f"{phase} steps" if phase != "all" else "steps"
-        raise K25Error(f"side {side.name} ({side.source}, {sel.describe()}) has no {what} with GPU activity")
+        raise K25Error(f"side {side.name} ({side.source}, {sel.describe()}) has no {what} with GPU activity"
+                       + (" (--phase all compares every step, inferred ones too)" if phase != "all" else ""))
     obs = (rank_steps.group_by(["run_id", "step_index"], maintain_order=True)
            .agg(pl.col("phase").first(), pl.col("batch_size").first(), pl.col("level").first(),
                 pl.col("rank").n_unique().alias("ranks"),
