@@ -58,7 +58,15 @@ def _size(n: int) -> str:
               help="Steps to show (default: decode; when no trace has step markers, the inferred steps).")
 @click.option("--top", type=click.IntRange(1, 500), default=20, show_default=True, help="Kernels in the top-kernels table.")
 @click.option("--title", default=None, help="The page's title (default: k25trace report).")
-def html_command(db_path: Path, out: Path, phase: str | None, top: int, title: str | None) -> None:
+@click.option("--vs", "vs_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Compare: the database of side B (side A is --db); the page of `k25trace compare`.")
+@click.option("--a", "select_a", multiple=True, metavar="KEY=VALUE",
+              help="Compare: what side A holds (run=, level=, trace=, rank=, batch=; as `k25trace compare --a`).")
+@click.option("--b", "select_b", multiple=True, metavar="KEY=VALUE", help="Compare: what side B holds (as --a).")
+@click.option("--match", type=click.Choice(["auto", "batch", "level", "side"]), default="auto", show_default=True,
+              help="Compare: how steps are paired (as `k25trace compare --match`).")
+def html_command(db_path: Path, out: Path, phase: str | None, top: int, title: str | None, vs_path: Path | None,
+                 select_a: tuple[str, ...], select_b: tuple[str, ...], match: str) -> None:
     """Write the report as one self-contained HTML page with charts (opens offline; share it as a file).
 
     Per run and batch size: ms/step by category (with overlap and idle), decode step time and throughput vs
@@ -66,13 +74,22 @@ def html_command(db_path: Path, out: Path, phase: str | None, top: int, title: s
     why the GPU is idle, the step-time distribution, one representative step on every rank on an aligned
     clock (a Gantt chart by category), and the top kernels.
 
+    With --vs B.duckdb and/or --a/--b selections, the page of a comparison instead (`k25trace compare`): the
+    verdict, each step group's categories A beside B and the change per category with its 95 % interval, the
+    step time, collectives, kernels and capture figures, each with its verdict.
+
     \b
-    Example:
+    Examples:
       k25trace html --db run.duckdb -o report.html
+      k25trace html --db before.duckdb --vs after.duckdb -o compare.html
+      k25trace html --db cap.duckdb --a level=c1 --b level=c64 -o levels.html
     """
     from k25trace import db, html
 
     started = time.perf_counter()
+    if vs_path is not None or select_a or select_b:
+        _html_comparison(db_path, vs_path, select_a, select_b, match, phase or "decode", out, title, started)
+        return
     con = db.connect(db_path, read_only=True)
     page, data = html.build(con, source=db_path.name, phase=phase, top=top, title=title)
     con.close()
@@ -83,6 +100,29 @@ def html_command(db_path: Path, out: Path, phase: str | None, top: int, title: s
     if str(out) != "-":
         _err(f"wrote {out}: {_size(len(encoded))}, {data.batch['run_id'].n_unique() if not data.batch.is_empty() else 0}"
              f" run(s), {len(data.timelines)} step timeline(s), in {time.perf_counter() - started:.1f} s")
+
+
+def _html_comparison(db_path: Path, vs_path: Path | None, select_a: tuple[str, ...], select_b: tuple[str, ...],
+                     match: str, phase: str, out: Path, title: str | None, started: float) -> None:
+    from k25trace import compare, db, html
+
+    con_a = db.connect(db_path, read_only=True)
+    same = vs_path is None or vs_path.resolve() == db_path.resolve()
+    con_b = con_a if same else db.connect(vs_path, read_only=True)
+    try:
+        a = compare.Side("A", con_a, str(db_path), compare.Selection.parse(select_a))
+        b = compare.Side("B", con_b, str(vs_path or db_path), compare.Selection.parse(select_b))
+        result = compare.compare(a, b, phase=phase, match=match)
+    finally:
+        con_a.close()
+        if con_b is not con_a:
+            con_b.close()
+    for note in result.notes:
+        _err(f"note: {note}")
+    encoded = html.render_comparison(result, title).encode("utf-8")
+    _write(out, encoded)
+    if str(out) != "-":
+        _err(f"wrote {out}: {_size(len(encoded))}, {result.verdict}, in {time.perf_counter() - started:.1f} s")
 
 
 @click.group("export")

@@ -322,3 +322,57 @@ def test_the_page_opens_in_chromium_and_draws_its_charts(page: tuple[Path, str, 
     assert (width, height) == (stats["width"], stats["height"]) and width >= 1200 and height > 2500
     # not blank: many colours (categories, idle causes, text) and a real share of the page inked
     assert stats["colors"] > 40 and stats["ink"] > 0.05, stats
+
+
+# ------------------------------------------------------------------------------------------------ comparison
+
+
+@pytest.fixture(scope="module")
+def comparison(tp2: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    out = tmp_path_factory.mktemp("compare") / "compare.html"
+    result = CliRunner().invoke(cli, ["html", "--db", str(tp2), "--a", "run=eager", "--b", "run=graph", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "106 changes" in result.stderr  # the same verdict as k25trace compare (below)
+    expected = CliRunner().invoke(cli, ["compare", "--db", str(tp2), "--a", "run=eager", "--b", "run=graph",
+                                        "--format", "json"])
+    assert expected.exit_code == 0, expected.output
+    return out, json.loads(expected.stdout)
+
+
+def test_the_comparison_page_draws_the_compare_numbers(comparison: tuple[Path, dict]) -> None:
+    out, expected = comparison
+    text = out.read_text(encoding="utf-8")
+    marks = parse(text)
+    assert f"Verdict: {expected['verdict']}" in text
+    segs = {(a["data-group"], a["data-side"], a["data-category"]): float(a["data-ms"])
+            for a in marks.find("rect", data_side=True)}
+    deltas = {(a["data-group"], a["data-category"]): (float(a["data-delta"]), a["data-verdict"])
+              for a in marks.find("rect", data_delta=True)}
+    assert len(segs) == 2 * len(expected["categories"]) and len(deltas) == len(expected["categories"]) == 33
+    for r in expected["categories"]:
+        assert segs[(r["group"], "A", r["category"])] == r["ms_a"] and segs[(r["group"], "B", r["category"])] == r["ms_b"]
+        assert deltas[(r["group"], r["category"])] == (r["delta_ms"], r["verdict"])
+    # the graph run's GEMMs are slower at every batch size (61 layers against 8): drawn as changed, at full opacity
+    for group in ("bs=1", "bs=8", "bs=64"):
+        gemm = next(a for a in marks.find("rect", data_delta=True) if a["data-group"] == group
+                    and a["data-category"] == "gemm")
+        assert gemm["data-verdict"] == "slower" and gemm["opacity"] == "1"
+    for section in ("verdict", "categories", "steps", "comm", "kernels"):
+        assert marks.find("section", id=section), section
+    body = " ".join(marks.text)
+    for row in expected["steps"]:
+        assert f"{row['ms_a']:,.4f}".rstrip("0").rstrip(".") in body
+
+
+@pytest.mark.skipif(chromium_path() is None, reason="needs a Chromium browser on PATH (Debian: apt-get install chromium)")
+def test_the_comparison_page_opens_in_chromium(comparison: tuple[Path, dict], tmp_path: Path) -> None:
+    out, _ = comparison
+    with Browser(width=1280, height=900) as browser:
+        browser.open(out.as_uri())
+        assert browser.problems() == [] and browser.requests() == [out.as_uri()]
+        sizes = browser.evaluate("[...document.querySelectorAll('svg[role=img]')].map(s => "
+                                 "s.getBoundingClientRect().width * s.getBoundingClientRect().height)")
+        assert len(sizes) == 6 and min(sizes) > 10_000
+        shot = browser.screenshot(tmp_path / "compare.png")
+        stats = browser.image_stats(shot)
+    assert stats["colors"] > 20 and stats["ink"] > 0.03, stats
