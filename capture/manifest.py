@@ -53,7 +53,7 @@ def k25trace_version() -> str:
 
 
 def new_manifest(name: str, server_url: str, vllm_version: str | None, model: str,
-                 server_args: dict | None, settings: dict) -> dict:
+                 server_args: dict | None, settings: dict, max_model_len: int | None = None) -> dict:
     return {
         "k25trace_capture": FORMAT,
         "k25trace_version": k25trace_version(),
@@ -61,6 +61,7 @@ def new_manifest(name: str, server_url: str, vllm_version: str | None, model: st
         "server_url": server_url,
         "vllm_version": vllm_version,
         "model": model,
+        "max_model_len": max_model_len,  # from /v1/models: what `report --by sol --context` may take
         "server_args": server_args,
         "started_at": now_iso(),
         "finished_at": None,

@@ -661,7 +661,8 @@ class Run:
         settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(o).items()
                     if k not in ("api_key", "force", "progress_interval_s", "poll_s", "settle_s")}
         name = o.name or f"{model.rstrip('/').split('/')[-1]}-{time.strftime('%Y%m%d-%H%M%S')}"
-        self.manifest = new_manifest(name, o.url, info.version, model, info.server_args, settings)
+        self.manifest = new_manifest(name, o.url, info.version, model, info.server_args, settings,
+                                     max_model_len=info.max_model_len)
         self.save()
         prompt = await self.make_prompt_fn(control, info, model, o.seed)
 

@@ -190,6 +190,7 @@ def test_refuses_to_overwrite_a_capture(fake, run_cap, tmp_path):
     s = fake()
     assert run_cap(s)[0] == EXIT_OK
     first = json.loads((tmp_path / "cap" / "manifest.json").read_text())
+    assert first["max_model_len"] == 4096  # what the server's /v1/models says (report --by sol --context)
     rc, _, err, m = run_cap(s)
     assert rc == EXIT_ERROR and "--force" in err
     assert m == first and s.start_calls == 1
