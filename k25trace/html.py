@@ -375,7 +375,7 @@ def section_breakdown(data: ReportData) -> str:
                     f'data-step-ms="{attr(b["step_ms"])}" data-x0="{x0}" data-scale="{scale!r}">' + "".join(marks)
                     + "</g>")
             svg.text(x1 + 10, y + row_h / 2 + 4,
-                     f"{num(b['step_ms'])} ms (median {num(b['median_ms'])}) · {b['steps']} steps × "
+                     f"{num(b['step_ms'])} ms (median {num(b['median_ms'])}) · {_plural(b['steps'], 'step')} × "
                      f"{b['ranks']} rank{'s' if b['ranks'] != 1 else ''} · idle {num(b['idle_pct'], 1)} %", "start",
                      "note")
         parts.append(figure(
@@ -385,9 +385,13 @@ def section_breakdown(data: ReportData) -> str:
             "Means over the steps of all ranks (<code>k25trace report</code>).",
             svg.render()))
         parts.append(_breakdown_table(run_id, run_bars))
-    parts.append(legend([(css_class(c), c) for c in seen]))
+    parts.append(legend([(css_class(c), c) for c in _legend_order(seen)]))
     parts.append("</section>")
     return "".join(parts)
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
 
 
 def _breakdown_table(run_id: str, run_bars: list[dict[str, Any]]) -> str:
@@ -498,11 +502,12 @@ def section_scaling(data: ReportData) -> str:
         if measured:
             tput_series.append((f"{key}|measured_tok_s", color, measured, "1 3"))
             legend_items.append((color, f"{name}: measured output tok/s of the capture level (dotted)"))
-    charts = ('<div class="row">' + chart("Decode step time vs batch size", "ms per step", time_series)
-              + chart("Decode throughput vs batch size", "tokens per second", tput_series) + "</div>")
+    kind = "Decode step" if data.phase == "decode" else f"Step ({data.phase} steps)"
+    charts = ('<div class="row">' + chart(f"{kind} time vs batch size", "ms per step", time_series)
+              + chart(f"{kind} throughput vs batch size", "tokens per second", tput_series) + "</div>")
     leg = '<ul class="legend">' + "".join(
         f'<li><span class="sw" style="background:{c}"></span>{esc(t)}</li>' for c, t in legend_items) + "</ul>"
-    body = figure("Decode step time and throughput vs batch size",
+    body = figure(f"{kind} time and throughput vs batch size",
                   "Left: GPU wall time of a decode step (mean and median over steps and ranks). Right: tokens per "
                   "second if the GPU did nothing but these steps (batch size ÷ mean step time: one token per request "
                   "per step) and, for capture levels, the output tok/s the clients measured. TPOT and measured tok/s "
@@ -519,7 +524,7 @@ def section_scaling(data: ReportData) -> str:
         [("run", "l"), ("level", "l"), ("concurrency", "r"), ("main batch", "r"), ("step ms", "r"),
          ("TPOT p50 ms", "r"), ("TPOT p90 ms", "r"), ("TTFT p50 ms", "r"), ("output tok/s", "r"), ("requests", "r"),
          ("errors", "r")], rows, "levels")
-    return f'<section id="scaling"><h2>Decode step time vs batch size</h2>{body}{levels_table}</section>'
+    return f'<section id="scaling"><h2>{esc(kind)} time vs batch size</h2>{body}{levels_table}</section>'
 
 
 def _series_key(data: ReportData, run_id: str) -> str:
@@ -715,7 +720,7 @@ def section_distribution(data: ReportData) -> str:
 
             n_steps, n_ranks = group["step_index"].n_unique(), group["rank"].n_unique()
             svg.text(px + pw / 2 - 10, 14, ((f"{level} " if level else "") + batch_label(batch)
-                                            + f" · {n_steps} steps × {n_ranks} rank{'s' if n_ranks != 1 else ''}"),
+                                            + f" · {_plural(n_steps, 'step')} × {_plural(n_ranks, 'rank')}"),
                      "middle", "label")
             svg.add(f'<line class="axisline" x1="{px}" x2="{px}" y1="{top}" y2="{bottom}"/>')
             yticks = _range_ticks(lo, hi)

@@ -61,3 +61,11 @@ def capture_database(factory: pytest.TempPathFactory) -> Path:
          "files": [{"path": f"c8/{trace.name}", "valid": True, "problem": None}]}]}
     (cap / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
     return _build(path, [cap])
+
+
+def samples_database(factory: pytest.TempPathFactory) -> Path:
+    """Every sample bundled with k25trace (each its own run) and HTA's two-rank send/recv trace (no step markers)."""
+    samples = Path(__file__).parent.parent / "k25trace" / "samples"
+    hta = DATA / "traces" / "hta-2rank-sendrecv"
+    return _build(factory.getbasetemp() / "share-samples" / "samples.duckdb",
+                  sorted(samples.glob("*/*.json.gz")) + sorted(hta.glob("*.json.gz")))

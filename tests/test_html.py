@@ -324,6 +324,31 @@ def test_the_page_opens_in_chromium_and_draws_its_charts(page: tuple[Path, str, 
     assert stats["colors"] > 40 and stats["ink"] > 0.05, stats
 
 
+def test_mixed_runs_single_ranks_and_inferred_steps(tmp_path_factory: pytest.TempPathFactory, tmp_path: Path) -> None:
+    """The bundled samples (SGLang, vLLM B200 eager, MI300X graph and piecewise, a synthetic TP2) and HTA's two-rank
+    trace without step markers (steps inferred, batch size unknown, clocks poorly aligned), every phase."""
+    from share_fixtures import samples_database
+
+    path = samples_database(tmp_path_factory)
+    out = tmp_path / "samples.html"
+    result = CliRunner().invoke(cli, ["html", "--db", str(path), "--phase", "all", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "cross-rank wait and straggler figures are approximate" in result.stderr
+    text = out.read_text(encoding="utf-8")
+    marks = parse(text)
+    rows = report_json(path, "--phase", "all")
+    bars = {(a["data-run"], batch_key(a["data-batch"])) for a in marks.find("g", **{"class": "bar"})}
+    assert bars == {(r["run_id"], r["batch_size"]) for r in rows} and len({r for r, _ in bars}) == 6
+    assert any(b is None for _, b in bars)  # the inferred steps of the HTA trace: no batch size, drawn as bs=?
+    lanes = marks.find("g", **{"class": "lane"})
+    assert {a["data-run"] for a in lanes} == {r for r, _ in bars}
+    assert "paired by index only" in text and "cross-rank wait and straggler figures are approximate" in text
+    if chromium_path() is not None:
+        with Browser(width=1280, height=900) as browser:
+            browser.open(out.as_uri())
+            assert browser.problems() == [] and browser.requests() == [out.as_uri()]
+
+
 # ------------------------------------------------------------------------------------------------ comparison
 
 
