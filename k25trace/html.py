@@ -1013,7 +1013,7 @@ def build(con: duckdb.DuckDBPyConnection, *, source: str = "", phase: str | None
 # ------------------------------------------------------------------------------------------------- comparison
 
 VERDICT_COLORS = {"slower": "#c0392b", "faster": "#1e8449", "only in A": "#7f8c8d", "only in B": "#7f8c8d",
-                  "negligible": "#b3b6b7", "within noise": "#d5d8dc"}
+                  "negligible": "#8c959f", "within noise": "#8c959f"}
 
 
 def _page(title: str, subtitle: str, notes: list[str], sections: list[str], nav_items: list[tuple[str, str]]) -> str:
