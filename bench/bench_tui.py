@@ -42,14 +42,20 @@ def build_big_db(path: Path, *, ranks: int, steps_per_rank: int) -> None:
         con.execute("insert into kernel_rules select * from src.kernel_rules")
         con.execute("insert into kernel_classes select * from src.kernel_classes")
         con.execute("""
-            insert into traces
+            insert into traces (trace_id, path, file_name, file_size, sha256, rank, world_size, base_time_ns,
+                device_name, device_count, vllm_version, is_frontend, capture_dir, level, concurrency, event_count,
+                gpu_event_count, first_ns, last_ns, distributed_info, device_properties, metadata, skipped, loaded_at,
+                loader_version)
             select r.range + 1, '/bench/run/rank' || r.range || '.json.gz', 'rank' || r.range || '.json.gz', file_size,
                 sha256 || '-' || r.range, r.range, $ranks, base_time_ns, device_name, device_count, vllm_version,
                 is_frontend, null, null, null, event_count * $steps::bigint, gpu_event_count * $steps::bigint, first_ns,
                 first_ns + $steps::bigint * $period, distributed_info, device_properties, metadata, skipped, loaded_at, loader_version
             from src.traces, range($ranks) as r""", params)
         con.execute("""
-            insert into gpu_events
+            insert into gpu_events (trace_id, rank, event_id, kind, name_id, device, stream, start_ns, dur_ns, end_ns,
+                correlation, external_id, grid_x, grid_y, grid_z, block_x, block_y, block_z, registers,
+                shared_mem_bytes, blocks_per_sm, warps_per_sm, occupancy_pct, bytes, collective_name, msg_in_nelems,
+                msg_out_nelems, msg_dtype, group_size, pg_name, pg_ranks, category, step_index)
             select r.range + 1, r.range, s.range * 100000 + g.event_id, g.kind, g.name_id, g.device, g.stream,
                 g.start_ns + s.range * $period + r.range * 1000, g.dur_ns, g.end_ns + s.range * $period + r.range * 1000,
                 g.correlation + s.range * 1000000, g.external_id, g.grid_x, g.grid_y, g.grid_z, g.block_x, g.block_y, g.block_z,

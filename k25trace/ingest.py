@@ -256,7 +256,7 @@ def discover(paths: list[Path], *, include_frontend: bool = False) -> tuple[list
             errors.append(f"{arg}: no such file or directory")
             continue
         if arg.is_file():
-            add(TraceFile(arg, *_capture_info_for(arg)[:3]))
+            add(TraceFile(arg, *_capture_info_for(arg, notes)[:3]))
             continue
         found = _walk_traces(arg, errors)
         skipped_frontend = [p for p in found if is_frontend_name(p.name)]
@@ -269,7 +269,7 @@ def discover(paths: list[Path], *, include_frontend: bool = False) -> tuple[list
         if not kept:
             errors.append(f"{arg}: no *.pt.trace.json[.gz] files found")
         for p in kept:
-            info = _capture_info_for(p)
+            info = _capture_info_for(p, notes)
             if info[3] is False:
                 notes.append(f"{p}: skipped: the capture manifest marks it invalid ({info[4]})")
                 continue
@@ -294,24 +294,32 @@ def _walk_traces(root: Path, errors: list[str]) -> list[Path]:
     return sorted(found)
 
 
-def _capture_info_for(path: Path) -> tuple[Path | None, str | None, int | None, bool | None, str | None]:
-    """If ``path`` lies in a ``k25trace capture`` directory: (capture dir, level, concurrency, valid, problem)."""
+def _capture_info_for(path: Path, notes: list[str] | None = None) -> tuple[Path | None, str | None, int | None, bool | None, str | None]:
+    """If ``path`` lies in a ``k25trace capture`` directory: (capture dir, level, concurrency, valid, problem).
+
+    A damaged manifest is read as far as it is sound (``capture.manifest.check_manifest``); what is wrong
+    goes into ``notes`` once; when nothing in it can be used, its traces load as plain files."""
+    from capture.manifest import check_manifest
+
     for parent in list(path.resolve().parents)[:3]:
-        manifest = parent / "manifest.json"
-        if manifest.is_file():
-            try:
-                data = orjson.loads(manifest.read_bytes())
-            except (OSError, orjson.JSONDecodeError):
-                return None, None, None, None, None
-            if not isinstance(data, dict) or "k25trace_capture" not in data:
-                continue
-            rel = path.resolve().relative_to(parent).as_posix()
-            for level in data.get("levels") or []:
-                level_dir = str(level.get("dir") or level.get("name") or "")
-                if level_dir and (rel.startswith(level_dir + "/")):
-                    entry = next((f for f in level.get("files") or [] if f.get("path") == rel), {})
-                    return parent, level.get("name"), level.get("concurrency"), entry.get("valid"), entry.get("problem")
+        if not (parent / "manifest.json").is_file():
+            continue
+        m = check_manifest(parent)
+        if m is None:  # another tool's manifest.json
+            continue
+        if m.problems and notes is not None:
+            note = (f"{m.path}: damaged capture manifest: {m.summary()}; "
+                    + ("its traces load as plain files (no level, no request statistics)" if not m.usable
+                       else "the damaged entries are ignored"))
+            if note not in notes:
+                notes.append(note)
+        if not m.usable:
+            return None, None, None, None, None
+        level, entry = m.lookup(path.resolve().relative_to(parent).as_posix())
+        if level is None:
             return parent, None, None, None, None
+        entry = entry or {}
+        return parent, level["name"], level["concurrency"], entry.get("valid"), entry.get("problem")
     return None, None, None, None, None
 
 
@@ -1946,28 +1954,20 @@ def _db_problem(exc: BaseException) -> str:
 
 
 def _record_capture(con: duckdb.DuckDBPyConnection, capture_dir: Path) -> None:
-    manifest_path = capture_dir / "manifest.json"
-    try:
-        manifest = orjson.loads(manifest_path.read_bytes())
-    except (OSError, orjson.JSONDecodeError) as exc:
-        raise TraceError(str(manifest_path), f"unreadable capture manifest: {exc}") from exc
+    """The capture's manifest (as far as it is sound: ``capture.manifest.check_manifest``) and its levels' request
+    statistics, inserted by column name."""
+    from capture.manifest import LEVEL_COLUMNS, check_manifest, level_rows
+
+    m = check_manifest(capture_dir)
+    if m is None or not m.usable:  # changed since discovery
+        raise TraceError(str(capture_dir / "manifest.json"),
+                         "the capture manifest is gone or unusable: " + (m.summary() if m else "missing"))
     key = _shown(capture_dir.resolve())
-    con.execute("insert or replace into captures values (?, ?)", [key, orjson.dumps(manifest).decode()])
-    for level in manifest.get("levels") or []:
-        stats = level.get("stats") or {}
-
-        def pct(metric: str, p: str) -> float | None:
-            value = (stats.get(metric) or {}).get(p)
-            return float(value) if isinstance(value, (int, float)) else None
-
-        con.execute(
-            "insert or replace into capture_levels values (" + ", ".join(["?"] * 17) + ")",
-            [key, level.get("name"), level.get("concurrency"), stats.get("requests"), stats.get("errors"),
-             stats.get("output_tokens"), stats.get("duration_s"), stats.get("output_tok_s"),
-             pct("ttft_ms", "p50"), pct("ttft_ms", "p90"), pct("ttft_ms", "p99"),
-             pct("tpot_ms", "p50"), pct("tpot_ms", "p90"), pct("tpot_ms", "p99"),
-             pct("itl_ms", "p50"), pct("itl_ms", "p90"), pct("itl_ms", "p99")],
-        )
+    con.execute("insert or replace into captures (capture_dir, manifest) values (?, ?)", [key, m.json_text()])
+    columns = ("capture_dir",) + LEVEL_COLUMNS
+    for row in level_rows(m):
+        con.execute(f"insert or replace into capture_levels ({', '.join(columns)}) "
+                    f"values ({', '.join('?' for _ in columns)})", [key] + [row[c] for c in LEVEL_COLUMNS])
 
 
 def _sha256(path: Path) -> str:

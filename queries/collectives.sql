@@ -160,7 +160,7 @@ select
     skew_ns,
     end_residual_ns::bigint as end_residual_ns,
     lateness_ns,
-    case when is_late then sum(wait_ns) over (partition by run_id, pair_step, category, ordinal) - wait_ns else 0 end
+    (case when is_late then sum(wait_ns) over (partition by run_id, pair_step, category, ordinal) - wait_ns else 0 end)::bigint
         as caused_wait_ns,
     case when pair_step < 0 then 'unknown' when first_step_ordinal = 0 then 'launch' else 'gpu' end as wait_kind
 from waited
