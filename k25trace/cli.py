@@ -164,7 +164,10 @@ def _esc(text: str) -> str:
 @click.option("--keep-python", is_flag=True, help="Also keep python_function events (50-90 % of a default trace).")
 @click.option("--include-frontend", is_flag=True, help="Also load front-end (*.async_llm.*) CPU-only traces found in directories.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress or per-file lines; errors and warnings still go to stderr.")
-def load(paths: tuple[Path, ...], db_path: Path, keep_python: bool, include_frontend: bool, quiet: bool) -> None:
+@click.option("--model-config", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="The traced model's Hugging Face config.json, kept in the database for `report --by sol`.")
+def load(paths: tuple[Path, ...], db_path: Path, keep_python: bool, include_frontend: bool, quiet: bool,
+         model_config: Path | None) -> None:
     """Load Kineto trace files or directories (or a `k25trace capture` directory) into a database.
 
     Directories are searched for *.pt.trace.json[.gz]; other .json[.gz] files load when named. Loading the same
@@ -175,7 +178,16 @@ def load(paths: tuple[Path, ...], db_path: Path, keep_python: bool, include_fron
     Example:
       k25trace load /tmp/vllm_profile --db run.duckdb
     """
+    if model_config is not None:
+        from k25trace import models
+
+        models.load_config(model_config)  # a config the bound cannot read is refused before anything is loaded
     con, failed = run_load(db_path, list(paths), keep_python=keep_python, include_frontend=include_frontend, quiet=quiet)
+    if model_config is not None:
+        from k25trace import models
+
+        models.store_config(con, model_config)
+        err.print(f"model config {model_config} kept in {db_path} (report --by sol uses it)")
     con.close()
     if failed:
         sys.exit(1)

@@ -91,6 +91,30 @@ def load_config(path: Path) -> ModelConfig:
     return parse_config(raw, source=str(path))
 
 
+def store_config(con: Any, path: Path) -> None:
+    """Keep a model config in the database (``meta``: ``model_config``, ``model_config_source``), replacing one
+    stored before; ``report --by sol`` uses it when no --model-config is given."""
+    from k25trace.db import run_query
+
+    text = Path(path).read_text(encoding="utf-8")
+    run_query(con, "meta_set", {"key": "model_config", "value": text})
+    run_query(con, "meta_set", {"key": "model_config_source", "value": str(Path(path).resolve())})
+
+
+def stored_config(con: Any) -> ModelConfig | None:
+    """The model config kept by ``k25trace load --model-config``, or None."""
+    from k25trace.db import query_frame
+
+    rows = {r["key"]: r["value"] for r in query_frame(con, "meta_get", {"prefix": "model_config"}).iter_rows(named=True)}
+    if "model_config" not in rows:
+        return None
+    try:
+        raw = json.loads(rows["model_config"])
+    except ValueError as exc:
+        raise K25Error(f"the model config kept in the database is not JSON ({exc}); load it again") from exc
+    return parse_config(raw, source=f"{rows.get('model_config_source', 'the database')} (kept by k25trace load)")
+
+
 def parse_config(raw: dict[str, Any], *, source: str = "config") -> ModelConfig:
     prefix = "model."
     cfg = raw

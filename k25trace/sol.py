@@ -924,10 +924,11 @@ def step_sol(con: duckdb.DuckDBPyConnection, *, model_config: Path | None, quant
     from k25trace.bench import allreduce_floor
     from k25trace.report import breakdown
 
-    if model_config is None:
+    cfg = models.load_config(model_config) if model_config is not None else models.stored_config(con)
+    if cfg is None:
         raise K25Error("report --by sol needs the model: --model-config config.json (the Hugging Face config of the "
-                       "model that was traced), and --context N for the KV cache")
-    cfg = models.load_config(model_config)
+                       "model that was traced; or keep it with `k25trace load … --model-config`), and --context N "
+                       "for the KV cache")
     plan = models.parse_quant(quant, cfg)
     peaks = load_peaks(peaks_file)
     devices = run_devices(con, peaks)

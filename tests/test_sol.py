@@ -572,3 +572,28 @@ def test_sol_queries_have_headers() -> None:
         query = db.get_query(name)
         assert query.summary and query.reads and query.grain, name
         assert set(query.header) >= {"name", "reads", "params", "grain"}, name
+
+
+def test_load_keeps_the_model_config_for_report_sol(tmp_path: Path) -> None:
+    """`load --model-config` keeps the config in the database; `report --by sol` then needs no --model-config and
+    prints the same rows; a config the bound cannot read is refused before anything is loaded."""
+    from click.testing import CliRunner
+
+    from k25trace.cli import cli
+
+    root = Path(__file__).parent / "data"
+    cfg = root / "models" / "decode-loop-8l" / "config.json"
+    traces = root / "h200x2-decode-loop" / "eager"
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"hidden_size": "x"}')
+    runner = CliRunner()
+    path = tmp_path / "m.duckdb"
+    refused = runner.invoke(cli, ["load", str(traces), "--db", str(path), "-q", "--model-config", str(bad)])
+    assert refused.exit_code != 0 and "bad.json" in refused.output and not path.exists()
+    assert runner.invoke(cli, ["load", str(traces), "--db", str(path), "-q", "--model-config", str(cfg)]).exit_code == 0
+    kept = runner.invoke(cli, ["report", "--db", str(path), "--by", "sol", "--context", "1024", "--format", "json"])
+    given = runner.invoke(cli, ["report", "--db", str(path), "--by", "sol", "--context", "1024", "--format", "json",
+                                "--model-config", str(cfg)])
+    assert kept.exit_code == 0 and given.exit_code == 0, kept.output
+    rows = lambda out: [line for line in out.splitlines() if line.startswith("[") or line.startswith("{")]  # noqa: E731
+    assert rows(kept.output) and rows(kept.output) == rows(given.output)
