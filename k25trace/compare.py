@@ -36,7 +36,7 @@ import duckdb
 import numpy as np
 import polars as pl
 
-from k25trace.db import query_frame
+from k25trace.db import query_frame, run_query
 from k25trace.errors import K25Error
 from k25trace.names import kernel_family, template_args
 from k25trace.report import PHASES, run_label
@@ -311,7 +311,16 @@ def _extract(side: Side, phase: str) -> _Data:
     params = {"phase": phase, "run_id": run_id, "level": sel.level,
               "trace_ids": list(sel.traces) if sel.traces is not None else None, "rank": sel.rank,
               "batch_size": sel.batch}
-    rank_steps = query_frame(side.con, "compare_steps", params)
+    run_query(side.con, "compare_select", params)  # the side's steps, once, for the compare_* queries below
+    try:
+        return _read_side(side, sel, phase, params, all_runs)
+    finally:
+        side.con.execute("drop table if exists _compare_selection")
+
+
+def _read_side(side: Side, sel: Selection, phase: str, params: dict[str, Any], all_runs: pl.DataFrame) -> "_Data":
+    """The per-side frames, from the steps ``compare_select`` put in ``_compare_selection``."""
+    rank_steps = query_frame(side.con, "compare_steps")
     if rank_steps.is_empty():
         what = f"{phase} steps" if phase != "all" else "steps"
         raise K25Error(f"side {side.name} ({side.source}, {sel.describe()}) has no {what} with GPU activity"
@@ -321,14 +330,13 @@ def _extract(side: Side, phase: str) -> _Data:
                 pl.col("rank").n_unique().alias("ranks"),
                 *(pl.col(c).cast(pl.Float64).mean() for c in ("wall_ns", "busy_ns", "idle_ns", "overlap_ns"))))
     selected_runs = all_runs.filter(pl.col("run_id").is_in(obs["run_id"].unique().to_list()))
-    comm_params = {k: v for k, v in params.items() if k != "rank"}
     level_params = {k: params[k] for k in ("run_id", "level", "trace_ids")}
     return _Data(
         side=side, runs=selected_runs, rank_steps=rank_steps, obs=obs,
-        categories=query_frame(side.con, "compare_categories", params),
-        kernels=query_frame(side.con, "compare_kernels", params),
-        names=query_frame(side.con, "compare_kernel_names", params),
-        comm=query_frame(side.con, "compare_comm_steps", comm_params) if sel.rank is None else pl.DataFrame(),
+        categories=query_frame(side.con, "compare_categories"),
+        kernels=query_frame(side.con, "compare_kernels"),
+        names=query_frame(side.con, "compare_kernel_names"),
+        comm=query_frame(side.con, "compare_comm_steps") if sel.rank is None else pl.DataFrame(),
         levels=query_frame(side.con, "compare_levels", level_params),
     )
 

@@ -3,21 +3,11 @@
 -- collectives' time split as in `report --by comm`: transfer (the shortest duration across ranks, summed over the
 -- step's collectives) and wait (each collective's mean wait over ranks, summed; launch wait at the step's first
 -- collective, gpu wait at later ones). Steps of runs paired over the whole trace (no step markers) are left out.
--- reads: collectives, steps, traces, trace_runs
--- params: $phase, $run_id, $level, $trace_ids, $batch_size
+-- reads: _compare_selection, collectives
+-- params: none
 -- grain: one row per (run_id, step_index, category) with paired collectives
-with selected_steps as (
-    select distinct trace_runs.run_id, steps.step_index
-    from steps
-    join traces using (trace_id)
-    join trace_runs using (trace_id)
-    where not steps.is_empty
-        and not traces.is_frontend
-        and ($phase = 'all' or steps.phase = $phase)
-        and ($run_id is null or trace_runs.run_id = $run_id)
-        and ($level is null or traces.level = $level)
-        and ($trace_ids is null or list_contains($trace_ids, steps.trace_id))
-        and ($batch_size is null or steps.batch_size = $batch_size)
+with selected_steps as (  -- run only for sides without a rank filter: every rank of a step
+    select distinct run_id, step_index from _compare_selection
 ),
 
 per_collective as (

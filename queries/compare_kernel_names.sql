@@ -1,22 +1,11 @@
 -- name: compare_kernel_names
 -- One side of `k25trace compare`: the GPU activity names that ran in the selected steps, full and short, with
 -- their kind, for matching across the sides by exact name or by name family (k25trace.names.kernel_family).
--- reads: gpu_events, kernel_names, steps, traces, trace_runs
--- params: $phase, $run_id, $level, $trace_ids, $rank, $batch_size
+-- reads: _compare_selection, gpu_events, kernel_names
+-- params: none
 -- grain: one row per name_id that ran in the selected steps
 with selected_steps as (
-    select steps.trace_id, steps.step_index
-    from steps
-    join traces using (trace_id)
-    left join trace_runs using (trace_id)
-    where not steps.is_empty
-        and not traces.is_frontend
-        and ($phase = 'all' or steps.phase = $phase)
-        and ($run_id is null or trace_runs.run_id = $run_id)
-        and ($level is null or traces.level = $level)
-        and ($trace_ids is null or list_contains($trace_ids, steps.trace_id))
-        and ($rank is null or steps.rank = $rank)
-        and ($batch_size is null or steps.batch_size = $batch_size)
+    select trace_id, step_index from _compare_selection
 ),
 
 used as (
