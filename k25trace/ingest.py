@@ -360,6 +360,7 @@ class _Reader:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.raw = _HashingFile(path)
+        self.reported = 0  # compressed bytes already passed to a progress callback (:meth:`report`)
         try:
             magic = os.pread(self.raw.fh.fileno(), 2, 0)
             if magic == b"\x1f\x8b":
@@ -391,6 +392,13 @@ class _Reader:
     def position(self) -> int:
         """Compressed bytes read so far (for progress)."""
         return self.raw.count
+
+    def report(self, progress: Callable[[int], Any]) -> None:
+        """Tell ``progress`` how many compressed bytes were read since the last report (nothing when none)."""
+        pos = self.raw.count
+        if pos > self.reported:
+            progress(pos - self.reported)
+            self.reported = pos
 
     @property
     def sha256(self) -> str:
@@ -1101,13 +1109,9 @@ def _chunks(path: Path, keep_python: bool, progress: Callable[[int], None]) -> I
     splitter = _Splitter(path)
     reader = _Reader(path)
     try:
-        last_pos = 0
         while True:
             block = reader.read(BLOCK_SIZE)
-            pos = reader.position()
-            if pos > last_pos:
-                progress(pos - last_pos)
-                last_pos = pos
+            reader.report(progress)
             if not block:
                 break
             chunk = splitter.feed(block)
@@ -1346,7 +1350,6 @@ class _Workers:
         reader = _Reader(path)
         splitter = _Splitter(path)
         spath = str(path)
-        last_pos = 0
         try:
             while True:
                 if not splitter.fast or len(splitter.buf) + 1 + BLOCK_SIZE > RING_BUFFER_BYTES:
@@ -1355,10 +1358,7 @@ class _Workers:
                     if splitter.fast and len(splitter.buf) + 1 + BLOCK_SIZE <= RING_BUFFER_BYTES:
                         continue
                     block = reader.read(BLOCK_SIZE)
-                    pos = reader.position()
-                    if pos > last_pos:
-                        progress(pos - last_pos)
-                        last_pos = pos
+                    reader.report(progress)
                     if not block:
                         break
                     chunk = splitter.feed(block)
@@ -1374,10 +1374,7 @@ class _Workers:
                 start = len(carry)
                 buf[:start] = carry
                 n = reader.readinto(buf[start : start + BLOCK_SIZE])
-                pos = reader.position()
-                if pos > last_pos:
-                    progress(pos - last_pos)
-                    last_pos = pos
+                reader.report(progress)
                 if not n:
                     break
                 total = start + n
