@@ -11,6 +11,6 @@ Runs next to the server (httpx, click, rich and the standard library only).  Mod
 - :mod:`capture.runner`: one capture run, level by level;
 - :mod:`capture.cli`: the ``capture`` click command (``k25trace capture``).
 """
-from capture.files import check_trace_file, validate_trace_file
+from k25trace.capture.files import check_trace_file, validate_trace_file
 
 __all__ = ["check_trace_file", "validate_trace_file"]

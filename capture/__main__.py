@@ -1,4 +1,4 @@
-"""``python3 -m capture ...``: the same command as ``k25trace capture``."""
-from capture.cli import capture_command
+"""``python3 -m k25trace.capture ...``: the same command as ``k25trace capture``."""
+from k25trace.capture.cli import capture_command
 
-capture_command(prog_name="capture")
+capture_command(prog_name="python3 -m k25trace.capture")

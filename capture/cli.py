@@ -5,8 +5,8 @@ from pathlib import Path
 
 import click
 
-from capture.client import CaptureError, check_url
-from capture.runner import CaptureOptions, run_capture
+from k25trace.capture.client import CaptureError, check_url
+from k25trace.capture.runner import CaptureOptions, run_capture
 
 
 def _url(ctx, param, value: str) -> str:

@@ -37,19 +37,9 @@ def now_iso() -> str:
 
 
 def k25trace_version() -> str:
-    try:
-        from importlib.metadata import version
+    from k25trace import __version__  # the one version string (pyproject reads it from there too)
 
-        return version("k25trace")
-    except Exception:  # not installed: read it from the source tree without importing the package
-        init = Path(__file__).resolve().parent.parent / "k25trace" / "__init__.py"
-        try:
-            for line in init.read_text().splitlines():
-                if line.startswith("__version__"):
-                    return line.split("=", 1)[1].strip().strip("\"'")
-        except OSError:
-            pass
-        return "unknown"
+    return __version__
 
 
 def new_manifest(name: str, server_url: str, vllm_version: str | None, model: str,

@@ -23,11 +23,11 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 
-from capture import files as tf
-from capture.client import (CaptureError, ControlClient, ServerInfo, StartOutcomeUnknown, StopResult, check_url,
+from k25trace.capture import files as tf
+from k25trace.capture.client import (CaptureError, ControlClient, ServerInfo, StartOutcomeUnknown, StopResult, check_url,
                             supports_start_body)
-from capture.load import LoadConfig, LoadGenerator, LoadResult, summarize
-from capture.manifest import MANIFEST, check_manifest, new_manifest, now_iso, write_manifest
+from k25trace.capture.load import LoadConfig, LoadGenerator, LoadResult, summarize
+from k25trace.capture.manifest import MANIFEST, check_manifest, new_manifest, now_iso, write_manifest
 
 EXIT_OK = 0
 EXIT_ERROR = 1

@@ -39,7 +39,7 @@ def _fail(message: str) -> None:
 LAZY_COMMANDS = {
     "capture": ("capture.cli", "capture_command"),
     "synth": ("k25trace.synth", "command"),
-    "bench": ("k25trace.bench", "command"),
+    "bench": ("k25trace.floor", "command"),
     "html": ("k25trace.share_cli", "html_command"),
     "export": ("k25trace.share_cli", "export_command"),
 }

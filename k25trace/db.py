@@ -21,7 +21,6 @@ import re
 import sys
 import warnings
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,14 +37,11 @@ _HEADER_RE = re.compile(r"^--\s*([a-z_]+)\s*:\s*(.*)$")
 
 
 def queries_dir() -> Path:
-    """Where the SQL files are: inside the installed wheel (``k25trace/_queries``) or the checkout's ``queries/``."""
-    packaged = resources.files("k25trace") / "_queries"
-    if packaged.is_dir():
-        return Path(str(packaged))
-    checkout = Path(__file__).resolve().parent.parent / "queries"
-    if checkout.is_dir():
-        return checkout
-    raise K25Error("the SQL files (queries/) are missing from this installation")
+    """Where the SQL files are: ``k25trace/queries`` (a link to the checkout's ``queries/``, a folder in the wheel)."""
+    here = Path(__file__).resolve().parent / "queries"
+    if here.is_dir():
+        return here
+    raise K25Error(f"the SQL files are missing from this installation (no folder {here})")
 
 
 @dataclass(frozen=True)

@@ -299,7 +299,7 @@ def _capture_info_for(path: Path, notes: list[str] | None = None) -> tuple[Path 
 
     A damaged manifest is read as far as it is sound (``capture.manifest.check_manifest``); what is wrong
     goes into ``notes`` once; when nothing in it can be used, its traces load as plain files."""
-    from capture.manifest import check_manifest
+    from k25trace.capture.manifest import check_manifest
 
     for parent in list(path.resolve().parents)[:3]:
         if not (parent / "manifest.json").is_file():
@@ -1953,7 +1953,7 @@ def _db_problem(exc: BaseException) -> str:
 def _record_capture(con: duckdb.DuckDBPyConnection, capture_dir: Path) -> None:
     """The capture's manifest (as far as it is sound: ``capture.manifest.check_manifest``) and its levels' request
     statistics, inserted by column name."""
-    from capture.manifest import LEVEL_COLUMNS, check_manifest, level_rows
+    from k25trace.capture.manifest import LEVEL_COLUMNS, check_manifest, level_rows
 
     m = check_manifest(capture_dir)
     if m is None or not m.usable:  # changed since discovery

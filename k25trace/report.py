@@ -48,7 +48,7 @@ def breakdown(con: duckdb.DuckDBPyConnection, *, by: str = "batch", phase: str =
     if by == "kernel":
         return query_frame(con, "report_kernels", {**params, "top": top})
     if by == "floor":
-        from k25trace.bench import allreduce_floor
+        from k25trace.floor import allreduce_floor
 
         return allreduce_floor(con, phase)
     if by == "idle":
@@ -62,7 +62,7 @@ def breakdown(con: duckdb.DuckDBPyConnection, *, by: str = "batch", phase: str =
     if by == "comm-site":
         return query_frame(con, "report_comm_site", {"phase": phase})
     if by == "comm-bw":
-        from k25trace.bench import ensure_table
+        from k25trace.floor import ensure_table
 
         ensure_table(con)  # the bench table is optional: an empty one when none was measured
         return query_frame(con, "report_comm_bandwidth", {"phase": phase})

@@ -18,7 +18,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from k25trace import bench, db, ingest  # noqa: E402
+from k25trace import floor as bench, db, ingest  # noqa: E402
 from k25trace.synth import generate  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent

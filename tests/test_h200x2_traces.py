@@ -21,7 +21,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from k25trace import bench, db, ingest, report
+from k25trace import floor as bench, db, ingest, report
 
 FIXTURE = Path(__file__).parent / "data" / "h200x2-decode-loop"
 MARKER = re.compile(r"^execute_context_0\(0\)_generation_(\d+)\((\d+)\)$")

@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from helpers import B200, DATA, MI300X_FULL, MI300X_PIECEWISE
-from k25trace import bench, db, ingest, models, sol
+from k25trace import floor as bench, db, ingest, models, sol
 from k25trace.cli import cli
 from k25trace.errors import K25Error
 

@@ -47,7 +47,7 @@ def fake(tmp_path):
 @pytest.fixture
 def run_cap(tmp_path):
     """Run a capture in-process; returns (rc, stdout, stderr, manifest-or-None)."""
-    from capture.runner import CaptureOptions, run_capture
+    from k25trace.capture.runner import CaptureOptions, run_capture
 
     def go(server: FakeVllm, **kw):
         opts = dict(url=server.url, out=tmp_path / "cap", trace_dir=server.trace_dir, concurrency=[2],

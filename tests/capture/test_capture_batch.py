@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from capture.files import StepScan, _MarkerScan, check_trace_file, parse_step_marker, scan_step_markers
-from capture.runner import EXIT_OK, CaptureOptions, Run
+from k25trace.capture.files import StepScan, _MarkerScan, check_trace_file, parse_step_marker, scan_step_markers
+from k25trace.capture.runner import EXIT_OK, CaptureOptions, Run
 from fakevllm import trace_bytes, write_trace
 from manifest_shape import check_shape
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from capture.cli import capture_command
-from capture.runner import EXIT_ERROR, EXIT_INCOMPLETE, EXIT_OK
+from k25trace.capture.cli import capture_command
+from k25trace.capture.runner import EXIT_ERROR, EXIT_INCOMPLETE, EXIT_OK
 from manifest_shape import check_shape
 
 

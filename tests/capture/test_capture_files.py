@@ -8,7 +8,7 @@ import tracemalloc
 
 import pytest
 
-from capture.files import (check_trace_file, copy_with_hash, new_files, rank_from_name, sha256_file,
+from k25trace.capture.files import (check_trace_file, copy_with_hash, new_files, rank_from_name, sha256_file,
                            snapshot, validate_trace_file)
 from fakevllm import trace_bytes, write_partial_gz, write_trace
 

@@ -5,7 +5,7 @@ import asyncio
 
 import pytest
 
-from capture.load import LoadConfig, LoadGenerator, percentile, summarize
+from k25trace.capture.load import LoadConfig, LoadGenerator, percentile, summarize
 
 
 def _run(cfg, prompt=lambda i: [1, 2, 3]):

@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from capture.manifest import LEVEL_COLUMNS, check_manifest, level_rows, write_manifest
-from capture.runner import EXIT_ERROR, EXIT_OK
+from k25trace.capture.manifest import LEVEL_COLUMNS, check_manifest, level_rows, write_manifest
+from k25trace.capture.runner import EXIT_ERROR, EXIT_OK
 
 SHA = "ab" * 32
 

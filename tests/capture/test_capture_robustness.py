@@ -5,10 +5,10 @@ import asyncio
 
 from click.testing import CliRunner
 
-from capture.cli import capture_command
-from capture.client import ControlClient
-from capture.load import LoadConfig, LoadGenerator
-from capture.runner import EXIT_ERROR, EXIT_INCOMPLETE
+from k25trace.capture.cli import capture_command
+from k25trace.capture.client import ControlClient
+from k25trace.capture.load import LoadConfig, LoadGenerator
+from k25trace.capture.runner import EXIT_ERROR, EXIT_INCOMPLETE
 from manifest_shape import check_shape
 
 

@@ -5,7 +5,7 @@ A case ends well when the command exits with the expected kind of status, prints
 file or request it complains about, and leaves every database it touched openable with no half-loaded trace (a
 re-load succeeds). Slow (a few minutes: it generates a 20 MB trace and kills loads of it), so not part of CI:
 
-    python3 bench/hostile_sweep.py [--keep DIR]
+    python3 benchmarks/hostile_sweep.py [--keep DIR]
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
 #      and a sweep 16 KB .. 64 MB (bench allreduce --save-json; imported here with `k25trace bench import`);
 #   2. capture/decode_loop.py with CUDA graphs (61 layers) and eagerly (8 layers, shapes recorded), batch 1/8/64, a CPU-delayed rank (launch
 #      skew) on some steps and a GPU-delayed rank (spin kernel before one call site) on others.
-# Run from the repository root:  bash bench/device_tp2.sh OUTDIR [WORLD_SIZE]   (ONLY=bench: the bench part alone)
+# Run from the repository root:  bash benchmarks/device_tp2.sh OUTDIR [WORLD_SIZE]   (ONLY=bench: the bench part alone)
 # NVLink multicast stays off (the device machine's rule; NCCL's NVLS is not needed for these sizes).
 set -uo pipefail
 OUT=${1:?output directory}
@@ -28,12 +28,12 @@ COMMON=(--world-size "$WS" --batch-sizes 1,8,64 --warmup 3
 [ "${ONLY:-}" = bench ] || run timeout 170 python3 capture/decode_loop.py --out "$T/graph" --steps 6 --master-port 29541 "${COMMON[@]}" --layers 61 \
     > "$OUT/decode_loop_graph.json"
 [ -d "$T/graph" ] && tar -C "$T" -cf "$T/graph.tar" graph && split -b 15M -d "$T/graph.tar" "$OUT/graph.tar.part"; ls -l "$T/graph"
-run timeout 120 python3 -m k25trace.bench allreduce --backend nccl --world-size "$WS" --batch-sizes 1,8,64 \
+run timeout 120 python3 -m k25trace.floor allreduce --backend nccl --world-size "$WS" --batch-sizes 1,8,64 \
     --count 123 --iters 300 --warmup 30 --bursts 30 --run-name "kimi-tp$WS-h200" --save-json "$OUT/ar_kimi.json"
 [ "${ONLY:-}" = bench ] || run timeout 170 python3 capture/decode_loop.py --out "$T/eager" --steps 3 --eager --record-shapes \
     --master-port 29542 "${COMMON[@]}" --layers 8 > "$OUT/decode_loop_eager.json"
 [ -d "$T/eager" ] && tar -C "$T" -cf "$T/eager.tar" eager && split -b 15M -d "$T/eager.tar" "$OUT/eager.tar.part"; ls -l "$T/eager"
-run timeout 120 python3 -m k25trace.bench allreduce --backend nccl --world-size "$WS" \
+run timeout 120 python3 -m k25trace.floor allreduce --backend nccl --world-size "$WS" \
     --sizes 16K,32K,64K,128K,256K,512K,1M,2M,4M,8M,16M,32M,64M --count 32 --iters 200 --bursts 20 \
     --run-name "sweep-tp$WS-h200" --save-json "$OUT/ar_sweep.json"
 ls -l "$OUT"; date -u +%T

@@ -575,4 +575,4 @@ def import_rows(files: tuple[Path, ...], db_path: Path) -> None:
 
 
 if __name__ == "__main__":
-    command(prog_name="python3 -m k25trace.bench")
+    command(prog_name="python3 -m k25trace.floor")

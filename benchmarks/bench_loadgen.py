@@ -5,7 +5,7 @@ CPU time is measured alone, and drives it with capture.load at several concurren
 server-side delay: the requests/s reached is the client's ceiling, and client CPU per request (and
 per streamed token) is its overhead on top of what a real server's latencies show.
 
-    python3 bench/bench_loadgen.py [--tokens 16] [--requests 2000] [--concurrency 1,64,256]
+    python3 benchmarks/bench_loadgen.py [--tokens 16] [--requests 2000] [--concurrency 1,64,256]
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from capture.load import LoadConfig, LoadGenerator, summarize  # noqa: E402
+from k25trace.capture.load import LoadConfig, LoadGenerator, summarize  # noqa: E402
 
 
 def main() -> None:

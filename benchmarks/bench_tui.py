@@ -5,7 +5,7 @@ decode-step sample (vllm-mi300x-decode-fullgraph: 434 activities per step) in SQ
 ranks, times, event ids and correlations, plus matching traces, steps, step_categories and launches rows. Then
 runs the real app headless (Textual's ``run_test``) several times and prints medians.
 
-    python3 bench/bench_tui.py --db /tmp/k25trace-big.duckdb [--runs 5] [--steps-per-rank 10600]
+    python3 benchmarks/bench_tui.py --db /tmp/k25trace-big.duckdb [--runs 5] [--steps-per-rank 10600]
 """
 
 from __future__ import annotations

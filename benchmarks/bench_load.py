@@ -1,7 +1,7 @@
 """Load speed and memory at full size, against the baselines, measured in the same run on the same file.
 
-    python3 bench/bench_load.py                       # generate 8 x 80 MB-gz Kimi-shaped ranks, then measure
-    python3 bench/bench_load.py --traces DIR --runs 3 --skip-baselines
+    python3 benchmarks/bench_load.py                       # generate 8 x 80 MB-gz Kimi-shaped ranks, then measure
+    python3 benchmarks/bench_load.py --traces DIR --runs 3 --skip-baselines
 
 Prints, for one rank and for all ranks: wall time (median of --runs), events/s, MB/s of JSON, peak RSS of the
 whole process tree (decode workers included); then the report timings over all ranks; then the baselines on the
