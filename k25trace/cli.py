@@ -124,12 +124,12 @@ class _Progress:
 def run_load(db_path: Path | None, paths: list[Path], *, keep_python: bool = False, include_frontend: bool = False,
              quiet: bool = False, con: Any = None) -> tuple[Any, int]:
     """Load paths into a database, reporting each file on stderr; returns (connection, number of failures)."""
-    from k25trace import db, ingest
+    from k25trace import pipeline
 
-    con = con or db.connect(db_path)
-    options = ingest.LoadOptions(keep_python=keep_python, include_frontend=include_frontend)
+    con = con or pipeline.connect(db_path)
+    options = pipeline.LoadOptions(keep_python=keep_python, include_frontend=include_frontend)
 
-    def on_result(r: ingest.FileResult) -> None:
+    def on_result(r: pipeline.FileResult) -> None:
         for warning in r.warnings:
             err.print(f"[yellow]warning:[/] {_esc(warning)}", soft_wrap=True)
         if r.status == "failed":
@@ -140,7 +140,7 @@ def run_load(db_path: Path | None, paths: list[Path], *, keep_python: bool = Fal
             err.print(f"loaded {_esc(r.path)}: rank {r.rank}, {r.events:,} events, {r.gpu_events:,} GPU activities "
                       f"in {r.seconds:.1f} s (trace {r.trace_id})", soft_wrap=True)
 
-    results, notes = ingest.load_paths(
+    results, notes = pipeline.load_paths(
         con, paths, options, on_result=on_result, progress_factory=lambda files: _Progress(files, quiet),
     )
     for note in notes:
@@ -572,7 +572,7 @@ def classify(db_path: Path, rules: Path | None, replace: bool, show: bool, fmt: 
       k25trace classify --db run.duckdb --rules my_rules.csv
       k25trace classify --db run.duckdb --show --format csv | grep ',other,'
     """
-    from k25trace import classify as core, db, output, steps
+    from k25trace import db, output, pipeline
 
     if show:
         con = db.connect(db_path, read_only=True)
@@ -582,16 +582,10 @@ def classify(db_path: Path, rules: Path | None, replace: bool, show: bool, fmt: 
         raise K25Error("--replace needs --rules FILE")
     stage, con = "classify", None
     try:
-        con = db.connect(db_path, create=False)
-        con.execute("begin transaction")
-        try:
-            core.classify(con, rules, replace=replace)
-            con.execute("commit")
-        except BaseException:
-            con.execute("rollback")
-            raise
+        con = pipeline.connect(db_path, create=False)
+        pipeline.reclassify(con, rules, replace=replace)
         stage = "steps"
-        n = steps.rebuild(con)
+        n = pipeline.rebuild(con)
     except BaseException as exc:
         if not _is_interrupt(exc):
             raise
@@ -615,10 +609,10 @@ def steps_cmd(db_path: Path, gap_us: float) -> None:
     """
     con = None
     try:
-        from k25trace import db, steps
+        from k25trace import pipeline
 
-        con = db.connect(db_path, create=False)
-        n = steps.rebuild(con, gap_ns=round(gap_us * 1000))
+        con = pipeline.connect(db_path, create=False)
+        n = pipeline.rebuild(con, gap_ns=round(gap_us * 1000))
     except BaseException as exc:
         if not _is_interrupt(exc):
             raise

@@ -7,16 +7,11 @@ from __future__ import annotations
 
 import duckdb
 
-from k25trace.db import run_query
+from k25trace.db import run_query, transaction
 
 
 def build(con: duckdb.DuckDBPyConnection) -> None:
     """(Re)build trace_runs, rank_offsets and collectives for the whole database, in one transaction."""
-    con.execute("begin transaction")
-    try:
+    with transaction(con):
         run_query(con, "collectives")
         con.execute("drop table if exists _collective_calls")
-        con.execute("commit")
-    except BaseException:
-        con.execute("rollback")
-        raise

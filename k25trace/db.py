@@ -20,9 +20,10 @@ import functools
 import re
 import sys
 import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 if TYPE_CHECKING:
     import polars as pl
@@ -181,30 +182,35 @@ def check_database(con: duckdb.DuckDBPyConnection, path: Path | str, *, read_onl
     return version
 
 
-def upgrade(con: duckdb.DuckDBPyConnection, version: int) -> None:
-    """Bring an older k25trace database to SCHEMA_VERSION in one transaction: new tables and columns, then the
-    derived tables (steps, gaps, runs, collectives) rebuilt from the stored events."""
-    from k25trace import crossrank, steps
-
-    print(f"upgrading the database from schema version {version} to {SCHEMA_VERSION} …", file=sys.stderr)
+@contextmanager
+def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[duckdb.DuckDBPyConnection]:
+    """``with transaction(con):`` begin, then commit, or roll back on any exception (Ctrl-C included)."""
     con.execute("begin transaction")
     try:
-        ensure_schema(con)
-        for trace_id, in con.execute("select trace_id from traces order by trace_id").fetchall():
-            steps.build_steps(con, trace_id)
-        con.execute("update meta set value = ? where key = 'schema_version'", [str(SCHEMA_VERSION)])
-        con.execute("commit")
+        yield con
     except BaseException:
         con.execute("rollback")
         raise
-    crossrank.build(con)
+    con.execute("commit")
 
 
-def connect(path: str | Path | None, *, read_only: bool = False, create: bool = True) -> duckdb.DuckDBPyConnection:
+def upgrade_schema(con: duckdb.DuckDBPyConnection, version: int, rebuild: Callable[[], Any]) -> None:
+    """Bring an older k25trace database to SCHEMA_VERSION in one transaction: new tables and columns, then
+    ``rebuild()`` (the derived tables, see :func:`k25trace.pipeline.upgrade`), then the version."""
+    print(f"upgrading the database from schema version {version} to {SCHEMA_VERSION} …", file=sys.stderr)
+    with transaction(con):
+        ensure_schema(con)
+        rebuild()
+        con.execute("update meta set value = ? where key = 'schema_version'", [str(SCHEMA_VERSION)])
+
+
+def connect(path: str | Path | None, *, read_only: bool = False, create: bool = True,
+            upgrade: Callable[[duckdb.DuckDBPyConnection, int], None] | None = None) -> duckdb.DuckDBPyConnection:
     """Open (and if needed initialise) a k25trace database. ``None`` means in-memory.
 
     A DuckDB file that is not k25trace's, or from a newer k25trace, is refused before anything is written to it;
-    one from an older k25trace is upgraded (read-only: refused with the command that upgrades it)."""
+    one from an older k25trace is upgraded by ``upgrade(con, version)`` (:func:`k25trace.pipeline.connect` passes
+    it); without ``upgrade``, or read-only, it is refused with the command that upgrades it."""
     if path is None:
         con = duckdb.connect(":memory:")
     else:
@@ -222,15 +228,14 @@ def connect(path: str | Path | None, *, read_only: bool = False, create: bool = 
             con.close()
             raise
         if version is not None and version < SCHEMA_VERSION:
+            if upgrade is None:
+                con.close()
+                raise K25Error(f"{path}: schema version {version} is older than this k25trace's ({SCHEMA_VERSION}): "
+                               f"run `k25trace steps --db {path}` once to upgrade it (it rebuilds the derived tables)")
             upgrade(con, version)
     if not read_only:
-        con.execute("begin transaction")
-        try:
+        with transaction(con):
             ensure_schema(con)
-            con.execute("commit")
-        except BaseException:
-            con.execute("rollback")
-            raise
     return con
 
 

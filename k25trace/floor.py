@@ -504,9 +504,9 @@ def allreduce(db_path: Path | None, sizes: str | None, count: int | None, batch_
 
     con = None
     if db_path is not None:
-        from k25trace import db
+        from k25trace import pipeline
 
-        con = db.connect(db_path)
+        con = pipeline.connect(db_path)
     specs: list[dict[str, Any]]
     if sizes:
         specs = [{"size_bytes": parse_size(s), "count": count or 122, "size_source": "given"}
@@ -554,10 +554,10 @@ def import_rows(files: tuple[Path, ...], db_path: Path) -> None:
 
     A bench run already in the database is skipped (same bench_run name), so importing twice adds nothing.
     """
-    from k25trace import db
+    from k25trace import pipeline
 
     batches = [(f, read_rows(f)) for f in files]  # every file checked before anything is written
-    con = db.connect(db_path)
+    con = pipeline.connect(db_path)
     try:
         ensure_table(con)
         for f, rows in batches:

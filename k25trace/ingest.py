@@ -207,7 +207,6 @@ class FileResult:
 class LoadOptions:
     keep_python: bool = False
     include_frontend: bool = False
-    analyze: bool = True  # classify + steps inside the file's transaction
     workers: int = field(default_factory=lambda: max(1, min(4, os.cpu_count() or 1)))  # decode processes for big files
     parallel_min_bytes: int = PARALLEL_MIN_BYTES  # files at least this large on disk go to the worker processes
 
@@ -1510,7 +1509,8 @@ class Loader:
     """Loads trace files into one database connection, one transaction per file."""
 
     def __init__(self, con: duckdb.DuckDBPyConnection, options: LoadOptions | None = None,
-                 progress: Callable[[int], None] | None = None) -> None:
+                 progress: Callable[[int], None] | None = None,
+                 after_file: Callable[[duckdb.DuckDBPyConnection, int], None] | None = None) -> None:
         self.con = con
         self.options = options or LoadOptions()
         self._executor: _Workers | None = None
@@ -1520,11 +1520,7 @@ class Loader:
         self.progress = progress or (lambda n: None)
         self.names: dict[str, int] = dict(con.execute("select name, name_id from kernel_names").fetchall())
         self.next_name_id = con.execute("select coalesce(max(name_id), 0) from kernel_names").fetchall()[0][0] + 1
-        if self.options.analyze:
-            from k25trace.classify import install_rules, load_rules
-
-            if not con.execute("select count(*) from kernel_rules").fetchall()[0][0]:  # type: ignore[index]
-                install_rules(con, load_rules())
+        self.after_file = after_file  # the later stages (k25trace.pipeline), inside the file's transaction
 
     def _known(self, sha: str) -> tuple[int, str] | None:
         rows = self.con.execute("select trace_id, path from traces where sha256 = ?", [sha]).fetchall()
@@ -1861,10 +1857,8 @@ class Loader:
         )
         if tf.capture_dir is not None:
             _record_capture(con, tf.capture_dir)
-        if self.options.analyze:
-            from k25trace.steps import analyze_trace
-
-            analyze_trace(con, trace_id)
+        if self.after_file is not None:
+            self.after_file(con, trace_id)
         return trace_id, warnings
 
 
@@ -1985,8 +1979,11 @@ def load_paths(
     *,
     on_result: Callable[[FileResult], None] | None = None,
     progress_factory: Callable[[list[TraceFile]], Any] | None = None,
+    after_file: Callable[[duckdb.DuckDBPyConnection, int], None] | None = None,
 ) -> tuple[list[FileResult], list[str]]:
-    """Load every trace under ``paths``; returns (per-file results, notes). Never raises for a bad file.
+    """Load every trace under ``paths`` into the event tables; returns (per-file results, notes). Never raises
+    for a bad file. ``after_file(con, trace_id)`` runs inside each file's transaction (the pipeline's later
+    stages: a failure there rolls the file back like a bad event would).
 
     Past a file-size limit (``ulimit -f``; CPython ignores SIGXFSZ) a write to the database fails and the file's
     transaction reports it; the shared-memory ring is not used under a limit smaller than its buffers."""
@@ -2002,7 +1999,7 @@ def load_paths(
     start_file: Callable[[TraceFile], None] = (lambda tf: None)
     if progress_ctx is not None:
         advance, start_file = progress_ctx.advance, progress_ctx.start_file
-    loader = Loader(con, options, progress=lambda n: advance(n))
+    loader = Loader(con, options, progress=lambda n: advance(n), after_file=after_file)
     try:
         if any(file_size(tf.path) >= options.parallel_min_bytes for tf in files):
             loader._workers()  # start the processes now: their imports overlap the hashing below
@@ -2017,17 +2014,6 @@ def load_paths(
         loader.close()
     if progress_ctx is not None:
         progress_ctx.close()
-    if options.analyze and any(r.status == "loaded" for r in results):
-        from k25trace import crossrank
-
-        try:
-            crossrank.build(con)
-        except (duckdb.Error, K25Error) as exc:
-            result = FileResult("cross-rank analysis", "failed", f"cross-rank analysis not rebuilt: {_db_problem(exc)} "
-                                "(the traces are loaded; `k25trace steps` rebuilds it)")
-            results.append(result)
-            if on_result:
-                on_result(result)
     return results, notes
 
 

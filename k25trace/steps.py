@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import duckdb
 
-from k25trace.db import run_query
+from k25trace.db import run_query, transaction
 
 DEFAULT_GAP_NS = 1_000_000  # idle gap that separates inferred steps (traces without step markers)
 
@@ -33,17 +33,10 @@ def build_steps(con: duckdb.DuckDBPyConnection, trace_id: int, *, gap_ns: int = 
 
 
 def rebuild(con: duckdb.DuckDBPyConnection, *, gap_ns: int = DEFAULT_GAP_NS) -> int:
-    """Rebuild the steps of every trace (after re-classification); returns the number of traces."""
+    """Rebuild the steps of every trace, one transaction per trace; returns the number of traces. The cross-rank
+    tables read the steps: :func:`k25trace.pipeline.rebuild` rebuilds both."""
     trace_ids = [row[0] for row in con.execute("select trace_id from traces order by trace_id").fetchall()]
     for trace_id in trace_ids:
-        con.execute("begin transaction")
-        try:
+        with transaction(con):
             build_steps(con, trace_id, gap_ns=gap_ns)
-            con.execute("commit")
-        except BaseException:
-            con.execute("rollback")
-            raise
-    from k25trace import crossrank
-
-    crossrank.build(con)
     return len(trace_ids)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from k25trace import db, ingest
+from k25trace import db, ingest, pipeline
 
 DATA = Path(__file__).parent / "data"
 TP2 = DATA / "h200x2-decode-loop"
@@ -23,7 +23,7 @@ def _build(path: Path, sources: list[Path]) -> Path:
     tmp = path.with_suffix(".building")
     tmp.unlink(missing_ok=True)
     con = db.connect(tmp)
-    results, _ = ingest.load_paths(con, sources)
+    results, _ = pipeline.load_paths(con, sources)
     con.close()
     assert results and all(r.status == "loaded" for r in results), [r.message for r in results]
     tmp.rename(path)

@@ -18,7 +18,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from k25trace import floor as bench, db, ingest  # noqa: E402
+from k25trace import db, floor as bench, ingest, pipeline  # noqa: E402
 from k25trace.synth import generate  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -33,7 +33,7 @@ def benched(tmp_path_factory: pytest.TempPathFactory):
                      delays=[(DELAYED_RANK, DELAY_US)], clock_offsets_us=[0.0, 250.0], seed=5)
     path = out / "run.duckdb"
     con = db.connect(path)
-    results, _ = ingest.load_paths(con, [out / "traces"])
+    results, _ = pipeline.load_paths(con, [out / "traces"])
     assert [r.status for r in results] == ["loaded", "loaded"], [r.message for r in results]
     con.close()
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
@@ -149,7 +149,7 @@ def test_floor_report_on_read_only_db_without_bench(tmp_path: Path) -> None:
                      empty_steps=0, seed=1)
     path = tmp_path / "plain.duckdb"
     con = db.connect(path)
-    ingest.load_paths(con, [tmp_path / "traces"])
+    pipeline.load_paths(con, [tmp_path / "traces"])
     con.close()
     con = db.connect(path, read_only=True)
     frame = bench.allreduce_floor(con, "decode")

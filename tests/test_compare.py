@@ -18,7 +18,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from k25trace import db, ingest, report, synth
+from k25trace import db, ingest, pipeline, report, synth
 from k25trace.compare import (CHANGED, Selection, Side, compare, holm, t_two_sided_p, top_kernels, verdict,
                               welch)
 from k25trace.errors import K25Error
@@ -36,7 +36,7 @@ NEW_RMS = synth.K_FUSED_ADD_RMS.replace("c10::BFloat16, 8>", "c10::BFloat16, 16>
 
 def load(path: Path, *sources: Path) -> Path:
     con = db.connect(path)
-    results, _ = ingest.load_paths(con, list(sources))
+    results, _ = pipeline.load_paths(con, list(sources))
     assert results and all(r.status == "loaded" for r in results), [(r.path, r.message) for r in results]
     con.close()
     return path

@@ -8,7 +8,7 @@ import polars as pl
 import pytest
 
 from helpers import HTA_RANK0, HTA_RANK1
-from k25trace import db, ingest, report
+from k25trace import db, ingest, pipeline, report
 from k25trace.synth import generate
 
 OFFSETS_US = [0.0, 412.25, -1333.5, 87.125]
@@ -24,7 +24,7 @@ def tp4(tmp_path_factory: pytest.TempPathFactory):
                      prefill=True, empty_steps=0, clock_offsets_us=OFFSETS_US,
                      delays=[(DELAYED_RANK, DELAY_US, sorted(DELAYED_STEPS))], seed=3)
     con = db.connect(out / "tp4.duckdb")
-    results, _ = ingest.load_paths(con, [out / "traces"])
+    results, _ = pipeline.load_paths(con, [out / "traces"])
     assert all(r.status == "loaded" for r in results)
     yield truth, con
     con.close()
@@ -86,7 +86,7 @@ def test_injected_delay_is_found(tp4) -> None:
 def test_real_two_rank_pair(tmp_path: Path) -> None:
     """The HTA two-rank training pair: no step markers, so collectives pair over the whole trace."""
     con = db.connect(tmp_path / "pair.duckdb")
-    ingest.load_paths(con, [HTA_RANK0, HTA_RANK1])
+    pipeline.load_paths(con, [HTA_RANK0, HTA_RANK1])
     runs = con.execute("select count(distinct run_id), count(*) from trace_runs").fetchall()[0]
     assert runs == (1, 2)
     offsets = dict(con.execute("select rank, paired_collectives from rank_offsets").fetchall())
@@ -111,7 +111,7 @@ def mixed(tmp_path_factory: pytest.TempPathFactory):
                      delays=[(LAUNCH_RANK, 200.0, None, [0]), (MID_RANK, 150.0, [1, 2, 5, 6], [5]),
                              (MID_RANK, 400.0, [3], [0]), (OFTEN_RANK, 2.0)], seed=11)
     con = db.connect(out / "mixed.duckdb")
-    results, _ = ingest.load_paths(con, [out / "traces"])
+    results, _ = pipeline.load_paths(con, [out / "traces"])
     assert all(r.status == "loaded" for r in results)
     yield truth, con
     con.close()
@@ -189,7 +189,7 @@ def test_call_site_of_the_mid_step_delay(mixed) -> None:
 def test_alignment_warning_on_the_real_pair_with_inconsistent_clocks(tmp_path: Path) -> None:
     """The HTA pair's clocks cannot be aligned (paired ends tens of ms apart): say so, with the figure."""
     con = db.connect(tmp_path / "pair.duckdb")
-    ingest.load_paths(con, [HTA_RANK0, HTA_RANK1])
+    pipeline.load_paths(con, [HTA_RANK0, HTA_RANK1])
     (row,) = con.execute("select alignment, residual_p90_us, unpaired_events from comm_alignment").fetchall()
     assert row[0] == "poor" and row[1] > 10_000 and row[2] == 0
     warnings = report.alignment_warnings(con)
@@ -212,9 +212,9 @@ def test_two_files_claiming_one_rank_are_kept_apart(tmp_path: Path) -> None:
     for f in [*(fixture / "graph").iterdir(), *(fixture / "eager").iterdir()]:
         shutil.copy(f, both / f.name)
     con = db.connect(tmp_path / "both.duckdb")
-    ingest.load_paths(con, [both])
+    pipeline.load_paths(con, [both])
     alone = db.connect(tmp_path / "alone.duckdb")
-    ingest.load_paths(alone, [fixture / "graph", fixture / "eager"])
+    pipeline.load_paths(alone, [fixture / "graph", fixture / "eager"])
     runs = con.execute("select run_id, count(*), count(distinct rank) from trace_runs group by all order by 1").fetchall()
     assert [(r.rsplit("#", 1)[1], n, ranks) for r, n, ranks in runs] == [("s1", 2, 2), ("s2", 2, 2)]
     warnings = report.run_warnings(con)

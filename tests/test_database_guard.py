@@ -10,7 +10,7 @@ import duckdb
 import pytest
 from click.testing import CliRunner
 
-from k25trace import db, ingest, report
+from k25trace import db, ingest, pipeline, report
 from k25trace.cli import cli
 from k25trace.errors import K25Error
 
@@ -59,7 +59,7 @@ def test_an_older_database_is_upgraded_and_reports_work(tmp_path: Path) -> None:
     """A version-1 file (before gpu_gaps, comm_alignment, trace_runs sessions): upgraded on the first write."""
     path = tmp_path / "old.duckdb"
     con = db.connect(path)
-    ingest.load_paths(con, [TRACE])
+    pipeline.load_paths(con, [TRACE])
     expected = report.breakdown(con, by="idle").to_dicts()
     con.execute("drop table gpu_gaps")
     con.execute("drop table comm_alignment")
@@ -68,7 +68,9 @@ def test_an_older_database_is_upgraded_and_reports_work(tmp_path: Path) -> None:
     con.close()
     with pytest.raises(K25Error, match="older than this k25trace.*k25trace steps --db"):
         db.connect(path, read_only=True)
-    con = db.connect(path)  # a write connection upgrades
+    with pytest.raises(K25Error, match="k25trace steps"):
+        db.connect(path)  # the storage layer alone refuses it ...
+    con = pipeline.connect(path)  # ... the pipeline's write connection upgrades
     assert con.execute("select value from meta where key = 'schema_version'").fetchone()[0] == str(db.SCHEMA_VERSION)
     assert report.breakdown(con, by="idle").to_dicts() == expected
     con.close()

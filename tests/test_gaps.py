@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from k25trace import db, ingest, report
+from k25trace import db, ingest, pipeline, report
 
 DATA = Path(__file__).parent / "data"
 GAPS = DATA / "h200-gaps"
@@ -52,7 +52,7 @@ def _raw(path: Path) -> dict:
 @pytest.fixture(scope="module")
 def con(tmp_path_factory: pytest.TempPathFactory):
     c = db.connect(tmp_path_factory.mktemp("gaps") / "gaps.duckdb")
-    results, _ = ingest.load_paths(c, [EAGER, GRAPH, SGLANG, B200])
+    results, _ = pipeline.load_paths(c, [EAGER, GRAPH, SGLANG, B200])
     assert [r.status for r in results] == ["loaded"] * 4, [r.message for r in results]
     yield c
     c.close()
@@ -203,7 +203,7 @@ async def test_the_tui_step_screen_flags_the_blocking_copy_step(tmp_path: Path) 
 
     path = tmp_path / "sg.duckdb"
     c = db.connect(path)
-    ingest.load_paths(c, [SGLANG])
+    pipeline.load_paths(c, [SGLANG])
     tid = c.execute("select trace_id from traces").fetchone()[0]
     c.close()
     app = K25TraceApp(path)

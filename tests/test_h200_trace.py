@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from k25trace import db, ingest, report
+from k25trace import db, ingest, pipeline, report
 
 FIXTURE = Path(__file__).parent / "data" / "h200-decode-loop"
 TRACE = next(FIXTURE.glob("dp0_pp0_tp0_dcp0_ep0_rank0.*.pt.trace.json.gz"))
@@ -25,7 +25,7 @@ MARKER = re.compile(r"^execute_context_0\(0\)_generation_(\d+)\((\d+)\)$")
 @pytest.fixture(scope="module")
 def loaded(tmp_path_factory: pytest.TempPathFactory):
     con = db.connect(tmp_path_factory.mktemp("h200") / "h200.duckdb")
-    results, _ = ingest.load_paths(con, [FIXTURE])
+    results, _ = pipeline.load_paths(con, [FIXTURE])
     assert [r.status for r in results] == ["loaded"], [r.message for r in results]
     yield con
     con.close()

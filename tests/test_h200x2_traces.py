@@ -21,7 +21,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from k25trace import floor as bench, db, ingest, report
+from k25trace import db, floor as bench, ingest, pipeline, report
 
 FIXTURE = Path(__file__).parent / "data" / "h200x2-decode-loop"
 MARKER = re.compile(r"^execute_context_0\(0\)_generation_(\d+)\((\d+)\)$")
@@ -78,7 +78,7 @@ def _truth(mode: str) -> dict:
 @pytest.fixture(scope="module")
 def loaded(tmp_path_factory: pytest.TempPathFactory):
     con = db.connect(tmp_path_factory.mktemp("h200x2") / "tp2.duckdb")
-    results, _ = ingest.load_paths(con, [FIXTURE / "graph", FIXTURE / "eager"])
+    results, _ = pipeline.load_paths(con, [FIXTURE / "graph", FIXTURE / "eager"])
     assert [r.status for r in results] == ["loaded"] * 4, [r.message for r in results]
     bench.ensure_table(con)
     for name in ("allreduce_bench_kimi.json", "allreduce_bench_sweep.json"):

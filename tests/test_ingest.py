@@ -11,14 +11,14 @@ from pathlib import Path
 import pytest
 
 from helpers import ALL_REAL, B200, HTA_NCCL, HTA_RANK0, HTA_RANK1, MI300X_FULL, expected_counts, expected_ns, read_exact
-from k25trace import db, ingest
+from k25trace import db, ingest, pipeline
 
 
 @pytest.fixture(scope="module")
 def loaded(tmp_path_factory: pytest.TempPathFactory):
     path = tmp_path_factory.mktemp("db") / "real.duckdb"
     con = db.connect(path)
-    results, _ = ingest.load_paths(con, ALL_REAL)
+    results, _ = pipeline.load_paths(con, ALL_REAL)
     assert [r.status for r in results] == ["loaded"] * len(ALL_REAL), [r.message for r in results]
     yield con, {Path(r.path).resolve(): r.trace_id for r in results}
     con.close()
@@ -125,11 +125,11 @@ def test_long_names_stored_once_with_short_name(loaded) -> None:
 
 def test_reload_is_idempotent(tmp_path: Path) -> None:
     con = db.connect(tmp_path / "x.duckdb")
-    first, _ = ingest.load_paths(con, [HTA_RANK0, HTA_RANK1])
+    first, _ = pipeline.load_paths(con, [HTA_RANK0, HTA_RANK1])
     before = con.execute("select count(*) from gpu_events").fetchall()[0][0]
     copy = tmp_path / "copy.json.gz"
     shutil.copy(HTA_RANK0, copy)
-    second, _ = ingest.load_paths(con, [HTA_RANK0, HTA_RANK1, copy])
+    second, _ = pipeline.load_paths(con, [HTA_RANK0, HTA_RANK1, copy])
     assert [r.status for r in first] == ["loaded", "loaded"]
     assert [r.status for r in second] == ["skipped", "skipped", "skipped"]
     assert con.execute("select count(*) from gpu_events").fetchall()[0][0] == before
@@ -143,7 +143,7 @@ def test_trace_files_are_only_read(tmp_path: Path) -> None:
     stat_before = copy.stat()
     digest = hashlib.sha256(copy.read_bytes()).hexdigest()
     con = db.connect(tmp_path / "x.duckdb")
-    (result,), _ = ingest.load_paths(con, [copy])
+    (result,), _ = pipeline.load_paths(con, [copy])
     assert result.status == "loaded"
     assert hashlib.sha256(copy.read_bytes()).hexdigest() == digest
     assert copy.stat().st_mtime_ns == stat_before.st_mtime_ns
@@ -152,7 +152,7 @@ def test_trace_files_are_only_read(tmp_path: Path) -> None:
 
 def test_python_functions_kept_with_flag(tmp_path: Path) -> None:
     con = db.connect(tmp_path / "x.duckdb")
-    ingest.load_paths(con, [B200], ingest.LoadOptions(keep_python=True))
+    pipeline.load_paths(con, [B200], ingest.LoadOptions(keep_python=True))
     expected = expected_counts(read_exact(B200))["python_function"]
     assert con.execute("select count(*) from python_functions").fetchall()[0][0] == expected > 0
 
@@ -201,7 +201,7 @@ def bad_files(tmp_path: Path) -> dict[str, Path]:
 def test_bad_input_fails_alone_with_a_clear_message(tmp_path: Path, bad_files: dict[str, Path], case: str) -> None:
     con = db.connect(tmp_path / "x.duckdb")
     bad = bad_files[case]
-    results, _ = ingest.load_paths(con, [HTA_RANK0, bad, HTA_RANK1])
+    results, _ = pipeline.load_paths(con, [HTA_RANK0, bad, HTA_RANK1])
     statuses = [r.status for r in results]
     assert statuses == ["loaded", "failed", "loaded"], [r.message for r in results]
     message = results[1].message
@@ -234,7 +234,7 @@ def test_no_gpu_events_unknown_categories_and_non_ascii(tmp_path: Path) -> None:
 
     cpu_only = _write_gz(tmp_path / "cpu.json.gz", json.dumps(trace, ensure_ascii=False).encode())
     con = db.connect(tmp_path / "x.duckdb")
-    (result,), _ = ingest.load_paths(con, [cpu_only])
+    (result,), _ = pipeline.load_paths(con, [cpu_only])
     assert result.status == "loaded"
     assert any("no GPU events" in w for w in result.warnings)
     assert any("mystery_cat" in w for w in result.warnings)
@@ -266,7 +266,7 @@ def test_capture_directory_levels_and_invalid_files(tmp_path: Path) -> None:
                    {"path": "c64/" + bad.name, "valid": False, "problem": "truncated gzip"}]}]}
     (cap / "manifest.json").write_text(json.dumps(manifest))
     con = db.connect(tmp_path / "x.duckdb")
-    results, notes = ingest.load_paths(con, [cap])
+    results, notes = pipeline.load_paths(con, [cap])
     assert [r.status for r in results] == ["loaded", "loaded"]
     assert any("marks it invalid" in n and bad.name in n for n in notes)
     assert con.execute("select level, concurrency from traces order by concurrency").fetchall() == [("c1", 1), ("c64", 64)]
@@ -281,9 +281,9 @@ def test_worker_processes_give_the_same_rows_and_isolate_bad_files(tmp_path: Pat
     bad.write_bytes(B200.read_bytes()[:300_000])
     files = [B200, bad, HTA_NCCL] if many else [B200]
     serial = db.connect(tmp_path / "serial.duckdb")
-    ingest.load_paths(serial, files, ingest.LoadOptions(workers=1))
+    pipeline.load_paths(serial, files, ingest.LoadOptions(workers=1))
     parallel = db.connect(tmp_path / "parallel.duckdb")
-    results, _ = ingest.load_paths(parallel, files, ingest.LoadOptions(workers=2, parallel_min_bytes=1))
+    results, _ = pipeline.load_paths(parallel, files, ingest.LoadOptions(workers=2, parallel_min_bytes=1))
     if many:
         assert [r.status for r in results] == ["loaded", "failed", "loaded"]
         assert "truncated gzip" in results[1].message and str(bad) in results[1].message

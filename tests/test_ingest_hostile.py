@@ -24,7 +24,7 @@ import duckdb
 import pytest
 
 from helpers import B200, HTA_NCCL, HTA_RANK0, HTA_RANK1, SGLANG, expected_ns
-from k25trace import db, ingest
+from k25trace import db, ingest, pipeline
 
 DATA = Path(__file__).parent / "data" / "hostile-ingest"
 ROOT = Path(__file__).resolve().parent.parent
@@ -73,7 +73,7 @@ def test_valid_json_with_a_false_boundary_loads_exactly(tmp_path: Path, name: st
     """`}, {` inside a string, inside a nested list, or in metadata after traceEvents is no event boundary."""
     path = DATA / f"{name}.pt.trace.json"
     con = _connect(tmp_path)
-    results, _ = ingest.load_paths(con, [path, HTA_RANK0], options)
+    results, _ = pipeline.load_paths(con, [path, HTA_RANK0], options)
     assert [r.status for r in results] == ["loaded", "loaded"], [r.message for r in results]
     trace = _read(path)
     tid = results[0].trace_id
@@ -103,7 +103,7 @@ def test_invalid_json_names_the_real_event_and_byte(tmp_path: Path, options: ing
     path = DATA / "invalid-at-event-3.pt.trace.json"
     assert path.read_bytes()[410:412] == b",,"
     con = _connect(tmp_path)
-    results, _ = ingest.load_paths(con, [HTA_RANK0, path, HTA_RANK1], options)
+    results, _ = pipeline.load_paths(con, [HTA_RANK0, path, HTA_RANK1], options)
     assert [r.status for r in results] == ["loaded", "failed", "loaded"]
     assert results[1].message == (f"{path}: invalid JSON in traceEvents at event 3 (byte 411 of the decompressed "
                                   "JSON): JSON is malformed: object keys must be strings")
@@ -116,7 +116,7 @@ def test_truncated_json_names_the_event_it_ends_in(tmp_path: Path, options: inge
     path = tmp_path / "cut.pt.trace.json.gz"
     path.write_bytes(gzip.compress(text[:cut]))
     con = _connect(tmp_path)
-    results, _ = ingest.load_paths(con, [path, HTA_RANK0], options)
+    results, _ = pipeline.load_paths(con, [path, HTA_RANK0], options)
     assert [r.status for r in results] == ["failed", "loaded"]
     assert results[0].message == (f"{path}: truncated JSON: the file ends inside traceEvents at event 3 (byte {cut:,} "
                                   "of the decompressed JSON) (the writer may still be running, or was killed)")
@@ -159,7 +159,7 @@ def test_tricky_trace_at_any_block_size(tmp_path: Path, monkeypatch: pytest.Monk
     if mode == "parallel-always-guessing":
         monkeypatch.setattr(ingest, "FAST_MISSES", 10**9)
     con = _connect(tmp_path)
-    (result,), _ = ingest.load_paths(con, [path], SERIAL if mode == "serial" else PARALLEL)
+    (result,), _ = pipeline.load_paths(con, [path], SERIAL if mode == "serial" else PARALLEL)
     assert result.status == "loaded", result.message
     assert _stored(con) == _expected(json.loads(json.dumps(trace), parse_float=Decimal))
     assert con.execute("select device_count, event_count from traces").fetchall() == [(2, 300)]
@@ -174,7 +174,7 @@ def test_an_event_larger_than_a_ring_buffer_loads(tmp_path: Path, monkeypatch: p
     path = tmp_path / "big-event.pt.trace.json"
     path.write_text(json.dumps(trace))
     con = _connect(tmp_path)
-    (result,), _ = ingest.load_paths(con, [path], PARALLEL)
+    (result,), _ = pipeline.load_paths(con, [path], PARALLEL)
     assert result.status == "loaded", result.message
     assert _stored(con) == _expected(json.loads(path.read_text(), parse_float=Decimal))
 
@@ -186,7 +186,7 @@ def test_an_event_larger_than_a_ring_buffer_loads(tmp_path: Path, monkeypatch: p
 def test_args_nested_1000_deep_load_and_deeper_fail_alone(tmp_path: Path, options: ingest.LoadOptions) -> None:
     deep1000, deep3000 = DATA / "deep-args-1000.pt.trace.json", DATA / "deep-args-3000.pt.trace.json"
     con = _connect(tmp_path)
-    results, _ = ingest.load_paths(con, [deep1000, deep3000, HTA_RANK0], options)
+    results, _ = pipeline.load_paths(con, [deep1000, deep3000, HTA_RANK0], options)
     assert [r.status for r in results] == ["loaded", "failed", "loaded"], [r.message for r in results]
     assert results[1].message.startswith(f"{deep3000}: an event nested deeper than 1,024 levels at event 1 (byte ")
     assert results[1].message.endswith("of the decompressed JSON): not loaded")
@@ -203,7 +203,7 @@ def test_deep_metadata_is_stored_or_reported(tmp_path: Path, depth: int) -> None
     path = tmp_path / "deepmeta.pt.trace.json"
     path.write_text(text)
     con = _connect(tmp_path)
-    results, _ = ingest.load_paths(con, [path, HTA_RANK0])
+    results, _ = pipeline.load_paths(con, [path, HTA_RANK0])
     assert [r.status for r in results] == ["failed" if depth > 1024 else "loaded", "loaded"], results[0].message
     metadata = con.execute("select metadata from traces where file_name = ?", [path.name]).fetchall()
     if depth == 600:
@@ -229,7 +229,7 @@ def test_nan_infinity_and_huge_times_are_skipped_never_wrapped(tmp_path: Path, n
                                                                options: ingest.LoadOptions) -> None:
     path = DATA / f"{name}.pt.trace.json"
     con = _connect(tmp_path)
-    results, _ = ingest.load_paths(con, [path, HTA_RANK0], options)
+    results, _ = pipeline.load_paths(con, [path, HTA_RANK0], options)
     assert [r.status for r in results] == ["loaded", "loaded"], [r.message for r in results]
     warning = [w for w in results[0].warnings if "no time" in w]
     assert warning == [f"{path}: skipped {bad} event(s) whose ts or dur is no time (NaN, Infinity, or beyond 64-bit "
@@ -251,7 +251,7 @@ def test_a_base_time_that_is_no_time_rejects_the_file(tmp_path: Path) -> None:
     path.write_text('{"baseTimeNanoseconds": 1e300, "traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", '
                     '"pid": 1, "tid": 1, "ts": 1, "dur": 1}]}')
     con = _connect(tmp_path)
-    results, _ = ingest.load_paths(con, [path, HTA_RANK0])
+    results, _ = pipeline.load_paths(con, [path, HTA_RANK0])
     assert [r.status for r in results] == ["failed", "loaded"]
     assert results[0].message == f"{path}: baseTimeNanoseconds is 1e+300: not a time in ns"
 
@@ -262,7 +262,7 @@ def test_a_base_time_that_is_no_time_rejects_the_file(tmp_path: Path) -> None:
 def test_negative_durations_long_kernels_and_duplicates_are_reported(tmp_path: Path) -> None:
     path = DATA / "negative-long-duplicate.pt.trace.json"
     con = _connect(tmp_path)
-    (result,), _ = ingest.load_paths(con, [path])
+    (result,), _ = pipeline.load_paths(con, [path])
     assert result.status == "loaded"
     assert result.warnings == [
         f"{path}: skipped 2 event(s) with a negative duration: 1 GPU activity, 1 CPU op",
@@ -284,7 +284,7 @@ def test_negative_durations_long_kernels_and_duplicates_are_reported(tmp_path: P
 def test_kernels_without_ts_are_not_called_a_cpu_only_trace(tmp_path: Path) -> None:
     path = DATA / "kernels-without-ts.pt.trace.json"
     con = _connect(tmp_path)
-    (result,), _ = ingest.load_paths(con, [path])
+    (result,), _ = pipeline.load_paths(con, [path])
     assert result.status == "loaded"
     assert result.warnings == [f"{path}: no GPU events stored: its 3 kernel/memcpy/memset event(s) have no ts; "
                                "loaded its CPU events"]
@@ -293,7 +293,7 @@ def test_kernels_without_ts_are_not_called_a_cpu_only_trace(tmp_path: Path) -> N
 
 def test_real_traces_have_no_duplicates_dropped(tmp_path: Path) -> None:
     con = _connect(tmp_path)
-    results, _ = ingest.load_paths(con, [B200, HTA_NCCL, SGLANG])
+    results, _ = pipeline.load_paths(con, [B200, HTA_NCCL, SGLANG])
     assert [r.status for r in results] == ["loaded"] * 3
     assert not any("duplicate" in w for r in results for w in r.warnings)
 
@@ -333,7 +333,7 @@ def test_an_unreadable_subdirectory_is_an_error(tmp_path: Path) -> None:
         except PermissionError:
             pass
         con = db.connect(Path({str(tmp_path / 'x.duckdb')!r}))
-        results, _ = ingest.load_paths(con, [Path({str(run)!r})])
+        results, _ = pipeline.load_paths(con, [Path({str(run)!r})])
         for r in results:
             print(r.status, r.message)
     """)
@@ -362,7 +362,7 @@ def test_rank_from_distributed_info_file_name_or_default(tmp_path: Path) -> None
         text = src.read_text().replace('"gemm_kernel"', f'"gemm_{path.name[:6]}"')  # distinct contents
         path.write_text(text)
     con = _connect(tmp_path)
-    results, _ = ingest.load_paths(con, [vllm, older, single, HTA_RANK1])
+    results, _ = pipeline.load_paths(con, [vllm, older, single, HTA_RANK1])
     assert [r.status for r in results] == ["loaded"] * 4
     rows = con.execute("select file_name, rank, world_size, rank_source from traces order by trace_id").fetchall()
     assert rows == [
@@ -383,7 +383,7 @@ def test_an_older_database_gets_the_rank_source_column(tmp_path: Path) -> None:
     con.execute("alter table traces drop column rank_source")
     con.close()
     con = db.connect(path)
-    (result,), _ = ingest.load_paths(con, [DATA / "no-distributed-info.json"])
+    (result,), _ = pipeline.load_paths(con, [DATA / "no-distributed-info.json"])
     assert result.status == "loaded", result.message
     assert con.execute("select rank, world_size, rank_source from traces").fetchall() == [(0, 1, "default")]
 
@@ -397,7 +397,7 @@ def test_a_file_name_that_is_not_utf8_loads(tmp_path: Path) -> None:
     odd = Path(os.fsdecode(os.fsencode(str(folder)) + b"/trace-\xff\xfe.pt.trace.json"))
     shutil.copy(DATA / "no-distributed-info.json", odd)
     con = _connect(tmp_path)
-    results, _ = ingest.load_paths(con, [folder])
+    results, _ = pipeline.load_paths(con, [folder])
     assert [r.status for r in results] == ["loaded"], [r.message for r in results]
     shown = str(folder) + "/trace-\ufffd\ufffd.pt.trace.json"
     assert results[0].path == shown
@@ -441,7 +441,7 @@ def test_the_stored_hash_is_of_the_bytes_read(tmp_path: Path, monkeypatch: pytes
     assert first.status == "loaded", first.message
     assert any("changed while it was read" in w for w in first.warnings)
     assert con.execute("select sha256, file_size from traces").fetchall() == [(hashlib.sha256(whole).hexdigest(), len(whole))]
-    (again,), _ = ingest.load_paths(con, [path])
+    (again,), _ = pipeline.load_paths(con, [path])
     assert again.status == "skipped", again.message
     assert con.execute("select count(*) from traces").fetchall() == [(1,)]
 
@@ -451,10 +451,10 @@ def test_a_file_read_while_half_written_is_not_stored(tmp_path: Path) -> None:
     path = tmp_path / "half.pt.trace.json.gz"
     path.write_bytes(whole[: len(whole) // 2])
     con = _connect(tmp_path)
-    (result,), _ = ingest.load_paths(con, [path])
+    (result,), _ = pipeline.load_paths(con, [path])
     assert result.status == "failed" and "truncated gzip" in result.message
     path.write_bytes(whole)
-    (result,), _ = ingest.load_paths(con, [path])
+    (result,), _ = pipeline.load_paths(con, [path])
     assert result.status == "loaded"
     assert con.execute("select count(*) from traces").fetchall() == [(1,)]
 
@@ -478,7 +478,7 @@ KILL_SCRIPT = textwrap.dedent("""
                 pass
 
         con = db.connect(Path(sys.argv[1]))
-        ingest.load_paths(con, [Path(p) for p in sys.argv[2:]], ingest.LoadOptions(workers=2, parallel_min_bytes=1),
+        pipeline.load_paths(con, [Path(p) for p in sys.argv[2:]], ingest.LoadOptions(workers=2, parallel_min_bytes=1),
                           progress_factory=lambda files: Pause())
 
     if __name__ == "__main__":
@@ -549,7 +549,7 @@ def test_killing_a_load_leaves_no_process_and_no_shared_memory(tmp_path: Path, s
     con = db.connect(dbfile)
     assert con.execute("select count(*) from traces").fetchall() == [(0,)]  # no half-loaded trace
     assert con.execute("select count(*) from gpu_events").fetchall() == [(0,)]
-    results, _ = ingest.load_paths(con, traces, PARALLEL)
+    results, _ = pipeline.load_paths(con, traces, PARALLEL)
     assert [r.status for r in results] == ["loaded"] * len(traces)
 
 
@@ -568,7 +568,7 @@ def test_workers_end_with_a_parent_that_is_killed_while_they_decode(tmp_path: Pa
             con = db.connect(Path(sys.argv[1]))
             while True:
                 con.execute("delete from traces")
-                ingest.load_paths(con, [Path(sys.argv[2])], ingest.LoadOptions(workers=2, parallel_min_bytes=1))
+                pipeline.load_paths(con, [Path(sys.argv[2])], ingest.LoadOptions(workers=2, parallel_min_bytes=1))
                 print("LOADED", flush=True)
         if __name__ == "__main__":
             main()
@@ -606,7 +606,7 @@ FSIZE_SCRIPT = textwrap.dedent("""
         from k25trace import db, ingest
 
         con = db.connect(Path(sys.argv[2]))
-        results, _ = ingest.load_paths(con, [Path(p) for p in sys.argv[3:]],
+        results, _ = pipeline.load_paths(con, [Path(p) for p in sys.argv[3:]],
                                        ingest.LoadOptions(workers=2, parallel_min_bytes=1))
         for r in results:
             print(r.status, r.message, flush=True)
@@ -643,7 +643,7 @@ def test_a_database_write_past_the_file_size_limit_fails_cleanly(tmp_path: Path)
     con = db.connect(dbfile)  # opens; holds SGLANG whole and nothing of B200
     assert con.execute("select file_name, gpu_event_count from traces").fetchall() == [(SGLANG.name, 558)]
     assert con.execute("select count(*) from gpu_events").fetchall() == [(558,)]
-    results, _ = ingest.load_paths(con, [B200, SGLANG])
+    results, _ = pipeline.load_paths(con, [B200, SGLANG])
     assert [r.status for r in results] == ["loaded", "skipped"]
 
 
@@ -680,5 +680,5 @@ def test_disk_full_at_commit_is_one_clean_error_and_the_rest_still_loads(tmp_pat
     assert len(rows) == len(files) - len(errors)
     for trace_id, gpu_n in rows:
         assert con.execute("select count(*) from gpu_events where trace_id = ?", [trace_id]).fetchall() == [(gpu_n,)]
-    results, _ = ingest.load_paths(con, files)
+    results, _ = pipeline.load_paths(con, files)
     assert sorted(r.status for r in results) == sorted(["loaded"] * len(errors) + ["skipped"] * len(rows))

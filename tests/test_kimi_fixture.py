@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from k25trace import db, ingest, report
+from k25trace import db, ingest, pipeline, report
 from k25trace.synth import generate
 
 
@@ -20,7 +20,7 @@ def kimi(tmp_path_factory: pytest.TempPathFactory):
     truth = generate(out / "traces", ranks=2, batch_sizes=(1, 8, 64), steps_per_batch=3, layers=6, first_k_dense=1,
                      prefill=True, empty_steps=1, seed=7)
     con = db.connect(out / "kimi.duckdb")
-    results, _ = ingest.load_paths(con, [out / "traces"])
+    results, _ = pipeline.load_paths(con, [out / "traces"])
     assert [r.status for r in results] == ["loaded", "loaded"], [r.message for r in results]
     yield truth, con
     con.close()

@@ -300,12 +300,13 @@ def test_sql_file_stdin_and_argument_not_utf8(empty_db: Path) -> None:
 @pytest.fixture(scope="module")
 def traces_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Two small real traces (two step rebuilds: an interrupt can fall between them)."""
-    from k25trace.cli import run_load
+    from k25trace import pipeline
 
     path = tmp_path_factory.mktemp("ctrl-c") / "two.duckdb"
-    con, failed = run_load(path, [MI300X_FULL, SGLANG], quiet=True)
+    con = pipeline.connect(path)
+    results, _ = pipeline.load_paths(con, [MI300X_FULL, SGLANG])
     con.close()
-    assert failed == 0
+    assert [r.status for r in results] == ["loaded", "loaded"]
     return path
 
 

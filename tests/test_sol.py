@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from helpers import B200, DATA, MI300X_FULL, MI300X_PIECEWISE
-from k25trace import floor as bench, db, ingest, models, sol
+from k25trace import db, floor as bench, ingest, models, pipeline, sol
 from k25trace.cli import cli
 from k25trace.errors import K25Error
 
@@ -28,7 +28,7 @@ H200_HBM, H200_BF16 = 4800.0, 989.4  # queries/device_peaks.csv, H200 SXM row
 
 def _load(path: Path, *paths: Path) -> db.duckdb.DuckDBPyConnection:
     con = db.connect(path)
-    results, _ = ingest.load_paths(con, list(paths))
+    results, _ = pipeline.load_paths(con, list(paths))
     assert all(r.status == "loaded" for r in results), [r.message for r in results]
     return con
 

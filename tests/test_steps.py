@@ -7,13 +7,13 @@ from pathlib import Path
 import pytest
 
 from helpers import ALL_REAL, B200, HTA_RANK0, MI300X_FULL, MI300X_PIECEWISE, SGLANG, read_exact
-from k25trace import db, ingest, report
+from k25trace import db, ingest, pipeline, report
 
 
 @pytest.fixture(scope="module")
 def con(tmp_path_factory: pytest.TempPathFactory):
     connection = db.connect(tmp_path_factory.mktemp("steps") / "steps.duckdb")
-    results, _ = ingest.load_paths(connection, ALL_REAL)
+    results, _ = pipeline.load_paths(connection, ALL_REAL)
     assert all(r.status == "loaded" for r in results)
     yield connection
     connection.close()
@@ -171,7 +171,7 @@ def test_marker_forms(tmp_path: Path, marker: str, expected: tuple) -> None:
     path = tmp_path / "t.json.gz"
     path.write_bytes(gzip.compress(json.dumps(trace).encode()))
     con = db.connect(tmp_path / "m.duckdb")
-    ingest.load_paths(con, [path])
+    pipeline.load_paths(con, [path])
     row = con.execute("select phase, ctx_reqs, ctx_tokens, gen_reqs, gen_tokens, batch_size, is_spec_decode, kernel_count, is_empty "
                       "from steps").fetchall()
     assert len(row) == 1

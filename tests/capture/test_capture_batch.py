@@ -201,7 +201,7 @@ REAL = [DATA / "h200-decode-loop" / "dp0_pp0_tp0_dcp0_ep0_rank0.1795944186026241
 
 def test_scan_agrees_with_the_loaders_steps_table(tmp_path):
     """What capture records per file is what `k25trace load` will find: the same decode batches."""
-    from k25trace import db, ingest
+    from k25trace import db, pipeline
 
     synthetic = _gz(tmp_path / "forms.json.gz", trace_bytes(0, 1, 10, markers=[m for m, _ in FORMS]))
     files = []
@@ -210,7 +210,7 @@ def test_scan_agrees_with_the_loaders_steps_table(tmp_path):
         shutil.copy(src, dst)
         files.append(dst)
     con = db.connect(tmp_path / "x.duckdb")
-    results, _ = ingest.load_paths(con, files)
+    results, _ = pipeline.load_paths(con, files)
     assert [r.status for r in results] == ["loaded"] * len(files)
     for path in files:
         rows = con.execute("select s.batch_size, count(*) from steps s join traces t using (trace_id) "

@@ -213,7 +213,7 @@ LOAD_SHAPES = {
 @pytest.mark.parametrize("shape", list(LOAD_SHAPES))
 def test_load_of_a_damaged_capture_still_loads_its_traces(tmp_path, shape):
     from fakevllm import write_trace
-    from k25trace import db, ingest
+    from k25trace import db, pipeline
 
     cap = tmp_path / "cap"
     (cap / "c2").mkdir(parents=True)
@@ -221,7 +221,7 @@ def test_load_of_a_damaged_capture_still_loads_its_traces(tmp_path, shape):
     write_trace(cap / "c2" / "rank1.2.pt.trace.json.gz", 1, 2)
     _write(cap, LOAD_SHAPES[shape])
     con = db.connect(tmp_path / "x.duckdb")
-    results, notes = ingest.load_paths(con, [cap])
+    results, notes = pipeline.load_paths(con, [cap])
     assert [r.status for r in results] == ["loaded", "loaded"], [(r.status, r.message) for r in results]
     assert any(str(cap / "manifest.json") in n and "damaged" in n for n in notes), notes
     assert con.execute("select count(*) from traces").fetchone()[0] == 2

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from k25trace import db, ingest
+from k25trace import db, ingest, pipeline
 from k25trace.tui.app import K25TraceApp
 from k25trace.tui.screens.comm import CommScreen
 
@@ -22,7 +22,7 @@ GRAPH = Path(__file__).resolve().parent.parent / "data" / "h200x2-decode-loop" /
 def tp2_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("comm") / "tp2.duckdb"
     con = db.connect(path)
-    results, _ = ingest.load_paths(con, [GRAPH])
+    results, _ = pipeline.load_paths(con, [GRAPH])
     assert [r.status for r in results] == ["loaded", "loaded"]
     con.close()
     return path

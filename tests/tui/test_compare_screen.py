@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from k25trace import db, ingest, synth
+from k25trace import db, ingest, pipeline, synth
 from k25trace.tui.app import K25TraceApp
 from k25trace.tui.screens.compare import CompareScreen
 from k25trace.tui.screens.help import HelpScreen
@@ -32,7 +32,7 @@ def runs_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
         folders.append(root / name)
     path = root / "runs.duckdb"
     con = db.connect(path)
-    results, _ = ingest.load_paths(con, folders)
+    results, _ = pipeline.load_paths(con, folders)
     assert [r.status for r in results] == ["loaded"] * 6
     con.close()
     return path
