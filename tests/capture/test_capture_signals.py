@@ -17,7 +17,7 @@ from manifest_shape import check_shape
 
 
 def _spawn(s, out, *extra):
-    cmd = [sys.executable, "-m", "capture", "--url", s.url, "--trace-dir", str(s.trace_dir), "--out", str(out),
+    cmd = [sys.executable, "-m", "k25trace.capture", "--url", s.url, "--trace-dir", str(s.trace_dir), "--out", str(out),
            "--concurrency", "4", "--prompt-tokens", "4", "--max-tokens", "1000", "--warmup", "0", *extra]
     return subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=dict(os.environ, PYTHONPATH=str(ROOT)))

@@ -34,7 +34,7 @@ def _decode_batches(doc: dict) -> dict[str, int]:
 
 def test_capture_two_levels_against_real_vllm(vllm_server, tmp_path):
     out = tmp_path / "cap"
-    cmd = [sys.executable, "-m", "capture", "--url", vllm_server["url"], "--trace-dir", str(vllm_server["trace_dir"]),
+    cmd = [sys.executable, "-m", "k25trace.capture", "--url", vllm_server["url"], "--trace-dir", str(vllm_server["trace_dir"]),
            "--out", str(out), "--concurrency", "1,4", "--prompt-tokens", "16", "--max-tokens", str(TOKENS),
            "--warmup", "1", "--name", "e2e", "--file-timeout", "120"]
     r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600,
@@ -113,7 +113,7 @@ def test_409_against_real_vllm_leaves_the_other_session_alone(vllm_server, tmp_p
     u = vllm_server["url"]
     assert httpx.post(u + "/start_profile", json={"profile_prefix": "someoneelse"}, timeout=60).status_code == 200
     try:
-        cmd = [sys.executable, "-m", "capture", "--url", u, "--trace-dir", str(vllm_server["trace_dir"]),
+        cmd = [sys.executable, "-m", "k25trace.capture", "--url", u, "--trace-dir", str(vllm_server["trace_dir"]),
                "--out", str(tmp_path / "cap"), "--concurrency", "1", "--prompt-tokens", "8", "--max-tokens", "2",
                "--warmup", "0"]
         r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300,
