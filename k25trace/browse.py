@@ -22,6 +22,7 @@ import polars as pl
 from k25trace import report
 from k25trace.db import fetch_frame, get_query, named_queries, query_frame
 from k25trace.errors import K25Error, QueryError
+from k25trace.vocab import PHASES, check_phase
 
 KERNEL_PAGE = 100
 """GPU activities of a step fetched per page (a prefill step can have tens of thousands)."""
@@ -32,7 +33,8 @@ STEP_ROW_CAP = 2000
 SQL_ROW_CAP = 1000
 """Rows of an ad-hoc query shown at most (one more is fetched to know there are more)."""
 
-PHASE_FILTERS = ("all", "decode", "prefill", "mixed", "unknown", "empty")
+PHASE_FILTERS = PHASES
+"""The TUI's phase filter cycles through these (:data:`k25trace.vocab.PHASES`)."""
 
 
 @dataclass(frozen=True)
@@ -141,9 +143,7 @@ def call_sites(con: duckdb.DuckDBPyConnection, run_id: str, batch_size: int | No
 def steps(con: duckdb.DuckDBPyConnection, trace_id: int, *, phase: str = "all",
           batch_size: int | None = None) -> pl.DataFrame:
     """The steps of one trace (rank), optionally one phase and one batch size, in step order."""
-    if phase not in PHASE_FILTERS:
-        raise K25Error(f"unknown phase {phase!r}; one of {', '.join(PHASE_FILTERS)}")
-    return query_frame(con, "browse_steps", {"trace_id": trace_id, "phase": phase, "batch_size": batch_size})
+    return query_frame(con, "browse_steps", {"trace_id": trace_id, "phase": check_phase(phase), "batch_size": batch_size})
 
 
 def batch_sizes(step_frame: pl.DataFrame) -> list[int]:

@@ -16,6 +16,7 @@ from rich.console import Console
 
 from k25trace import __version__
 from k25trace.errors import K25Error
+from k25trace.vocab import ALL, COMPARE_MATCHES, COMPARE_TABLES, FORMATS, PHASES, VIEW_HELP, VIEWS
 
 err = Console(stderr=True, highlight=False)
 
@@ -24,7 +25,7 @@ db_option = click.option(
     help="The k25trace DuckDB database file.",
 )
 format_option = click.option(
-    "--format", "fmt", type=click.Choice(["table", "csv", "json", "markdown"]), default=None,
+    "--format", "fmt", type=click.Choice(FORMATS), default=None,
     help="Output format (default: table on a terminal, csv otherwise).",
 )
 
@@ -298,22 +299,10 @@ def _read_utf8(read: Any, source: str) -> str:
 
 @cli.command()
 @db_option
-@click.option("--phase", type=click.Choice(["decode", "prefill", "mixed", "empty", "unknown", "all"]), default=None,
+@click.option("--phase", type=click.Choice(PHASES), default=None,
               help="Steps to report (default: decode; when no trace has step markers, the inferred steps).")
-@click.option("--by", "by", type=click.Choice(["batch", "category", "step", "rank", "kernel", "idle", "timeline", "comm", "comm-site", "comm-bw", "rank-comm", "floor", "roofline", "sol"]),
-              default="batch", show_default=True,
-              help="batch: per batch size (and capture level); category: all steps together; step: one line per step; "
-                   "rank: per rank (with the collective wait/transfer split on a terminal); kernel: the top kernels; "
-                   "idle: why the GPU is idle (host-bound, sync, launch overhead, device-bound; between steps); "
-                   "timeline: one line per step, the whole GPU timeline accounted for, suspicious steps flagged; "
-                   "comm: collectives across ranks (transfer vs wait, launch vs GPU wait, skew, the straggler = the rank "
-                   "causing the most wait); comm-site: per call site (k-th collective of a step): wait, late rank; "
-                   "comm-bw: bus bandwidth of the observed transfers per message size, beside the bench floor; "
-                   "rank-comm: per rank wait suffered and caused, lateness; "
-                   "floor: observed AllReduce per step against the `k25trace bench allreduce` floor (efficiency); "
-                   "roofline: each op with recorded shapes against the GPU's peaks (TFLOP/s, GB/s, % of peak, "
-                   "compute- or memory-bound), unmodelled ops named; "
-                   "sol: each decode step against its lower bound from --model-config (weights, KV cache, all-reduce).")
+@click.option("--by", "by", type=click.Choice(VIEWS), default="batch", show_default=True,
+              help="; ".join(f"{view}: {what}" for view, what in VIEW_HELP.items()) + ".")
 @click.option("--peaks", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="Device peaks CSV (columns of queries/device_peaks.csv), tried before the built-in peaks.")
 @click.option("--model-config", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
@@ -425,13 +414,12 @@ def _is_trace_path(path: Path) -> bool:
 @click.option("--a", "select_a", multiple=True, metavar="KEY=VALUE",
               help="What side A holds: run=ID|LABEL|PART, level=NAME, trace=ID[,ID], rank=N, batch=N (repeatable).")
 @click.option("--b", "select_b", multiple=True, metavar="KEY=VALUE", help="What side B holds (as --a).")
-@click.option("--by", type=click.Choice(["all", "category", "kernel", "step", "comm", "macro"]), default=None,
+@click.option("--by", type=click.Choice((ALL, *COMPARE_TABLES)), default=None,
               help="The table to print (default: all of them with the verdict; category with --format csv).")
-@click.option("--match", type=click.Choice(["auto", "batch", "level", "side"]), default="auto", show_default=True,
+@click.option("--match", type=click.Choice(COMPARE_MATCHES), default="auto", show_default=True,
               help="Pair steps by phase and batch size, by capture level, or each side's selection as one group "
                    "(auto: side when --a and --b pick different batch sizes or levels, else batch).")
-@click.option("--phase", type=click.Choice(["decode", "prefill", "mixed", "empty", "unknown", "all"]), default="decode",
-              show_default=True, help="Steps to compare.")
+@click.option("--phase", type=click.Choice(PHASES), default="decode", show_default=True, help="Steps to compare.")
 @click.option("--alpha", type=float, default=0.05, show_default=True,
               help="Significance level of the Holm-adjusted Welch t-test.")
 @click.option("--min-change", type=float, default=5.0, show_default=True,

@@ -29,6 +29,8 @@ from typing import Any
 
 import click
 
+from k25trace.vocab import FORMATS, PHASES
+
 ALLREDUCE_BENCH_DDL = """
 create table if not exists allreduce_bench (
     bench_run varchar not null,       -- one invocation of `k25trace bench allreduce`
@@ -455,7 +457,8 @@ def _emit(rows: list[dict[str, Any]], fmt: str | None) -> None:
               help="Without --db or --sizes: sizes = hidden x batch x dtype for these.")
 @click.option("--hidden", type=int, default=7168, show_default=True, help="Hidden size when the trace has no message sizes.")
 @click.option("--dtype", type=click.Choice(sorted(DTYPE_BYTES)), default="bf16", show_default=True)
-@click.option("--phase", default="decode", show_default=True, help="Steps whose pattern is read from --db.")
+@click.option("--phase", type=click.Choice(PHASES), default="decode", show_default=True,
+              help="Steps whose pattern is read from --db.")
 @click.option("--backend", type=click.Choice(["auto", "nccl", "gloo"]), default="auto", show_default=True,
               help="nccl on GPUs (auto when CUDA is there), gloo on CPUs.")
 @click.option("--world-size", type=int, default=None, help="Processes (default: all local GPUs; gloo: 2).")
@@ -467,7 +470,7 @@ def _emit(rows: list[dict[str, Any]], fmt: str | None) -> None:
               help="Also write a torch.profiler trace of a few bursts per size here.")
 @click.option("--run-name", default=None, help="Name of this bench run (default: backend-ws-time-pid).")
 @click.option("--timeout", "timeout_s", type=float, default=600.0, show_default=True)
-@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json", "markdown"]), default=None)
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default=None)
 @click.option("--save-json", "save_json", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also write every result row (all allreduce_bench columns) to this JSON file, for "
               "`k25trace bench import` on a machine with the database (the GPU machine may have no DuckDB).")

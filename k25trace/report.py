@@ -12,17 +12,14 @@ import polars as pl
 
 from k25trace.db import query_frame
 from k25trace.errors import K25Error
+from k25trace.vocab import CROSS_RANK_VIEWS, PHASES, VIEWS, check_phase, check_view
 
-VIEWS = ("batch", "category", "step", "rank", "kernel", "idle", "timeline", "comm", "comm-site", "comm-bw", "rank-comm",
-         "floor", "roofline", "sol")
-CROSS_RANK_VIEWS = ("rank", "comm", "comm-site", "comm-bw", "rank-comm", "floor")
-PHASES = ("decode", "prefill", "mixed", "empty", "unknown", "all")
+__all__ = ["CROSS_RANK_VIEWS", "PHASES", "VIEWS", "alignment_warnings", "allreduce_floor", "breakdown",
+           "resolve_phase", "run_warnings", "summary"]
 
 
 def _params(phase: str, rank: int | None, trace_id: int | None) -> dict[str, object]:
-    if phase not in PHASES:
-        raise K25Error(f"unknown phase {phase!r}; one of {', '.join(PHASES)}")
-    return {"phase": phase, "rank": rank, "trace_id": trace_id}
+    return {"phase": check_phase(phase), "rank": rank, "trace_id": trace_id}
 
 
 def breakdown(con: duckdb.DuckDBPyConnection, *, by: str = "batch", phase: str = "decode", rank: int | None = None,
@@ -69,7 +66,7 @@ def breakdown(con: duckdb.DuckDBPyConnection, *, by: str = "batch", phase: str =
     if by == "rank":
         params.pop("rank")
         return query_frame(con, "report_ranks", params)
-    raise K25Error(f"unknown view {by!r}; one of {', '.join(VIEWS)}")
+    raise K25Error(f"unknown view {check_view(by)!r}")
 
 
 MARKER_FORMS = ("vLLM execute_… annotations (every known form)", "SGLang step[…]", "their gpu_user_annotation copies")

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import click
 
-from k25trace.report import PHASES, run_label
+from k25trace.report import run_label
+from k25trace.vocab import COMPARE_MATCHES, PHASES
 
 db_option = click.option("--db", "db_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
                          help="The k25trace DuckDB database file.")
@@ -63,7 +64,7 @@ def _size(n: int) -> str:
 @click.option("--a", "select_a", multiple=True, metavar="KEY=VALUE",
               help="Compare: what side A holds (run=, level=, trace=, rank=, batch=; as `k25trace compare --a`).")
 @click.option("--b", "select_b", multiple=True, metavar="KEY=VALUE", help="Compare: what side B holds (as --a).")
-@click.option("--match", type=click.Choice(["auto", "batch", "level", "side"]), default="auto", show_default=True,
+@click.option("--match", type=click.Choice(COMPARE_MATCHES), default="auto", show_default=True,
               help="Compare: how steps are paired (as `k25trace compare --match`).")
 def html_command(db_path: Path, out: Path, phase: str | None, top: int, title: str | None, vs_path: Path | None,
                  select_a: tuple[str, ...], select_b: tuple[str, ...], match: str) -> None:
