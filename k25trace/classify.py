@@ -9,6 +9,7 @@ override them; ``replace=True`` uses the user's rules alone.
 
 Matching runs in SQL (``queries/kernel_classes.sql``) over the distinct (name, kind, collective) keys, not
 per event, and writes the category into ``gpu_events``; the loader runs the same query for each new trace.
+:func:`classify_names` (public API) answers the same question for bare names, without a trace.
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ from pathlib import Path
 
 import duckdb
 
-from k25trace.db import queries_dir, run_query
-from k25trace.errors import K25Error
+from k25trace.db import ensure_schema, queries_dir, run_query
+from k25trace.errors import K25Error, QueryError
+from k25trace.names import short_name
 
 RULE_COLUMNS = ("category", "kind", "name_pattern", "collective_pattern", "note")
 KINDS = ("kernel", "memcpy", "memset")
@@ -87,29 +89,26 @@ def load_rules(user_rules: Path | None = None, *, replace: bool = False) -> list
 
 
 def install_rules(con: duckdb.DuckDBPyConnection, rules: list[Rule]) -> None:
-    """(Re)create the ``kernel_rules`` table, checking every pattern compiles in DuckDB's regex engine."""
-    con.execute(
-        "create or replace table kernel_rules (rule_id integer primary key, category varchar not null, kind varchar, "
-        "name_pattern varchar, collective_pattern varchar, note varchar, source varchar)"
-    )
+    """Replace the rows of ``kernel_rules`` (``queries/kernel_rules_install.sql``), after checking that every pattern
+    compiles in DuckDB's regex engine (``queries/kernel_rule_check.sql``)."""
     for rule in rules:
         for pattern in (rule.name_pattern, rule.collective_pattern):
             if pattern is None:
                 continue
             try:
-                con.execute("select regexp_matches('', ?)", [pattern])
-            except duckdb.Error as exc:
-                raise K25Error(f"rule {rule.rule_id} ({rule.source}, {rule.category}): bad pattern {pattern!r}: {exc}") from exc
-    con.executemany(
-        "insert into kernel_rules values (?, ?, ?, ?, ?, ?, ?)",
-        [(r.rule_id, r.category, r.kind, r.name_pattern, r.collective_pattern, r.note, r.source) for r in rules],
-    )
+                run_query(con, "kernel_rule_check", {"pattern": pattern}).fetchall()
+            except QueryError as exc:
+                raise K25Error(f"rule {rule.rule_id} ({rule.source}, {rule.category}): bad pattern {pattern!r}: "
+                               f"{exc.message}") from exc
+    run_query(con, "kernel_rules_install", {"rules": [
+        {"rule_id": r.rule_id, "category": r.category, "kind": r.kind, "name_pattern": r.name_pattern,
+         "collective_pattern": r.collective_pattern, "note": r.note, "source": r.source} for r in rules]})
 
 
 def classify(con: duckdb.DuckDBPyConnection, user_rules: Path | None = None, *, replace: bool = False) -> None:
     """Classify every GPU activity in the database (idempotent; re-run after changing rules)."""
     install_rules(con, load_rules(user_rules, replace=replace))
-    con.execute("delete from kernel_classes")
+    run_query(con, "kernel_classes_reset")
     run_query(con, "kernel_classes", {"trace_id": None})
 
 
@@ -119,34 +118,35 @@ def classify_names(
     *,
     replace: bool = False,
 ) -> list[dict[str, object]]:
-    """Classify names without a trace: ``keys`` are names or (name, kind, collective_name) tuples.
+    """Classify kernel names without a trace (public API): what category would these names get?
 
-    Returns one dict per key, in order: name, kind, collective_name, category, rule_id.
-    Runs the same SQL as :func:`classify` on a scratch in-memory database.
+    ``keys`` are names (taken as kind ``kernel``, no collective) or ``(name, kind, collective_name)`` tuples.
+    ``user_rules`` and ``replace`` are those of :func:`load_rules`. Returns one dict per key, in order, with the
+    keys ``name``, ``kind``, ``collective_name``, ``category`` (``'other'`` when no rule matched) and ``rule_id``
+    (``None`` then). Runs the same SQL as :func:`classify` (``queries/kernel_classes.sql``) on a scratch in-memory
+    database, so the answer is the one a loaded trace would get. Example::
+
+        >>> classify_names(["ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)"])[0]["category"]
+        'allreduce'
     """
-    from k25trace.names import short_name
-
     norm = [(k, "kernel", None) if isinstance(k, str) else tuple(k) for k in keys]
-    con = duckdb.connect(":memory:")
-    from k25trace.db import ensure_schema
-
-    ensure_schema(con)
     names = sorted({k[0] for k in norm})
     name_ids = {n: i for i, n in enumerate(names, start=1)}
-    con.executemany("insert into kernel_names values (?, ?, ?)", [(i, n, short_name(n)) for n, i in name_ids.items()])
-    con.executemany(
-        "insert into gpu_events (trace_id, event_id, kind, name_id, start_ns, dur_ns, end_ns, collective_name) "
-        "values (0, ?, ?, ?, 0, 1, 1, ?)",
-        [(i, kind, name_ids[name], coll) for i, (name, kind, coll) in enumerate(norm)],
-    )
-    classify(con, user_rules, replace=replace)
-    got = {
-        (row[0], row[1], row[2]): (row[3], row[4])
-        for row in con.execute(
-            "select n.name, c.kind, c.collective_name, c.category, c.rule_id from kernel_classes c join kernel_names n using (name_id)"
-        ).fetchall()
-    }
-    con.close()
+    con = duckdb.connect(":memory:")
+    try:
+        ensure_schema(con)
+        run_query(con, "kernel_names_stage", {
+            "names": [{"name_id": i, "name": n, "short_name": short_name(n)} for n, i in name_ids.items()],
+            "keys": [{"event_id": i, "kind": kind, "name_id": name_ids[name], "collective_name": coll}
+                     for i, (name, kind, coll) in enumerate(norm)],
+        })
+        classify(con, user_rules, replace=replace)
+        cursor = run_query(con, "kernel_rule_matches")
+        columns = [d[0] for d in cursor.description]
+        got = {(r["name"], r["kind"], r["collective_name"]): (r["category"], r["rule_id"])
+               for r in (dict(zip(columns, row)) for row in cursor.fetchall())}
+    finally:
+        con.close()
     return [
         {"name": n, "kind": k, "collective_name": c, "category": got[(n, k, c)][0], "rule_id": got[(n, k, c)][1]}
         for (n, k, c) in norm

@@ -2,12 +2,12 @@
 -- Classify the (name, kind, collective) keys of one trace ($trace_id; NULL = every trace) that kernel_classes
 -- does not know yet, with the ordered rules in kernel_rules (first match wins, no match = 'other'); matching runs
 -- on distinct keys, never per event. Then write gpu_events.category for that trace (or all). A full
--- re-classification empties kernel_classes first (k25trace.classify.classify).
+-- re-classification empties kernel_classes first (kernel_classes_reset.sql, k25trace.classify.classify).
 -- creates: kernel_classes (rows added), gpu_events.category (updated)
 -- reads: gpu_events, kernel_names, kernel_rules, kernel_classes
 -- params: $trace_id
 -- grain: one row per new distinct (name_id, kind, collective_name)
-insert into kernel_classes
+insert into kernel_classes by name
 with keys as (
     select distinct name_id, kind, collective_name
     from gpu_events

@@ -385,3 +385,26 @@ def test_missing_rules_file(tmp_path):
     with pytest.raises(K25Error) as err:
         read_rules(tmp_path / "nope.csv")
     assert "nope.csv" in str(err.value)
+
+
+def test_classify_names_public_api_matches_a_loaded_trace():
+    """classify_names (public API): one dict per key in the order given (duplicates kept, bare names are kind
+    'kernel'), 'other' with rule_id None when nothing matched, and the same answer as loading a trace gives."""
+    from helpers import MI300X_PIECEWISE
+    from k25trace import pipeline
+    from k25trace.db import query_frame
+
+    con = pipeline.connect(None)
+    results, _ = pipeline.load_paths(con, [MI300X_PIECEWISE])
+    assert [r.status for r in results] == ["loaded"]
+    loaded = query_frame(con, "kernel_rule_matches").rows(named=True)
+    con.close()
+    keys = [(r["name"], r["kind"], r["collective_name"]) for r in loaded]
+    got = classify_names(keys)
+    assert [(g["name"], g["kind"], g["collective_name"]) for g in got] == keys
+    assert [(g["category"], g["rule_id"]) for g in got] == [(r["category"], r["rule_id"]) for r in loaded]
+    nccl = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+    twice = classify_names([nccl, "no_rule_matches_this", nccl])
+    assert [g["category"] for g in twice] == ["allreduce", "other", "allreduce"]
+    assert twice[0] == {**twice[2]} and twice[0]["kind"] == "kernel" and twice[0]["collective_name"] is None
+    assert twice[1]["rule_id"] is None and isinstance(twice[0]["rule_id"], int)
