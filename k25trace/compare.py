@@ -315,7 +315,7 @@ def _extract(side: Side, phase: str) -> _Data:
     try:
         return _read_side(side, sel, phase, params, all_runs)
     finally:
-        side.con.execute("drop table if exists _compare_selection")
+        run_query(side.con, "compare_select_drop")
 
 
 def _read_side(side: Side, sel: Selection, phase: str, params: dict[str, Any], all_runs: pl.DataFrame) -> "_Data":

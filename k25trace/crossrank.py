@@ -1,6 +1,7 @@
 """Cross-rank analysis: pair the collectives of all ranks of a run, estimate clock offsets, split transfer/wait.
 
-All logic is in ``queries/collectives.sql``; this module runs it (after every load, and on demand).
+All logic is in ``queries/collectives.sql`` (its temporary table too); this module runs it (after every load, and on
+demand).
 """
 
 from __future__ import annotations
@@ -14,4 +15,3 @@ def build(con: duckdb.DuckDBPyConnection) -> None:
     """(Re)build trace_runs, rank_offsets and collectives for the whole database, in one transaction."""
     with transaction(con):
         run_query(con, "collectives")
-        con.execute("drop table if exists _collective_calls")

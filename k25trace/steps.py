@@ -1,8 +1,9 @@
 """Steps: split each trace's timeline into engine steps and compute per-step and per-category time.
 
-All logic is SQL (``queries/step_markers.sql``, ``step_assign.sql``, ``step_intervals.sql``,
-``steps_build.sql``, ``gaps_build.sql``: the GPU idle gaps, classified); this module only runs the files in order for one trace. Called by the loader inside the
-file's transaction, and by :func:`rebuild` (``k25trace steps``) after a classification change.
+All logic is SQL (``queries/step_markers.sql``, ``step_assign.sql``, ``steps_build.sql``, ``gaps_build.sql``: the
+GPU idle gaps, classified); this module only runs the files in order for one trace. The temporary tables live
+and die inside those files (``steps_build.sql`` drops them). Called by the loader inside the file's transaction,
+and by :func:`rebuild` (``k25trace steps``) after a classification change.
 """
 
 from __future__ import annotations
@@ -23,19 +24,15 @@ def analyze_trace(con: duckdb.DuckDBPyConnection, trace_id: int, *, gap_ns: int 
 def build_steps(con: duckdb.DuckDBPyConnection, trace_id: int, *, gap_ns: int = DEFAULT_GAP_NS) -> None:
     """(Re)build the steps of one trace from the classified GPU activities."""
     run_query(con, "step_markers", {"trace_id": trace_id, "gap_ns": gap_ns})
-    con.execute("update gpu_events set step_index = null where trace_id = ? and step_index is not null", [trace_id])
     run_query(con, "step_assign", {"trace_id": trace_id})
-    run_query(con, "step_intervals", {"trace_id": trace_id})
     run_query(con, "steps_build", {"trace_id": trace_id})
     run_query(con, "gaps_build", {"trace_id": trace_id})
-    for temp in ("_step_markers", "_step_intervals", "_category_codes"):
-        con.execute(f"drop table if exists {temp}")
 
 
 def rebuild(con: duckdb.DuckDBPyConnection, *, gap_ns: int = DEFAULT_GAP_NS) -> int:
     """Rebuild the steps of every trace, one transaction per trace; returns the number of traces. The cross-rank
     tables read the steps: :func:`k25trace.pipeline.rebuild` rebuilds both."""
-    trace_ids = [row[0] for row in con.execute("select trace_id from traces order by trace_id").fetchall()]
+    trace_ids = [row[0] for row in run_query(con, "step_traces").fetchall()]
     for trace_id in trace_ids:
         with transaction(con):
             build_steps(con, trace_id, gap_ns=gap_ns)

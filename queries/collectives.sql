@@ -11,7 +11,7 @@
 -- step at different times: a slow host thread, a late graph replay); a wait at a later collective is 'gpu'
 -- wait (the work on the GPU between two collectives took longer on the late rank). Traces whose steps were
 -- inferred (no markers) pair their collectives over the whole trace (pair_step = -1; wait_kind 'unknown').
--- creates: trace_runs (table), _collective_calls (temp table), rank_offsets (table), collectives (table),
+-- creates: trace_runs (table), _collective_calls (temp table, dropped at the end), rank_offsets (table), collectives (table),
 --   comm_alignment (table: how much to trust the figures of each run, see below)
 -- reads: traces, gpu_events, steps
 -- params: none
@@ -214,3 +214,5 @@ from runs
 join observed using (run_id)
 left join paired using (run_id)
 order by runs.run_id;
+
+drop table _collective_calls;

@@ -1,7 +1,7 @@
 -- name: compare_select
 -- One side of `k25trace compare`: the steps it selects (a run, a capture level, some traces, a rank, a batch size,
 -- or everything; NULL parameters select all; empty steps and front-end traces left out), once, for the other
--- compare_* queries of that side to read; k25trace.compare drops it when the side is read.
+-- compare_* queries of that side to read; compare_select_drop.sql drops it when the side is read.
 -- creates: _compare_selection (temp table)
 -- reads: steps, traces, trace_runs
 -- params: $phase, $run_id, $level, $trace_ids, $rank, $batch_size

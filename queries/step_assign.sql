@@ -2,10 +2,15 @@
 -- Assign each GPU activity of one trace to its engine step by its launch: correlation -> the runtime/driver
 -- call with that correlation (for CUDA-graph kernels the cudaGraphLaunch they share) -> the latest step marker
 -- that started at or before the launch. Steps from GPU annotations or inferred from gaps match on GPU start.
--- creates: gpu_events.step_index (updated for one trace)
+-- Every activity of the trace is unassigned first (a rebuild may find fewer or other steps).
+-- creates: gpu_events.step_index (reset, then updated for one trace)
 -- reads: _step_markers, gpu_events, launches
 -- params: $trace_id
 -- grain: one row per GPU activity of the trace (update)
+update gpu_events
+set step_index = null
+where trace_id = $trace_id and step_index is not null;
+
 update gpu_events
 set step_index = assigned.step_index
 from (

@@ -3,7 +3,7 @@
 -- form (execute_new_N_cached_M; execute_context_N(T)_generation_M(U) with a possibly non-integer token field;
 -- the detailed execute_T_context_N(sq…)_generation_M(sq…)), else SGLang `step[DECODE bs=N]`, else their
 -- gpu_user_annotation copies, else steps inferred from GPU idle gaps longer than $gap_ns.
--- creates: _step_markers (temp table)
+-- creates: _step_markers (temp table; read by step_assign.sql and steps_build.sql, which drops it)
 -- reads: annotations, gpu_events
 -- params: $trace_id, $gap_ns
 -- grain: one row per engine step of the trace

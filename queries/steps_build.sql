@@ -1,16 +1,76 @@
 -- name: steps_build
--- Write the steps and step_categories rows of one trace from its markers, its assigned GPU activities and the
--- interval sweep: wall (first start -> last end), busy (union over streams), idle = wall - busy, overlap (two
--- or more categories at once); per category summed and exclusive time. busy = sum(exclusive) + overlap.
--- creates: steps (rows for one trace), step_categories (rows for one trace)
--- reads: _step_markers, _step_intervals, _category_codes, gpu_events, launches, traces
+-- Write the steps and step_categories rows of one trace from its markers (_step_markers, step_markers.sql), its
+-- assigned GPU activities (step_assign.sql) and an interval sweep: wall (first start -> last end), busy (union over
+-- streams), idle = wall - busy, overlap (two or more categories at once); per category summed and exclusive time.
+-- busy = sum(exclusive) + overlap.
+-- The sweep: the GPU activities of each step are cut into elementary time intervals (_step_intervals) and, for
+-- each, how many distinct categories were running and (when exactly one) which (_category_codes numbers them).
+-- The last reader of the step temp tables: it drops _step_intervals, _category_codes and _step_markers at the end.
+-- creates: _category_codes (temp table, dropped), _step_intervals (temp table, dropped), steps (rows for one
+--   trace), step_categories (rows for one trace)
+-- reads: _step_markers, gpu_events, launches, traces
 -- params: $trace_id
--- grain: steps = one row per step; step_categories = one row per step per category present
+-- grain: steps = one row per step; step_categories = one row per step per category present; _step_intervals = one
+--   row per elementary interval between consecutive category on/off points within a step
+create or replace temp table _category_codes as
+select category, (row_number() over (order by category))::bigint as code
+from (select distinct coalesce(category, 'other') as category from gpu_events where trace_id = $trace_id);
+
+create or replace temp table _step_intervals as
+with points as (
+    select step_index, coalesce(category, 'other') as category, start_ns as t, 1 as delta
+    from gpu_events where trace_id = $trace_id and step_index is not null
+    union all
+    select step_index, coalesce(category, 'other'), end_ns, -1
+    from gpu_events where trace_id = $trace_id and step_index is not null
+),
+
+per_time as (
+    select step_index, category, t, sum(delta) as delta
+    from points
+    group by all
+),
+
+running as (
+    select
+        step_index, category, t,
+        sum(delta) over (partition by step_index, category order by t rows unbounded preceding) as running_count
+    from per_time
+),
+
+transitions as (
+    select
+        running.step_index, running.t, _category_codes.code,
+        (running.running_count > 0)::integer
+            - coalesce(lag((running.running_count > 0)::integer) over (partition by running.step_index, running.category order by running.t), 0)
+            as change
+    from running
+    join _category_codes using (category)
+),
+
+per_point as (
+    select step_index, t, sum(change) as active_change, sum(change * code) as code_change
+    from transitions
+    group by step_index, t
+),
+
+final as (
+    select
+        step_index,
+        t as start_ns,
+        lead(t) over (partition by step_index order by t) as end_ns,
+        sum(active_change) over (partition by step_index order by t rows unbounded preceding) as active_categories,
+        sum(code_change) over (partition by step_index order by t rows unbounded preceding) as code_sum
+    from per_point
+)
+
+select * from final where end_ns is not null and end_ns > start_ns and active_categories > 0;
+
 delete from steps where trace_id = $trace_id;
 
 delete from step_categories where trace_id = $trace_id;
 
-insert into steps
+insert into steps by name
 with activity as (
     select
         step_index,
@@ -43,8 +103,8 @@ graph_launch_steps as (
 )
 
 select
-    $trace_id,
-    (select rank from traces where trace_id = $trace_id),
+    $trace_id as trace_id,
+    (select rank from traces where trace_id = $trace_id) as rank,
     m.step_index,
     m.marker,
     m.source,
@@ -60,21 +120,21 @@ select
     coalesce(a.kernel_count, 0) = 0 or m.phase = 'empty' as is_empty,
     m.marker_start_ns,
     m.marker_end_ns,
-    coalesce(g.graph_launches, 0),
+    coalesce(g.graph_launches, 0) as graph_launches,
     a.gpu_start_ns,
     a.gpu_end_ns,
     coalesce(a.gpu_end_ns - a.gpu_start_ns, 0) as wall_ns,
     coalesce(s.busy_ns, 0) as busy_ns,
     coalesce(a.gpu_end_ns - a.gpu_start_ns, 0) - coalesce(s.busy_ns, 0) as idle_ns,
     coalesce(s.overlap_ns, 0) as overlap_ns,
-    coalesce(a.kernel_count, 0),
-    coalesce(a.kernel_ns, 0)
+    coalesce(a.kernel_count, 0) as kernel_count,
+    coalesce(a.kernel_ns, 0) as kernel_ns
 from _step_markers as m
 left join activity as a using (step_index)
 left join sweep as s using (step_index)
 left join graph_launch_steps as g using (step_index);
 
-insert into step_categories
+insert into step_categories by name
 with summed as (
     select step_index, coalesce(category, 'other') as category, sum(dur_ns) as kernel_ns, count(*) as kernel_count
     from gpu_events
@@ -91,12 +151,18 @@ exclusive as (
 )
 
 select
-    $trace_id,
-    (select rank from traces where trace_id = $trace_id),
+    $trace_id as trace_id,
+    (select rank from traces where trace_id = $trace_id) as rank,
     summed.step_index,
     summed.category,
     summed.kernel_ns,
-    coalesce(exclusive.busy_ns, 0),
+    coalesce(exclusive.busy_ns, 0) as busy_ns,
     summed.kernel_count
 from summed
-left join exclusive using (step_index, category)
+left join exclusive using (step_index, category);
+
+drop table _step_intervals;
+
+drop table _category_codes;
+
+drop table _step_markers;
