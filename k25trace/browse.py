@@ -1,7 +1,8 @@
 """Browse: the headless core behind ``k25trace tui`` — overview, steps, one step, one kernel, search, ad-hoc SQL.
 
 Every function takes a DuckDB connection or cursor and runs named queries from ``queries/browse_*.sql`` (and
-``report_*.sql`` through :mod:`k25trace.report`), returning polars DataFrames or small dataclasses of them. No UI
+``report_*.sql`` through :mod:`k25trace.report`), returning polars DataFrames or small dataclasses of them (ad-hoc
+SQL runs through :func:`k25trace.db.run_sql`). No UI
 code lives here and nothing here imports Textual: the TUI only calls these functions from its worker threads,
 each with its own ``con.cursor()``.
 
@@ -12,7 +13,6 @@ database is; lists are fetched a page at a time with a hard ``limit``.
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,8 +20,7 @@ import duckdb
 import polars as pl
 
 from k25trace import report
-from k25trace.db import fetch_frame, get_query, named_queries, query_frame
-from k25trace.errors import K25Error, QueryError
+from k25trace.db import get_query, named_queries, parse_param, query_frame
 from k25trace.vocab import PHASES, check_phase
 
 KERNEL_PAGE = 100
@@ -31,7 +30,7 @@ STEP_ROW_CAP = 2000
 """Steps shown at most in the steps table; the rest are counted and announced."""
 
 SQL_ROW_CAP = 1000
-"""Rows of an ad-hoc query shown at most (one more is fetched to know there are more)."""
+"""Rows of an ad-hoc query the TUI shows at most (``k25trace.db.run_sql``'s ``cap``)."""
 
 PHASE_FILTERS = PHASES
 """The TUI's phase filter cycles through these (:data:`k25trace.vocab.PHASES`)."""
@@ -70,14 +69,6 @@ class KernelDetail:
 
     row: dict[str, Any]
     per_step: pl.DataFrame
-
-
-@dataclass(frozen=True)
-class SqlResult:
-    """An ad-hoc query's rows (at most ``cap``) and whether more rows were left out."""
-
-    frame: pl.DataFrame
-    truncated: bool
 
 
 def overview(con: duckdb.DuckDBPyConnection) -> Overview:
@@ -234,72 +225,6 @@ def named_query_text(name: str) -> str:
 
 
 def parse_params(text: str) -> dict[str, Any]:
-    """``"phase=decode rank=null top=10"`` → bound parameter values (null/none → None, integers as int)."""
-    params: dict[str, Any] = {}
-    for item in text.replace(",", " ").split():
-        if "=" not in item:
-            raise K25Error(f"parameter {item!r} is not key=value")
-        key, value = item.split("=", 1)
-        key = key.strip().lstrip("$")
-        if value.lower() in ("null", "none", ""):
-            params[key] = None
-        else:
-            try:
-                params[key] = int(value)
-            except ValueError:
-                try:
-                    params[key] = float(value)
-                except ValueError:
-                    params[key] = value
-    return params
-
-
-def run_sql(cursor: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any] | None = None, *,
-            cap: int = SQL_ROW_CAP) -> SqlResult:
-    """Run ad-hoc SQL (the last statement's rows are returned) with bound ``$params``, keeping ``cap`` rows.
-
-    Runs on a cursor of a read-only connection, so it cannot change the database; ``cursor.interrupt()`` from
-    another thread stops it with a :class:`~k25trace.errors.QueryError`.
-    """
-    from k25trace.db import _PARAM_RE, _strip_sql_comments, split_statements
-
-    statements = split_statements(sql)
-    if not statements:
-        raise K25Error("nothing to run")
-    try:
-        for statement in statements:
-            used_names = set(_PARAM_RE.findall(_strip_sql_comments(statement)))
-            missing = sorted(used_names - set(params or {}))
-            if missing:
-                raise QueryError("sql", f"missing parameter(s): {', '.join('$' + m for m in missing)}")
-            used = {k: v for k, v in (params or {}).items() if k in used_names}
-            cursor.execute(statement, used) if used else cursor.execute(statement)
-        if cursor.description is None:
-            return SqlResult(pl.DataFrame(), False)
-        cursor_frame = _fetch_capped(cursor, cap + 1)
-    except duckdb.Error as exc:
-        raise QueryError("sql", str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from exc
-    return SqlResult(cursor_frame.head(cap), cursor_frame.height > cap)
-
-
-def _fetch_capped(cursor: duckdb.DuckDBPyConnection, rows: int) -> pl.DataFrame:
-    """At most ``rows`` rows of the pending result, without materialising the rest (it can be millions)."""
-    reader_method = getattr(cursor, "to_arrow_reader", None) or getattr(cursor, "fetch_record_batch", None)
-    if reader_method is None:
-        return fetch_frame(cursor).head(rows)
-    import pyarrow as pa
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # DuckDB 2 warns that DB-API Arrow results copy once; these are capped
-        reader = reader_method(rows)
-        batches = []
-        kept = 0
-        for batch in reader:
-            batches.append(batch)
-            kept += batch.num_rows
-            if kept >= rows:
-                break
-        table = pa.Table.from_batches(batches, schema=reader.schema)
-    frame = pl.from_arrow(table)
-    assert isinstance(frame, pl.DataFrame)
-    return frame.head(rows)
+    """The TUI's parameter line, ``"phase=decode rank=null top=10"``: ``name=value`` items separated by white space,
+    each read by :func:`k25trace.db.parse_param` (as ``k25trace sql -p`` reads its items)."""
+    return dict(parse_param(item) for item in text.split())

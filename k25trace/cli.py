@@ -197,33 +197,13 @@ def load(paths: tuple[Path, ...], db_path: Path, keep_python: bool, include_fron
 # ---------------------------------------------------------------------------------------------------------- sql
 
 
-def _parse_params(items: tuple[str, ...]) -> dict[str, Any]:
-    params: dict[str, Any] = {}
-    for item in items:
-        if "=" not in item:
-            raise K25Error(f"--param {item!r}: expected key=value")
-        key, value = item.split("=", 1)
-        params[key.strip().lstrip("$")] = _coerce(value)
-    return params
-
-
-def _coerce(value: str) -> Any:
-    if value.lower() in ("null", "none"):
-        return None
-    for typ in (int, float):
-        try:
-            return typ(value)
-        except ValueError:
-            pass
-    return value
-
-
 @cli.command()
 @click.argument("query", required=False)
 @db_option
 @click.option("-f", "--file", "sql_file", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="Read the SQL from a file.")
 @click.option("--query", "-q", "query_name", help="Run a named query from queries/ (see --list).")
-@click.option("--param", "-p", "params", multiple=True, help="key=value parameter for a named query (repeatable).")
+@click.option("--param", "-p", "params", multiple=True,
+              help="name=value parameter: $name in the SQL or a named query (repeatable; null for NULL).")
 @click.option("--list", "list_queries", is_flag=True, help="List the named queries with their parameters.")
 @format_option
 def sql(query: str | None, db_path: Path, sql_file: Path | None, query_name: str | None, params: tuple[str, ...],
@@ -236,10 +216,9 @@ def sql(query: str | None, db_path: Path, sql_file: Path | None, query_name: str
       k25trace sql --db run.duckdb --query report_kernels -p phase=decode -p rank=null -p trace_id=null -p top=10
       echo "select * from steps limit 5" | k25trace sql --db run.duckdb - --format csv
     """
-    import duckdb
-    import polars as pl
+    import polars as pl  # deferred, as every command's imports of the core: `k25trace --help` stays fast
 
-    from k25trace import db, output
+    from k25trace import db, output  # deferred: start-up time
 
     if list_queries:
         rows = [
@@ -250,6 +229,7 @@ def sql(query: str | None, db_path: Path, sql_file: Path | None, query_name: str
         output.write(pl.DataFrame(rows), fmt or output.default_format())
         return
     fmt = fmt or output.default_format()
+    bound = dict(db.parse_param(item) for item in params)
     if not query_name:
         if sql_file:
             text = _read_utf8(sql_file.read_bytes, f"{sql_file}")
@@ -260,24 +240,20 @@ def sql(query: str | None, db_path: Path, sql_file: Path | None, query_name: str
         else:
             raise K25Error("give a query, -f FILE, - (stdin) or --query NAME")
     con = db.connect(db_path, read_only=True)
-    db.forbid_external_access(con)  # read-only means no file written (or read) either: see README
     if query_name:
-        cursor = db.run_query(con, query_name, _parse_params(params))
+        db.forbid_external_access(con)  # read-only means no file written (or read) either: see README
+        cursor = db.run_query(con, query_name, bound)
         if cursor.description is not None:
             output.write(db.fetch_frame(cursor), fmt)
         return
     try:
-        rel = output.user_relation(con, text, _parse_params(params))
-        if rel is None:
-            return
-        result = output.fetch_result(rel, as_json=fmt == "json")
-    except (duckdb.Error, KeyboardInterrupt, RuntimeError) as exc:
+        result = db.run_sql(con, text, bound, as_json=fmt == "json")
+    except BaseException as exc:  # Ctrl-C: KeyboardInterrupt, or DuckDB's interrupt (run_sql leaves those as they are)
         if _is_interrupt(exc):
             _interrupted("the query was stopped (Ctrl-C)")
-        if not isinstance(exc, duckdb.Error):
-            raise
-        raise K25Error(f"SQL error: {exc}{output.read_only_hint(exc)}") from exc
-    output.write_result(result, fmt)
+        raise
+    if result is not None:
+        output.write_result(result, fmt)
 
 
 def _read_utf8(read: Any, source: str) -> str:

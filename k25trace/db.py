@@ -261,23 +261,205 @@ def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
 
 def fetch_frame(cursor: duckdb.DuckDBPyConnection) -> "pl.DataFrame":
     """The pending result of ``cursor`` as a polars DataFrame (works across DuckDB 1.x and 2.x APIs)."""
-    import polars as pl
+    import polars as pl  # deferred: polars is needed only once rows are fetched
 
+    try:
+        table = _arrow_table(cursor)
+    except duckdb.Error as exc:
+        raise QueryError("result", str(exc).splitlines()[0]) from exc
+    frame = pl.from_arrow(table)
+    assert isinstance(frame, pl.DataFrame)
+    return frame
+
+
+def _arrow_table(result: duckdb.DuckDBPyConnection | duckdb.DuckDBPyRelation) -> Any:
+    """The pending rows of a cursor or a relation as an Arrow table, by whichever name this DuckDB spells it."""
     for method in ("to_arrow_table", "fetch_arrow_table", "arrow"):
-        fetch = getattr(cursor, method, None)
+        fetch = getattr(result, method, None)
         if fetch is not None:
-            try:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")  # DuckDB 2 warns that DB-API results copy once; they are small
-                    table = fetch()
-            except duckdb.Error as exc:
-                raise QueryError("result", str(exc).splitlines()[0]) from exc
-            frame = pl.from_arrow(table)
-            assert isinstance(frame, pl.DataFrame)
-            return frame
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # DuckDB 2 warns that DB-API results copy once; they are small
+                return fetch()
     raise K25Error("this DuckDB version cannot return Arrow results")
 
 
 def query_frame(con: duckdb.DuckDBPyConnection, name: str, params: dict[str, Any] | None = None) -> "pl.DataFrame":
     """Run a named query and return its rows as a polars DataFrame."""
     return fetch_frame(run_query(con, name, params))
+
+
+# ------------------------------------------------------------------------------------------------- ad-hoc SQL
+
+
+def parse_param(item: str) -> tuple[str, Any]:
+    """One ``name=value`` parameter as both front ends take it (``k25trace sql -p``, the TUI's parameter line):
+    ``"rank=0"`` → ``("rank", 0)``. ``null`` or ``none`` (any case) is NULL; a whole number is an integer, another
+    number a float; anything else is text as written, commas included, and an empty value is the empty string.
+    A ``$`` before the name is dropped."""
+    name, sep, value = item.partition("=")
+    name = name.strip().lstrip("$")
+    if not sep or not name:
+        raise K25Error(f"parameter {item!r}: expected name=value")
+    if value.lower() in ("null", "none"):
+        return name, None
+    for kind in (int, float):
+        try:
+            return name, kind(value)
+        except ValueError:
+            pass
+    return name, value
+
+
+@dataclass
+class SqlResult:
+    """Rows of ad-hoc SQL ready to print: ``frame`` has unique column names; in a JSON result every cell is the
+    value's JSON text; ``numeric_text`` names text columns that hold numbers; ``truncated`` says that rows beyond
+    the cap were left out."""
+
+    frame: "pl.DataFrame"
+    is_json: bool
+    numeric_text: frozenset[str]
+    truncated: bool = False
+
+
+NATIVE_TYPES = frozenset({
+    "boolean", "tinyint", "smallint", "integer", "bigint", "utinyint", "usmallint", "uinteger", "ubigint",
+    "float", "double", "decimal", "varchar",
+})
+"""DuckDB types that reach polars and Python exactly; :func:`run_sql` has DuckDB turn every other type into text."""
+
+NUMERIC_TEXT_TYPES = frozenset({"hugeint", "uhugeint", "bignum", "varint"})
+"""Types turned into text that are numbers (right-aligned in tables)."""
+
+
+def run_sql(cursor: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any] | None = None, *,
+            cap: int | None = None, as_json: bool = False, max_chars: int | None = None) -> SqlResult | None:
+    """Run a user's SQL: the one way both front ends run ad-hoc SQL (``k25trace sql``, the TUI's SQL panel).
+
+    Every statement runs in order, each with the ``$name`` parameters it uses bound (a missing or unused one is
+    an error); the last statement's rows come back, at most ``cap`` of them (``truncated`` says when there were
+    more), or None when it returns none. The connection's file access is switched off first
+    (:func:`forbid_external_access`): the user's SQL neither reads nor writes files. So that *every* DuckDB type
+    prints, DuckDB itself turns each value polars cannot hold or Arrow carries wrongly (HUGEINT and UHUGEINT
+    overflow or round, INTERVAL and UNION do not import, BIT and BIGNUM arrive as raw bytes, TIME WITH TIME ZONE
+    loses its offset, infinite or far dates overflow Python) into text (``CAST(… AS VARCHAR)``) and, with
+    ``as_json``, every value into its JSON text (``to_json``); text longer than ``max_chars`` is cut with
+    "… (N more characters)".
+
+    Every failure is a :class:`~k25trace.errors.K25Error` reading ``SQL error: <DuckDB's message>`` (with why,
+    when the read-only guard refused it); an interrupt (``cursor.interrupt()``, Ctrl-C) is left as DuckDB raises it.
+    """
+    try:
+        forbid_external_access(cursor)
+        relation = _user_relation(cursor, sql, params)
+        if relation is None:
+            return None
+        return _fetch_printable(relation, as_json=as_json, limit=cap, max_chars=max_chars)
+    except duckdb.InterruptException:
+        raise
+    except duckdb.Error as exc:
+        raise K25Error(f"SQL error: {exc}{read_only_hint(exc)}") from exc
+
+
+def read_only_hint(exc: BaseException) -> str:
+    """For an error from the read-only guard (:func:`forbid_external_access`), a line saying why."""
+    text = str(exc)
+    if any(m in text for m in ("disabled by configuration", "configuration has been locked", "disabled through configuration")):
+        return ("\n(k25trace's SQL is read-only: it neither writes nor reads files, loads extensions or changes "
+                "settings; for COPY … TO or EXPORT DATABASE use the duckdb CLI on the database file)")
+    return ""
+
+
+def _user_relation(con: duckdb.DuckDBPyConnection, text: str,
+                   params: dict[str, Any] | None = None) -> duckdb.DuckDBPyRelation | None:
+    """Run every statement of ``text`` but the last; the last one's result as a relation, not yet fetched (None
+    when it has no result). K25Error for SQL without a statement or a missing or unused parameter."""
+    params = dict(params or {})
+    statements = con.extract_statements(text)
+    if not statements:
+        raise K25Error("SQL error: no SQL statement to run (the SQL is empty or only comments)")
+    wanted = set().union(*(set(s.named_parameters) for s in statements))
+    missing = sorted(wanted - set(params))
+    if missing:
+        raise K25Error(f"SQL error: missing parameter(s): {', '.join('$' + m for m in missing)}")
+    unused = sorted(set(params) - wanted)
+    if unused:
+        raise K25Error(f"SQL error: parameter(s) not used by the SQL: {', '.join('$' + u for u in unused)}")
+    for statement in statements[:-1]:
+        used = {k: params[k] for k in statement.named_parameters}
+        _finish(con.execute(statement.query, used) if used else con.execute(statement.query))
+    last = statements[-1]
+    used = {k: params[k] for k in last.named_parameters}
+    query = _without_trailer(con, last.query)
+    return con.sql(query, params=used) if used else con.sql(query)
+
+
+def _finish(cursor: duckdb.DuckDBPyConnection) -> None:
+    """Let go of a statement's result before the next one (DuckDB 2 refuses new work on an unfinished one)."""
+    for method in ("complete", "fetchall"):  # complete(): DuckDB 2, without fetching the rows; else fetch them
+        if hasattr(cursor, method):
+            getattr(cursor, method)()
+            return
+
+
+def _without_trailer(con: duckdb.DuckDBPyConnection, query: str) -> str:
+    """The statement without a final ``;`` and what follows it (comments): DuckDB nests a relation's SQL in
+    the outer query, where ``select 1; -- note`` is a syntax error. A cut is kept only where the rest holds no
+    statement and the part before it still parses as one statement (a ``;`` in a string stays)."""
+    while (cut := query.rfind(";")) >= 0:
+        try:
+            if con.extract_statements(query[cut + 1:]) or len(con.extract_statements(query[:cut])) != 1:
+                break
+        except duckdb.Error:
+            break
+        query = query[:cut]
+    return query
+
+
+def _fetch_printable(rel: duckdb.DuckDBPyRelation, *, as_json: bool = False, limit: int | None = None,
+                     max_chars: int | None = None) -> SqlResult:
+    """Fetch ``rel`` with every column made printable by DuckDB (see :func:`run_sql`); at most ``limit`` rows.
+    Raises ``duckdb.Error``."""
+    import polars as pl  # deferred: polars is needed only once rows are fetched
+
+    names = _unique_names(list(rel.columns))
+    exprs, numeric = [], set()
+    for i, (name, dtype) in enumerate(zip(names, rel.types), start=1):
+        type_id = str(dtype.id).lower()
+        ref = f"#{i}"
+        if as_json:
+            expr = f"to_json({ref})::VARCHAR"
+        elif type_id in NATIVE_TYPES:
+            expr = ref
+        else:
+            expr = f"CAST({ref} AS VARCHAR)"
+            if type_id in NUMERIC_TEXT_TYPES:
+                numeric.add(name)
+        if max_chars is not None and not as_json and (type_id == "varchar" or type_id not in NATIVE_TYPES):
+            expr = (f"CASE WHEN length({expr}) > {max_chars} THEN left({expr}, {max_chars}) || '… (' || "
+                    f"(length({expr}) - {max_chars}) || ' more characters)' ELSE {expr} END")
+        exprs.append(f"{expr} AS {_quote(name)}")
+    projected = rel.project(", ".join(exprs)) if exprs else rel
+    if limit is not None:
+        projected = projected.limit(limit + 1)
+    frame = pl.from_arrow(_arrow_table(projected))
+    assert isinstance(frame, pl.DataFrame)
+    truncated = limit is not None and frame.height > limit
+    return SqlResult(frame.head(limit) if truncated else frame, as_json, frozenset(numeric), truncated)
+
+
+def _unique_names(names: list[str]) -> list[str]:
+    """``a, a, b`` → ``a, a_1, b`` (polars frames and JSON objects need unique names), as DuckDB renames."""
+    seen: set[str] = set()
+    out = []
+    for name in names:
+        candidate, k = name, 1
+        while candidate in seen:
+            candidate, k = f"{name}_{k}", k + 1
+        seen.add(candidate)
+        out.append(candidate)
+    return out
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'

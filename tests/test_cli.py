@@ -153,3 +153,22 @@ def test_core_does_not_import_textual() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
+
+
+def test_one_param_parser_for_both_front_ends() -> None:
+    """`sql -p` and the TUI's parameter line read name=value alike (k25trace.db.parse_param): NULL spelled
+    null/none, numbers as numbers, anything else as text, commas and an empty value included."""
+    from k25trace.browse import parse_params
+    from k25trace.db import parse_param
+    from k25trace.errors import K25Error
+
+    assert parse_param("rank=null") == ("rank", None) and parse_param("$rank=None") == ("rank", None)
+    assert parse_param("top=10") == ("top", 10) and parse_param("alpha=0.5") == ("alpha", 0.5)
+    assert parse_param("levels=c1,c64") == ("levels", "c1,c64")
+    assert parse_param("pattern=") == ("pattern", "")
+    assert parse_param("expr=a=b") == ("expr", "a=b")
+    for bad in ("rank", "=3"):
+        with pytest.raises(K25Error, match="expected name=value"):
+            parse_param(bad)
+    assert parse_params(" phase=decode  rank=null top=3 levels=c1,c64 ") == {
+        "phase": "decode", "rank": None, "top": 3, "levels": "c1,c64"}

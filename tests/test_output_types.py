@@ -25,9 +25,9 @@ from click.testing import CliRunner, Result
 from helpers import MI300X_FULL, SGLANG
 from k25trace import db, output
 from k25trace.cli import cli
+from k25trace.vocab import FORMATS  # every format the commands offer
 
 DATA = Path(__file__).parent / "data" / "hostile-sql"
-FORMATS = ("table", "csv", "json", "markdown")
 
 
 def k25(*args: str, stdin: bytes | str | None = None) -> Result:
@@ -411,7 +411,7 @@ def test_ctrl_c_during_sql(empty_db: Path, monkeypatch: pytest.MonkeyPatch, rais
     def interrupted(*args, **kwargs):  # type: ignore[no-untyped-def]
         raise raised
 
-    monkeypatch.setattr(output, "fetch_result", interrupted)
+    monkeypatch.setattr(db, "_fetch_printable", interrupted)
     result = sql(empty_db, "select 1", "csv")
     assert_clean(result, 130)
     assert "interrupted: the query was stopped" in result.stderr and result.stdout == ""
