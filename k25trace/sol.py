@@ -35,7 +35,7 @@ from typing import Any
 import duckdb
 import polars as pl
 
-from k25trace.db import queries_dir, query_frame
+from k25trace.db import queries_dir, query_frame, run_query
 from k25trace.errors import K25Error
 
 # --------------------------------------------------------------------------------------------------- device peaks
@@ -870,6 +870,7 @@ def roofline(con: duckdb.DuckDBPyConnection, *, phase: str = "decode", rank: int
     peaks = load_peaks(peaks_file)
     devices = run_devices(con, peaks)
     params = {"phase": phase, "rank": rank, "trace_id": trace_id}
+    run_query(con, "sol_steps")  # the macros the sol_* queries below share (temporary, idempotent)
     eager = query_frame(con, "sol_op_calls", params)
     graph = query_frame(con, "sol_graph_kernels", params)
     rows = eager_rows(eager)

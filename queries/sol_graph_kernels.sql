@@ -3,26 +3,18 @@
 -- they have no CPU op and so no recorded shapes. Grouped per step and kernel signature (name_id:grid:block, as in
 -- queries/sol_op_calls.sql) so that k25trace/sol.py can carry shapes over from the same kernels of an eager step
 -- of the same device, world size, phase and batch size where that match is unambiguous.
--- reads: steps, trace_runs, traces, gpu_events, launches, kernel_names
+-- reads: sol_selected_steps (macro of sol_steps.sql), kernel_signature (macro of sol_steps.sql), steps, trace_runs, traces, gpu_events, launches, kernel_names
 -- params: $phase, $rank, $trace_id
 -- grain: one row per (trace, step, kernel signature)
 with selected as (
-    select steps.trace_id, steps.step_index, steps.phase, steps.batch_size, trace_runs.run_id, trace_runs.world_size,
-        traces.device_name
-    from steps
-    join trace_runs using (trace_id)
-    join traces using (trace_id)
-    where not steps.is_empty
-        and ($phase = 'all' or steps.phase = $phase)
-        and ($rank is null or steps.rank = $rank)
-        and ($trace_id is null or steps.trace_id = $trace_id)
+    select * from sol_selected_steps($phase, $rank, $trace_id)
 )
 
 select
     selected.run_id, selected.phase, selected.batch_size, selected.world_size, selected.device_name,
     gpu_events.trace_id, gpu_events.step_index,
-    gpu_events.name_id || ':' || gpu_events.grid_x || 'x' || gpu_events.grid_y || 'x' || gpu_events.grid_z
-        || ':' || gpu_events.block_x || 'x' || gpu_events.block_y || 'x' || gpu_events.block_z as sig,
+    kernel_signature(gpu_events.name_id, gpu_events.grid_x, gpu_events.grid_y, gpu_events.grid_z,
+        gpu_events.block_x, gpu_events.block_y, gpu_events.block_z) as sig,
     count(*) as kernels,
     sum(gpu_events.dur_ns)::bigint as kernel_ns,
     any_value(gpu_events.category) as category,

@@ -6,19 +6,11 @@
 -- reduce); its kernel set is the sorted list of the kernels' signatures (name_id:grid:block). Calls are grouped per
 -- run, phase, batch size, device, op, input dims and kernel set. Kernels replayed from a CUDA graph are left out
 -- (queries/sol_graph_kernels.sql); a kernel whose op was not recorded comes out with op NULL.
--- reads: steps, trace_runs, traces, gpu_events, launches, cpu_ops, kernel_names
+-- reads: sol_selected_steps (macro of sol_steps.sql), kernel_signature (macro of sol_steps.sql), steps, trace_runs, traces, gpu_events, launches, cpu_ops, kernel_names
 -- params: $phase, $rank, $trace_id
 -- grain: one row per (run_id, phase, batch_size, device_name, op, input_dims, kernel_set)
 with selected as (
-    select steps.trace_id, steps.step_index, steps.phase, steps.batch_size, trace_runs.run_id, trace_runs.world_size,
-        traces.device_name
-    from steps
-    join trace_runs using (trace_id)
-    join traces using (trace_id)
-    where not steps.is_empty
-        and ($phase = 'all' or steps.phase = $phase)
-        and ($rank is null or steps.rank = $rank)
-        and ($trace_id is null or steps.trace_id = $trace_id)
+    select * from sol_selected_steps($phase, $rank, $trace_id)
 ),
 
 group_steps as (
@@ -32,8 +24,8 @@ eager_kernels as (
         selected.run_id, selected.phase, selected.batch_size, selected.world_size, selected.device_name,
         gpu_events.trace_id, gpu_events.event_id, gpu_events.name_id, gpu_events.dur_ns, gpu_events.category,
         coalesce(gpu_events.external_id, launches.external_id) as external_id,
-        gpu_events.name_id || ':' || gpu_events.grid_x || 'x' || gpu_events.grid_y || 'x' || gpu_events.grid_z
-            || ':' || gpu_events.block_x || 'x' || gpu_events.block_y || 'x' || gpu_events.block_z as sig
+        kernel_signature(gpu_events.name_id, gpu_events.grid_x, gpu_events.grid_y, gpu_events.grid_z,
+            gpu_events.block_x, gpu_events.block_y, gpu_events.block_z) as sig
     from gpu_events
     join selected using (trace_id, step_index)
     left join launches
