@@ -155,9 +155,9 @@ def test_tricky_trace_at_any_block_size(tmp_path: Path, monkeypatch: pytest.Monk
     path = tmp_path / "tricky.pt.trace.json.gz"
     with gzip.open(path, "wt", encoding="utf-8") as fh:
         json.dump(trace, fh, indent=1 if block % 2 else None, ensure_ascii=block == 64)
-    monkeypatch.setattr(ingest, "BLOCK_SIZE", block)
+    monkeypatch.setattr(ingest.limits, "BLOCK_SIZE", block)
     if mode == "parallel-always-guessing":
-        monkeypatch.setattr(ingest, "FAST_MISSES", 10**9)
+        monkeypatch.setattr(ingest.limits, "FAST_MISSES", 10**9)
     con = _connect(tmp_path)
     (result,), _ = pipeline.load_paths(con, [path], SERIAL if mode == "serial" else PARALLEL)
     assert result.status == "loaded", result.message
@@ -167,8 +167,8 @@ def test_tricky_trace_at_any_block_size(tmp_path: Path, monkeypatch: pytest.Monk
 
 def test_an_event_larger_than_a_ring_buffer_loads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The shared-memory path used to fail a file with an event larger than its buffers; it is decoded in-process."""
-    monkeypatch.setattr(ingest, "RING_BUFFER_BYTES", 8192)
-    monkeypatch.setattr(ingest, "BLOCK_SIZE", 1024)
+    monkeypatch.setattr(ingest.limits, "RING_BUFFER_BYTES", 8192)
+    monkeypatch.setattr(ingest.limits, "BLOCK_SIZE", 1024)
     trace = _tricky_trace(50, seed=1)
     trace["traceEvents"][20]["name"] = "k" * 50_000
     path = tmp_path / "big-event.pt.trace.json"
@@ -326,7 +326,7 @@ def test_an_unreadable_subdirectory_is_an_error(tmp_path: Path) -> None:
     script = _drop_dac_caps() + textwrap.dedent(f"""
         import sys
         from pathlib import Path
-        from k25trace import db, ingest
+        from k25trace import db, ingest, pipeline
         try:
             Path({str(run / 'secret')!r}).iterdir().__next__()
             print("STILL READABLE"); sys.exit(0)
@@ -424,7 +424,7 @@ def test_the_stored_hash_is_of_the_bytes_read(tmp_path: Path, monkeypatch: pytes
     whole = (DATA / "no-distributed-info.json").read_bytes()
     path = tmp_path / "growing.pt.trace.json"
     path.write_bytes(whole[: len(whole) // 2])
-    real = ingest._sha256
+    real = ingest.loader._sha256
 
     def hash_then_writer_finishes(p: Path) -> str:
         digest = real(p)
@@ -433,7 +433,7 @@ def test_the_stored_hash_is_of_the_bytes_read(tmp_path: Path, monkeypatch: pytes
                 fh.write(whole[len(whole) // 2:])
         return digest
 
-    monkeypatch.setattr(ingest, "_sha256", hash_then_writer_finishes)
+    monkeypatch.setattr(ingest.loader, "_sha256", hash_then_writer_finishes)
     con = _connect(tmp_path)
     loader = ingest.Loader(con)
     first = loader.load(ingest.TraceFile(path))  # hash (of the first half), then read (the whole file)
@@ -466,7 +466,7 @@ KILL_SCRIPT = textwrap.dedent("""
     from pathlib import Path
 
     def main():
-        from k25trace import db, ingest
+        from k25trace import db, ingest, pipeline
 
         class Pause:  # the first progress report: decode workers running (and the ring mapped, for one file)
             def start_file(self, tf):
@@ -563,8 +563,8 @@ def test_workers_end_with_a_parent_that_is_killed_while_they_decode(tmp_path: Pa
         import sys
         from pathlib import Path
         def main():
-            from k25trace import db, ingest
-            ingest.BLOCK_SIZE = 1 << 16
+            from k25trace import db, ingest, pipeline
+            ingest.limits.BLOCK_SIZE = 1 << 16
             con = db.connect(Path(sys.argv[1]))
             while True:
                 con.execute("delete from traces")
@@ -603,7 +603,7 @@ FSIZE_SCRIPT = textwrap.dedent("""
     def main():
         limit = int(sys.argv[1])
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
-        from k25trace import db, ingest
+        from k25trace import db, ingest, pipeline
 
         con = db.connect(Path(sys.argv[2]))
         results, _ = pipeline.load_paths(con, [Path(p) for p in sys.argv[3:]],

@@ -1,0 +1,28 @@
+"""Ingest: torch.profiler (Kineto) Chrome traces -> the DuckDB tables of the public schema.
+
+The only module that reads trace JSON. Invariants:
+
+* Streaming. A trace is decompressed block by block (isal) and its ``traceEvents`` array is cut at event
+  boundaries into chunks of a few MB; each chunk is decoded by msgspec into slim typed structs (unknown keys
+  are skipped in C), turned into columns and appended to DuckDB staging tables. Memory is bounded by the chunk
+  size, never by the file size, and no Python object outlives its chunk.
+* Exact cuts. The fast cut is a guess (the last ``}, {``); a chunk that decodes proves it, one that does not is
+  cut again exactly (:class:`_Scan`), so valid JSON always loads and an error names its event and byte.
+* Exact times. ``start_ns = baseTimeNanoseconds + ts * 1000`` in integer arithmetic: integer ``ts`` (old
+  traces carry absolute µs) multiply exactly; float ``ts`` (µs with at most ns resolution, relative to the
+  base) round exactly while ``ts < 2**53 / 1000`` µs (104 days); ``dur_ns`` likewise. A ts or dur that is no
+  time (NaN, Infinity, beyond 64-bit ns with the base) skips its event, counted and reported; nothing wraps.
+* All or nothing per file. A file is staged, then moved into the final tables, classified and split into
+  steps inside one transaction; any problem rolls the whole file back and is reported as one line naming the
+  file. Other files of the same call are unaffected. Trace files are opened read-only.
+* Idempotent. A file whose content hash (sha256) is already in ``traces`` is skipped; the hash stored is of
+  the bytes actually read.
+* Nothing outlives a load: decode workers end with their parent, shared memory is unlinked once mapped.
+"""
+
+
+from k25trace.ingest.discover import discover, is_frontend_name
+from k25trace.ingest.loader import Loader, file_size, load_paths
+from k25trace.ingest.model import FileResult, LoadOptions, TraceFile
+
+__all__ = ["FileResult", "LoadOptions", "Loader", "TraceFile", "discover", "file_size", "is_frontend_name", "load_paths"]

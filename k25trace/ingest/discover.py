@@ -1,0 +1,113 @@
+"""Finding trace files: directories searched for ``*.pt.trace.json[.gz]``, front-end and graph-capture traces
+set aside, ``k25trace capture`` manifests attached to their files."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from k25trace.ingest.model import TraceFile
+
+# ---------------------------------------------------------------------------------------------------------------
+# Finding files
+
+
+def _is_trace_name(name: str) -> bool:
+    return name.endswith((".pt.trace.json", ".pt.trace.json.gz"))
+
+
+def is_frontend_name(name: str) -> bool:
+    return ".async_llm." in name
+
+
+def discover(paths: list[Path], *, include_frontend: bool = False) -> tuple[list[TraceFile], list[str], list[str]]:
+    """Expand PATH arguments into trace files. Returns (files, notes, errors).
+
+    Directories are searched recursively for ``*.pt.trace.json[.gz]``; other ``*.json[.gz]`` files only when named.
+    Front-end (``*.async_llm.*``) traces are skipped unless ``include_frontend``; graph-capture traces in
+    ``capture_traces/`` folders are skipped unless named. A ``k25trace capture`` directory (``manifest.json``)
+    attaches its level and concurrency to each file.
+    """
+    files: list[TraceFile] = []
+    notes: list[str] = []
+    errors: list[str] = []
+    seen: set[Path] = set()
+
+    def add(tf: TraceFile) -> None:
+        real = tf.path.resolve()
+        if real not in seen:
+            seen.add(real)
+            files.append(tf)
+
+    for arg in paths:
+        if not arg.exists():
+            errors.append(f"{arg}: no such file or directory")
+            continue
+        if arg.is_file():
+            add(TraceFile(arg, *_capture_info_for(arg, notes)[:3]))
+            continue
+        found = _walk_traces(arg, errors)
+        skipped_frontend = [p for p in found if is_frontend_name(p.name)]
+        skipped_capture = [p for p in found if "capture_traces" in p.relative_to(arg).parts]
+        if skipped_frontend and not include_frontend:
+            notes.append(f"{arg}: skipped {len(skipped_frontend)} front-end (*.async_llm.*) trace(s); --include-frontend loads them")
+        if skipped_capture:
+            notes.append(f"{arg}: skipped {len(skipped_capture)} graph-capture trace(s) in capture_traces/; name them to load")
+        kept = [p for p in found if p not in skipped_capture and (include_frontend or p not in skipped_frontend)]
+        if not kept:
+            errors.append(f"{arg}: no *.pt.trace.json[.gz] files found")
+        for p in kept:
+            info = _capture_info_for(p, notes)
+            if info[3] is False:
+                notes.append(f"{p}: skipped: the capture manifest marks it invalid ({info[4]})")
+                continue
+            add(TraceFile(p, *info[:3]))
+    return files, notes, errors
+
+
+def _walk_traces(root: Path, errors: list[str]) -> list[Path]:
+    """Trace files under a directory, recursively (symlinked folders are not followed); a folder that cannot be
+    read is an error (its traces would be missing without a word)."""
+    found: list[Path] = []
+
+    def unreadable(exc: OSError) -> None:
+        errors.append(f"{exc.filename}: cannot read directory: {exc.strerror}; trace files in it are not loaded")
+
+    for folder, _dirs, names in os.walk(root, onerror=unreadable):
+        for name in names:
+            if _is_trace_name(name):
+                path = Path(folder) / name
+                if path.is_file():
+                    found.append(path)
+    return sorted(found)
+
+
+def _capture_info_for(path: Path, notes: list[str] | None = None) -> tuple[Path | None, str | None, int | None, bool | None, str | None]:
+    """If ``path`` lies in a ``k25trace capture`` directory: (capture dir, level, concurrency, valid, problem).
+
+    A damaged manifest is read as far as it is sound (``capture.manifest.check_manifest``); what is wrong
+    goes into ``notes`` once; when nothing in it can be used, its traces load as plain files."""
+    from k25trace.capture.manifest import check_manifest
+
+    for parent in list(path.resolve().parents)[:3]:
+        if not (parent / "manifest.json").is_file():
+            continue
+        m = check_manifest(parent)
+        if m is None:  # another tool's manifest.json
+            continue
+        if m.problems and notes is not None:
+            note = (f"{m.path}: damaged capture manifest: {m.summary()}; "
+                    + ("its traces load as plain files (no level, no request statistics)" if not m.usable
+                       else "the damaged entries are ignored"))
+            if note not in notes:
+                notes.append(note)
+        if not m.usable:
+            return None, None, None, None, None
+        level, entry = m.lookup(path.resolve().relative_to(parent).as_posix())
+        if level is None:
+            return parent, None, None, None, None
+        entry = entry or {}
+        return parent, level["name"], level["concurrency"], entry.get("valid"), entry.get("problem")
+    return None, None, None, None, None
+
+

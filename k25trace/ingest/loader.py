@@ -1,0 +1,581 @@
+"""Loading files into the event tables: stage each file's chunks, then move them into the final tables, in
+one transaction per file."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import os
+import re
+from collections import Counter
+from pathlib import Path
+from typing import Any, Callable
+
+import duckdb
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from k25trace import __version__
+from k25trace.errors import K25Error, TraceError
+from k25trace.ingest import limits
+from k25trace.ingest.chunks import _chunks
+from k25trace.ingest.columns import _Columns, _int_or_none
+from k25trace.ingest.discover import discover, is_frontend_name
+from k25trace.ingest.events import _INT64, _dumps
+from k25trace.ingest.model import FileResult, LoadOptions, TraceFile
+from k25trace.ingest.workers import _Workers
+from k25trace.names import short_name
+
+# ---------------------------------------------------------------------------------------------------------------
+# Loading one file
+
+_STAGE_DDL = {
+    "gpu": "create temp table _stage_gpu (event_id bigint, kind varchar, name_id integer, device integer, stream bigint, "
+    "ts_ns bigint, dur_ns bigint, correlation bigint, external_id bigint, grid_x integer, grid_y integer, grid_z integer, "
+    "block_x integer, block_y integer, block_z integer, registers integer, shared_mem_bytes integer, "
+    "blocks_per_sm double, warps_per_sm double, occupancy_pct double, bytes bigint, collective_name varchar, "
+    "msg_in_nelems bigint, msg_out_nelems bigint, msg_dtype varchar, group_size integer, pg_name varchar, pg_ranks varchar)",
+    "launch": "create temp table _stage_launch (event_id bigint, api varchar, name varchar, pid bigint, tid bigint, "
+    "ts_ns bigint, dur_ns bigint, correlation bigint, external_id bigint, cbid integer)",
+    "ann": "create temp table _stage_ann (event_id bigint, kind varchar, name varchar, pid bigint, tid bigint, "
+    "ts_ns bigint, dur_ns bigint, external_id bigint)",
+    "ops": "create temp table _stage_ops (event_id bigint, name varchar, pid bigint, tid bigint, ts_ns bigint, dur_ns bigint, "
+    "external_id bigint, input_dims varchar)",
+    "py": "create temp table _stage_py (event_id bigint, name varchar, pid bigint, tid bigint, ts_ns bigint, dur_ns bigint)",
+}
+
+_NS = "ts_ns"
+_DUR = "coalesce(dur_ns, 0)"
+
+# Exact duplicates: every stored column but event_id equal. The probe (a few columns) is cheap and almost always
+# finds nothing; only then are whole rows compared. python_function rows are left alone: their ids (Python id,
+# parent id) are not stored, so two real zero-length calls in the same µs would look alike.
+_DUP_PROBE = {
+    "gpu": "ts_ns, dur_ns, device, stream, correlation",
+    "launch": "ts_ns, dur_ns, tid, correlation",
+    "ann": "ts_ns, dur_ns, tid, external_id, name",
+    "ops": "ts_ns, dur_ns, tid, external_id",
+}
+_TABLE_WORDS = {"gpu": ("GPU activity", "GPU activities"), "launch": ("launch", "launches"),
+                "ann": ("annotation", "annotations"), "ops": ("CPU op", "CPU ops"), "py": ("python function", "python functions")}
+LONG_GPU_NS = 3_600 * 10**9  # a GPU activity longer than an hour is reported
+
+
+class Loader:
+    """Loads trace files into one database connection, one transaction per file."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, options: LoadOptions | None = None,
+                 progress: Callable[[int], None] | None = None,
+                 after_file: Callable[[duckdb.DuckDBPyConnection, int], None] | None = None) -> None:
+        self.con = con
+        self.options = options or LoadOptions()
+        self._executor: _Workers | None = None
+        self._hashes: dict[tuple[str, int, int], str] = {}
+        self._pending: dict[str, list[pa.Table]] = {}
+        self._pending_rows = 0
+        self.progress = progress or (lambda n: None)
+        self.names: dict[str, int] = dict(con.execute("select name, name_id from kernel_names").fetchall())
+        self.next_name_id = con.execute("select coalesce(max(name_id), 0) from kernel_names").fetchall()[0][0] + 1
+        self.after_file = after_file  # the later stages (k25trace.pipeline), inside the file's transaction
+
+    def _known(self, sha: str) -> tuple[int, str] | None:
+        rows = self.con.execute("select trace_id, path from traces where sha256 = ?", [sha]).fetchall()
+        return rows[0] if rows else None
+
+    def _hash(self, path: Path) -> str:
+        """The file's sha256, computed once per (path, size, mtime) in this load."""
+        stat = path.stat()
+        key = (str(path), stat.st_size, stat.st_mtime_ns)
+        if key not in self._hashes:
+            self._hashes[key] = _sha256(path)
+        return self._hashes[key]
+
+    def already_loaded(self, path: Path) -> bool:
+        try:
+            return self._known(self._hash(path)) is not None
+        except (OSError, duckdb.Error):
+            return False
+
+    def load(self, tf: TraceFile) -> FileResult:
+        path = tf.path
+        shown = _shown(path)
+        started = _dt.datetime.now()
+        result = FileResult(shown, "failed")
+        try:
+            with open(path, "rb"):
+                pass
+            sha = self._hash(path)
+        except OSError as exc:
+            result.message = f"{shown}: cannot read: {exc.strerror}"
+            return result
+        try:
+            row = self._known(sha)
+        except duckdb.Error as exc:
+            result.message = f"{shown}: {_db_problem(exc)}"
+            return result
+        if row:
+            result.status = "skipped"
+            result.trace_id = row[0]
+            result.message = f"{shown}: already loaded as trace {row[0]} ({row[1]})"
+            return result
+        new_names: dict[str, int] = {}
+        next_id = [self.next_name_id]
+
+        def name_id(name: str) -> int:
+            got = self.names.get(name)
+            if got is None:
+                got = new_names.get(name)
+                if got is None:
+                    got = next_id[0]
+                    next_id[0] += 1
+                    new_names[name] = got
+            return got
+
+        con = self.con
+        committing = False
+        try:
+            con.execute("begin transaction")
+        except duckdb.Error as exc:
+            result.message = f"{shown}: not loaded: {_db_problem(exc)}"
+            return result
+        try:
+            for ddl in _STAGE_DDL.values():
+                con.execute(ddl)
+            meta, counts, cols, read_sha, read_bytes = self._stream(path, name_id)
+            if read_sha != sha:  # the file changed between the hash and the read (still being written?)
+                row = self._known(read_sha)
+                if row:
+                    con.execute("rollback")
+                    result.status = "skipped"
+                    result.trace_id = row[0]
+                    result.message = f"{shown}: already loaded as trace {row[0]} ({row[1]}) (it changed while it was read)"
+                    return result
+            trace_id, warnings = self._commit_file(tf, path, read_sha, read_bytes, meta, counts, cols, new_names)
+            if read_sha != sha:
+                warnings.append(f"{shown}: the file changed while it was read (still being written?); stored what was "
+                                f"read ({read_bytes:,} bytes, sha256 {read_sha[:12]}…)")
+            committing = True
+            con.execute("commit")
+        except BaseException as exc:
+            self._pending, self._pending_rows = {}, 0
+            self._rollback()
+            if isinstance(exc, TraceError):
+                result.message = f"{_shown(exc.path)}: {exc.problem}"
+                return result
+            if isinstance(exc, K25Error):
+                result.message = f"{shown}: {exc}"
+                return result
+            if isinstance(exc, duckdb.Error):
+                what = "not stored: the commit failed" if committing else "not loaded"
+                result.message = f"{shown}: {what}: {_db_problem(exc)} (nothing of this file is in the database)"
+                return result
+            if isinstance(exc, RecursionError):
+                result.message = f"{shown}: nested too deep to load (RecursionError)"
+                return result
+            if isinstance(exc, OSError):
+                result.message = f"{shown}: cannot read: {exc.strerror or exc}"
+                return result
+            if isinstance(exc, (MemoryError, UnicodeError, ValueError, OverflowError)):
+                result.message = f"{shown}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+                return result
+            raise
+        finally:
+            for table in ("_stage_gpu", "_stage_launch", "_stage_ann", "_stage_ops", "_stage_py"):
+                try:
+                    con.execute(f"drop table if exists {table}")
+                except duckdb.Error:
+                    pass
+        self.names.update(new_names)
+        self.next_name_id = next_id[0]
+        result.status = "loaded"
+        result.trace_id = trace_id
+        result.warnings = warnings
+        try:
+            info = con.execute("select rank, event_count, gpu_event_count from traces where trace_id = ?", [trace_id]).fetchall()[0]
+            result.rank, result.events, result.gpu_events = info[0], info[1], info[2]  # type: ignore[index]
+        except (duckdb.Error, IndexError):
+            pass
+        result.seconds = (_dt.datetime.now() - started).total_seconds()
+        return result
+
+    def _rollback(self) -> None:
+        """Roll back the file's transaction; after a failed commit DuckDB has already ended it."""
+        try:
+            self.con.execute("rollback")
+        except duckdb.Error:
+            pass
+
+    def _stream(self, path: Path, name_id: Callable[[str], int]) -> tuple[dict[str, Any], int, _Columns, str, int]:
+        """Read, decode and stage one file's events; returns (top-level metadata, event count, counters, sha256 of
+        the bytes read, bytes read)."""
+        cols = _Columns(self.options.keep_python)
+        workers = self._workers() if file_size(path) >= self.options.parallel_min_bytes else None
+        if workers is not None and str(path) in workers.planned:
+            chunks = workers.run(path, self.options.keep_python)
+        elif workers is not None and workers.ring_ok():
+            chunks = workers.feed(path, self.options.keep_python, self.progress)
+        else:
+            chunks = _chunks(path, self.options.keep_python, self.progress)
+        total = 0
+        end: tuple = ()
+        for item in chunks:
+            if item[0] == "chunk":
+                _, tables, n, skipped, unknown, problems = item
+                cols.skipped.update(skipped)
+                cols.unknown.update(unknown)
+                cols.problems.update(problems)
+                self._append(tables, total, name_id)
+                total += n
+            elif item[0] == "progress":
+                self.progress(item[1])
+            else:  # "end"
+                end = item
+        self._flush()
+        _, meta_text, sha, read_bytes = end
+        try:
+            meta = orjson.loads(meta_text)
+        except orjson.JSONDecodeError as exc:
+            raise TraceError(str(path), f"invalid JSON outside traceEvents: {exc}") from exc
+        if not isinstance(meta, dict):
+            raise TraceError(str(path), "top-level JSON is not an object")
+        return meta, total, cols, sha, read_bytes
+
+    def prefetch(self, files: list[TraceFile]) -> None:
+        """With several big files, start decoding them in the worker processes ahead of loading."""
+        big = [tf.path for tf in files if file_size(tf.path) >= self.options.parallel_min_bytes]
+        if len(big) < 2:
+            return
+        workers = self._workers()
+        if workers is not None:
+            workers.prefetch(big, self.options.keep_python)
+
+    def _workers(self) -> "_Workers | None":
+        if self.options.workers <= 1:
+            return None
+        if self._executor is None or not self._executor.procs:
+            self._executor = _Workers(self.options.workers)
+        return self._executor
+
+    def close(self) -> None:
+        if self._executor is not None:
+            self._executor.close()
+            self._executor = None
+
+    def _append(self, tables: dict[str, pa.Table], first_event_id: int, name_id: Callable[[str], int]) -> None:
+        for key, table in tables.items():
+            if first_event_id:
+                table = table.set_column(0, "event_id", pc.add(table.column("event_id"), first_event_id))
+            if key == "gpu":
+                names = table.column("name").combine_chunks().dictionary_encode()
+                ids = pa.array([name_id(v) for v in names.dictionary.to_pylist()], pa.int32())
+                table = table.drop_columns(["name"]).append_column("name_id", pc.take(ids, names.indices))
+            self._pending.setdefault(key, []).append(table)
+            self._pending_rows += table.num_rows
+        if self._pending_rows >= limits.STAGE_BATCH_ROWS:
+            self._flush()
+
+    def _flush(self) -> None:
+        """Write the buffered chunk tables to the staging tables, one insert per table (per-call cost adds up)."""
+        for key, tables in self._pending.items():
+            self.con.register("_chunk", pa.concat_tables(tables, promote_options="permissive"))
+            try:
+                self.con.execute(f"insert into _stage_{key} by name select * from _chunk")
+            finally:
+                self.con.unregister("_chunk")
+        self._pending = {}
+        self._pending_rows = 0
+
+    def _clean_staged(self, base: int, problems: Counter[str]) -> None:
+        """Before the move into the final tables: drop rows whose absolute times would not fit in 64 bits (the
+        decoder already dropped what is no time on its own), and exact duplicate events."""
+        con = self.con
+        lo, hi = _INT64
+        for key in _STAGE_DDL:
+            table = f"_stage_{key}"
+            first, last = con.execute(f"select min(ts_ns), max(ts_ns::hugeint + coalesce(dur_ns, 0)) from {table}").fetchall()[0]
+            if first is not None and (base + first < lo or base + last > hi):
+                out_of_range = f"not ($base::hugeint + ts_ns between {lo} and {hi} and $base::hugeint + ts_ns + coalesce(dur_ns, 0) <= {hi})"
+                n = con.execute(f"select count(*) from {table} where {out_of_range}", {"base": base}).fetchall()[0][0]
+                con.execute(f"delete from {table} where {out_of_range}", {"base": base})
+                problems[f"bad_time:{key}"] += n
+            probe = _DUP_PROBE.get(key)
+            if probe is None:
+                continue
+            dup_keys = con.execute(f"select count(*) from (select 1 from {table} group by {probe} having count(*) > 1)").fetchall()[0][0]
+            if not dup_keys:
+                continue
+            columns = [r[0] for r in con.execute(f"select name from pragma_table_info('{table}') where name != 'event_id'").fetchall()]
+            n = con.execute(
+                f"select count(*) - count(distinct ({', '.join(columns)})) from {table}").fetchall()[0][0]
+            if n:
+                con.execute(
+                    f"delete from {table} where event_id in (select event_id from (select event_id, row_number() over "
+                    f"(partition by {', '.join(columns)} order by event_id) as copy from {table}) where copy > 1)")
+                problems[f"duplicate:{key}"] += n
+
+    def _commit_file(self, tf: TraceFile, path: Path, sha: str, read_bytes: int, meta: dict[str, Any], counts: int,
+                     cols: _Columns, new_names: dict[str, int]) -> tuple[int, list[str]]:
+        con = self.con
+        warnings: list[str] = []
+        shown = _shown(path)
+        if shown != str(path):
+            warnings.append(f"{shown}: the file name is not valid UTF-8; path and file_name are stored with U+FFFD (�) "
+                            "in place of the bytes that are not")
+        dist = meta.get("distributedInfo") if isinstance(meta.get("distributedInfo"), dict) else None
+        rank, world, rank_source = _rank_of(dist, path.name)
+        raw_base = meta.get("baseTimeNanoseconds")
+        base = _int_or_none(raw_base)
+        if raw_base is not None and (base is None or not 0 <= base < (1 << 62)):
+            raise TraceError(str(path), f"baseTimeNanoseconds is {str(raw_base)[:40]}: not a time in ns")
+        base = base or 0
+        devices = meta.get("deviceProperties") if isinstance(meta.get("deviceProperties"), list) else None
+        problems = cols.problems
+        self._clean_staged(base, problems)
+        gpu_n = con.execute("select count(*) from _stage_gpu").fetchall()[0][0]  # type: ignore[index]
+        device_name = None
+        if devices:
+            used_rows = con.execute("select device from _stage_gpu group by device order by count(*) desc limit 1").fetchall()
+            used = used_rows[0] if used_rows else None
+            dev_index = used[0] if used and used[0] is not None else rank
+            match = [d for d in devices if isinstance(d, dict) and d.get("id") == dev_index]
+            device_name = (match[0] if match else devices[0] if isinstance(devices[0], dict) else {}).get("name") or None
+            if device_name is not None and not isinstance(device_name, str):
+                device_name = _dumps(device_name)
+        frontend = is_frontend_name(path.name)
+        warnings += _problem_warnings(shown, problems, gpu_n, frontend)
+        if cols.unknown:
+            unknown = ", ".join(f"{k} ({v})" for k, v in cols.unknown.most_common())
+            warnings.append(f"{shown}: skipped events of unknown categories: {unknown}")
+        long_n, longest = con.execute(f"select count(*), max(dur_ns) from _stage_gpu where dur_ns > {LONG_GPU_NS}").fetchall()[0]
+        if long_n:
+            warnings.append(f"{shown}: {long_n:,} GPU activit{'y' if long_n == 1 else 'ies'} longer than an hour (the "
+                            f"longest {_span(longest)}): kept; such times usually mean a broken trace")
+        skipped = dict(cols.skipped)
+        for label, prefix in (("(bad time)", "bad_time:"), ("(negative duration)", "negative_dur:"), ("(duplicate)", "duplicate:")):
+            n = sum(v for k, v in problems.items() if k.startswith(prefix))
+            if n:
+                skipped[label] = n
+        trace_id = con.execute("select nextval('trace_id_seq')").fetchall()[0][0]  # type: ignore[index]
+        if new_names:
+            con.executemany("insert into kernel_names values (?, ?, ?)", [(i, n, short_name(n)) for n, i in new_names.items()])
+        params = {"trace_id": trace_id, "rank": rank, "base": base}
+        con.execute(
+            f"insert into gpu_events select $trace_id, $rank, event_id, kind, name_id, device, stream, "
+            f"$base + {_NS} as start_ns, {_DUR} as dur_ns_, $base + {_NS} + {_DUR} as end_ns, correlation, external_id, "
+            "grid_x, grid_y, grid_z, block_x, block_y, block_z, registers, shared_mem_bytes, blocks_per_sm, warps_per_sm, "
+            "occupancy_pct, bytes, collective_name, msg_in_nelems, msg_out_nelems, msg_dtype, group_size, pg_name, pg_ranks, "
+            "null, null from _stage_gpu order by start_ns, event_id", params)
+        con.execute(
+            f"insert into launches select $trace_id, $rank, event_id, api, name, pid, tid, $base + {_NS} as start_ns, "
+            f"{_DUR}, $base + {_NS} + {_DUR}, correlation, external_id, cbid from _stage_launch order by start_ns, event_id", params)
+        con.execute(
+            f"insert into annotations select $trace_id, $rank, event_id, kind, name, pid, tid, $base + {_NS} as start_ns, "
+            f"{_DUR}, $base + {_NS} + {_DUR}, external_id from _stage_ann order by start_ns, event_id", params)
+        con.execute(
+            f"insert into cpu_ops select $trace_id, $rank, event_id, name, pid, tid, $base + {_NS} as start_ns, "
+            f"{_DUR}, $base + {_NS} + {_DUR}, external_id, input_dims from _stage_ops order by start_ns, event_id", params)
+        con.execute(
+            f"insert into python_functions select $trace_id, $rank, event_id, name, pid, tid, $base + {_NS} as start_ns, "
+            f"{_DUR}, $base + {_NS} + {_DUR} from _stage_py order by start_ns, event_id", params)
+        span = con.execute(
+            "select min(s), max(e) from ("
+            "select min(start_ns) s, max(end_ns) e from gpu_events where trace_id = $t union all "
+            "select min(start_ns), max(end_ns) from launches where trace_id = $t union all "
+            "select min(start_ns), max(end_ns) from annotations where trace_id = $t union all "
+            "select min(start_ns), max(end_ns) from cpu_ops where trace_id = $t)", {"t": trace_id}).fetchall()[0]
+        known_keys = {"traceEvents", "distributedInfo", "deviceProperties", "baseTimeNanoseconds"}
+        metadata = {k: v for k, v in meta.items() if k not in known_keys}
+        vllm_version = meta.get("vllm_version")
+        if isinstance(vllm_version, (list, dict)):
+            vllm_version = _dumps(vllm_version)
+        metadata_text = _dumps(metadata)
+        if metadata_text is None:
+            kept = {k: v for k, v in metadata.items() if _dumps(v) is not None}
+            dropped = sorted(set(metadata) - set(kept))
+            warnings.append(f"{shown}: metadata not stored (nested too deep to write as JSON): {', '.join(dropped)[:200]}")
+            metadata_text = _dumps(kept) or "{}"
+        con.execute(
+            "insert into traces (trace_id, path, file_name, file_size, sha256, rank, world_size, base_time_ns, device_name, "
+            "device_count, vllm_version, is_frontend, capture_dir, level, concurrency, event_count, gpu_event_count, "
+            "first_ns, last_ns, distributed_info, device_properties, metadata, skipped, loaded_at, loader_version, "
+            "rank_source) values (" + ", ".join(["?"] * 26) + ")",
+            [
+                trace_id, _shown(path.resolve()), _shown(Path(path.name)), read_bytes, sha, rank, world, base, device_name,
+                len(devices) if devices else None, str(vllm_version) if vllm_version is not None else None, frontend,
+                _shown(tf.capture_dir) if tf.capture_dir else None, tf.level, tf.concurrency, counts, gpu_n,
+                span[0] if span else None, span[1] if span else None,  # type: ignore[index]
+                _dumps(dist) if dist else None,
+                _dumps(devices) if devices else None,
+                metadata_text,
+                orjson.dumps(skipped).decode(),
+                _dt.datetime.now(), __version__, rank_source,
+            ],
+        )
+        if tf.capture_dir is not None:
+            _record_capture(con, tf.capture_dir)
+        if self.after_file is not None:
+            self.after_file(con, trace_id)
+        return trace_id, warnings
+
+
+def _span(ns: int) -> str:
+    seconds = ns / 1e9
+    if seconds >= 86_400:
+        return f"{seconds / 86_400:.1f} days"
+    return f"{seconds / 3_600:.1f} h"
+
+
+def _problem_warnings(shown: str, problems: Counter[str], gpu_n: int, frontend: bool) -> list[str]:
+    """One line per kind of event the loader did not store, with counts per table."""
+    out = []
+
+    def per_table(prefix: str) -> tuple[int, str]:
+        parts = {k[len(prefix):]: v for k, v in problems.items() if k.startswith(prefix) and v}
+        text = ", ".join(f"{v:,} {_TABLE_WORDS.get(k, (k, k))[v != 1]}" for k, v in sorted(parts.items(), key=lambda kv: -kv[1]))
+        return sum(parts.values()), text
+
+    n, text = per_table("bad_time:")
+    if n:
+        out.append(f"{shown}: skipped {n:,} event(s) whose ts or dur is no time (NaN, Infinity, or beyond 64-bit ns, "
+                   f"e.g. 1e16 µs): {text}")
+    n, text = per_table("negative_dur:")
+    if n:
+        out.append(f"{shown}: skipped {n:,} event(s) with a negative duration: {text}")
+    n, text = per_table("duplicate:")
+    if n:
+        out.append(f"{shown}: dropped {n:,} exact duplicate event(s) (every stored field equal to an earlier event's; "
+                   f"the first is kept): {text}")
+    no_ts = problems.get("gpu_no_ts", 0)
+    not_x = problems.get("gpu_not_X", 0)
+    bad_gpu = problems.get("bad_time:gpu", 0) + problems.get("negative_dur:gpu", 0)
+    if gpu_n == 0:
+        reasons = []
+        if no_ts:
+            reasons.append(f"its {no_ts:,} kernel/memcpy/memset event(s) have no ts")
+        if not_x:
+            reasons.append(f"{not_x:,} are not complete ('X') events")
+        if bad_gpu:
+            reasons.append(f"{bad_gpu:,} have no usable time (above)")
+        if reasons:
+            out.append(f"{shown}: no GPU events stored: {'; '.join(reasons)}; loaded its CPU events")
+        else:
+            out.append(f"{shown}: no GPU events in the file (CPU-only trace{', front end' if frontend else ''}); "
+                       "loaded its CPU events")
+    elif no_ts or not_x:
+        what = " and ".join(x for x in (f"{no_ts:,} without ts" if no_ts else "", f"{not_x:,} not 'X'" if not_x else "") if x)
+        out.append(f"{shown}: skipped GPU events {what}")
+    return out
+
+
+_RANK_NAME_RE = re.compile(r"(?:^|[^A-Za-z0-9])rank[-_]?(\d+)(?![0-9])", re.IGNORECASE)
+
+
+def _rank_of(dist: dict[str, Any] | None, file_name: str) -> tuple[int, int | None, str]:
+    """(rank, world size, where the rank came from): distributedInfo; else vLLM's file name
+    (``dp0_pp0_tp1_dcp0_ep1_rank1.<ns>.pt.trace.json.gz``, older ``…rank1…``), world size unknown; else rank 0 of 1
+    (a single-process trace)."""
+    world = _int_or_none(dist.get("world_size")) if dist else None
+    rank = _int_or_none(dist.get("rank")) if dist else None
+    if rank is not None and 0 <= rank < (1 << 31):
+        return rank, world, "distributedInfo"
+    found = _RANK_NAME_RE.findall(file_name)
+    if found and int(found[-1]) < (1 << 31):
+        return int(found[-1]), world, "file_name"
+    return 0, world if world is not None else 1, "default"
+
+
+def _shown(path: Path | str) -> str:
+    """The path as text that any database or terminal takes: bytes of a file name that are not UTF-8 become
+    U+FFFD (the file itself is opened by its real name)."""
+    text = str(path)
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return os.fsencode(text).decode("utf-8", "replace")
+
+
+def _db_problem(exc: BaseException) -> str:
+    first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return f"database error: {first}"
+
+
+def _record_capture(con: duckdb.DuckDBPyConnection, capture_dir: Path) -> None:
+    """The capture's manifest (as far as it is sound: ``capture.manifest.check_manifest``) and its levels' request
+    statistics, inserted by column name."""
+    from k25trace.capture.manifest import LEVEL_COLUMNS, check_manifest, level_rows
+
+    m = check_manifest(capture_dir)
+    if m is None or not m.usable:  # changed since discovery
+        raise TraceError(str(capture_dir / "manifest.json"),
+                         "the capture manifest is gone or unusable: " + (m.summary() if m else "missing"))
+    key = _shown(capture_dir.resolve())
+    con.execute("insert or replace into captures (capture_dir, manifest) values (?, ?)", [key, m.json_text()])
+    columns = ("capture_dir",) + LEVEL_COLUMNS
+    for row in level_rows(m):
+        con.execute(f"insert or replace into capture_levels ({', '.join(columns)}) "
+                    f"values ({', '.join('?' for _ in columns)})", [key] + [row[c] for c in LEVEL_COLUMNS])
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while True:
+            block = fh.read(8 << 20)
+            if not block:
+                break
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def load_paths(
+    con: duckdb.DuckDBPyConnection,
+    paths: list[Path],
+    options: LoadOptions | None = None,
+    *,
+    on_result: Callable[[FileResult], None] | None = None,
+    progress_factory: Callable[[list[TraceFile]], Any] | None = None,
+    after_file: Callable[[duckdb.DuckDBPyConnection, int], None] | None = None,
+) -> tuple[list[FileResult], list[str]]:
+    """Load every trace under ``paths`` into the event tables; returns (per-file results, notes). Never raises
+    for a bad file. ``after_file(con, trace_id)`` runs inside each file's transaction (the pipeline's later
+    stages: a failure there rolls the file back like a bad event would).
+
+    Past a file-size limit (``ulimit -f``; CPython ignores SIGXFSZ) a write to the database fails and the file's
+    transaction reports it; the shared-memory ring is not used under a limit smaller than its buffers."""
+    options = options or LoadOptions()
+    files, notes, errors = discover(paths, include_frontend=options.include_frontend)
+    notes = [_shown(n) for n in notes]
+    results = [FileResult(_shown(e.split(":", 1)[0]), "failed", _shown(e)) for e in errors]
+    for r in results:
+        if on_result:
+            on_result(r)
+    progress_ctx = progress_factory(files) if progress_factory else None
+    advance: Callable[[int], None] = (lambda n: None)
+    start_file: Callable[[TraceFile], None] = (lambda tf: None)
+    if progress_ctx is not None:
+        advance, start_file = progress_ctx.advance, progress_ctx.start_file
+    loader = Loader(con, options, progress=lambda n: advance(n), after_file=after_file)
+    try:
+        if any(file_size(tf.path) >= options.parallel_min_bytes for tf in files):
+            loader._workers()  # start the processes now: their imports overlap the hashing below
+        loader.prefetch([tf for tf in files if not loader.already_loaded(tf.path)])
+        for tf in files:
+            start_file(tf)
+            result = loader.load(tf)
+            results.append(result)
+            if on_result:
+                on_result(result)
+    finally:
+        loader.close()
+    if progress_ctx is not None:
+        progress_ctx.close()
+    return results, notes
+
+
+def file_size(path: Path) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0

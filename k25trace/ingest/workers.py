@@ -1,0 +1,365 @@
+"""Decode worker processes: big files are decoded in parallel, chunk tables handed back through a shared-memory
+ring (or a pipe), in order; the parent is the single DuckDB writer."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from collections import deque
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from k25trace.errors import K25Error, TraceError
+from k25trace.ingest import limits
+from k25trace.ingest.chunks import _chunks, _decode_and_build, _decoded
+from k25trace.ingest.events import _GuessedCut
+from k25trace.ingest.stream import _BOUNDARY_RE, _Reader, _Splitter
+
+
+def _die_with_parent(pdeathsig: bool) -> None:
+    """Make this decode process end when the load that started it ends, however it ends (kill -9 included):
+    Linux's parent-death signal when the parent's main thread started us, and in any case a thread that waits
+    for the end of the pipe multiprocessing keeps open to the parent (EOF when the parent is gone)."""
+    if pdeathsig and sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+    import multiprocessing
+    import threading
+    from multiprocessing.connection import wait
+
+    parent = multiprocessing.parent_process()
+    if parent is None or parent.sentinel is None:
+        return
+
+    def watch() -> None:
+        wait([parent.sentinel])
+        os._exit(70)
+
+    threading.Thread(target=watch, name="k25trace-parent-watch", daemon=True).start()
+
+
+def _worker_main(index: int, tasks: Any, results: Any, pdeathsig: bool = False) -> None:
+    """A decode process. Tasks: ``(task_id, path, keep_python)`` streams a whole file (decompress, cut, decode);
+    ``("attach", task_id, names)`` maps the parent's shared-memory ring (the parent unlinks the names once every
+    worker answered, so nothing is left in /dev/shm whatever happens next); ``("chunk", task_id, path, index,
+    size, keep_python)`` decodes one chunk the parent put in ring buffer ``index``. Every item it puts is tagged
+    with the task id; a failure is reported as ("error", path, problem), a guessed cut that does not hold as
+    ("resplit",), and the worker goes on."""
+    _die_with_parent(pdeathsig)
+    ring: list[Any] = []
+    while True:
+        task = tasks.get()
+        if task is None:
+            for shm in ring:
+                shm.close()
+            return
+        if task[0] == "attach":
+            from multiprocessing import shared_memory
+
+            for shm in ring:
+                shm.close()
+            ring = [shared_memory.SharedMemory(name=name) for name in task[2]]
+            results.put((task[1], ("attached",)))
+            continue
+        if task[0] == "chunk":  # one chunk the parent decompressed into a shared-memory buffer
+            _, task_id, chunk_path, buffer_index, size, keep_python = task
+            try:
+                view = ring[buffer_index].buf[:size]
+                try:
+                    item = ("chunk", *_decode_and_build(chunk_path, view, keep_python))
+                finally:
+                    view.release()
+                results.put((task_id, item))
+            except _GuessedCut:
+                results.put((task_id, ("resplit",)))
+            except TraceError as exc:
+                results.put((task_id, ("error", exc.path, exc.problem)))
+            except Exception as exc:  # noqa: BLE001 - reported to the parent as this file's failure
+                results.put((task_id, ("error", chunk_path, f"{type(exc).__name__}: {exc}")))
+            continue
+        task_id, path, keep_python = task
+
+        def progress(n: int) -> None:
+            results.put((task_id, ("progress", n)))
+
+        try:
+            for item in _chunks(Path(path), keep_python, progress):
+                results.put((task_id, item))
+        except TraceError as exc:
+            results.put((task_id, ("error", exc.path, exc.problem)))
+        except Exception as exc:  # noqa: BLE001 - reported to the parent as this file's failure
+            results.put((task_id, ("error", path, f"{type(exc).__name__}: {exc}")))
+
+
+SHM_PREFIX = "k25trace_"
+
+
+def _remove_stale_segments() -> None:
+    """Unlink ring segments in /dev/shm left by a load that died before it unlinked them (its pid is gone)."""
+    shm_dir = Path("/dev/shm")
+    try:
+        names = [p.name for p in shm_dir.iterdir() if p.name.startswith(SHM_PREFIX)]
+    except OSError:
+        return
+    for name in names:
+        try:
+            pid = int(name[len(SHM_PREFIX):].split("_", 1)[0])
+        except ValueError:
+            continue
+        try:
+            os.kill(pid, 0)
+            continue  # alive (or another user's)
+        except ProcessLookupError:
+            pass
+        except OSError:
+            continue
+        try:
+            os.unlink(shm_dir / name)
+        except OSError:
+            pass
+
+
+class _Workers:
+    """Decode processes. Several big files: each worker streams whole files (round robin), ahead of the parent,
+    which takes them in order and writes them to DuckDB (the single writer). One big file: the parent
+    decompresses it into shared memory and the workers decode the chunks in turn (:meth:`feed`).
+
+    Nothing outlives the load: the workers end with the parent (:func:`_die_with_parent`) and the ring's names
+    are unlinked as soon as every worker has mapped it (the memory goes when the last process unmaps it)."""
+
+    def __init__(self, count: int) -> None:
+        import multiprocessing
+        import threading
+
+        ctx = multiprocessing.get_context("spawn")
+        pdeathsig = threading.current_thread() is threading.main_thread()
+        self.count = count
+        self.tasks = [ctx.Queue() for _ in range(count)]
+        self.results = [ctx.Queue() for _ in range(count)]
+        self.procs = [ctx.Process(target=_worker_main, args=(i, self.tasks[i], self.results[i], pdeathsig), daemon=True)
+                      for i in range(count)]
+        for proc in self.procs:
+            proc.start()
+        self.next_task = 0
+        self.planned: dict[str, tuple[int, int]] = {}  # path -> (task id, worker) of a whole-file prefetch
+        self.ring: list[Any] = []  # shared-memory chunk buffers for feed()
+        self.ring_failed = False
+
+    def prefetch(self, paths: list[Path], keep_python: bool) -> None:
+        """Start streaming these files, one whole file per worker in turn."""
+        for n, path in enumerate(paths):
+            worker = n % self.count
+            task_id = self._task_id()
+            self.planned[str(path)] = (task_id, worker)
+            self.tasks[worker].put((task_id, str(path), keep_python))
+
+    def _task_id(self) -> int:
+        self.next_task += 1
+        return self.next_task
+
+    def _get(self, worker: int, task_id: int) -> tuple:
+        import queue
+
+        while True:
+            try:
+                got_id, item = self.results[worker].get(timeout=1.0)
+            except queue.Empty:
+                if not self.procs[worker].is_alive():
+                    raise K25Error(f"decode worker {worker} died (exit code {self.procs[worker].exitcode})") from None
+                continue
+            if got_id == task_id:
+                return item
+            # a stale item of an earlier task that failed on another worker: drop it
+
+    def ring_ok(self) -> bool:
+        """Whether the shared-memory ring of :meth:`feed` exists or can be made. Not under a file-size limit
+        smaller than a buffer (``ulimit -f``: /dev/shm files count too), nor when /dev/shm refuses: the caller
+        then decodes in its own process."""
+        if self.ring:
+            return True
+        if self.ring_failed:
+            return False
+        try:
+            import resource
+
+            limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+            if limit != resource.RLIM_INFINITY and limit < limits.RING_BUFFER_BYTES:
+                self.ring_failed = True
+                return False
+        except (ImportError, OSError, ValueError):
+            pass
+        try:
+            self._ring_buffers()
+        except OSError:
+            self.ring_failed = True
+            return False
+        return True
+
+    def _ring_buffers(self) -> list[Any]:
+        """The shared-memory ring, mapped by every worker, its names already unlinked."""
+        if self.ring:
+            return self.ring
+        from multiprocessing import shared_memory
+
+        _remove_stale_segments()
+        token = os.urandom(4).hex()
+        ring: list[Any] = []
+        done = False
+        try:
+            for i in range(2 * self.count + 2):
+                ring.append(shared_memory.SharedMemory(name=f"{SHM_PREFIX}{os.getpid()}_{token}_{i}", create=True,
+                                                       size=limits.RING_BUFFER_BYTES))
+            task_id = self._task_id()
+            names = [shm.name for shm in ring]
+            for worker in range(self.count):
+                self.tasks[worker].put(("attach", task_id, names))
+            for worker in range(self.count):
+                self._get(worker, task_id)
+            done = True
+        finally:
+            for shm in ring:  # mapped here and in every worker (or failed): the names can go now
+                shm.unlink()
+                if not done:
+                    shm.close()
+        self.ring = ring
+        return ring
+
+    def feed(self, path: Path, keep_python: bool, progress: Callable[[int], None]) -> Iterator[tuple]:
+        """One big file: this process decompresses it once, straight into the shared-memory buffers of a small
+        ring (``[`` + the carried-over partial event + a block; the comma after the last complete event becomes
+        ``]``), and the workers decode the buffers in turn; results come back in file order. The metadata, a cut
+        that did not hold (re-cut exactly here, see :class:`_Splitter`) and events too large for a buffer are
+        handled in this process."""
+        task_id = self._task_id()
+        ring = self._ring_buffers()
+        in_flight: deque[tuple[int, int, int, bytes, int]] = deque()  # (worker, buffer, size, gap, offset), file order
+        sent = 0
+        reader = _Reader(path)
+        splitter = _Splitter(path)
+        spath = str(path)
+        try:
+            while True:
+                if not splitter.fast or len(splitter.buf) + 1 + limits.BLOCK_SIZE > limits.RING_BUFFER_BYTES:
+                    while in_flight:  # keep the file order
+                        yield from self._take_oldest(in_flight, ring, splitter, task_id, keep_python)
+                    if splitter.fast and len(splitter.buf) + 1 + limits.BLOCK_SIZE <= limits.RING_BUFFER_BYTES:
+                        continue
+                    block = reader.read(limits.BLOCK_SIZE)
+                    reader.report(progress)
+                    if not block:
+                        break
+                    chunk = splitter.feed(block)
+                    if chunk:
+                        yield from _decoded(splitter, chunk, keep_python)
+                    continue
+                if len(in_flight) == len(ring):
+                    yield from self._take_oldest(in_flight, ring, splitter, task_id, keep_python)
+                    continue
+                index = sent % len(ring)
+                buf = ring[index].buf
+                carry = splitter.buf  # "[" + the text after the last cut
+                start = len(carry)
+                buf[:start] = carry
+                n = reader.readinto(buf[start : start + limits.BLOCK_SIZE])
+                reader.report(progress)
+                if not n:
+                    break
+                total = start + n
+                last = None
+                search_from = max(1, total - (1 << 20))
+                while last is None:
+                    for last in _BOUNDARY_RE.finditer(buf, search_from, total):
+                        pass
+                    if last is None and search_from == 1:
+                        break
+                    search_from = max(1, search_from - (8 << 20))
+                if last is None:  # no complete event yet: carry everything over
+                    splitter.buf = bytearray(buf[:total])
+                    continue
+                gap = bytes(buf[last.start() + 1 : last.end() - 1])
+                offset = splitter.offset
+                splitter.offset += last.end() - 2
+                splitter.buf = bytearray(b"[") + buf[last.end() - 1 : total]
+                buf[last.start() + 1] = 0x5D  # ]
+                worker = sent % self.count
+                self.tasks[worker].put(("chunk", task_id, spath, index, last.start() + 2, keep_python))
+                in_flight.append((worker, index, last.start() + 2, gap, offset))
+                sent += 1
+            while in_flight:
+                yield from self._take_oldest(in_flight, ring, splitter, task_id, keep_python)
+            tail, meta_text = splitter.finish()
+            if tail is not None:
+                yield from _decoded(splitter, tail, keep_python)
+            yield ("end", meta_text, reader.sha256, reader.count)
+        except TraceError:
+            raise  # workers carry on; leftovers of this task are dropped by task id
+        except BaseException:
+            self.close()
+            raise
+        finally:
+            reader.close()
+
+    def _take_oldest(self, in_flight: deque, ring: list[Any], splitter: _Splitter, task_id: int,
+                     keep_python: bool) -> Iterator[tuple]:
+        """The result of the oldest chunk in flight. If its cut (a guess) did not hold, the chunks sent after it
+        were cut on a wrong carry: wait for them (their buffers are read until their workers answer), drop their
+        results, rebuild the text from the failed chunk's start and let the splitter cut it exactly here."""
+        worker, index, size, gap, offset = in_flight.popleft()
+        item = self._take(worker, task_id)
+        if item[0] != "resplit":
+            splitter.events += item[2]
+            yield item
+            return
+        text = bytearray(ring[index].buf[: size - 1])
+        text += gap
+        for w, i, s, g, _ in in_flight:
+            self._get(w, task_id)
+            text += ring[i].buf[1 : s - 1]
+            text += g
+        in_flight.clear()
+        text += memoryview(splitter.buf)[1:]
+        chunk = splitter.restart(text, offset)
+        if chunk is not None:
+            yield from _decoded(splitter, chunk, keep_python)
+
+    def _take(self, worker: int, task_id: int) -> tuple:
+        item = self._get(worker, task_id)
+        if item[0] == "error":
+            raise TraceError(item[1], item[2])
+        return item
+
+    def run(self, path: Path, keep_python: bool) -> Iterator[tuple]:
+        """The items of a file given to :meth:`prefetch`, as its worker streams them."""
+        task_id, worker = self.planned.pop(str(path))
+        try:
+            while True:
+                item = self._take(worker, task_id)
+                yield item
+                if item[0] == "end":
+                    return
+        except TraceError:
+            raise  # the worker carries on with its next file
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        for proc in self.procs:
+            if proc.is_alive():
+                proc.terminate()
+        for proc in self.procs:
+            proc.join(timeout=5)
+        self.procs = []
+        for shm in self.ring:  # the names were unlinked when the workers mapped them
+            try:
+                shm.close()
+            except BufferError:  # a view of it still held by an unfinished generator: freed with it
+                pass
+        self.ring = []
+
+
