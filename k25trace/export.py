@@ -186,6 +186,46 @@ def perfetto_trace(con: duckdb.DuckDBPyConnection, run_id: str, steps: list[int]
     clock and the numbers stay small (exact to the nanosecond). Each activity's args: category, step, batch size,
     event_id and name_id (its rows in ``gpu_events`` and ``kernel_names``), grid and block; ``details`` adds the
     full demangled name (often KBs), the raw start, correlation, registers, shared memory, occupancy, NCCL args."""
+    events, lanes = _step_frames(con, run_id, steps, ranks)
+    t0 = _first_start(events, lanes)
+    rank_list = sorted(set(events["rank"].to_list()) | set(lanes["rank"].to_list()))
+    offsets = {r["rank"]: r["offset_ns"] for r in lanes.iter_rows(named=True)}
+    aligned = {r["rank"]: r["aligned"] for r in lanes.iter_rows(named=True)}
+    marker_tid = _marker_tid(events)
+    trace_events = _rank_tracks(rank_list, {r["rank"]: r["device_name"] for r in lanes.iter_rows(named=True)},
+                                marker_tid)
+    step_events, markers = _step_slices(lanes, t0, marker_tid)
+    activity_events, activities, waits, overflow = _activity_slices(events, t0, details=details)
+    trace_events += step_events + activity_events
+
+    notes = []
+    if len(rank_list) > 1 and not all(aligned.get(r) for r in rank_list):
+        notes.append(f"{report.run_label(run_id)}: no clock offsets for rank(s) "
+                     f"{', '.join(str(r) for r in rank_list if not aligned.get(r))} (no paired collectives): "
+                     "their raw clocks are used")
+    if overflow:
+        notes.append(f"{overflow} GPU activities overlap another on the same stream; they are on a track "
+                     "of their own ('overlapping activities') so that every track nests")
+    trace = {
+        "traceEvents": trace_events,
+        "otherData": {
+            "generator": f"k25trace {__version__}", "source": source, "run_id": run_id,
+            "steps": steps, "ranks": ranks if ranks is not None else rank_list, "t0_ns": t0,
+            "clock": "ts = (start_ns - clock_offset_ns - t0_ns) / 1000 µs: every rank on the reference (lowest) "
+                     "rank's clock (rank_offsets)",
+            "clock_offsets_ns": {str(r): offsets.get(r, 0) for r in rank_list},
+            "exported_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        },
+    }
+    return PerfettoExport(trace=trace, run_id=run_id, steps=steps, ranks=rank_list, t0_ns=t0, activities=activities,
+                          waits=waits, markers=markers, offsets_ns={r: offsets.get(r, 0) for r in rank_list},
+                          notes=notes)
+
+
+def _step_frames(con: duckdb.DuckDBPyConnection, run_id: str, steps: list[int],
+                 ranks: list[int] | None) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The GPU activities (``export_step_events``) and the per-rank step lanes (``step_lanes``) of the steps on the
+    chosen ranks; an error when a chosen rank is not in the steps or the steps hold no GPU activity."""
     events = query_frame(con, "export_step_events", {"run_id": run_id, "steps": steps, "ranks": ranks})
     lanes = pl.concat([query_frame(con, "step_lanes", {"run_id": run_id, "step_index": s}) for s in steps],
                       how="vertical_relaxed")
@@ -198,24 +238,29 @@ def perfetto_trace(con: duckdb.DuckDBPyConnection, run_id: str, steps: list[int]
         lanes = lanes.filter(pl.col("rank").is_in(ranks))
     if events.is_empty():
         raise K25Error(f"{report.run_label(run_id)}: step(s) {ranges_text(steps)} hold no GPU activity on the chosen ranks")
+    return events, lanes
+
+
+def _first_start(events: pl.DataFrame, lanes: pl.DataFrame) -> int:
+    """t0: the earliest aligned start of an activity or a step marker."""
     starts = [int(events["aligned_start_ns"].min())]
     marker_starts = lanes.filter(pl.col("marker_start_ns").is_not_null())
     if not marker_starts.is_empty():
         starts.append(int((marker_starts["marker_start_ns"] - marker_starts["offset_ns"]).min()))
-    t0 = min(starts)
+    return min(starts)
 
-    trace_events: list[dict[str, Any]] = []
-    rank_list = sorted(set(events["rank"].to_list()) | set(lanes["rank"].to_list()))
-    devices = {r["rank"]: r["device_name"] for r in lanes.iter_rows(named=True)}
-    offsets = {r["rank"]: r["offset_ns"] for r in lanes.iter_rows(named=True)}
-    aligned = {r["rank"]: r["aligned"] for r in lanes.iter_rows(named=True)}
-    streams: dict[int, set[int]] = {}
-    for r in events.select(["rank", "stream"]).unique().iter_rows(named=True):
-        streams.setdefault(r["rank"], set()).add(r["stream"] if r["stream"] is not None else 0)
-    all_streams = {s for v in streams.values() for s in v}
-    marker_tid = min([0] + [s for s in all_streams]) - 2 if 0 in all_streams or 1 in all_streams else 0
+
+def _marker_tid(events: pl.DataFrame) -> int:
+    """The track of the host step markers (the GPU step windows go on the next one): below every stream track."""
+    all_streams = {r["stream"] if r["stream"] is not None else 0
+                   for r in events.select(["rank", "stream"]).unique().iter_rows(named=True)}
+    return min([0] + [s for s in all_streams]) - 2 if 0 in all_streams or 1 in all_streams else 0
+
+
+def _rank_tracks(rank_list: list[int], devices: dict[int, str | None], marker_tid: int) -> list[dict[str, Any]]:
+    """Per rank, the metadata events naming its process and its two step tracks."""
     window_tid = marker_tid + 1
-
+    trace_events: list[dict[str, Any]] = []
     for rank in rank_list:
         name = f"rank {rank}" + (f" · {devices[rank]}" if devices.get(rank) else "")
         trace_events += [
@@ -226,7 +271,13 @@ def perfetto_trace(con: duckdb.DuckDBPyConnection, run_id: str, steps: list[int]
             {"ph": "M", "name": "thread_name", "pid": rank, "tid": window_tid, "args": {"name": "step (GPU window)"}},
             {"ph": "M", "name": "thread_sort_index", "pid": rank, "tid": window_tid, "args": {"sort_index": -1}},
         ]
+    return trace_events
 
+
+def _step_slices(lanes: pl.DataFrame, t0: int, marker_tid: int) -> tuple[list[dict[str, Any]], int]:
+    """Per rank and step, the host marker slice (when the step has a marker) and the GPU window slice; returns the
+    events and how many markers there were."""
+    trace_events: list[dict[str, Any]] = []
     markers = 0
     for lane in lanes.sort(["rank", "step_index"]).iter_rows(named=True):
         rank, off = lane["rank"], lane["offset_ns"]
@@ -243,9 +294,17 @@ def perfetto_trace(con: duckdb.DuckDBPyConnection, run_id: str, steps: list[int]
             markers += 1
         trace_events.append({
             "ph": "X", "name": f"step {lane['step_index']} (batch {lane['batch_size']})", "cat": "k25trace.step",
-            "pid": rank, "tid": window_tid, "ts": _us(lane["aligned_start_ns"] - t0), "dur": _us(lane["wall_ns"]),
+            "pid": rank, "tid": marker_tid + 1, "ts": _us(lane["aligned_start_ns"] - t0), "dur": _us(lane["wall_ns"]),
             "cname": STEP_CNAME, "args": step_args})
+    return trace_events, markers
 
+
+def _activity_slices(events: pl.DataFrame, t0: int, *,
+                     details: bool) -> tuple[list[dict[str, Any]], int, int, int]:
+    """One slice per GPU activity on its stream's track (an overlapping one on a track of its own, named when first
+    used), and a 'wait for rank N' slice over the waiting part of a collective; returns the events, the number of
+    activities and of waits, and how many activities overlapped another on their stream."""
+    trace_events: list[dict[str, Any]] = []
     thread_names: set[tuple[int, int]] = set()
     activities = waits = 0
     placed = _Lanes()
@@ -259,30 +318,9 @@ def perfetto_trace(con: duckdb.DuckDBPyConnection, run_id: str, steps: list[int]
             trace_events += [{"ph": "M", "name": "thread_name", "pid": rank, "tid": tid, "args": {"name": label}},
                              {"ph": "M", "name": "thread_sort_index", "pid": rank, "tid": tid,
                               "args": {"sort_index": tid}}]
-        args: dict[str, Any] = {"category": e["category"], "step": e["step_index"], "batch_size": e["batch_size"],
-                                "event_id": e["event_id"], "name_id": e["name_id"]}
-        if e["grid_x"] is not None:
-            args["grid"] = [e["grid_x"], e["grid_y"], e["grid_z"]]
-            args["block"] = [e["block_x"], e["block_y"], e["block_z"]]
-        if e["bytes"] is not None:
-            args["bytes"] = e["bytes"]
-        if details:
-            args["kernel"] = e["name"]
-            args["start_ns"] = e["start_ns"]  # on the rank's own clock, as in the database
-            for key in ("kind", "correlation", "external_id", "registers", "shared_mem_bytes", "occupancy_pct",
-                        "collective_name", "msg_in_nelems", "msg_dtype"):
-                if e[key] is not None:
-                    args[key] = e[key]
-        if e["call_site"] is not None:
-            args["collective"] = {
-                "call_site": e["call_site"], "transfer_us": round(e["transfer_ns"] / 1e3, 3),
-                "wait_us": round(e["wait_ns"] / 1e3, 3), "wait_kind": e["wait_kind"], "late_rank": e["late_rank"],
-                "this_rank_late": e["is_late"], "lateness_us": round(e["lateness_ns"] / 1e3, 3),
-                "caused_wait_us": round(e["caused_wait_ns"] / 1e3, 3), "skew_us": round(e["skew_ns"] / 1e3, 3),
-            }
         trace_events.append({"ph": "X", "name": e["short_name"], "cat": e["category"], "pid": rank, "tid": tid,
                              "ts": _us(ts), "dur": _us(e["dur_ns"]),
-                             "cname": CATEGORY_CNAME.get(e["category"], "grey"), "args": args})
+                             "cname": CATEGORY_CNAME.get(e["category"], "grey"), "args": _activity_args(e, details)})
         activities += 1
         if e["call_site"] is not None and e["wait_ns"] and 0 < e["wait_ns"] < e["dur_ns"]:
             trace_events.append({
@@ -292,30 +330,34 @@ def perfetto_trace(con: duckdb.DuckDBPyConnection, run_id: str, steps: list[int]
                          "late_rank": e["late_rank"], "call_site": e["call_site"], "event_id": e["event_id"],
                          "transfer_us": round(e["transfer_ns"] / 1e3, 3)}})
             waits += 1
+    return trace_events, activities, waits, placed.overflow
 
-    chosen_ranks = ranks if ranks is not None else rank_list
-    notes = []
-    if len(rank_list) > 1 and not all(aligned.get(r) for r in rank_list):
-        notes.append(f"{report.run_label(run_id)}: no clock offsets for rank(s) "
-                     f"{', '.join(str(r) for r in rank_list if not aligned.get(r))} (no paired collectives): "
-                     "their raw clocks are used")
-    if placed.overflow:
-        notes.append(f"{placed.overflow} GPU activities overlap another on the same stream; they are on a track "
-                     "of their own ('overlapping activities') so that every track nests")
-    trace = {
-        "traceEvents": trace_events,
-        "otherData": {
-            "generator": f"k25trace {__version__}", "source": source, "run_id": run_id,
-            "steps": steps, "ranks": chosen_ranks, "t0_ns": t0,
-            "clock": "ts = (start_ns - clock_offset_ns - t0_ns) / 1000 µs: every rank on the reference (lowest) "
-                     "rank's clock (rank_offsets)",
-            "clock_offsets_ns": {str(r): offsets.get(r, 0) for r in rank_list},
-            "exported_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        },
-    }
-    return PerfettoExport(trace=trace, run_id=run_id, steps=steps, ranks=rank_list, t0_ns=t0, activities=activities,
-                          waits=waits, markers=markers, offsets_ns={r: offsets.get(r, 0) for r in rank_list},
-                          notes=notes)
+
+def _activity_args(e: dict[str, Any], details: bool) -> dict[str, Any]:
+    """The args of one activity's slice: its rows in the database, grid and block, bytes, the collective's figures;
+    ``details`` adds the full name, the raw start and the launch/occupancy/NCCL fields."""
+    args: dict[str, Any] = {"category": e["category"], "step": e["step_index"], "batch_size": e["batch_size"],
+                            "event_id": e["event_id"], "name_id": e["name_id"]}
+    if e["grid_x"] is not None:
+        args["grid"] = [e["grid_x"], e["grid_y"], e["grid_z"]]
+        args["block"] = [e["block_x"], e["block_y"], e["block_z"]]
+    if e["bytes"] is not None:
+        args["bytes"] = e["bytes"]
+    if details:
+        args["kernel"] = e["name"]
+        args["start_ns"] = e["start_ns"]  # on the rank's own clock, as in the database
+        for key in ("kind", "correlation", "external_id", "registers", "shared_mem_bytes", "occupancy_pct",
+                    "collective_name", "msg_in_nelems", "msg_dtype"):
+            if e[key] is not None:
+                args[key] = e[key]
+    if e["call_site"] is not None:
+        args["collective"] = {
+            "call_site": e["call_site"], "transfer_us": round(e["transfer_ns"] / 1e3, 3),
+            "wait_us": round(e["wait_ns"] / 1e3, 3), "wait_kind": e["wait_kind"], "late_rank": e["late_rank"],
+            "this_rank_late": e["is_late"], "lateness_us": round(e["lateness_ns"] / 1e3, 3),
+            "caused_wait_us": round(e["caused_wait_ns"] / 1e3, 3), "skew_us": round(e["skew_ns"] / 1e3, 3),
+        }
+    return args
 
 
 class _Lanes:

@@ -424,6 +424,9 @@ def _by_run(bars: list[dict[str, Any]]) -> list[tuple[str, list[dict[str, Any]]]
     return list(out.items())
 
 
+_Points = list[tuple[str, str, list[tuple[int, float, str]], str]]  # (series key, colour, (batch, value, tip)s, dash)
+
+
 def section_scaling(data: ReportData) -> str:
     """Decode step time and throughput against batch size, per run; TPOT and output tok/s of capture levels."""
     bars = [b for b in _bar_rows(data.batch) if b["batch"] is not None and b["batch"] > 0]
@@ -433,44 +436,32 @@ def section_scaling(data: ReportData) -> str:
     series: dict[str, list[dict[str, Any]]] = {}
     for b in bars:
         series.setdefault(_series_key(data, b["run_id"]), []).append(b)
-    levels = {r["run_id"]: r for r in data.levels.iter_rows(named=True)}
     batches = sorted({b["batch"] for b in bars})
-    width, height = 540, 300
-    x0, x1, y0, y1 = 60, width - 20, 20, height - 60
-    lo, hi = math.log2(min(batches)), math.log2(max(batches))
+    time_series, tput_series, legend_items = _scaling_series(data, series)
+    kind = "Decode step" if data.phase == "decode" else f"Step ({data.phase} steps)"
+    charts = ('<div class="row">' + _scaling_chart(f"{kind} time vs batch size", "ms per step", time_series, batches)
+              + _scaling_chart(f"{kind} throughput vs batch size", "tokens per second", tput_series, batches)
+              + "</div>")
+    leg = '<ul class="legend">' + "".join(
+        f'<li><span class="sw" style="background:{c}"></span>{esc(t)}</li>' for c, t in legend_items) + "</ul>"
+    body = figure(f"{kind} time and throughput vs batch size",
+                  "Left: GPU wall time of a decode step (mean and median over steps and ranks). Right: tokens per "
+                  "second if the GPU did nothing but these steps (batch size ÷ mean step time: one token per request "
+                  "per step) and, for capture levels, the output tok/s the clients measured. TPOT and measured tok/s "
+                  "come from <code>capture_levels</code> and are drawn at the level's most frequent decode batch "
+                  "size.", charts + leg)
+    return (f'<section id="scaling"><h2>{esc(kind)} time vs batch size</h2>{body}'
+            f"{_scaling_levels_table(data, bars)}</section>")
 
-    def xpos(batch: float) -> float:
-        return (x0 + x1) / 2 if hi == lo else x0 + (math.log2(batch) - lo) / (hi - lo) * (x1 - x0)
 
-    def chart(title: str, unit: str, points: list[tuple[str, str, list[tuple[int, float, str]], str]]) -> str:
-        vmax = max([v for _, _, pts, _ in points for _, v, _ in pts] + [0.0])
-        ticks = nice_ticks(vmax * 1.05)
-        scale = (y1 - y0) / ticks[-1]
-        svg = Svg(width, height, title, "scaling")
-        for t in ticks:
-            y = y1 - t * scale
-            svg.add(f'<line class="gridline" x1="{x0}" x2="{x1}" y1="{y:.1f}" y2="{y:.1f}"/>')
-            svg.text(x0 - 6, y + 4, tick_label(t, ticks), "end", "tick")
-        svg.add(f'<g class="axis"><line x1="{x0}" x2="{x1}" y1="{y1}" y2="{y1}"/>'
-                f'<line x1="{x0}" x2="{x0}" y1="{y0}" y2="{y1}"/></g>')
-        for b in batches:
-            svg.text(xpos(b), y1 + 14, str(b), "middle", "tick")
-        svg.text((x0 + x1) / 2, y1 + 32, "decode batch size (requests per step, log scale)", "middle", "unit")
-        svg.text(14, (y0 + y1) / 2, unit, "middle", "unit", f' transform="rotate(-90 14 {(y0 + y1) / 2:.1f})"')
-        for kind, color, pts, dash in points:
-            pts = sorted(pts)
-            if len(pts) > 1:
-                path = " ".join(f"{'M' if i == 0 else 'L'}{xpos(b):.1f},{y1 - v * scale:.1f}" for i, (b, v, _) in
-                                enumerate(pts))
-                svg.add(f'<path d="{path}" fill="none" stroke="{color}" stroke-width="1.8"'
-                        + (f' stroke-dasharray="{dash}"' if dash else "") + "/>")
-            for b, v, tip in pts:
-                svg.add(f'<circle class="pt" cx="{xpos(b):.1f}" cy="{y1 - v * scale:.1f}" r="4" fill="{color}" '
-                        f'data-series="{esc(kind)}" data-batch="{b}" data-value="{attr(v)}"><title>{esc(tip)}</title>'
-                        f"</circle>")
-        return svg.render()
-
-    time_series, tput_series, legend_items = [], [], []
+def _scaling_series(data: ReportData, series: dict[str, list[dict[str, Any]]]) -> tuple[_Points, _Points,
+                                                                                        list[tuple[str, str]]]:
+    """The points of the two scaling charts, per series (mean and median step time; GPU tok/s; and a capture
+    level's TPOT p50 and measured output tok/s at its main batch size), and the legend lines."""
+    levels = {r["run_id"]: r for r in data.levels.iter_rows(named=True)}
+    time_series: _Points = []
+    tput_series: _Points = []
+    legend_items: list[tuple[str, str]] = []
     for i, (key, pts) in enumerate(series.items()):
         color = RUN_COLORS[i % len(RUN_COLORS)]
         name = _series_name(data, key)
@@ -502,17 +493,49 @@ def section_scaling(data: ReportData) -> str:
         if measured:
             tput_series.append((f"{key}|measured_tok_s", color, measured, "1 3"))
             legend_items.append((color, f"{name}: measured output tok/s of the capture level (dotted)"))
-    kind = "Decode step" if data.phase == "decode" else f"Step ({data.phase} steps)"
-    charts = ('<div class="row">' + chart(f"{kind} time vs batch size", "ms per step", time_series)
-              + chart(f"{kind} throughput vs batch size", "tokens per second", tput_series) + "</div>")
-    leg = '<ul class="legend">' + "".join(
-        f'<li><span class="sw" style="background:{c}"></span>{esc(t)}</li>' for c, t in legend_items) + "</ul>"
-    body = figure(f"{kind} time and throughput vs batch size",
-                  "Left: GPU wall time of a decode step (mean and median over steps and ranks). Right: tokens per "
-                  "second if the GPU did nothing but these steps (batch size ÷ mean step time: one token per request "
-                  "per step) and, for capture levels, the output tok/s the clients measured. TPOT and measured tok/s "
-                  "come from <code>capture_levels</code> and are drawn at the level's most frequent decode batch "
-                  "size.", charts + leg)
+    return time_series, tput_series, legend_items
+
+
+def _scaling_chart(title: str, unit: str, points: _Points, batches: list[int]) -> str:
+    """One scaling chart: the series' values against batch size (log scale), a line per series and a dot per
+    point (its value and a tooltip in the SVG)."""
+    width, height = 540, 300
+    x0, x1, y0, y1 = 60, width - 20, 20, height - 60
+    lo, hi = math.log2(min(batches)), math.log2(max(batches))
+
+    def xpos(batch: float) -> float:
+        return (x0 + x1) / 2 if hi == lo else x0 + (math.log2(batch) - lo) / (hi - lo) * (x1 - x0)
+
+    vmax = max([v for _, _, pts, _ in points for _, v, _ in pts] + [0.0])
+    ticks = nice_ticks(vmax * 1.05)
+    scale = (y1 - y0) / ticks[-1]
+    svg = Svg(width, height, title, "scaling")
+    for t in ticks:
+        y = y1 - t * scale
+        svg.add(f'<line class="gridline" x1="{x0}" x2="{x1}" y1="{y:.1f}" y2="{y:.1f}"/>')
+        svg.text(x0 - 6, y + 4, tick_label(t, ticks), "end", "tick")
+    svg.add(f'<g class="axis"><line x1="{x0}" x2="{x1}" y1="{y1}" y2="{y1}"/>'
+            f'<line x1="{x0}" x2="{x0}" y1="{y0}" y2="{y1}"/></g>')
+    for b in batches:
+        svg.text(xpos(b), y1 + 14, str(b), "middle", "tick")
+    svg.text((x0 + x1) / 2, y1 + 32, "decode batch size (requests per step, log scale)", "middle", "unit")
+    svg.text(14, (y0 + y1) / 2, unit, "middle", "unit", f' transform="rotate(-90 14 {(y0 + y1) / 2:.1f})"')
+    for kind, color, pts, dash in points:
+        pts = sorted(pts)
+        if len(pts) > 1:
+            path = " ".join(f"{'M' if i == 0 else 'L'}{xpos(b):.1f},{y1 - v * scale:.1f}" for i, (b, v, _) in
+                            enumerate(pts))
+            svg.add(f'<path d="{path}" fill="none" stroke="{color}" stroke-width="1.8"'
+                    + (f' stroke-dasharray="{dash}"' if dash else "") + "/>")
+        for b, v, tip in pts:
+            svg.add(f'<circle class="pt" cx="{xpos(b):.1f}" cy="{y1 - v * scale:.1f}" r="4" fill="{color}" '
+                    f'data-series="{esc(kind)}" data-batch="{b}" data-value="{attr(v)}"><title>{esc(tip)}</title>'
+                    f"</circle>")
+    return svg.render()
+
+
+def _scaling_levels_table(data: ReportData, bars: list[dict[str, Any]]) -> str:
+    """The capture levels: concurrency, main decode batch size and its step time, TPOT, TTFT, tok/s ("" if none)."""
     rows = []
     for r in data.levels.iter_rows(named=True):
         main = _main_batch(data, r["run_id"])
@@ -520,11 +543,10 @@ def section_scaling(data: ReportData) -> str:
                      esc(main), num(_step_ms_at(bars, r["run_id"], main)),
                      num(r["tpot_p50_ms"]), num(r["tpot_p90_ms"]), num(r["ttft_p50_ms"]),
                      num(r["output_tok_s"], 0), esc(r["requests"]), esc(r["errors"])])
-    levels_table = "" if not rows else table(
+    return "" if not rows else table(
         [("run", "l"), ("level", "l"), ("concurrency", "r"), ("main batch", "r"), ("step ms", "r"),
          ("TPOT p50 ms", "r"), ("TPOT p90 ms", "r"), ("TTFT p50 ms", "r"), ("output tok/s", "r"), ("requests", "r"),
          ("errors", "r")], rows, "levels")
-    return f'<section id="scaling"><h2>{esc(kind)} time vs batch size</h2>{body}{levels_table}</section>'
 
 
 def _series_key(data: ReportData, run_id: str) -> str:

@@ -394,21 +394,46 @@ def step_bound(cfg: ModelConfig, plan: QuantPlan, *, tp: int, batch: int, contex
     if context is not None and context < 0:
         raise K25Error(f"--context {context}: give a number of tokens >= 0")
     H, L, B = cfg.hidden, cfg.layers, batch
-    act = 2 if cfg.dtype in ("bf16", "fp16") else 4
-    pre = cfg.module_prefix
+    act = _act_bytes(cfg)
     probe = cfg.moe_layers[-1] if cfg.moe_layers else max(L - 1, 0)
+    attention, norm_elems = _attention_part(cfg, plan, tp=tp, batch=B, probe=probe)
+    parts = [attention]
+    if cfg.dense_layers and cfg.intermediate:
+        parts.append(_dense_part(cfg, plan, tp=tp, batch=B))
+    moe, hit = _moe_parts(cfg, plan, tp=tp, batch=B, probe=probe)
+    parts += moe
+    # lm_head (vocab-parallel) and the embedding rows the batch reads
+    norms = L * (2 * H + norm_elems) * act + H * act
+    lm = plan.for_module("lm_head", "lm_head").matrix_bytes(H, cfg.vocab) / tp
+    parts.append(Part("lm_head", lm + norms, 2.0 * B * H * cfg.vocab / tp,
+                      f"vocab {cfg.vocab} 1/{tp}; plus all norms' weights"))
+    parts.append(Part("embedding", B * H * act / tp, 0.0, f"{B} rows of {H}"))
+    if context is not None:
+        parts.append(_kv_part(cfg, plan, tp=tp, batch=B, context=context))
+    compute = plan.per_part.get("experts", plan.base).compute if moe else plan.per_part.get(
+        "attention", plan.base).compute
+    return StepBound(tp=tp, batch=B, context=context, parts=tuple(parts), compute=compute, experts_hit=hit,
+                     plan=plan.describe())
 
-    def mat(part: str, module: str, k: int, n: int, share: float, tokens: float) -> tuple[float, float]:
-        s = plan.for_module(part, module)
-        return s.matrix_bytes(k, n) * share, 2.0 * tokens * k * n * share
 
-    parts: list[Part] = []
+def _act_bytes(cfg: ModelConfig) -> int:
+    """Bytes per element of activations and of the unquantised small weights (norms, router, embedding)."""
+    return 2 if cfg.dtype in ("bf16", "fp16") else 4
 
-    # attention projections, per layer
+
+def _mat(plan: QuantPlan, part: str, module: str, k: int, n: int, share: float, tokens: float) -> tuple[float, float]:
+    """Bytes and FLOPs of one k x n weight matrix, ``share`` of it on this rank, applied to ``tokens`` tokens."""
+    s = plan.for_module(part, module)
+    return s.matrix_bytes(k, n) * share, 2.0 * tokens * k * n * share
+
+
+def _attention_part(cfg: ModelConfig, plan: QuantPlan, *, tp: int, batch: int, probe: int) -> tuple[Part, int]:
+    """The attention projections of every layer (MLA or GQA), and the elements of the extra norms MLA has."""
+    H, L, B, pre = cfg.hidden, cfg.layers, batch, cfg.module_prefix
     att_b = att_f = 0.0
+    m = f"{pre}layers.{probe}.self_attn."
     if cfg.is_mla:
         kvl, rope, nope, vdim, h = cfg.kv_lora_rank or 0, cfg.qk_rope_dim, cfg.qk_nope_dim, cfg.v_head_dim, cfg.heads
-        m = f"{pre}layers.{probe}.self_attn."
         items = []
         if cfg.q_lora_rank:
             items += [("q_a_proj", H, cfg.q_lora_rank, 1.0), ("q_b_proj", cfg.q_lora_rank, h * (nope + rope), 1 / tp)]
@@ -417,7 +442,7 @@ def step_bound(cfg: ModelConfig, plan: QuantPlan, *, tp: int, batch: int, contex
         items += [("kv_a_proj_with_mqa", H, kvl + rope, 1.0), ("kv_b_proj", kvl, h * (nope + vdim), 1 / tp),
                   ("o_proj", h * vdim, H, 1 / tp)]
         for name, k, n, share in items:
-            b, f = mat("attention", m + name, k, n, share, B)
+            b, f = _mat(plan, "attention", m + name, k, n, share, B)
             att_b, att_f = att_b + b, att_f + f
         norm_elems = (cfg.q_lora_rank or 0) + kvl
         detail = (f"MLA: q_a/kv_a replicated, q_b/kv_b/o 1/{tp} ({cfg.heads // tp if tp <= cfg.heads else '<1'} of "
@@ -425,76 +450,73 @@ def step_bound(cfg: ModelConfig, plan: QuantPlan, *, tp: int, batch: int, contex
     else:
         hd, kvh = cfg.head_dim, cfg.kv_heads
         kv_share = (max(kvh, tp) / tp) / kvh  # KV heads fewer than TP are replicated
-        m = f"{pre}layers.{probe}.self_attn."
         for name, k, n, share in (("q_proj", H, cfg.heads * hd, 1 / tp), ("k_proj", H, kvh * hd, kv_share),
                                   ("v_proj", H, kvh * hd, kv_share), ("o_proj", cfg.heads * hd, H, 1 / tp)):
-            b, f = mat("attention", m + name, k, n, share, B)
+            b, f = _mat(plan, "attention", m + name, k, n, share, B)
             att_b, att_f = att_b + b, att_f + f
         norm_elems = 0
         detail = f"GQA: q/o 1/{tp}, k/v {max(kvh, tp) / tp:g} of {kvh} KV heads per rank"
-    norms = L * (2 * H + norm_elems) * act + H * act
-    parts.append(Part("attention", att_b * L, att_f * L, f"{L} layers; {detail}"))
+    return Part("attention", att_b * L, att_f * L, f"{L} layers; {detail}"), norm_elems
 
-    # dense MLP layers
-    dense_layers = cfg.dense_layers
-    if dense_layers and cfg.intermediate:
-        m = f"{pre}layers.0.mlp."
-        b = f = 0.0
-        for name, k, n in (("gate_proj", H, cfg.intermediate), ("up_proj", H, cfg.intermediate),
-                           ("down_proj", cfg.intermediate, H)):
-            bb, ff = mat("dense", m + name, k, n, 1 / tp, B)
-            b, f = b + bb, f + ff
-        parts.append(Part("dense_mlp", b * dense_layers, f * dense_layers,
-                          f"{dense_layers} dense layers, intermediate {cfg.intermediate} 1/{tp}"))
 
+def _dense_part(cfg: ModelConfig, plan: QuantPlan, *, tp: int, batch: int) -> Part:
+    """The MLP of the dense (non-MoE) layers, column/row parallel."""
+    H, dense_layers = cfg.hidden, cfg.dense_layers
+    m = f"{cfg.module_prefix}layers.0.mlp."
+    b = f = 0.0
+    for name, k, n in (("gate_proj", H, cfg.intermediate), ("up_proj", H, cfg.intermediate),
+                       ("down_proj", cfg.intermediate, H)):
+        bb, ff = _mat(plan, "dense", m + name, k, n, 1 / tp, batch)
+        b, f = b + bb, f + ff
+    return Part("dense_mlp", b * dense_layers, f * dense_layers,
+                f"{dense_layers} dense layers, intermediate {cfg.intermediate} 1/{tp}")
+
+
+def _moe_parts(cfg: ModelConfig, plan: QuantPlan, *, tp: int, batch: int, probe: int) -> tuple[list[Part], float]:
+    """The MoE layers: shared experts, the routed experts the batch is expected to hit (uniform routing) and the
+    router; with the experts hit per layer. Nothing for a model without MoE layers."""
     moe_layers = len(cfg.moe_layers)
-    hit = 0.0
-    if moe_layers:
-        E, k, I = cfg.experts, cfg.top_k, cfg.moe_intermediate
-        if cfg.shared_intermediate:
-            m = f"{pre}layers.{probe}.mlp.shared_experts."
-            b = f = 0.0
-            for name, kk, n in (("gate_proj", H, cfg.shared_intermediate), ("up_proj", H, cfg.shared_intermediate),
-                                ("down_proj", cfg.shared_intermediate, H)):
-                bb, ff = mat("shared", m + name, kk, n, 1 / tp, B)
-                b, f = b + bb, f + ff
-            parts.append(Part("shared_experts", b * moe_layers, f * moe_layers,
-                              f"{moe_layers} MoE layers, shared intermediate {cfg.shared_intermediate} 1/{tp}"))
-        hit = E * (1.0 - (1.0 - min(k, E) / E) ** B)
-        m = f"{pre}layers.{probe}.mlp.experts.0."
-        per_expert = sum(plan.for_module("experts", m + name).matrix_bytes(kk, n)
-                         for name, kk, n in (("gate_proj", H, I), ("up_proj", H, I), ("down_proj", I, H)))
-        exp_b = per_expert * hit / tp * moe_layers
-        exp_f = 2.0 * B * k * 3 * H * I / tp * moe_layers
-        parts.append(Part("routed_experts", exp_b, exp_f,
-                          f"{hit:.1f} of {E} experts hit per layer (expected, {B} tokens x top-{k}, uniform routing), "
-                          f"1/{tp} per rank, {moe_layers} MoE layers, "
-                          f"{plan.for_module('experts', m + 'gate_proj').name}"))
-        router = H * E * act + E * 4  # replicated; e_score_correction_bias in fp32
-        parts.append(Part("router", router * moe_layers, 2.0 * B * H * E * moe_layers, f"{E} experts, replicated"))
+    if not moe_layers:
+        return [], 0.0
+    H, B, pre = cfg.hidden, batch, cfg.module_prefix
+    E, k, I = cfg.experts, cfg.top_k, cfg.moe_intermediate
+    parts: list[Part] = []
+    if cfg.shared_intermediate:
+        m = f"{pre}layers.{probe}.mlp.shared_experts."
+        b = f = 0.0
+        for name, kk, n in (("gate_proj", H, cfg.shared_intermediate), ("up_proj", H, cfg.shared_intermediate),
+                            ("down_proj", cfg.shared_intermediate, H)):
+            bb, ff = _mat(plan, "shared", m + name, kk, n, 1 / tp, B)
+            b, f = b + bb, f + ff
+        parts.append(Part("shared_experts", b * moe_layers, f * moe_layers,
+                          f"{moe_layers} MoE layers, shared intermediate {cfg.shared_intermediate} 1/{tp}"))
+    hit = E * (1.0 - (1.0 - min(k, E) / E) ** B)
+    m = f"{pre}layers.{probe}.mlp.experts.0."
+    per_expert = sum(plan.for_module("experts", m + name).matrix_bytes(kk, n)
+                     for name, kk, n in (("gate_proj", H, I), ("up_proj", H, I), ("down_proj", I, H)))
+    exp_b = per_expert * hit / tp * moe_layers
+    exp_f = 2.0 * B * k * 3 * H * I / tp * moe_layers
+    parts.append(Part("routed_experts", exp_b, exp_f,
+                      f"{hit:.1f} of {E} experts hit per layer (expected, {B} tokens x top-{k}, uniform routing), "
+                      f"1/{tp} per rank, {moe_layers} MoE layers, "
+                      f"{plan.for_module('experts', m + 'gate_proj').name}"))
+    router = H * E * _act_bytes(cfg) + E * 4  # replicated; e_score_correction_bias in fp32
+    parts.append(Part("router", router * moe_layers, 2.0 * B * H * E * moe_layers, f"{E} experts, replicated"))
+    return parts, hit
 
-    # lm_head (vocab-parallel) and the embedding rows the batch reads
-    lm = plan.for_module("lm_head", "lm_head").matrix_bytes(H, cfg.vocab) / tp
-    parts.append(Part("lm_head", lm + norms, 2.0 * B * H * cfg.vocab / tp,
-                      f"vocab {cfg.vocab} 1/{tp}; plus all norms' weights"))
-    parts.append(Part("embedding", B * H * act / tp, 0.0, f"{B} rows of {H}"))
 
-    # KV cache
-    if context is not None:
-        kvb = plan.kv_bytes
-        if cfg.is_mla:
-            width = (cfg.kv_lora_rank or 0) + cfg.qk_rope_dim
-            kv_bytes = L * B * context * width * kvb
-            heads_r = cfg.heads / tp
-            flops = L * B * heads_r * context * 2.0 * (width + (cfg.kv_lora_rank or 0))
-            detail = f"MLA latent {width} x {context} tokens x {B} requests x {L} layers, replicated per rank"
-        else:
-            kvh_r = max(cfg.kv_heads, tp) / tp
-            kv_bytes = L * B * context * 2 * cfg.head_dim * kvh_r * kvb
-            flops = L * B * (cfg.heads / tp) * context * 4.0 * cfg.head_dim
-            detail = f"K and V of {kvh_r:g} KV heads x {cfg.head_dim} x {context} tokens x {B} requests x {L} layers"
-        parts.append(Part("kv_cache", kv_bytes, flops, detail + f", {kvb} B/elem"))
-    compute = plan.per_part.get("experts", plan.base).compute if moe_layers else plan.per_part.get(
-        "attention", plan.base).compute
-    return StepBound(tp=tp, batch=B, context=context, parts=tuple(parts), compute=compute, experts_hit=hit,
-                     plan=plan.describe())
+def _kv_part(cfg: ModelConfig, plan: QuantPlan, *, tp: int, batch: int, context: int) -> Part:
+    """The KV cache the batch reads at ``context`` tokens per request (MLA: the latent, replicated per rank)."""
+    L, B, kvb = cfg.layers, batch, plan.kv_bytes
+    if cfg.is_mla:
+        width = (cfg.kv_lora_rank or 0) + cfg.qk_rope_dim
+        kv_bytes = L * B * context * width * kvb
+        heads_r = cfg.heads / tp
+        flops = L * B * heads_r * context * 2.0 * (width + (cfg.kv_lora_rank or 0))
+        detail = f"MLA latent {width} x {context} tokens x {B} requests x {L} layers, replicated per rank"
+    else:
+        kvh_r = max(cfg.kv_heads, tp) / tp
+        kv_bytes = L * B * context * 2 * cfg.head_dim * kvh_r * kvb
+        flops = L * B * (cfg.heads / tp) * context * 4.0 * cfg.head_dim
+        detail = f"K and V of {kvh_r:g} KV heads x {cfg.head_dim} x {context} tokens x {B} requests x {L} layers"
+    return Part("kv_cache", kv_bytes, flops, detail + f", {kvb} B/elem")

@@ -942,7 +942,6 @@ def step_sol(con: duckdb.DuckDBPyConnection, *, model_config: Path | None, quant
         first = group.row(0, named=True)
         tp, device_name = world.get(run_id, (1, None))
         dev = devices.get((run_id, device_name))
-        by_cat = {r["category"]: r for r in group.iter_rows(named=True)}
         base = {"run_id": run_id, "batch_size": batch, "tp": tp, "device": dev.device if dev else None,
                 "steps": first["steps"]}
         if batch is None:
@@ -950,67 +949,103 @@ def step_sol(con: duckdb.DuckDBPyConnection, *, model_config: Path | None, quant
                          "floor_basis": "no batch size (inferred steps): no bound"})
             continue
         bound = models.step_bound(cfg, plan, tp=tp, batch=int(batch), context=context)
-        hbm = dev.peak("hbm_gbps") if dev else None
-        peak = dev.peak(COMPUTE_PEAK.get(bound.compute, "bf16_tflops")) if dev else None
-        ar = floors.get((run_id, batch))
-        ar_ms, ar_basis = None, "not measured: run `k25trace bench allreduce --db` (report --by floor)"
-        if tp > 1 and ar:
-            ar_ms = ar["floor_kernel_ms"] if ar["floor_kernel_ms"] is not None else ar["floor_ms"]
-            if ar_ms is not None:
-                ar_basis = (f"bench {ar['floor_mode']} burst, {ar['floor_basis']} time x {ar['allreduce_per_step']} "
-                            "per step")
-            elif ar["msg_bytes"] and ar["allreduce_per_step"] and dev and dev.peak("interconnect_gbps"):
-                # no bench: the bus-bandwidth term alone (2(n-1)/n of each message over each link direction)
-                link = dev.peak("interconnect_gbps")
-                ar_ms = ar["allreduce_per_step"] * ar["msg_bytes"] * 2 * (tp - 1) / tp / (link * 1e9) * 1e3
-                ar_basis = (f"bandwidth only: {ar['allreduce_per_step']:g} x {ar['msg_bytes']:,} B x 2(n-1)/n at "
-                            f"{link:g} GB/s per direction ({dev.interconnect}); latency not counted — `k25trace bench "
-                            "allreduce` measures the real floor")
+        ar_ms, ar_basis = _allreduce_floor_ms(floors.get((run_id, batch)), tp, dev)
+        by_cat = {r["category"]: r for r in group.iter_rows(named=True)}
+        rows += _part_rows(base, by_cat, bound, dev, ar_ms, ar_basis)
+        rows.append(_step_row(base, first["step_ms"], bound, dev, ar_ms))
+    return _sol_frame(rows)
 
-        def floor_of(nbytes: float, flops: float) -> float | None:
-            if not hbm:
-                return None
-            t = nbytes / (hbm * 1e9)
-            if peak:
-                t = max(t, flops / (peak * 1e12))
-            return t * 1e3
 
-        kv = bound.part("kv_cache")
-        weights_b = bound.weight_bytes
-        weights_f = bound.total_flops - (kv.flops if kv else 0.0)
-        for part, cats, _ in SOL_PARTS:
-            observed = sum((by_cat[c]["kernel_ms_per_step"] or 0.0) for c in cats if c in by_cat and c != "idle")
-            exclusive = sum((by_cat[c]["ms_per_step"] or 0.0) for c in cats if c in by_cat)
-            row = {**base, "part": part, "categories": ",".join(c for c in cats if c in by_cat) or None,
-                   "observed_ms": observed if part != "idle" else exclusive, "exclusive_ms": exclusive}
-            if part == "weights":
-                row.update(floor_ms=floor_of(weights_b, weights_f), floor_gb=weights_b / 1e9,
-                           floor_basis=_weights_basis(bound))
-            elif part == "kv_cache":
-                if kv is None:
-                    row["floor_basis"] = "give --context N (tokens per request) to bound the KV-cache read"
-                else:
-                    row.update(floor_ms=floor_of(kv.bytes, kv.flops), floor_gb=kv.bytes / 1e9, floor_basis=kv.detail)
-            elif part == "allreduce":
-                if tp == 1:
-                    row["floor_basis"] = "TP 1: no all-reduce"
-                else:
-                    row.update(floor_ms=ar_ms, floor_basis=ar_basis)
-            elif part == "idle":
-                row.update(floor_ms=0.0, floor_basis="a step at its bound keeps the GPU busy")
+def _allreduce_floor_ms(ar: dict[str, Any] | None, tp: int, dev: Peaks | None) -> tuple[float | None, str]:
+    """The all-reduce floor of one step (ms) and how it was found: the bench's kernel (else wall) time when
+    ``k25trace bench allreduce`` measured it, else the bus-bandwidth term alone from the device's link peak."""
+    ar_ms, ar_basis = None, "not measured: run `k25trace bench allreduce --db` (report --by floor)"
+    if tp > 1 and ar:
+        ar_ms = ar["floor_kernel_ms"] if ar["floor_kernel_ms"] is not None else ar["floor_ms"]
+        if ar_ms is not None:
+            ar_basis = (f"bench {ar['floor_mode']} burst, {ar['floor_basis']} time x {ar['allreduce_per_step']} "
+                        "per step")
+        elif ar["msg_bytes"] and ar["allreduce_per_step"] and dev and dev.peak("interconnect_gbps"):
+            # no bench: the bus-bandwidth term alone (2(n-1)/n of each message over each link direction)
+            link = dev.peak("interconnect_gbps")
+            ar_ms = ar["allreduce_per_step"] * ar["msg_bytes"] * 2 * (tp - 1) / tp / (link * 1e9) * 1e3
+            ar_basis = (f"bandwidth only: {ar['allreduce_per_step']:g} x {ar['msg_bytes']:,} B x 2(n-1)/n at "
+                        f"{link:g} GB/s per direction ({dev.interconnect}); latency not counted — `k25trace bench "
+                        "allreduce` measures the real floor")
+    return ar_ms, ar_basis
+
+
+def _device_peaks(dev: Peaks | None, compute: str) -> tuple[float | None, float | None]:
+    """The device's HBM GB/s and its TFLOP/s for the GEMMs' compute type (None: unknown device)."""
+    if not dev:
+        return None, None
+    return dev.peak("hbm_gbps"), dev.peak(COMPUTE_PEAK.get(compute, "bf16_tflops"))
+
+
+def _floor_ms(nbytes: float, flops: float, hbm: float | None, peak: float | None) -> float | None:
+    """The time (ms) to read ``nbytes`` at the HBM peak, or to do ``flops`` at the compute peak if that is longer."""
+    if not hbm:
+        return None
+    t = nbytes / (hbm * 1e9)
+    if peak:
+        t = max(t, flops / (peak * 1e12))
+    return t * 1e3
+
+
+def _part_rows(base: dict[str, Any], by_cat: dict[str, dict[str, Any]], bound: Any, dev: Peaks | None,
+               ar_ms: float | None, ar_basis: str) -> list[dict[str, Any]]:
+    """One row per part of SOL_PARTS: its observed and exclusive ms per step and its floor."""
+    hbm, peak = _device_peaks(dev, bound.compute)
+    tp = base["tp"]
+    kv = bound.part("kv_cache")
+    weights_b = bound.weight_bytes
+    weights_f = bound.total_flops - (kv.flops if kv else 0.0)
+    rows = []
+    for part, cats, _ in SOL_PARTS:
+        observed = sum((by_cat[c]["kernel_ms_per_step"] or 0.0) for c in cats if c in by_cat and c != "idle")
+        exclusive = sum((by_cat[c]["ms_per_step"] or 0.0) for c in cats if c in by_cat)
+        row = {**base, "part": part, "categories": ",".join(c for c in cats if c in by_cat) or None,
+               "observed_ms": observed if part != "idle" else exclusive, "exclusive_ms": exclusive}
+        if part == "weights":
+            row.update(floor_ms=_floor_ms(weights_b, weights_f, hbm, peak), floor_gb=weights_b / 1e9,
+                       floor_basis=_weights_basis(bound))
+        elif part == "kv_cache":
+            if kv is None:
+                row["floor_basis"] = "give --context N (tokens per request) to bound the KV-cache read"
             else:
-                row["floor_basis"] = "not modelled: activations, routing and elementwise work are left out"
-            rows.append(row)
-        hbm_floor = floor_of(bound.total_bytes, bound.total_flops)
-        step_floor = None if hbm_floor is None else hbm_floor + (ar_ms or 0.0)
-        missing = [w for w, gone in (("the KV cache (--context)", kv is None),
-                                     ("the all-reduce (not measured)", tp > 1 and ar_ms is None)) if gone]
-        rows.append({**base, "part": "step", "categories": "all", "observed_ms": first["step_ms"],
-                     "exclusive_ms": first["step_ms"], "floor_ms": step_floor, "floor_gb": bound.total_bytes / 1e9,
-                     "floor_basis": (f"max(bytes / {hbm:g} GB/s, FLOPs / {peak:g} TFLOP/s {bound.compute})"
-                                     if hbm and peak else "no device peaks: give --peaks FILE")
-                     + (" + all-reduce floor" if ar_ms else "")
-                     + (f"; without {' and '.join(missing)}" if missing else "") + f"; {bound.plan}"})
+                row.update(floor_ms=_floor_ms(kv.bytes, kv.flops, hbm, peak), floor_gb=kv.bytes / 1e9,
+                           floor_basis=kv.detail)
+        elif part == "allreduce":
+            if tp == 1:
+                row["floor_basis"] = "TP 1: no all-reduce"
+            else:
+                row.update(floor_ms=ar_ms, floor_basis=ar_basis)
+        elif part == "idle":
+            row.update(floor_ms=0.0, floor_basis="a step at its bound keeps the GPU busy")
+        else:
+            row["floor_basis"] = "not modelled: activations, routing and elementwise work are left out"
+        rows.append(row)
+    return rows
+
+
+def _step_row(base: dict[str, Any], step_ms: float, bound: Any, dev: Peaks | None,
+              ar_ms: float | None) -> dict[str, Any]:
+    """The whole step: observed wall time against the bound of every byte and FLOP plus the all-reduce floor."""
+    hbm, peak = _device_peaks(dev, bound.compute)
+    hbm_floor = _floor_ms(bound.total_bytes, bound.total_flops, hbm, peak)
+    step_floor = None if hbm_floor is None else hbm_floor + (ar_ms or 0.0)
+    missing = [w for w, gone in (("the KV cache (--context)", bound.part("kv_cache") is None),
+                                 ("the all-reduce (not measured)", base["tp"] > 1 and ar_ms is None)) if gone]
+    return {**base, "part": "step", "categories": "all", "observed_ms": step_ms,
+            "exclusive_ms": step_ms, "floor_ms": step_floor, "floor_gb": bound.total_bytes / 1e9,
+            "floor_basis": (f"max(bytes / {hbm:g} GB/s, FLOPs / {peak:g} TFLOP/s {bound.compute})"
+                            if hbm and peak else "no device peaks: give --peaks FILE")
+            + (" + all-reduce floor" if ar_ms else "")
+            + (f"; without {' and '.join(missing)}" if missing else "") + f"; {bound.plan}"}
+
+
+def _sol_frame(rows: list[dict[str, Any]]) -> pl.DataFrame:
+    """The rows as the ``report --by sol`` frame (SOL_COLUMNS), with observed / floor where both are known."""
     for row in rows:
         if row.get("floor_ms") and row.get("observed_ms"):
             row["ratio"] = row["observed_ms"] / row["floor_ms"]
