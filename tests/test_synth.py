@@ -1,8 +1,9 @@
-"""Tests of the synthetic Kimi-K2.5 TP-N trace generator (k25trace/synth.py) against its own ground truth.
+"""Tests of the synthetic Kimi-K2.5 TP-N trace generator (k25trace/synth/) against its own ground truth.
 
 Everything is re-derived from the written JSON, independently of the generator's internals: steps by the
 launch rule (correlation -> runtime call -> latest step annotation started at or before it), categories by a
-small regex classifier written here from docs reference section 4.2.
+small regex classifier written here (the substrings that identify each kernel family in vLLM traces, first
+match wins; independent of queries/kernel_rules.csv).
 """
 
 from __future__ import annotations
@@ -18,14 +19,16 @@ import orjson
 import pytest
 from click.testing import CliRunner
 
-from k25trace.synth import command, generate, parse_delay
+from k25trace.errors import K25Error
+from k25trace.synth import Config, SynthError, command, generate, parse_delay, write_traces
 
 OFFSETS_US = [0.0, 1500.0, -2300.0, 700.0]
 DELAY_RANK, DELAY_US, DELAY_STEP = 2, 150.0, 3
 RANKS = 4
 LAYERS = 4
 
-# independent classifier (first match wins), reference section 4.2 rule order
+# independent classifier: first match wins; all-reduce before other NCCL kernels, specific kernel families before
+# the generic gemm (nvjet/xmma/gemm) and at::native patterns
 _RULES = [
     ("allreduce", r"ncclDevKernel_AllReduce|cross_device_reduce_[12]stage"),
     ("comm_other", r"ncclDevKernel_"),
@@ -320,3 +323,23 @@ def test_deterministic(tmp_path):
     fa = sorted(Path(tmp_path / "a").glob("*.gz"))[0]
     fb = sorted(Path(tmp_path / "b").glob("*.gz"))[0]
     assert gzip.decompress(fa.read_bytes()) == gzip.decompress(fb.read_bytes())
+
+
+def test_config_once_and_errors(tmp_path):
+    """generate(**keywords) is write_traces(Config(**keywords)); bad options are K25Errors naming the option."""
+    kw = dict(ranks=2, batch_sizes=(2,), steps_per_batch=1, layers=1, prefill=False, empty_steps=0, seed=2)
+    a = generate(tmp_path / "a", **kw)
+    b = write_traces(tmp_path / "b", Config(**kw))
+    assert a["params"] == b["params"] and a["per_rank_steps"] == b["per_rank_steps"]
+    assert list(a["params"])[:3] == ["ranks", "batch_sizes", "steps_per_batch"] and "workers" not in a["params"]
+    for bad, what in (({"allreduce": "ring"}, "allreduce"), ({"clock_offsets_us": [0.0]}, "clock_offsets_us"),
+                      ({"delays": [(5, 10.0)]}, "delay rank"), ({"category_scale": {"attn": 2.0}}, "category_scale"),
+                      ({"kernel_rename": {"nope": "x"}}, "kernel_rename")):
+        with pytest.raises(SynthError, match=what) as info:
+            generate(tmp_path / "bad", **{**kw, **bad})
+        assert isinstance(info.value, K25Error)
+    with pytest.raises(TypeError):
+        generate(tmp_path / "bad", no_such_option=1)
+    assert not (tmp_path / "bad").exists()
+    res = CliRunner().invoke(command, ["--out", str(tmp_path / "cli"), "--scale", "attn=2"])
+    assert res.exit_code != 0
