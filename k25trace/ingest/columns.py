@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from itertools import compress
-from typing import Any, Iterable
+from operator import attrgetter, itemgetter
+from typing import Any, Callable
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from k25trace.ingest.events import _EMPTY_ARGS, _KEEP_TYPE, _SKIP_TYPE_SET, ANNOTATION_CATS, GPU_CATS, KNOWN_SKIPPED, LAUNCH_CATS, Event, _dumps, _num
+from k25trace.ingest.events import _EMPTY_ARGS, _SKIP_TYPE_SET, _TAGGED_KEPT, ANNOTATION_CATS, GPU_CATS, KNOWN_SKIPPED, LAUNCH_CATS, Event, _dumps, _num
 
 _NS_LIMIT_US = 9.2e15  # |µs| below this: the ns fit in int64 (2**63 ns = 9.22e15 µs)
 
@@ -36,9 +36,13 @@ def _ns(values: list[int | float | None]) -> tuple[pa.Array, np.ndarray | None]:
     64-bit integer (1e16 µs, 1e300, 2**70) are no time: they come back masked, as 0, never wrapped.
     """
     try:
-        arr = np.fromiter(values, dtype=np.float64, count=len(values))
+        if None in values:
+            raise TypeError("a value is None")
+        arr = np.array(values, dtype=np.float64)
+        if arr.ndim != 1:
+            raise TypeError("not a flat list of numbers")
         mask = None
-    except (TypeError, OverflowError):  # None among the values, or an integer beyond float range
+    except (TypeError, OverflowError, ValueError):  # None among the values, or an integer beyond float range
         mask = np.fromiter((v is None for v in values), dtype=bool, count=len(values))
         arr = np.fromiter(map(_as_float, values), dtype=np.float64, count=len(values))
         if not mask.any():
@@ -105,14 +109,92 @@ def _dim(values: list[int] | None, i: int) -> int | None:
 
 def _times(events: list[Any], gpu: bool = False) -> tuple[pa.Array, pa.Array, np.ndarray | None]:
     """(ts_ns, dur_ns, mask of rows whose ts or dur is no time, or None). A GPU activity without dur lasts 0."""
-    ts, bad_ts = _ns([e.ts for e in events])
-    dur, bad_dur = _ns([e.dur if e.dur is not None else 0 for e in events] if gpu else [e.dur for e in events])
+    ts, bad_ts = _ns(list(map(_TS, events)))
+    durs = list(map(_DUR, events))
+    if gpu and None in durs:
+        durs = [0 if d is None else d for d in durs]
+    dur, bad_dur = _ns(durs)
     bad = bad_ts if bad_dur is None else bad_dur if bad_ts is None else bad_ts | bad_dur
     return ts, dur, bad
 
 
+_TS, _DUR, _PH, _CAT = attrgetter("ts"), attrgetter("dur"), attrgetter("ph"), attrgetter("cat")
+_NAME, _PID, _TID, _ARGS = attrgetter("name"), attrgetter("pid"), attrgetter("tid"), attrgetter("args")
+_OK_PH = frozenset(("X", None))
+
+
+def _ints(values: list[Any], typ: pa.DataType, convert: Callable[[Any], Any] = _int_or_none) -> pa.Array:
+    """An integer column; values msgspec typed as int convert at C speed, anything else (a string pid, a number
+    beyond 64 bits) value by value with ``convert``."""
+    try:
+        return pa.array(values, typ)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError, ValueError):
+        out = pa.array(list(map(convert, values)), pa.int64())
+        if typ == pa.int64():
+            return out
+        try:
+            return out.cast(typ)
+        except pa.ArrowInvalid:  # beyond the column's width: NULL, like any value that is no number
+            return pa.array([v if v is not None and -(1 << 31) <= v < (1 << 31) else None for v in out.to_pylist()], typ)
+
+
+def _names(events: list[Any]) -> pa.Array:
+    """The ``name`` column: a missing name is the empty string."""
+    names = pa.array(list(map(_NAME, events)), pa.string())
+    return pc.fill_null(names, "") if names.null_count else names
+
+
+def _args(events: list[Any], empty: Any) -> list[Any]:
+    args = list(map(_ARGS, events))
+    if None in args:
+        args = [empty if a is None else a for a in args]
+    return args
+
+
+def _arg_ints(args: list[Any], field: str, typ: pa.DataType) -> pa.Array:
+    return _ints(list(map(attrgetter(field), args)), typ)
+
+
+# One column spec per staging table: the timed columns every table has (event_id, name, pid, tid, ts_ns, dur_ns)
+# come from _timed_columns; these are the extras, each a function of (events, args).
+_ColumnFn = Callable[[list[Any], list[Any]], pa.Array]
+EXTRA_COLUMNS: dict[str, dict[str, _ColumnFn]] = {
+    "launch": {
+        "api": lambda ev, a: pa.array(["cuda_driver" if c in ("cuda_driver", "Driver") else "cuda_runtime"
+                                       for c in map(_CAT, ev)], pa.string()),
+        "correlation": lambda ev, a: _arg_ints(a, "correlation", pa.int64()),
+        "external_id": lambda ev, a: _arg_ints(a, "external_id", pa.int64()),
+        "cbid": lambda ev, a: _arg_ints(a, "cbid", pa.int32()),
+    },
+    "ann": {
+        "kind": lambda ev, a: pa.array(list(map(_CAT, ev)), pa.string()),
+        "external_id": lambda ev, a: _arg_ints(a, "external_id", pa.int64()),
+    },
+    "ops": {
+        "external_id": lambda ev, a: _arg_ints(a, "external_id", pa.int64()),
+        "input_dims": lambda ev, a: pa.array([bytes(d).decode("utf-8", "replace") if len(d) else None
+                                             for d in map(attrgetter("input_dims"), a)], pa.string()),
+    },
+    "py": {},
+}
+TABLE_ORDER = ("gpu", "launch", "ann", "ops", "py")
+_TABLE_OF_CAT = {**{c: "gpu" for c in GPU_CATS}, **{c: "launch" for c in LAUNCH_CATS}, "cpu_op": "ops",
+                 **{c: "ann" for c in ANNOTATION_CATS}}
+
+
+def _table_of_type(keep_python: bool) -> dict[type, str | None]:
+    """Tagged struct type -> staging table (None: a dropped category)."""
+    out: dict[type, str | None] = {t: None for t in _SKIP_TYPE_SET}
+    for t in _TAGGED_KEPT:
+        out[t] = _TABLE_OF_CAT[t.cat] if t.cat != "python_function" else ("py" if keep_python else None)
+    return out
+
+
+_TABLE_OF_TYPE = {False: _table_of_type(False), True: _table_of_type(True)}
+
+
 class _Columns:
-    """Accumulates one chunk's events as columns per table."""
+    """Turns one chunk's decoded events into one Arrow table per staging table."""
 
     def __init__(self, keep_python: bool) -> None:
         self.keep_python = keep_python
@@ -120,107 +202,96 @@ class _Columns:
         self.unknown: Counter[str] = Counter()
         self.problems: Counter[str] = Counter()  # 'bad_time:<table>', 'negative_dur:<table>', 'gpu_no_ts', 'gpu_not_X'
 
-    def build(self, events: list[Event], first_event_id: int) -> dict[str, pa.Table]:
+    def build(self, events: list[Any], first_event_id: int) -> dict[str, pa.Table]:
         """Columns per staging table; GPU rows carry their ``name`` (the parent maps names to ids)."""
-        gpu, gpu_ids = [], []
-        launch, launch_ids = [], []
-        ann, ann_ids = [], []
-        ops, op_ids = [], []
-        py, py_ids = [], []
+        routed = self._route_tagged(events) if events and type(events[0]).__module__ == _EVENTS_MODULE \
+            and type(events[0]) is not Event else None
+        if routed is None:
+            routed = self._route_generic(events)
+        out: dict[str, pa.Table] = {}
+        for key in TABLE_ORDER:
+            if key not in routed:
+                continue
+            rows, idx = routed[key]
+            ids = pa.array(np.asarray(idx, dtype=np.int64) + first_event_id, pa.int64())
+            if key == "gpu":
+                out[key] = self._gpu_table(rows, ids)
+                continue
+            args = _args(rows, _EMPTY_ARGS) if EXTRA_COLUMNS[key] else []
+            ts, dur, bad = _times(rows)
+            columns = {"event_id": ids, "name": _names(rows), "pid": _ints(list(map(_PID, rows)), pa.int64(), _pid),
+                       "tid": _ints(list(map(_TID, rows)), pa.int64(), _pid), "ts_ns": ts, "dur_ns": dur}
+            for column, make in EXTRA_COLUMNS[key].items():
+                columns[column] = make(rows, args)
+            out[key] = self._checked(key, bad, columns)
+        return out
+
+    def _route_tagged(self, events: list[Any]) -> dict[str, tuple[list[Any], Any]] | None:
+        """Tagged structs (the fast decoder): split by type at C speed; dropped categories are only counted."""
+        table_of = _TABLE_OF_TYPE[self.keep_python]
+        types = list(map(type, events))
+        counts = Counter(types)
+        if any(t not in table_of for t in counts):
+            return None  # a struct of another decoder: route it event by event
+        tables: dict[str, list[type]] = {}
+        for typ, n in counts.items():
+            key = table_of[typ]
+            if key is None:
+                self.skipped[typ.cat] += n
+            else:
+                tables.setdefault(key, []).append(typ)
+        routed: dict[str, tuple[list[Any], Any]] = {}
+        number = {key: i + 1 for i, key in enumerate(tables)}  # 0: dropped
+        code = {t: number.get(table_of[t], 0) for t in counts}  # type: ignore[arg-type]
+        codes = np.fromiter(map(code.__getitem__, types), dtype=np.int8, count=len(types)) if len(tables) > 1 or \
+            len(counts) > 1 else None
+        for key in tables:
+            idx: Any = np.arange(len(events)) if codes is None else np.flatnonzero(codes == number[key])
+            rows = list(itemgetter(*idx.tolist())(events)) if len(idx) > 1 else [events[int(idx[0])]]
+            if not _OK_PH.issuperset(map(_PH, rows)) or None in map(_TS, rows):
+                rows, idx = self._drop_untimed(rows, idx, key)
+                if not rows:
+                    continue
+            routed[key] = (rows, idx)
+        return routed
+
+    def _drop_untimed(self, rows: list[Any], idx: Any, key: str) -> tuple[list[Any], Any]:
+        """Events without ts, or of a phase other than a complete event ("X"), are skipped (counted)."""
+        keep = []
+        for i, e in enumerate(rows):
+            if e.ts is None or e.ph not in _OK_PH:
+                self.skipped[e.cat] += 1
+                if key == "gpu":
+                    self.problems["gpu_no_ts" if e.ts is None else "gpu_not_X"] += 1
+            else:
+                keep.append(i)
+        return [rows[i] for i in keep], np.asarray(idx)[keep]
+
+    def _route_generic(self, events: list[Any]) -> dict[str, tuple[list[Any], Any]]:
+        """Generic structs (the fallback decoders): route event by event on ``cat``."""
+        lists: dict[str, tuple[list[Any], list[int]]] = {}
         skipped = self.skipped
         keep_python = self.keep_python
-        indexed: Iterable[tuple[int, Any]] = enumerate(events)
-        if events and type(events[0]).__module__ == _EVENTS_MODULE and type(events[0]) is not Event:
-            # tagged structs: count and drop the skipped categories at C speed before the per-event loop
-            for typ, n in Counter(map(type, events)).items():
-                if typ in _SKIP_TYPE_SET:
-                    skipped[typ.cat] += n
-            keep_mask = list(map(_KEEP_TYPE, map(type, events)))  # C-level loop
-            indexed = zip(compress(range(len(events)), keep_mask), compress(events, keep_mask))
-        for i, e in indexed:
+        for i, e in enumerate(events):
             cat = e.cat
             if cat is None or (cat in KNOWN_SKIPPED and not (cat == "python_function" and keep_python)):
                 skipped[cat or "(no category)"] += 1
                 continue
-            if e.ts is None or e.ph not in ("X", None):
+            if e.ts is None or e.ph not in _OK_PH:
                 skipped[cat] += 1
                 if cat in GPU_CATS:
                     self.problems["gpu_no_ts" if e.ts is None else "gpu_not_X"] += 1
                 continue
-            if cat in GPU_CATS:
-                gpu.append(e)
-                gpu_ids.append(first_event_id + i)
-            elif cat in LAUNCH_CATS:
-                launch.append(e)
-                launch_ids.append(first_event_id + i)
-            elif cat == "cpu_op":
-                ops.append(e)
-                op_ids.append(first_event_id + i)
-            elif cat in ANNOTATION_CATS:
-                ann.append(e)
-                ann_ids.append(first_event_id + i)
-            elif cat == "python_function" and keep_python:
-                py.append(e)
-                py_ids.append(first_event_id + i)
-            else:
+            key = _TABLE_OF_CAT.get(cat) or ("py" if cat == "python_function" and keep_python else None)
+            if key is None:
                 skipped[cat] += 1
                 if cat not in KNOWN_SKIPPED:
                     self.unknown[cat] += 1
-        out: dict[str, pa.Table] = {}
-        if gpu:
-            out["gpu"] = self._gpu_table(gpu, gpu_ids)
-        if launch:
-            args = [e.args or _EMPTY_ARGS for e in launch]
-            ts, dur, bad = _times(launch)
-            out["launch"] = self._checked("launch", bad, {
-                "event_id": pa.array(launch_ids, pa.int64()),
-                "api": pa.array(["cuda_driver" if e.cat in ("cuda_driver", "Driver") else "cuda_runtime" for e in launch], pa.string()),
-                "name": pa.array([e.name or "" for e in launch], pa.string()),
-                "pid": pa.array([_pid(e.pid) for e in launch], pa.int64()),
-                "tid": pa.array([_pid(e.tid) for e in launch], pa.int64()),
-                "ts_ns": ts,
-                "dur_ns": dur,
-                "correlation": pa.array([a.correlation for a in args], pa.int64()),
-                "external_id": pa.array([a.external_id for a in args], pa.int64()),
-                "cbid": pa.array([a.cbid for a in args], pa.int32()),
-            })
-        if ann:
-            args = [e.args or _EMPTY_ARGS for e in ann]
-            ts, dur, bad = _times(ann)
-            out["ann"] = self._checked("ann", bad, {
-                "event_id": pa.array(ann_ids, pa.int64()),
-                "kind": pa.array([e.cat for e in ann], pa.string()),
-                "name": pa.array([e.name or "" for e in ann], pa.string()),
-                "pid": pa.array([_pid(e.pid) for e in ann], pa.int64()),
-                "tid": pa.array([_pid(e.tid) for e in ann], pa.int64()),
-                "ts_ns": ts,
-                "dur_ns": dur,
-                "external_id": pa.array([a.external_id for a in args], pa.int64()),
-            })
-        if ops:
-            args = [e.args or _EMPTY_ARGS for e in ops]
-            ts, dur, bad = _times(ops)
-            out["ops"] = self._checked("ops", bad, {
-                "event_id": pa.array(op_ids, pa.int64()),
-                "name": pa.array([e.name or "" for e in ops], pa.string()),
-                "pid": pa.array([_pid(e.pid) for e in ops], pa.int64()),
-                "tid": pa.array([_pid(e.tid) for e in ops], pa.int64()),
-                "ts_ns": ts,
-                "dur_ns": dur,
-                "external_id": pa.array([a.external_id for a in args], pa.int64()),
-                "input_dims": pa.array([bytes(a.input_dims).decode("utf-8", "replace") if len(a.input_dims) else None for a in args], pa.string()),
-            })
-        if py:
-            ts, dur, bad = _times(py)
-            out["py"] = self._checked("py", bad, {
-                "event_id": pa.array(py_ids, pa.int64()),
-                "name": pa.array([e.name or "" for e in py], pa.string()),
-                "pid": pa.array([_pid(e.pid) for e in py], pa.int64()),
-                "tid": pa.array([_pid(e.tid) for e in py], pa.int64()),
-                "ts_ns": ts,
-                "dur_ns": dur,
-            })
-        return out
+                continue
+            rows, idx = lists.setdefault(key, ([], []))
+            rows.append(e)
+            idx.append(i)
+        return {key: (rows, idx) for key, (rows, idx) in lists.items()}
 
     def _checked(self, key: str, bad: np.ndarray | None, columns: dict[str, Any]) -> pa.Table:
         """The table, without the rows whose ts or dur is no time (``bad``) or whose duration is negative;
@@ -243,32 +314,36 @@ class _Columns:
             self.problems[f"negative_dur:{key}"] += int(negative.sum())
         return table.filter(pa.array(keep))
 
-    def _gpu_table(self, gpu: list[Event], ids: list[int]) -> pa.Table:
-        args = [e.args or _EMPTY_ARGS for e in gpu]
-        grids = [a.grid for a in args]
-        blocks = [a.block for a in args]
-        has_coll = any(a.collective_name is not None or a.in_nelems is not None for a in args)
+    def _gpu_table(self, gpu: list[Any], ids: pa.Array) -> pa.Table:
+        args = _args(gpu, _EMPTY_ARGS)
         n = len(gpu)
+        has_coll = any(a.collective_name is not None or a.in_nelems is not None for a in args)
         nulls_i = pa.nulls(n, pa.int64())
         nulls_s = pa.nulls(n, pa.string())
+        devices = list(map(attrgetter("device"), args))
+        streams = list(map(attrgetter("stream"), args))
+        if None in devices:
+            devices = [d if d is not None else _pid(e.pid) for d, e in zip(devices, gpu)]
+        if None in streams:
+            streams = [s if s is not None else _pid(e.tid) for s, e in zip(streams, gpu)]
         ts, dur, bad = _times(gpu, gpu=True)
         return self._checked("gpu", bad, {
-            "event_id": pa.array(ids, pa.int64()),
-            "kind": pa.array([GPU_CATS[e.cat] for e in gpu], pa.string()),  # type: ignore[index]
-            "name": pa.array([e.name or "" for e in gpu], pa.string()),
-            "device": pa.array([a.device if a.device is not None else _pid(e.pid) for a, e in zip(args, gpu)], pa.int32()),
-            "stream": pa.array([a.stream if a.stream is not None else _pid(e.tid) for a, e in zip(args, gpu)], pa.int64()),
+            "event_id": ids,
+            "kind": pa.array([GPU_CATS[c] for c in map(_CAT, gpu)], pa.string()),
+            "name": _names(gpu),
+            "device": _ints(devices, pa.int32()),
+            "stream": _ints(streams, pa.int64()),
             "ts_ns": ts,
             "dur_ns": dur,
-            "correlation": pa.array([a.correlation for a in args], pa.int64()),
-            "external_id": pa.array([a.external_id for a in args], pa.int64()),
-            **_dims("grid", grids),
-            **_dims("block", blocks),
-            "registers": pa.array([a.registers for a in args], pa.int32()),
-            "shared_mem_bytes": pa.array([a.shared_memory for a in args], pa.int32()),
-            "blocks_per_sm": pa.array([a.blocks_per_sm for a in args], pa.float64()),
-            "warps_per_sm": pa.array([a.warps_per_sm for a in args], pa.float64()),
-            "occupancy_pct": pa.array([a.occupancy for a in args], pa.float64()),
+            "correlation": _arg_ints(args, "correlation", pa.int64()),
+            "external_id": _arg_ints(args, "external_id", pa.int64()),
+            **_dims("grid", list(map(attrgetter("grid"), args))),
+            **_dims("block", list(map(attrgetter("block"), args))),
+            "registers": _arg_ints(args, "registers", pa.int32()),
+            "shared_mem_bytes": _arg_ints(args, "shared_memory", pa.int32()),
+            "blocks_per_sm": pa.array(list(map(attrgetter("blocks_per_sm"), args)), pa.float64()),
+            "warps_per_sm": pa.array(list(map(attrgetter("warps_per_sm"), args)), pa.float64()),
+            "occupancy_pct": pa.array(list(map(attrgetter("occupancy"), args)), pa.float64()),
             "bytes": pa.array([_int_or_none(a.bytes) for a in args], pa.int64()),
             "collective_name": pa.array([_str_or_none(a.collective_name) for a in args], pa.string()) if has_coll else nulls_s,
             "msg_in_nelems": pa.array([_int_or_none(a.in_nelems) for a in args], pa.int64()) if has_coll else nulls_i,
@@ -278,5 +353,3 @@ class _Columns:
             "pg_name": pa.array([_str_or_none(a.pg_name) for a in args], pa.string()) if has_coll else nulls_s,
             "pg_ranks": pa.array([_str_or_none(a.pg_ranks) for a in args], pa.string()) if has_coll else nulls_s,
         })
-
-

@@ -121,6 +121,7 @@ _SKIP_CATS = ("ac2g", "fwdbwd", "Trace", "overhead", "cpu_instant_event", "cuda_
 _SKIP_TYPES = [_tagged(_Tagged, c) for c in _SKIP_CATS]
 _PY_TYPES = (_tagged(_Tagged, "python_function"), _tagged(_Timed, "python_function"))  # dropped / kept
 _SKIP_TYPE_SET = frozenset(_SKIP_TYPES) | {_PY_TYPES[0]}
+_TAGGED_KEPT = tuple(_GPU_TYPES + _LAUNCH_TYPES + _OP_TYPES + _ANN_TYPES) + (_PY_TYPES[1],)  # kept python: with keep_python
 _KEEP_TYPE = {t: t not in _SKIP_TYPE_SET for t in _GPU_TYPES + _LAUNCH_TYPES + _OP_TYPES + _ANN_TYPES + _SKIP_TYPES + list(_PY_TYPES)}.__getitem__
 _FAST_DECODER = msgspec.json.Decoder(
     list[Union[tuple(_GPU_TYPES + _LAUNCH_TYPES + _OP_TYPES + _ANN_TYPES + _SKIP_TYPES + [_PY_TYPES[0]])]]  # type: ignore[misc]

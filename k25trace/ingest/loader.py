@@ -23,6 +23,7 @@ from k25trace.ingest.chunks import _chunks
 from k25trace.ingest.columns import _Columns, _int_or_none
 from k25trace.ingest.discover import discover, is_frontend_name
 from k25trace.ingest.events import _INT64, _dumps
+from k25trace.ingest.messages import Chunk, End, Progress
 from k25trace.ingest.model import FileResult, LoadOptions, TraceFile
 from k25trace.ingest.workers import _Workers
 from k25trace.names import short_name
@@ -218,21 +219,22 @@ class Loader:
         else:
             chunks = _chunks(path, self.options.keep_python, self.progress)
         total = 0
-        end: tuple = ()
+        end: End | None = None
         for item in chunks:
-            if item[0] == "chunk":
-                _, tables, n, skipped, unknown, problems = item
-                cols.skipped.update(skipped)
-                cols.unknown.update(unknown)
-                cols.problems.update(problems)
-                self._append(tables, total, name_id)
-                total += n
-            elif item[0] == "progress":
-                self.progress(item[1])
-            else:  # "end"
+            if isinstance(item, Chunk):
+                cols.skipped.update(item.skipped)
+                cols.unknown.update(item.unknown)
+                cols.problems.update(item.problems)
+                self._append(item.tables, total, name_id)
+                total += item.events
+            elif isinstance(item, Progress):
+                self.progress(item.read)
+            elif isinstance(item, End):
                 end = item
         self._flush()
-        _, meta_text, sha, read_bytes = end
+        if end is None:  # a stream always ends with End; anything else is a bug, not a bad file
+            raise RuntimeError(f"{path}: the decode stream ended without its End message")
+        meta_text, sha, read_bytes = end
         try:
             meta = orjson.loads(meta_text)
         except orjson.JSONDecodeError as exc:

@@ -34,6 +34,22 @@ _COMMA_RE = re.compile(rb"[ \t\r\n]*,")
 # Streaming reader
 
 
+def last_event_boundary(buf: bytes | bytearray | memoryview, end: int) -> tuple[int, int] | None:
+    """The last guessed event boundary ``}, {`` in ``buf[1:end]``: (position of its ``}``, position after its ``{``),
+    or None. Searches the last MB first, then back 8 MB at a time (a chunk is cut near its end). A guess: the
+    decoder proves it (see :class:`_Splitter`)."""
+    start = max(1, end - (1 << 20))
+    while True:
+        last = None
+        for last in _BOUNDARY_RE.finditer(buf, start, end):
+            pass
+        if last is not None:
+            return last.start(), last.end()
+        if start == 1:
+            return None
+        start = max(1, start - (8 << 20))
+
+
 class _HashingFile(io.RawIOBase):
     """The trace file as it is read: every byte handed to the decompressor also goes into a sha256, so the hash
     stored for a trace is the hash of exactly what was decoded (a file still growing while it is read cannot be
@@ -228,22 +244,16 @@ class _Splitter:
             self.buf += block
         if self.exact is not None:
             return self._exact_cut()
-        # last event boundary in the buffer: search the tail first (fast path)
         buf = self.buf
-        start = max(1, len(buf) - (1 << 20))
-        last = None
-        while last is None:
-            for last in _BOUNDARY_RE.finditer(buf, start):
-                pass
-            if last is None:
-                if start == 1:
-                    return None
-                start = max(1, start - (8 << 20))
+        last = last_event_boundary(buf, len(buf))
+        if last is None:
+            return None
+        cut, resume = last
         self.chunk_offset, self.chunk_starts = self.offset, None
-        self.gap = bytes(buf[last.start() + 1 : last.end() - 1])
-        self.offset += last.end() - 2
-        self.buf = bytearray(b"[") + buf[last.end() - 1:]
-        del buf[last.start() + 1:]
+        self.gap = bytes(buf[cut + 1 : resume - 1])
+        self.offset += resume - 2
+        self.buf = bytearray(b"[") + buf[resume - 1:]
+        del buf[cut + 1:]
         buf += b"]"
         return buf
 

@@ -14,7 +14,8 @@ from k25trace.errors import K25Error, TraceError
 from k25trace.ingest import limits
 from k25trace.ingest.chunks import _chunks, _decode_and_build, _decoded
 from k25trace.ingest.events import _GuessedCut
-from k25trace.ingest.stream import _BOUNDARY_RE, _Reader, _Splitter
+from k25trace.ingest.messages import Attached, End, Failed, Message, Progress, Resplit
+from k25trace.ingest.stream import _Reader, _Splitter, last_event_boundary
 
 
 def _die_with_parent(pdeathsig: bool) -> None:
@@ -47,9 +48,9 @@ def _worker_main(index: int, tasks: Any, results: Any, pdeathsig: bool = False) 
     """A decode process. Tasks: ``(task_id, path, keep_python)`` streams a whole file (decompress, cut, decode);
     ``("attach", task_id, names)`` maps the parent's shared-memory ring (the parent unlinks the names once every
     worker answered, so nothing is left in /dev/shm whatever happens next); ``("chunk", task_id, path, index,
-    size, keep_python)`` decodes one chunk the parent put in ring buffer ``index``. Every item it puts is tagged
-    with the task id; a failure is reported as ("error", path, problem), a guessed cut that does not hold as
-    ("resplit",), and the worker goes on."""
+    size, keep_python)`` decodes one chunk the parent put in ring buffer ``index``. Every message it puts
+    (:mod:`k25trace.ingest.messages`) is paired with the task id; a failure is reported as :class:`Failed`, a guessed
+    cut that does not hold as :class:`Resplit`, and the worker goes on."""
     _die_with_parent(pdeathsig)
     ring: list[Any] = []
     while True:
@@ -64,36 +65,36 @@ def _worker_main(index: int, tasks: Any, results: Any, pdeathsig: bool = False) 
             for shm in ring:
                 shm.close()
             ring = [shared_memory.SharedMemory(name=name) for name in task[2]]
-            results.put((task[1], ("attached",)))
+            results.put((task[1], Attached()))
             continue
         if task[0] == "chunk":  # one chunk the parent decompressed into a shared-memory buffer
             _, task_id, chunk_path, buffer_index, size, keep_python = task
             try:
                 view = ring[buffer_index].buf[:size]
                 try:
-                    item = ("chunk", *_decode_and_build(chunk_path, view, keep_python))
+                    item = _decode_and_build(chunk_path, view, keep_python)
                 finally:
                     view.release()
                 results.put((task_id, item))
             except _GuessedCut:
-                results.put((task_id, ("resplit",)))
+                results.put((task_id, Resplit()))
             except TraceError as exc:
-                results.put((task_id, ("error", exc.path, exc.problem)))
+                results.put((task_id, Failed(exc.path, exc.problem)))
             except Exception as exc:  # noqa: BLE001 - reported to the parent as this file's failure
-                results.put((task_id, ("error", chunk_path, f"{type(exc).__name__}: {exc}")))
+                results.put((task_id, Failed(chunk_path, f"{type(exc).__name__}: {exc}")))
             continue
         task_id, path, keep_python = task
 
         def progress(n: int) -> None:
-            results.put((task_id, ("progress", n)))
+            results.put((task_id, Progress(n)))
 
         try:
             for item in _chunks(Path(path), keep_python, progress):
                 results.put((task_id, item))
         except TraceError as exc:
-            results.put((task_id, ("error", exc.path, exc.problem)))
+            results.put((task_id, Failed(exc.path, exc.problem)))
         except Exception as exc:  # noqa: BLE001 - reported to the parent as this file's failure
-            results.put((task_id, ("error", path, f"{type(exc).__name__}: {exc}")))
+            results.put((task_id, Failed(path, f"{type(exc).__name__}: {exc}")))
 
 
 SHM_PREFIX = "k25trace_"
@@ -162,7 +163,7 @@ class _Workers:
         self.next_task += 1
         return self.next_task
 
-    def _get(self, worker: int, task_id: int) -> tuple:
+    def _get(self, worker: int, task_id: int) -> Message:
         import queue
 
         while True:
@@ -229,7 +230,7 @@ class _Workers:
         self.ring = ring
         return ring
 
-    def feed(self, path: Path, keep_python: bool, progress: Callable[[int], None]) -> Iterator[tuple]:
+    def feed(self, path: Path, keep_python: bool, progress: Callable[[int], None]) -> Iterator[Message]:
         """One big file: this process decompresses it once, straight into the shared-memory buffers of a small
         ring (``[`` + the carried-over partial event + a block; the comma after the last complete event becomes
         ``]``), and the workers decode the buffers in turn; results come back in file order. The metadata, a cut
@@ -270,32 +271,26 @@ class _Workers:
                 if not n:
                     break
                 total = start + n
-                last = None
-                search_from = max(1, total - (1 << 20))
-                while last is None:
-                    for last in _BOUNDARY_RE.finditer(buf, search_from, total):
-                        pass
-                    if last is None and search_from == 1:
-                        break
-                    search_from = max(1, search_from - (8 << 20))
+                last = last_event_boundary(buf, total)
                 if last is None:  # no complete event yet: carry everything over
                     splitter.buf = bytearray(buf[:total])
                     continue
-                gap = bytes(buf[last.start() + 1 : last.end() - 1])
+                cut, resume = last
+                gap = bytes(buf[cut + 1 : resume - 1])
                 offset = splitter.offset
-                splitter.offset += last.end() - 2
-                splitter.buf = bytearray(b"[") + buf[last.end() - 1 : total]
-                buf[last.start() + 1] = 0x5D  # ]
+                splitter.offset += resume - 2
+                splitter.buf = bytearray(b"[") + buf[resume - 1 : total]
+                buf[cut + 1] = 0x5D  # ]
                 worker = sent % self.count
-                self.tasks[worker].put(("chunk", task_id, spath, index, last.start() + 2, keep_python))
-                in_flight.append((worker, index, last.start() + 2, gap, offset))
+                self.tasks[worker].put(("chunk", task_id, spath, index, cut + 2, keep_python))
+                in_flight.append((worker, index, cut + 2, gap, offset))
                 sent += 1
             while in_flight:
                 yield from self._take_oldest(in_flight, ring, splitter, task_id, keep_python)
             tail, meta_text = splitter.finish()
             if tail is not None:
                 yield from _decoded(splitter, tail, keep_python)
-            yield ("end", meta_text, reader.sha256, reader.count)
+            yield End(meta_text, reader.sha256, reader.count)
         except TraceError:
             raise  # workers carry on; leftovers of this task are dropped by task id
         except BaseException:
@@ -305,14 +300,14 @@ class _Workers:
             reader.close()
 
     def _take_oldest(self, in_flight: deque, ring: list[Any], splitter: _Splitter, task_id: int,
-                     keep_python: bool) -> Iterator[tuple]:
+                     keep_python: bool) -> Iterator[Message]:
         """The result of the oldest chunk in flight. If its cut (a guess) did not hold, the chunks sent after it
         were cut on a wrong carry: wait for them (their buffers are read until their workers answer), drop their
         results, rebuild the text from the failed chunk's start and let the splitter cut it exactly here."""
         worker, index, size, gap, offset = in_flight.popleft()
         item = self._take(worker, task_id)
-        if item[0] != "resplit":
-            splitter.events += item[2]
+        if not isinstance(item, Resplit):
+            splitter.events += item.events
             yield item
             return
         text = bytearray(ring[index].buf[: size - 1])
@@ -327,20 +322,20 @@ class _Workers:
         if chunk is not None:
             yield from _decoded(splitter, chunk, keep_python)
 
-    def _take(self, worker: int, task_id: int) -> tuple:
+    def _take(self, worker: int, task_id: int) -> Message:
         item = self._get(worker, task_id)
-        if item[0] == "error":
-            raise TraceError(item[1], item[2])
+        if isinstance(item, Failed):
+            raise TraceError(item.path, item.problem)
         return item
 
-    def run(self, path: Path, keep_python: bool) -> Iterator[tuple]:
+    def run(self, path: Path, keep_python: bool) -> Iterator[Message]:
         """The items of a file given to :meth:`prefetch`, as its worker streams them."""
         task_id, worker = self.planned.pop(str(path))
         try:
             while True:
                 item = self._take(worker, task_id)
                 yield item
-                if item[0] == "end":
+                if isinstance(item, End):
                     return
         except TraceError:
             raise  # the worker carries on with its next file
