@@ -12,6 +12,8 @@ import gzip
 import json
 import re
 import statistics
+import subprocess
+import sys
 from bisect import bisect_right
 from pathlib import Path
 
@@ -343,3 +345,37 @@ def test_config_once_and_errors(tmp_path):
     assert not (tmp_path / "bad").exists()
     res = CliRunner().invoke(command, ["--out", str(tmp_path / "cli"), "--scale", "attn=2"])
     assert res.exit_code != 0
+
+
+def test_decode_loop_imports_torch_only_when_run():
+    code = "import sys, k25trace.synth.decode_loop as d; assert 'torch' not in sys.modules; print(d.command.name)"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "decode-loop", r.stderr
+
+
+def test_decode_loop_smoke_on_cpu(tmp_path):
+    """The GPU workload generator end to end on the CPU (gloo, eager, a tiny model): one trace, the step markers,
+    the injections it reports."""
+    pytest.importorskip("torch")
+    tiny = ["--device", "cpu", "--world-size", "1", "--hidden", "128", "--heads", "4", "--q-lora-rank", "32",
+            "--kv-lora-rank", "32", "--rope-dim", "16", "--nope-dim", "16", "--v-dim", "16", "--experts", "4",
+            "--top-k", "2", "--moe-intermediate", "32", "--vocab", "256", "--context", "16", "--layers", "2",
+            "--batch-sizes", "1,2", "--steps", "3", "--warmup", "1", "--delay-rank", "0", "--delay-ms", "0.1",
+            "--delay-every", "2", "--inject-gaps", "--master-port", "29561"]
+    r = subprocess.run([sys.executable, "-m", "k25trace.synth.decode_loop", "--out", str(tmp_path), *tiny],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    (summary,) = json.loads(r.stdout)
+    assert (summary["rank"], summary["world_size"], summary["mode"]) == (0, 1, "eager")
+    assert summary["cpu_delayed_steps"] == [0, 2, 4] and summary["host_sleep_steps"] == [1, 4]
+    assert summary["blocking_copy_steps"] == [2, 5]
+    (trace,) = tmp_path.glob("dp0_pp0_tp0_dcp0_ep0_rank0.*.pt.trace.json.gz")
+    assert summary["files"] == [trace.name]
+    doc = orjson.loads(gzip.decompress(trace.read_bytes()))
+    markers = [e["name"] for e in doc["traceEvents"] if e.get("cat") == "user_annotation"
+               and e["name"].startswith("execute_context_0(0)_generation_")]
+    assert markers == ["execute_context_0(0)_generation_1(1)"] * 3 + ["execute_context_0(0)_generation_2(2)"] * 3
+    bad = subprocess.run([sys.executable, "-m", "k25trace.synth.decode_loop", "--out", str(tmp_path), "--device",
+                          "cpu", "--world-size", "1", "--delay-rank", "3"], capture_output=True, text=True,
+                         timeout=120)
+    assert bad.returncode == 2 and "--delay-rank 3 is not a rank of 1" in bad.stderr

@@ -1,11 +1,14 @@
 """A TP-sharded, Kimi-K2.5-shaped decode loop on N GPUs, profiled per rank the way vLLM profiles its workers.
 
-Real GPU traces without vLLM: one process per GPU (started by this script), each holding its 1/N share of a
+Real GPU traces without vLLM: one process per GPU (started by this command), each holding its 1/N share of a
 Kimi-shaped model and replaying a CUDA graph per batch size inside vLLM's step marker::
 
-    python3 capture/decode_loop.py --out /tmp/decode_trace                 # all local GPUs, 4 layers
-    python3 capture/decode_loop.py --out /tmp/d --world-size 2 --layers 8 --delay-rank 1 --delay-ms 0.5
+    python3 -m k25trace.synth.decode_loop --out /tmp/decode_trace            # all local GPUs, 4 layers
+    python3 -m k25trace.synth.decode_loop --out /tmp/d --world-size 2 --layers 8 --delay-rank 1 --delay-ms 0.5
     k25trace load /tmp/decode_trace --db run.duckdb && k25trace report --db run.duckdb
+
+(Formerly ``python3 capture/decode_loop.py``, with the same flags: the PROVENANCE files under tests/data record
+runs under that name.)
 
 Per rank r of N (``--hidden 7168``, ``--heads 64``, ``--experts 384``, top-8):
 
@@ -41,79 +44,85 @@ Per rank r of N (``--hidden 7168``, ``--heads 64``, ``--experts 384``, top-8):
   tensorboard_trace_handler(out, worker_name="dp0_pp0_tp{r}_dcp0_ep{r}_rank{r}", use_gzip=True))`` — files
   ``dp0_pp0_tp{r}_dcp0_ep{r}_rank{r}.<ns>.pt.trace.json.gz``. Warm-up steps and graph capture are not profiled.
 
-Needs only torch (and NCCL for N > 1). Progress on stderr; a JSON summary per rank on stdout.
+Needs torch (and NCCL for N > 1), imported only when the command runs: the rest of k25trace never needs it.
+Progress on stderr; a JSON summary per rank on stdout (a list, one object per rank).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
 import sys
 import time
+from dataclasses import dataclass
 from typing import Any
+
+import click
 
 
 def _log(rank: int, msg: str) -> None:
     print(f"[decode_loop rank {rank}] {msg}", file=sys.stderr, flush=True)
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", required=True, help="directory for the per-rank trace files")
-    p.add_argument("--world-size", type=int, default=0, help="processes/GPUs (default: all local GPUs)")
-    p.add_argument("--layers", type=int, default=4)
-    p.add_argument("--batch-sizes", default="1,8,64")
-    p.add_argument("--steps", type=int, default=8, help="profiled decode steps per batch size")
-    p.add_argument("--warmup", type=int, default=3, help="unprofiled steps per batch size before profiling")
-    p.add_argument("--hidden", type=int, default=7168)
-    p.add_argument("--heads", type=int, default=64)
-    p.add_argument("--q-lora-rank", type=int, default=1536)
-    p.add_argument("--kv-lora-rank", type=int, default=512)
-    p.add_argument("--rope-dim", type=int, default=64)
-    p.add_argument("--nope-dim", type=int, default=128)
-    p.add_argument("--v-dim", type=int, default=128)
-    p.add_argument("--experts", type=int, default=384)
-    p.add_argument("--top-k", type=int, default=8)
-    p.add_argument("--moe-intermediate", type=int, default=2048)
-    p.add_argument("--vocab", type=int, default=163840)
-    p.add_argument("--context", type=int, default=1024, help="tokens in each request's latent KV cache")
-    p.add_argument("--delay-rank", type=int, default=None)
-    p.add_argument("--delay-ms", type=float, default=0.0)
-    p.add_argument("--delay-every", type=int, default=4, help="delay every K-th profiled step (1 = every step)")
-    p.add_argument("--gpu-delay-rank", type=int, default=None)
-    p.add_argument("--gpu-delay-us", type=float, default=0.0, help="spin-kernel length in µs (at ~1.98 GHz)")
-    p.add_argument("--gpu-delay-site", type=int, default=1, help="the all-reduce call site the spin kernel precedes")
-    p.add_argument("--gpu-delay-every", type=int, default=2, help="GPU delay on every K-th profiled step")
-    p.add_argument("--gpu-delay-offset", type=int, default=1, help="first GPU-delayed profiled step (mod K)")
-    p.add_argument("--eager", action="store_true", help="no CUDA graph: launch every kernel eagerly")
-    p.add_argument("--inject-gaps", action="store_true", help="eager: a host sleep / a blocking copy mid-step")
-    p.add_argument("--host-gap-us", type=float, default=500.0)
-    p.add_argument("--gap-layer", type=int, default=None, help="layer before which the gap is made (default: half)")
-    p.add_argument("--record-shapes", action="store_true", help="profile with record_shapes=True")
-    p.add_argument("--device", default="cuda", help="cuda (default) or cpu (a smoke run: no graphs)")
-    p.add_argument("--dtype", default="bfloat16")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--master-port", type=int, default=29533)
-    return p.parse_args(argv)
+@dataclass
+class DecodeLoopOptions:
+    """Everything a run needs (the command's flags, one field each); handed to every rank's process."""
+
+    out: str
+    world_size: int = 0
+    layers: int = 4
+    batch_sizes: str = "1,8,64"
+    steps: int = 8
+    warmup: int = 3
+    hidden: int = 7168
+    heads: int = 64
+    q_lora_rank: int = 1536
+    kv_lora_rank: int = 512
+    rope_dim: int = 64
+    nope_dim: int = 128
+    v_dim: int = 128
+    experts: int = 384
+    top_k: int = 8
+    moe_intermediate: int = 2048
+    vocab: int = 163840
+    context: int = 1024
+    delay_rank: int | None = None
+    delay_ms: float = 0.0
+    delay_every: int = 4
+    gpu_delay_rank: int | None = None
+    gpu_delay_us: float = 0.0
+    gpu_delay_site: int = 1
+    gpu_delay_every: int = 2
+    gpu_delay_offset: int = 1
+    eager: bool = False
+    inject_gaps: bool = False
+    host_gap_us: float = 500.0
+    gap_layer: int | None = None
+    record_shapes: bool = False
+    device: str = "cuda"
+    dtype: str = "bfloat16"
+    seed: int = 0
+    master_port: int = 29533
+
+    def batch_size_list(self) -> list[int]:
+        return [int(b) for b in self.batch_sizes.split(",") if b.strip()]
 
 
 class Model:
     """One rank's share of the model; ``forward(ids)`` is what the CUDA graph captures."""
 
-    def __init__(self, a: argparse.Namespace, rank: int, world: int, device: Any, dtype: Any) -> None:
+    def __init__(self, a: DecodeLoopOptions, rank: int, world: int, device: Any, dtype: Any) -> None:
         import torch
 
         if a.heads % world or a.experts % world or a.moe_intermediate % world or a.vocab % world:
             raise SystemExit("heads, experts, moe-intermediate and vocab must divide by the world size")
         self.a, self.rank, self.world, self.dev, self.dtype = a, rank, world, device, dtype
-        g = torch.Generator(device="cpu").manual_seed(a.seed + 17 * rank)
         H, h = a.hidden, a.heads // world
         self.h = h
         qk = a.nope_dim + a.rope_dim
         self.E = a.experts // world
-        I = a.moe_intermediate
+        inter = a.moe_intermediate
 
         def w(*shape: int, std: float | None = None) -> Any:
             t = torch.empty(*shape, dtype=dtype, device=device)
@@ -134,13 +143,13 @@ class Model:
                 "post_norm": torch.ones(H, dtype=dtype, device=device),
                 "gate": w(H, a.experts),
                 "gate_bias": torch.zeros(a.experts, dtype=torch.float32, device=device),
-                "sh13": w(H, 2 * I // world),
-                "sh2": w(I // world, H),
+                "sh13": w(H, 2 * inter // world),
+                "sh2": w(inter // world, H),
             })
         # the routed experts: one pool for all layers (see the module doc)
         # stored (E, N, K) and used transposed, the layout torchtitan feeds torch._grouped_mm on Hopper
-        self.w13 = w(self.E, 2 * I, H, std=1.0 / math.sqrt(H))
-        self.w2 = w(self.E, H, I, std=1.0 / math.sqrt(I))
+        self.w13 = w(self.E, 2 * inter, H, std=1.0 / math.sqrt(H))
+        self.w2 = w(self.E, H, inter, std=1.0 / math.sqrt(inter))
         self.final_norm = torch.ones(H, dtype=dtype, device=device)
         self.lm_head = w(H, a.vocab // world, std=0.02)
         inv = 1.0 / (10000 ** (torch.arange(0, a.rope_dim, 2, dtype=torch.float32) / a.rope_dim))
@@ -270,7 +279,7 @@ class Model:
             x = self.embed[ids]
         residual = x
         gap_layer = self.a.gap_layer if self.a.gap_layer is not None else len(self.layers) // 2
-        for i, (L, cache) in enumerate(zip(self.layers, caches)):
+        for i, (L, cache) in enumerate(zip(self.layers, caches, strict=True)):
             if i == gap_layer and self.gap == "sleep":
                 with torch.profiler.record_function("injected_host_sleep"):
                     time.sleep(self.a.host_gap_us / 1e6)
@@ -295,11 +304,13 @@ class Model:
             logits = torch.cat(parts, dim=-1)
         return torch.argmax(logits, dim=-1)
 
+# ------------------------------------------------------------------------------------------------- one rank
 
-def run_rank(rank: int, world: int, a: argparse.Namespace) -> dict[str, Any]:
+
+def _init_rank(rank: int, world: int, a: DecodeLoopOptions) -> tuple[Any, Any, bool]:
+    """Bind the rank to its GPU (or the CPU) and join the process group; returns (device, dtype, cuda)."""
     import torch
     import torch.distributed as dist
-    from torch.profiler import ProfilerActivity, profile, record_function, tensorboard_trace_handler
 
     cuda = a.device == "cuda"
     if cuda:
@@ -307,125 +318,171 @@ def run_rank(rank: int, world: int, a: argparse.Namespace) -> dict[str, Any]:
         device = torch.device("cuda", rank)
     else:
         device = torch.device("cpu")
-    dtype = getattr(torch, a.dtype)
     os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
     os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
     dist.init_process_group("nccl" if cuda else "gloo", init_method=f"tcp://127.0.0.1:{a.master_port}",
                             rank=rank, world_size=world, **({"device_id": device} if cuda else {}))
     torch.manual_seed(a.seed)
-    t0 = time.perf_counter()
-    model = Model(a, rank, world, device, dtype)
-    if cuda:
-        torch.cuda.synchronize()
-    _log(rank, f"model ready in {time.perf_counter() - t0:.1f} s: {a.layers} layers, {model.h} heads, "
-               f"{model.E} local experts, grouped_mm={model.grouped}")
-    batch_sizes = [int(b) for b in a.batch_sizes.split(",") if b.strip()]
-    gpu_delay = cuda and world > 1 and a.gpu_delay_rank is not None and a.gpu_delay_us > 0
-    # torch.cuda._sleep spins clock64() cycles: about 1.98 GHz on an H100/H200 under load
-    spin_cycles = int(a.gpu_delay_us * 1980) if gpu_delay and rank == a.gpu_delay_rank else 0
-    state: dict[int, dict[str, Any]] = {}
-    for B in batch_sizes:
-        st: dict[str, Any] = {
-            "ids": torch.zeros(B, dtype=torch.long, device=device),
-            "pos": torch.zeros(B, dtype=torch.long, device=device),
-            "ids_host": torch.randint(0, a.vocab, (B,), dtype=torch.long).pin_memory() if cuda
-            else torch.randint(0, a.vocab, (B,), dtype=torch.long),
-            "caches": [torch.randn(B, a.context, a.kv_lora_rank + a.rope_dim, dtype=dtype, device=device) * 0.1
-                       for _ in range(a.layers)],
-        }
-        st["pos"].fill_(a.context - 1)
-        if cuda and not a.eager:
-            stream = torch.cuda.Stream()
-            stream.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(stream):
-                for _ in range(2):
-                    model.forward(st["ids"], st["pos"], st["caches"])
-            torch.cuda.current_stream().wait_stream(stream)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                st["out"] = model.forward(st["ids"], st["pos"], st["caches"])
-            st["graph"] = graph
-            if gpu_delay:  # every rank captures it (same collectives); only the delayed rank's spins
-                graph_d = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph_d):
-                    st["out_delayed"] = model.forward(st["ids"], st["pos"], st["caches"], spin_cycles)
-                st["graph_delayed"] = graph_d
-        state[B] = st
-    if cuda:
-        torch.cuda.synchronize()
-    dist.barrier()
-    _log(rank, f"graphs captured for batch sizes {batch_sizes}")
+    return device, getattr(torch, a.dtype), cuda
 
-    delayed: list[int] = []
-    gpu_delayed: list[int] = []
-    injected: dict[str, list[int]] = {}
-    step_no = [0]
 
-    def step(B: int, profiled: bool) -> None:
-        st = state[B]
-        n = step_no[0]
-        spin = gpu_delay and profiled and n % max(1, a.gpu_delay_every) == a.gpu_delay_offset % max(1, a.gpu_delay_every)
-        with record_function(f"execute_context_0(0)_generation_{B}({B})"):
+def _batch_state(model: Model, a: DecodeLoopOptions, batch: int, device: Any, dtype: Any, cuda: bool,
+                 gpu_delay: bool, spin_cycles: int) -> dict[str, Any]:
+    """One batch size's inputs and latent KV caches, and (CUDA, not --eager) its captured graph(s)."""
+    import torch
+
+    st: dict[str, Any] = {
+        "ids": torch.zeros(batch, dtype=torch.long, device=device),
+        "pos": torch.zeros(batch, dtype=torch.long, device=device),
+        "ids_host": torch.randint(0, a.vocab, (batch,), dtype=torch.long).pin_memory() if cuda
+        else torch.randint(0, a.vocab, (batch,), dtype=torch.long),
+        "caches": [torch.randn(batch, a.context, a.kv_lora_rank + a.rope_dim, dtype=dtype, device=device) * 0.1
+                   for _ in range(a.layers)],
+    }
+    st["pos"].fill_(a.context - 1)
+    if cuda and not a.eager:
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(2):
+                model.forward(st["ids"], st["pos"], st["caches"])
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            st["out"] = model.forward(st["ids"], st["pos"], st["caches"])
+        st["graph"] = graph
+        if gpu_delay:  # every rank captures it (same collectives); only the delayed rank's spins
+            graph_d = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph_d):
+                st["out_delayed"] = model.forward(st["ids"], st["pos"], st["caches"], spin_cycles)
+            st["graph_delayed"] = graph_d
+    return st
+
+
+class _Stepper:
+    """Runs decode steps and records which profiled steps got which injection (CPU delay, GPU spin, gap)."""
+
+    def __init__(self, a: DecodeLoopOptions, rank: int, model: Model, state: dict[int, dict[str, Any]],
+                 gpu_delay: bool, spin_cycles: int) -> None:
+        self.a, self.rank, self.model, self.state = a, rank, model, state
+        self.gpu_delay, self.spin_cycles = gpu_delay, spin_cycles
+        self.step_no = 0  # profiled steps so far
+        self.delayed: list[int] = []
+        self.gpu_delayed: list[int] = []
+        self.injected: dict[str, list[int]] = {}
+
+    def _spins(self, n: int, profiled: bool) -> bool:
+        every = max(1, self.a.gpu_delay_every)
+        return self.gpu_delay and profiled and n % every == self.a.gpu_delay_offset % every
+
+    def step(self, batch: int, profiled: bool) -> None:
+        from torch.profiler import record_function
+
+        a, rank, model, st = self.a, self.rank, self.model, self.state[batch]
+        n = self.step_no
+        spin = self._spins(n, profiled)
+        with record_function(f"execute_context_0(0)_generation_{batch}({batch})"):
             st["ids"].copy_(st["ids_host"], non_blocking=True)
             if profiled and a.delay_rank == rank and a.delay_ms > 0 and n % max(1, a.delay_every) == 0:
                 time.sleep(a.delay_ms / 1000.0)
-                delayed.append(n)
+                self.delayed.append(n)
             if spin and rank == a.gpu_delay_rank:
-                gpu_delayed.append(n)
+                self.gpu_delayed.append(n)
             model.gap = None
             if a.inject_gaps and profiled and "graph" not in st:
                 model.gap = {1: "sleep", 2: "copy"}.get(n % 3)
                 if model.gap:
-                    injected.setdefault(model.gap, []).append(n)
+                    self.injected.setdefault(model.gap, []).append(n)
             if "graph" in st:
                 graph, out = (st["graph_delayed"], st["out_delayed"]) if spin else (st["graph"], st["out"])
                 graph.replay()
                 hidden = out
             else:
-                hidden = model.forward(st["ids"], st["pos"], st["caches"], spin_cycles if spin else 0)
+                hidden = model.forward(st["ids"], st["pos"], st["caches"], self.spin_cycles if spin else 0)
             nxt = model.logits_and_sample(hidden)
         st["ids_host"].copy_(nxt, non_blocking=True)  # next tokens back to the host (D2H), as the sampler does
         if profiled:
-            step_no[0] += 1
+            self.step_no += 1
 
-    for B in batch_sizes:
-        for _ in range(a.warmup):
-            step(B, False)
-    if cuda:
-        torch.cuda.synchronize()
-    dist.barrier()
+
+def _profiled_steps(a: DecodeLoopOptions, rank: int, stepper: _Stepper, batch_sizes: list[int],
+                    cuda: bool) -> dict[int, list[float]]:
+    """``--steps`` decode steps per batch size under the torch profiler, as vLLM profiles a worker; returns the
+    wall time of each step (ms) per batch size."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile, tensorboard_trace_handler
 
     os.makedirs(a.out, exist_ok=True)
     handler = tensorboard_trace_handler(a.out, worker_name=f"dp0_pp0_tp{rank}_dcp0_ep{rank}_rank{rank}", use_gzip=True)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     step_ms: dict[int, list[float]] = {}
     with profile(activities=activities, record_shapes=a.record_shapes, with_stack=False, on_trace_ready=handler):
-        for B in batch_sizes:
+        for batch in batch_sizes:
             for _ in range(a.steps):
                 t = time.perf_counter()
-                step(B, True)
+                stepper.step(batch, True)
                 if cuda:
                     torch.cuda.synchronize()
-                step_ms.setdefault(B, []).append((time.perf_counter() - t) * 1e3)
+                step_ms.setdefault(batch, []).append((time.perf_counter() - t) * 1e3)
+    return step_ms
+
+
+def run_rank(rank: int, world: int, a: DecodeLoopOptions) -> dict[str, Any]:
+    """One rank's whole run: model, graphs, warm-up, the profiled steps; returns its JSON summary."""
+    import torch
+    import torch.distributed as dist
+
+    device, dtype, cuda = _init_rank(rank, world, a)
+    t0 = time.perf_counter()
+    model = Model(a, rank, world, device, dtype)
+    if cuda:
+        torch.cuda.synchronize()
+    _log(rank, f"model ready in {time.perf_counter() - t0:.1f} s: {a.layers} layers, {model.h} heads, "
+               f"{model.E} local experts, grouped_mm={model.grouped}")
+    batch_sizes = a.batch_size_list()
+    gpu_delay = cuda and world > 1 and a.gpu_delay_rank is not None and a.gpu_delay_us > 0
+    # torch.cuda._sleep spins clock64() cycles: about 1.98 GHz on an H100/H200 under load
+    spin_cycles = int(a.gpu_delay_us * 1980) if gpu_delay and rank == a.gpu_delay_rank else 0
+    state = {b: _batch_state(model, a, b, device, dtype, cuda, gpu_delay, spin_cycles) for b in batch_sizes}
+    if cuda:
+        torch.cuda.synchronize()
+    dist.barrier()
+    _log(rank, f"graphs captured for batch sizes {batch_sizes}")
+    stepper = _Stepper(a, rank, model, state, gpu_delay, spin_cycles)
+    for batch in batch_sizes:
+        for _ in range(a.warmup):
+            stepper.step(batch, False)
+    if cuda:
+        torch.cuda.synchronize()
+    dist.barrier()
+    step_ms = _profiled_steps(a, rank, stepper, batch_sizes, cuda)
     if cuda:
         torch.cuda.synchronize()
     # no barrier/destroy_process_group: with NCCL inside CUDA graphs the teardown hung on 2 H200s; the worker
     # hands its result over and exits (see _worker)
     files = sorted(f for f in os.listdir(a.out) if f.startswith(f"dp0_pp0_tp{rank}_"))
+    return _summary(a, rank, world, device, cuda, model, stepper, step_ms, files)
+
+
+def _summary(a: DecodeLoopOptions, rank: int, world: int, device: Any, cuda: bool, model: Model,
+             stepper: _Stepper, step_ms: dict[int, list[float]], files: list[str]) -> dict[str, Any]:
+    import torch
+
     nccl = ".".join(map(str, torch.cuda.nccl.version())) if cuda else None
+    delayed, gpu_delayed, injected = stepper.delayed, stepper.gpu_delayed, stepper.injected
     return {"rank": rank, "world_size": world, "device": torch.cuda.get_device_name(device) if cuda else "cpu",
             "torch": torch.__version__, "cuda": torch.version.cuda, "nccl": nccl, "grouped_mm": model.grouped,
             "layers": a.layers, "steps": a.steps, "mode": "graph" if cuda and not a.eager else "eager",
             "allreduce_sites_per_step": 2 * a.layers + 1 if world > 1 else 0,
             "cpu_delayed_steps": delayed, "cpu_delay_ms": a.delay_ms if delayed else 0.0,
             "gpu_delayed_steps": gpu_delayed, "gpu_delay_site": a.gpu_delay_site if gpu_delayed else None,
-            "gpu_delay_cycles": spin_cycles if gpu_delayed else 0,
+            "gpu_delay_cycles": stepper.spin_cycles if gpu_delayed else 0,
             "host_sleep_steps": injected.get("sleep", []), "blocking_copy_steps": injected.get("copy", []),
             "host_gap_us": a.host_gap_us if injected else None,
-            "median_step_ms": {B: sorted(v)[len(v) // 2] for B, v in step_ms.items()}, "files": files}
+            "median_step_ms": {b: sorted(v)[len(v) // 2] for b, v in step_ms.items()}, "files": files}
 
 
-def _worker(rank: int, world: int, a: argparse.Namespace, queue: Any) -> None:
+def _worker(rank: int, world: int, a: DecodeLoopOptions, queue: Any) -> None:
     code = 0
     try:
         queue.put(run_rank(rank, world, a))
@@ -441,23 +498,34 @@ def _worker(rank: int, world: int, a: argparse.Namespace, queue: Any) -> None:
     os._exit(code)  # no process-group teardown (it can hang after NCCL graph capture)
 
 
-def main(argv: list[str] | None = None) -> int:
-    a = parse_args(argv)
-    world = a.world_size
-    if world <= 0:
-        if a.device == "cuda":
-            import torch
+# ------------------------------------------------------------------------------------------------ all ranks
 
-            world = torch.cuda.device_count()
-            if world == 0:
-                raise SystemExit("no CUDA device; use --device cpu for a smoke run")
-        else:
-            world = 1
+
+def _world_size(a: DecodeLoopOptions) -> int:
+    if a.world_size > 0:
+        return a.world_size
+    if a.device != "cuda":
+        return 1
+    import torch
+
+    world = torch.cuda.device_count()
+    if world == 0:
+        raise click.UsageError("no CUDA device; use --device cpu for a smoke run")
+    return world
+
+
+def _check(a: DecodeLoopOptions, world: int) -> None:
     for flag, r in (("--delay-rank", a.delay_rank), ("--gpu-delay-rank", a.gpu_delay_rank)):
         if r is not None and not 0 <= r < world:
-            raise SystemExit(f"{flag} {r} is not a rank of {world}")
+            raise click.UsageError(f"{flag} {r} is not a rank of {world}")
     if a.gpu_delay_rank is not None and not 0 <= a.gpu_delay_site <= 2 * a.layers:
-        raise SystemExit(f"--gpu-delay-site {a.gpu_delay_site}: the forward has call sites 0..{2 * a.layers}")
+        raise click.UsageError(f"--gpu-delay-site {a.gpu_delay_site}: the forward has call sites 0..{2 * a.layers}")
+
+
+def run(a: DecodeLoopOptions) -> tuple[list[dict[str, Any]], int]:
+    """Start one process per rank and wait for them; returns (the per-rank summaries by rank, exit status)."""
+    world = _world_size(a)
+    _check(a, world)
     import torch.multiprocessing as mp
 
     ctx = mp.get_context("spawn")
@@ -465,18 +533,74 @@ def main(argv: list[str] | None = None) -> int:
     procs = [ctx.Process(target=_worker, args=(r, world, a, queue)) for r in range(world)]
     for p in procs:
         p.start()
-    results = []
-    for _ in procs:
-        results.append(queue.get())
+    results = [queue.get() for _ in procs]
     for p in procs:
         p.join(timeout=30)
         if p.is_alive():
             p.kill()
             p.join()
     results.sort(key=lambda r: r["rank"])
+    failed = any("error" in r for r in results) or any(p.exitcode for p in procs)
+    return results, 1 if failed else 0
+
+
+@click.command("decode-loop", context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+@click.option("--out", required=True, help="Directory for the per-rank trace files.")
+@click.option("--world-size", type=int, default=0, show_default=True, help="Processes/GPUs (0: all local GPUs).")
+@click.option("--layers", type=int, default=4, show_default=True)
+@click.option("--batch-sizes", default="1,8,64", show_default=True, help="Comma list of decode batch sizes.")
+@click.option("--steps", type=int, default=8, show_default=True, help="Profiled decode steps per batch size.")
+@click.option("--warmup", type=int, default=3, show_default=True, help="Unprofiled steps per batch size first.")
+@click.option("--hidden", type=int, default=7168, show_default=True)
+@click.option("--heads", type=int, default=64, show_default=True)
+@click.option("--q-lora-rank", type=int, default=1536, show_default=True)
+@click.option("--kv-lora-rank", type=int, default=512, show_default=True)
+@click.option("--rope-dim", type=int, default=64, show_default=True)
+@click.option("--nope-dim", type=int, default=128, show_default=True)
+@click.option("--v-dim", type=int, default=128, show_default=True)
+@click.option("--experts", type=int, default=384, show_default=True)
+@click.option("--top-k", type=int, default=8, show_default=True)
+@click.option("--moe-intermediate", type=int, default=2048, show_default=True)
+@click.option("--vocab", type=int, default=163840, show_default=True)
+@click.option("--context", type=int, default=1024, show_default=True, help="Tokens in each request's latent KV cache.")
+@click.option("--delay-rank", type=int, default=None, help="Rank that sleeps on the CPU before the graph replay.")
+@click.option("--delay-ms", type=float, default=0.0, show_default=True)
+@click.option("--delay-every", type=int, default=4, show_default=True,
+              help="Delay every K-th profiled step (1 = every step).")
+@click.option("--gpu-delay-rank", type=int, default=None, help="Rank that runs a spin kernel before one all-reduce.")
+@click.option("--gpu-delay-us", type=float, default=0.0, show_default=True,
+              help="Spin-kernel length in µs (at ~1.98 GHz).")
+@click.option("--gpu-delay-site", type=int, default=1, show_default=True,
+              help="The all-reduce call site the spin kernel precedes.")
+@click.option("--gpu-delay-every", type=int, default=2, show_default=True,
+              help="GPU delay on every K-th profiled step.")
+@click.option("--gpu-delay-offset", type=int, default=1, show_default=True,
+              help="First GPU-delayed profiled step (mod K).")
+@click.option("--eager", is_flag=True, help="No CUDA graph: launch every kernel eagerly.")
+@click.option("--inject-gaps", is_flag=True, help="Eager: a host sleep / a blocking copy mid-step.")
+@click.option("--host-gap-us", type=float, default=500.0, show_default=True)
+@click.option("--gap-layer", type=int, default=None, help="Layer before which the gap is made [default: half].")
+@click.option("--record-shapes", is_flag=True, help="Profile with record_shapes=True.")
+@click.option("--device", default="cuda", show_default=True, help="cuda, or cpu (a smoke run: no graphs).")
+@click.option("--dtype", default="bfloat16", show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--master-port", type=int, default=29533, show_default=True)
+def command(**options: Any) -> None:
+    """A TP-sharded, Kimi-K2.5-shaped decode loop on N GPUs, profiled per rank the way vLLM profiles its workers.
+
+    Writes OUT/dp0_pp0_tp<r>_dcp0_ep<r>_rank<r>.<ns>.pt.trace.json.gz per rank; prints a JSON summary per
+    rank on stdout (which steps got which injected delay, median step ms). Needs torch.
+
+    \b
+    Example:
+        python3 -m k25trace.synth.decode_loop --out /tmp/d --world-size 2 --layers 8 --delay-rank 1 --delay-ms 0.5
+        k25trace load /tmp/d --db run.duckdb && k25trace report --db run.duckdb
+    """
+    results, status = run(DecodeLoopOptions(**options))
     print(json.dumps(results, indent=2))
-    return 1 if any("error" in r for r in results) or any(p.exitcode for p in procs) else 0
+    if status:
+        raise SystemExit(status)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    command(prog_name="python3 -m k25trace.synth.decode_loop")
