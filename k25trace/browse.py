@@ -90,7 +90,7 @@ def collective_split(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
     frame = report.breakdown(con, by="comm", phase="decode")
     if frame.is_empty():
         return frame
-    return frame.with_columns(pl.col("run_id").map_elements(report.run_label, return_dtype=pl.String).alias("run")).select(
+    return _with_run_label(frame, report.run_labels(con)).select(
         ["run", "level", "batch_size", "category", "ranks", "calls_per_step", "ms_per_step", "transfer_ms_per_step",
          "wait_ms_per_step", "wait_pct", "launch_wait_ms_per_step", "gpu_wait_ms_per_step", "skew_p90_us",
          "straggler_rank", "straggler_wait_pct", "last_rank", "last_pct"])
@@ -112,15 +112,18 @@ class Collectives:
 
 def collectives(con: duckdb.DuckDBPyConnection) -> Collectives:
     """Cross-rank figures for the collectives screen (``report_comm``, ``report_rank_comm``, ``comm_alignment``)."""
-    per_batch = report.breakdown(con, by="comm", phase="decode")
-    if not per_batch.is_empty():
-        per_batch = per_batch.with_columns(
-            pl.col("run_id").map_elements(report.run_label, return_dtype=pl.String).alias("run"))
-    per_rank = report.breakdown(con, by="rank-comm", phase="decode")
-    if not per_rank.is_empty():
-        per_rank = per_rank.with_columns(
-            pl.col("run_id").map_elements(report.run_label, return_dtype=pl.String).alias("run"))
+    labels = report.run_labels(con)
+    per_batch = _with_run_label(report.breakdown(con, by="comm", phase="decode"), labels)
+    per_rank = _with_run_label(report.breakdown(con, by="rank-comm", phase="decode"), labels)
     return Collectives(per_batch, per_rank, report.alignment_warnings(con))
+
+
+def _with_run_label(frame: pl.DataFrame, labels: dict[str, str]) -> pl.DataFrame:
+    """``frame`` with a ``run`` column: the label of its ``run_id`` (:func:`k25trace.report.run_labels`)."""
+    if frame.is_empty():
+        return frame
+    return frame.with_columns(pl.col("run_id").replace_strict(labels, default=pl.col("run_id"), return_dtype=pl.String)
+                              .alias("run"))
 
 
 def call_sites(con: duckdb.DuckDBPyConnection, run_id: str, batch_size: int | None, category: str) -> pl.DataFrame:

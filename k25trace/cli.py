@@ -303,7 +303,7 @@ def report(db_path: Path, phase: str, by: str, peaks: Path | None, model_config:
       k25trace report --db run.duckdb --by kernel --top 15 --rank 0
       k25trace report --db run.duckdb --by step --phase all --format csv
     """
-    from k25trace import db, output, report as core
+    from k25trace import db, output, report as core  # deferred: start-up time
 
     con = db.connect(db_path, read_only=True)
     phase, note = core.resolve_phase(con, phase)
@@ -311,8 +311,16 @@ def report(db_path: Path, phase: str, by: str, peaks: Path | None, model_config:
         err.print(f"note: {note}")
     for line in core.run_warnings(con):
         err.print(f"warning: {line}")
-    frame = core.breakdown(con, by=by, phase=phase, rank=rank, trace_id=trace_id, top=top, peaks=peaks,
-                           model_config=model_config, quant=quant, context=context)
+    if by in core.SOL_VIEWS:
+        from k25trace import sol  # deferred: start-up time (the speed-of-light model)
+
+        if by == "roofline":
+            frame = sol.roofline(con, phase=phase, rank=rank, trace_id=trace_id, top=top, peaks_file=peaks)
+        else:
+            frame = sol.step_sol(con, model_config=model_config, quant=quant, context=context, phase=phase,
+                                 rank=rank, trace_id=trace_id, peaks_file=peaks)
+    else:
+        frame = core.breakdown(con, by=by, phase=phase, rank=rank, trace_id=trace_id, top=top)
     fmt = fmt or output.default_format()
     if by in core.CROSS_RANK_VIEWS:
         for line in core.alignment_warnings(con):
@@ -324,38 +332,33 @@ def report(db_path: Path, phase: str, by: str, peaks: Path | None, model_config:
             output.write(frame, fmt)
         return
     if fmt == "table" and by == "batch":
-        print_batch_tables(frame, idle=core.breakdown(con, by="idle", phase=phase))
-    elif fmt == "table" and by in ("roofline", "sol"):
-        from k25trace.sol import print_tables
-
-        print_tables(frame, by)
+        print_batch_tables(frame, idle=core.breakdown(con, by="idle", phase=phase), labels=core.run_labels(con))
+    elif fmt == "table" and by in core.SOL_VIEWS:
+        sol.print_tables(frame, by)
     elif fmt == "table" and by == "rank":
         output.write(frame, fmt, title="Per rank and category")
-        comm = core.breakdown(con, by="rank-comm", phase=phase, trace_id=trace_id)
+        comm = core.breakdown(con, by="rank-comm", phase=phase)
         if not comm.is_empty():
             output.write(comm, fmt, title="Collectives per rank: transfer vs wait (waiting for the slowest rank)")
     else:
         output.write(frame, fmt)
 
 
-def print_batch_tables(frame: Any, console: Console | None = None, idle: Any = None) -> None:
-    """The default report as one table per (level, batch size), with the group's totals as the title and, when
-    ``idle`` (``report --by idle``) is given, why the GPU was idle as the caption."""
-    import polars as pl
-
-    from k25trace.output import rich_table
+def print_batch_tables(frame: Any, console: Console | None = None, idle: Any = None,
+                       labels: dict[str, str] | None = None) -> None:
+    """The default report as one table per (level, batch size), with the group's totals as the title (named by
+    the run's label from ``labels`` when several runs are shown) and, when ``idle`` (``report --by idle``) is
+    given, why the GPU was idle as the caption."""
+    from k25trace.output import rich_table  # deferred: start-up time
 
     idle_rows = {} if idle is None else {(r["run_id"], r["batch_size"]): r for r in idle.iter_rows(named=True)}
-
+    labels = labels or {}
     console = console or Console(width=None if sys.stdout.isatty() else 160)
     several_runs = frame["run_id"].n_unique() > 1
-    for key, group in frame.group_by(["run_id", "batch_size"], maintain_order=True):
-        run_id, batch = key
+    for (run_id, batch), group in frame.group_by(["run_id", "batch_size"], maintain_order=True):
         first = group.row(0, named=True)
         level = first["level"]
-        from k25trace.report import run_label
-
-        run = run_label(str(run_id)) if several_runs and not level else ""
+        run = labels.get(run_id, str(run_id)) if several_runs and not level else ""
         title = (f"{run + ': ' if run else ''}{'level ' + str(level) + ', ' if level else ''}"
                  f"batch size {batch if batch is not None else '?'}: "
                  f"{first['steps']} steps on {first['ranks']} rank(s), mean step {first['step_ms']:.3f} ms "
@@ -363,7 +366,7 @@ def print_batch_tables(frame: Any, console: Console | None = None, idle: Any = N
         body = group.select(["category", "ms_per_step", "pct_of_step", "kernel_ms_per_step", "calls_per_step", "us_per_call"])
         body = body.rename({"ms_per_step": "ms/step", "pct_of_step": "% of step", "kernel_ms_per_step": "kernel ms/step",
                             "calls_per_step": "calls/step", "us_per_call": "µs/call"})
-        table = rich_table(body.with_columns(pl.col("category")), title=title)
+        table = rich_table(body, title=title)
         why = idle_rows.get((run_id, batch))
         if why:
             table.caption = (
@@ -615,7 +618,8 @@ def demo(db_path: Path | None) -> None:
                                       "steps", "decode", "prefill", "mixed", "decode_batch_sizes"]),
             title=f"Traces loaded into {path}"))
         frame = core.breakdown(con, by="batch", phase="decode")
-        print_batch_tables(frame, console, idle=core.breakdown(con, by="idle", phase="decode"))
+        print_batch_tables(frame, console, idle=core.breakdown(con, by="idle", phase="decode"),
+                           labels=core.run_labels(con))
         console.print(output.rich_table(
             core.breakdown(con, by="step", phase="all").select(["trace_id", "rank", "step_index", "phase", "batch_size",
                                                                 "graph_launches", "kernel_count", "wall_ms", "busy_pct",

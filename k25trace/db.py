@@ -139,16 +139,18 @@ def run_query(
         for i, statement in enumerate(statements):
             used = {p: v for p, v in params.items() if p in _PARAM_RE.findall(_strip_sql_comments(statement))}
             cursor = con.execute(statement, used) if used else con.execute(statement)
-            if query.creates or i < len(statements) - 1:
-                cursor.fetchall()  # finish DDL/DML results so the connection is free for the next statement
+            if i < len(statements) - 1 or (query.creates and not query.creates.startswith("none")):
+                cursor.fetchall()  # finish DDL/DML results; a query that creates nothing returns its last result
         return cursor
     except duckdb.Error as exc:
         raise QueryError(name, str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from exc
 
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """The schema this k25trace writes (``meta.schema_version``). 1: the first release; 2: gpu_gaps, comm_alignment,
-trace_runs sessions, traces.rank_source, collectives' caused wait / wait kind, allreduce_bench kernel times."""
+trace_runs sessions, traces.rank_source, collectives' caused wait / wait kind, allreduce_bench kernel times; 3: the
+allreduce_bench table in every database (it was made by the first `bench allreduce`), the phase_steps and
+selected_steps table macros and the run_labels view (what the report and TUI queries read)."""
 
 
 def check_database(con: duckdb.DuckDBPyConnection, path: Path | str, *, read_only: bool) -> int | None:

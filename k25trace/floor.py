@@ -9,11 +9,15 @@ process per GPU, started here) or on CPUs (``--backend gloo --world-size N``), m
 * ``graph`` (CUDA only): the same burst captured once in a CUDA graph and replayed.
 
 Bus bandwidth = algbw x 2(n-1)/n, algbw = bytes / per-op time. Results go to stdout (a table) and, with ``--db``,
-into the table ``allreduce_bench`` (DDL below), which ``queries/report_allreduce_floor.sql`` (``allreduce_floor``)
-joins with the observed all-reduce time of the decode steps. ``--profile DIR`` also writes a torch.profiler trace
-of a few bursts per size (``allreduce_bench_rank{r}.<ns>.pt.trace.json.gz``) that ``k25trace load`` reads.
+into the table ``allreduce_bench`` (``queries/schema.sql``), which ``report --by floor``
+(:func:`k25trace.report.allreduce_floor`) joins with the observed all-reduce time of the decode steps.
+``--profile DIR`` also writes a torch.profiler trace of a few bursts per size
+(``allreduce_bench_rank{r}.<ns>.pt.trace.json.gz``) that ``k25trace load`` reads.
 
-torch is imported only inside the command (and in its worker processes).
+The library functions raise :class:`~k25trace.errors.K25Error`; the click commands at the end are thin. Nothing
+of the core imports this module (the CLI's lazy command table does). The database side (DuckDB, polars) and torch
+are imported inside the functions that need them: ``bench allreduce --save-json`` runs on GPU machines that have
+torch and click and no DuckDB.
 """
 
 from __future__ import annotations
@@ -29,32 +33,9 @@ from typing import Any
 
 import click
 
+from k25trace.errors import K25Error
+from k25trace.stats import quantile
 from k25trace.vocab import FORMATS, PHASES
-
-ALLREDUCE_BENCH_DDL = """
-create table if not exists allreduce_bench (
-    bench_run varchar not null,       -- one invocation of `k25trace bench allreduce`
-    measured_at timestamp not null,   -- when that run started (UTC)
-    backend varchar not null,         -- nccl | gloo
-    world_size integer not null,      -- processes (GPUs) in the all-reduce
-    device_name varchar,              -- GPU name (rank 0), or 'cpu'
-    torch_version varchar,
-    dtype varchar not null,           -- element type of the message (bfloat16, ...)
-    size_bytes bigint not null,       -- message size per rank
-    batch_size integer,               -- the decode batch size this size was derived for (NULL: given by --sizes)
-    size_source varchar,              -- 'trace' (collective args) | 'hidden' (hidden x batch x dtype) | 'given'
-    mode varchar not null,            -- single | eager | graph
-    count integer not null,           -- all-reduces per burst (1 for single)
-    reps integer not null,            -- repetitions (single ops, or bursts) measured
-    median_us double not null,        -- per all-reduce: single-op median, or median burst / count
-    p90_us double not null,           -- likewise, 90th percentile
-    burst_ms double,                  -- median burst time (NULL for single)
-    algbw_gbps double,                -- size_bytes / median per-op time, GB/s (10^9)
-    busbw_gbps double,                -- algbw x 2(n-1)/n
-    kernel_median_us double,          -- NCCL kernel duration alone (profiled burst; NULL for single and gloo)
-    kernel_p90_us double              -- likewise, 90th percentile
-)
-""".strip()
 
 DTYPE_BYTES = {"bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2, "half": 2, "float32": 4, "fp32": 4, "float": 4}
 DTYPE_CANON = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "fp32": "float32", "float": "float32"}
@@ -71,19 +52,13 @@ def parse_size(text: str) -> int:
     if t and t[-1] in "KMG":
         mult = {"K": 1024, "M": 1024**2, "G": 1024**3}[t[-1]]
         t = t[:-1]
-    value = float(t) * mult
-    if value <= 0 or value != int(value):
-        raise click.BadParameter(f"{text!r} is not a positive whole number of bytes")
+    try:
+        value = float(t) * mult
+    except ValueError:
+        value = 0.0
+    if not math.isfinite(value) or value <= 0 or value != int(value):
+        raise K25Error(f"{text!r} is not a positive whole number of bytes")
     return int(value)
-
-
-def _quantile(values: list[float], q: float) -> float:
-    s = sorted(values)
-    if not s:
-        return float("nan")
-    pos = (len(s) - 1) * q
-    lo, hi = math.floor(pos), math.ceil(pos)
-    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
 
 # ------------------------------------------------------------------------------------------------ the pattern
@@ -91,7 +66,7 @@ def _quantile(values: list[float], q: float) -> float:
 
 def pattern_from_db(con: Any, *, phase: str, hidden: int, dtype: str) -> list[dict[str, Any]]:
     """Per batch size of the database's steps: the all-reduce count per step and message size (bytes)."""
-    from k25trace.db import query_frame
+    from k25trace.db import query_frame  # deferred: DuckDB only where a database is used (see the module doc)
 
     rows = query_frame(con, "allreduce_pattern", {"phase": phase}).to_dicts()
     out = []
@@ -105,6 +80,46 @@ def pattern_from_db(con: Any, *, phase: str, hidden: int, dtype: str) -> list[di
         out.append({"batch_size": int(r["batch_size"]), "count": int(r["allreduce_per_step"]), "size_bytes": size,
                     "size_source": source, "world_size": r["world_size"]})
     return out
+
+
+def resolve_backend(backend: str, world_size: int | None) -> tuple[str, int]:
+    """The backend and world size to measure with: ``auto`` is NCCL when CUDA is there, else gloo; the world size
+    defaults to every local GPU (gloo: 2 processes)."""
+    import torch  # deferred: torch only when a bench runs (see the module doc)
+
+    if backend == "auto":
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+    if backend != "nccl":
+        return backend, world_size or 2
+    if not torch.cuda.is_available():
+        raise K25Error("--backend nccl needs CUDA GPUs; use --backend gloo --world-size N on CPUs")
+    world_size = world_size or torch.cuda.device_count()
+    if world_size > torch.cuda.device_count():
+        raise K25Error(f"--world-size {world_size} > {torch.cuda.device_count()} local GPUs")
+    return backend, world_size
+
+
+def bench_specs(con: Any, *, sizes: str | None, count: int | None, batch_sizes: str, hidden: int, dtype: str,
+                phase: str, world_size: int, source: str = "the database") -> list[dict[str, Any]]:
+    """What to measure: the given ``sizes`` (comma-separated, K/M/G suffixes) x ``count``; else the all-reduce
+    pattern of ``con``'s ``phase`` steps (each distinct size and count once); else hidden x batch x dtype for each
+    of ``batch_sizes``. Without ``count``, 122 all-reduces per burst (the database's count when it has one)."""
+    if sizes:
+        return [{"size_bytes": parse_size(s), "count": count or 122, "size_source": "given"}
+                for s in sizes.split(",") if s.strip()]
+    if con is None:
+        return [{"size_bytes": hidden * int(b) * DTYPE_BYTES[dtype], "count": count or 122, "batch_size": int(b),
+                 "size_source": "hidden"} for b in batch_sizes.split(",") if b.strip()]
+    specs = pattern_from_db(con, phase=phase, hidden=hidden, dtype=dtype)
+    if not specs:
+        raise K25Error(f"{source}: no {phase} steps with all-reduces; give --sizes and --count")
+    for s in specs:
+        if count:
+            s["count"] = count
+        if s.get("world_size") and s["world_size"] != world_size:
+            _log(f"note: the trace ran on {s['world_size']} ranks, this bench on {world_size}")
+    seen: set[tuple[int, int]] = set()
+    return [s for s in specs if (s["size_bytes"], s["count"]) not in seen and not seen.add((s["size_bytes"], s["count"]))]
 
 
 # ------------------------------------------------------------------------------------------------ the workers
@@ -187,9 +202,9 @@ def _measure_rank(rank: int, world: int, cfg: dict[str, Any]) -> dict[str, Any]:
             res.update(_kernel_times(torch, burst, graphs.get(size), align))
         results.append(res)
         if rank == 0:
-            _log(f"{size:,} B x {count}: single median {_quantile(res['single'], 0.5):.1f} µs, eager burst "
-                 f"{_quantile(res['eager'], 0.5) / 1e3:.3f} ms"
-                 + (f", graph burst {_quantile(res['graph'], 0.5) / 1e3:.3f} ms" if "graph" in res else ""))
+            _log(f"{size:,} B x {count}: single median {quantile(res['single'], 0.5):.1f} µs, eager burst "
+                 f"{quantile(res['eager'], 0.5) / 1e3:.3f} ms"
+                 + (f", graph burst {quantile(res['graph'], 0.5) / 1e3:.3f} ms" if "graph" in res else ""))
 
     files: list[str] = []
     if cfg.get("profile"):
@@ -306,7 +321,7 @@ def run_allreduce_bench(sizes: list[dict[str, Any]], *, backend: str, world_size
         for _ in procs:
             outs.append(q.get(timeout=timeout_s))
     except _queue.Empty:
-        raise click.ClickException(f"the bench processes gave no result within {timeout_s:.0f} s") from None
+        raise K25Error(f"the bench processes gave no result within {timeout_s:.0f} s") from None
     finally:
         for p in procs:
             p.join(timeout=15)
@@ -314,7 +329,7 @@ def run_allreduce_bench(sizes: list[dict[str, Any]], *, backend: str, world_size
                 p.kill()
     errors = [o for o in outs if "error" in o]
     if errors:
-        raise click.ClickException("; ".join(f"rank {o['rank']}: {o['error']}" for o in errors))
+        raise K25Error("; ".join(f"rank {o['rank']}: {o['error']}" for o in errors))
     outs.sort(key=lambda o: o["rank"])
     return combine(outs, sizes, backend=backend, world_size=world_size, dtype=dtype, bench_run=bench_run,
                    measured_at=measured_at)
@@ -332,7 +347,7 @@ def combine(outs: list[dict[str, Any]], sizes: list[dict[str, Any]], *, backend:
                 continue
             reps = [max(vals) for vals in zip(*per_rank)]
             n = 1 if mode == "single" else spec["count"]
-            med, p90 = _quantile(reps, 0.5) / n, _quantile(reps, 0.9) / n
+            med, p90 = quantile(reps, 0.5) / n, quantile(reps, 0.9) / n
             algbw = spec["size_bytes"] / (med * 1e-6) / 1e9 if med > 0 else None
             # kernel durations: per kernel position the rank that arrived last (the shortest kernel: the others'
             # include waiting for it), so the figure is the transfer alone
@@ -344,10 +359,10 @@ def combine(outs: list[dict[str, Any]], sizes: list[dict[str, Any]], *, backend:
                 "size_bytes": spec["size_bytes"], "batch_size": spec.get("batch_size"),
                 "size_source": spec.get("size_source", "given"), "mode": mode, "count": n, "reps": len(reps),
                 "median_us": med, "p90_us": p90,
-                "burst_ms": None if mode == "single" else _quantile(reps, 0.5) / 1e3,
+                "burst_ms": None if mode == "single" else quantile(reps, 0.5) / 1e3,
                 "algbw_gbps": algbw, "busbw_gbps": None if algbw is None else algbw * factor,
-                "kernel_median_us": _quantile(kern, 0.5) if kern else None,
-                "kernel_p90_us": _quantile(kern, 0.9) if kern else None,
+                "kernel_median_us": quantile(kern, 0.5) if kern else None,
+                "kernel_p90_us": quantile(kern, 0.9) if kern else None,
             })
     return rows
 
@@ -358,25 +373,40 @@ def combine(outs: list[dict[str, Any]], sizes: list[dict[str, Any]], *, backend:
 COLUMNS = ("bench_run", "measured_at", "backend", "world_size", "device_name", "torch_version", "dtype",
            "size_bytes", "batch_size", "size_source", "mode", "count", "reps", "median_us", "p90_us", "burst_ms",
            "algbw_gbps", "busbw_gbps", "kernel_median_us", "kernel_p90_us")
-
-
-def ensure_table(con: Any) -> None:
-    """Create ``allreduce_bench`` if missing (a temporary one on a read-only connection)."""
-    try:
-        con.execute(ALLREDUCE_BENCH_DDL)
-        for column in ("kernel_median_us", "kernel_p90_us"):  # tables made before these columns existed
-            con.execute(f"alter table allreduce_bench add column if not exists {column} double")
-    except Exception:  # noqa: BLE001 - read-only database: an empty temporary table lets the report run
-        exists = con.execute("select count(*) from duckdb_tables() where table_name = 'allreduce_bench'").fetchone()
-        if not exists or not exists[0]:
-            con.execute(ALLREDUCE_BENCH_DDL.replace("create table", "create temp table", 1))
+"""The columns of ``allreduce_bench`` (``queries/schema.sql``) that a result row carries."""
 
 
 def write_rows(con: Any, rows: list[dict[str, Any]]) -> None:
-    ensure_table(con)
-    placeholders = ", ".join("?" for _ in COLUMNS)
-    con.executemany(f"insert into allreduce_bench ({', '.join(COLUMNS)}) values ({placeholders})",
-                    [[r[c] for c in COLUMNS] for r in rows])
+    """Add result rows to ``allreduce_bench``, by column name (``queries/floor_bench_insert.sql``), in one
+    transaction."""
+    from k25trace.db import run_query, transaction  # deferred: DuckDB only where a database is used
+
+    with transaction(con):
+        for row in rows:
+            run_query(con, "floor_bench_insert", {c: row.get(c) for c in COLUMNS})
+
+
+def has_bench_run(con: Any, bench_run: str) -> bool:
+    """Whether the database already holds rows of the bench run named ``bench_run``."""
+    from k25trace.db import query_frame  # deferred: DuckDB only where a database is used
+
+    return bool(query_frame(con, "floor_bench_run_rows", {"bench_run": bench_run})["rows"][0])
+
+
+def ensure_table(con: Any) -> None:
+    """Deprecated: ``allreduce_bench`` is part of the schema (version 3). Kept for the tests that still call it
+    (tests/test_sol.py, tests/test_h200x2_traces.py); makes sure the schema is there."""
+    from k25trace.db import ensure_schema  # deferred: DuckDB only where a database is used
+
+    ensure_schema(con)
+
+
+def allreduce_floor(con: Any, phase: str = "decode") -> Any:
+    """Deprecated here: the report view is :func:`k25trace.report.allreduce_floor`; kept for the tests that still
+    reach it through this module (tests/test_sol.py, tests/test_h200x2_traces.py, tests/test_h200_trace.py)."""
+    from k25trace.report import allreduce_floor as floor  # deferred: DuckDB only where a database is used
+
+    return floor(con, phase)
 
 
 def save_rows(path: Path, rows: list[dict[str, Any]]) -> None:
@@ -391,33 +421,21 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
     try:
         doc = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise click.ClickException(f"{path}: cannot read bench results: {exc}") from None
+        raise K25Error(f"{path}: cannot read bench results: {exc}") from None
     rows = doc.get("allreduce_bench") if isinstance(doc, dict) else None
     if not isinstance(rows, list) or not rows:
-        raise click.ClickException(f"{path}: no 'allreduce_bench' rows (not a file of `bench allreduce --save-json`)")
+        raise K25Error(f"{path}: no 'allreduce_bench' rows (not a file of `bench allreduce --save-json`)")
     required = {"bench_run", "measured_at", "backend", "world_size", "dtype", "size_bytes", "mode", "count", "reps",
                 "median_us", "p90_us"}
     out = []
     for i, r in enumerate(rows):
         missing = sorted(required - set(r)) if isinstance(r, dict) else sorted(required)
         if missing:
-            raise click.ClickException(f"{path}: row {i} lacks {', '.join(missing)}")
+            raise K25Error(f"{path}: row {i} lacks {', '.join(missing)}")
         row = {c: r.get(c) for c in COLUMNS}
         row["measured_at"] = _dt.datetime.fromisoformat(str(r["measured_at"]))
         out.append(row)
     return out
-
-
-def allreduce_floor(con: Any, phase: str = "decode") -> Any:
-    """The floor report (``queries/report_allreduce_floor.sql``) as a polars DataFrame."""
-    from k25trace.db import query_frame
-    from k25trace.errors import K25Error
-    from k25trace.report import PHASES
-
-    if phase not in PHASES:
-        raise K25Error(f"unknown phase {phase!r}; one of {', '.join(PHASES)}")
-    ensure_table(con)
-    return query_frame(con, "report_allreduce_floor", {"phase": phase})
 
 
 # ------------------------------------------------------------------------------------------------ the command
@@ -431,11 +449,11 @@ DISPLAY = ("backend", "world_size", "batch_size", "size_bytes", "mode", "count",
 
 def _emit(rows: list[dict[str, Any]], fmt: str | None) -> None:
     shown = [{k: r[k] for k in DISPLAY} for r in rows]
-    try:
+    try:  # deferred: a GPU machine with torch only prints JSON lines (see the module doc)
         import polars as pl
 
         from k25trace import output
-    except ImportError:  # a bare machine (torch only): JSON lines
+    except ImportError:
         for r in shown:
             print(json.dumps(r, default=str))
         return
@@ -461,10 +479,13 @@ def _emit(rows: list[dict[str, Any]], fmt: str | None) -> None:
               help="Steps whose pattern is read from --db.")
 @click.option("--backend", type=click.Choice(["auto", "nccl", "gloo"]), default="auto", show_default=True,
               help="nccl on GPUs (auto when CUDA is there), gloo on CPUs.")
-@click.option("--world-size", type=int, default=None, help="Processes (default: all local GPUs; gloo: 2).")
-@click.option("--iters", type=int, default=200, show_default=True, help="Single all-reduces timed per size.")
-@click.option("--warmup", type=int, default=20, show_default=True)
-@click.option("--bursts", type=int, default=20, show_default=True, help="Bursts timed per size and mode.")
+@click.option("--world-size", type=click.IntRange(min=1), default=None,
+              help="Processes (default: all local GPUs; gloo: 2).")
+@click.option("--iters", type=click.IntRange(min=1), default=200, show_default=True,
+              help="Single all-reduces timed per size.")
+@click.option("--warmup", type=click.IntRange(min=0), default=20, show_default=True)
+@click.option("--bursts", type=click.IntRange(min=1), default=20, show_default=True,
+              help="Bursts timed per size and mode.")
 @click.option("--no-graph", is_flag=True, help="Skip the CUDA-graph burst.")
 @click.option("--profile", "profile_dir", type=click.Path(file_okay=False), default=None,
               help="Also write a torch.profiler trace of a few bursts per size here.")
@@ -487,62 +508,32 @@ def allreduce(db_path: Path | None, sizes: str | None, count: int | None, batch_
       k25trace bench allreduce --backend gloo --world-size 2 --db run.duckdb --iters 50
       k25trace sql --db run.duckdb --query report_allreduce_floor -p phase=decode
     """
-    import torch
-
-    if backend == "auto":
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
-    if backend == "nccl":
-        if not torch.cuda.is_available():
-            raise click.ClickException("--backend nccl needs CUDA GPUs; use --backend gloo --world-size N on CPUs")
-        world_size = world_size or torch.cuda.device_count()
-        if world_size > torch.cuda.device_count():
-            raise click.ClickException(f"--world-size {world_size} > {torch.cuda.device_count()} local GPUs")
-    else:
-        world_size = world_size or 2
-    if world_size < 1:
-        raise click.ClickException("--world-size must be at least 1")
-    for name, value in (("--iters", iters), ("--bursts", bursts)):
-        if value < 1:
-            raise click.ClickException(f"{name} must be at least 1")
-
+    backend, world_size = resolve_backend(backend, world_size)
     con = None
     if db_path is not None:
-        from k25trace import pipeline
+        from k25trace import pipeline  # deferred: DuckDB only where a database is used (see the module doc)
 
         con = pipeline.connect(db_path)
-    specs: list[dict[str, Any]]
-    if sizes:
-        specs = [{"size_bytes": parse_size(s), "count": count or 122, "size_source": "given"}
-                 for s in sizes.split(",") if s.strip()]
-    elif con is not None:
-        specs = pattern_from_db(con, phase=phase, hidden=hidden, dtype=dtype)
-        if not specs:
-            raise click.ClickException(f"{db_path}: no {phase} steps with all-reduces; give --sizes and --count")
-        for s in specs:
-            if count:
-                s["count"] = count
-            if s.get("world_size") and s["world_size"] != world_size:
-                _log(f"note: the trace ran on {s['world_size']} ranks, this bench on {world_size}")
-        seen: set[tuple[int, int]] = set()
-        specs = [s for s in specs if (s["size_bytes"], s["count"]) not in seen and not seen.add((s["size_bytes"], s["count"]))]
-    else:
-        specs = [{"size_bytes": hidden * int(b) * DTYPE_BYTES[dtype], "count": count or 122, "batch_size": int(b),
-                  "size_source": "hidden"} for b in batch_sizes.split(",") if b.strip()]
-    if world_size == 1:
-        _log("note: with one rank an all-reduce moves nothing (NCCL skips it; a captured graph stays empty): "
-             "this is a smoke run of the code path, not a floor")
-    _log(f"{backend}, {world_size} process(es), {len(specs)} size(s): "
-         + ", ".join(f"{s['size_bytes']:,} B x {s['count']}" for s in specs))
-    rows = run_allreduce_bench(specs, backend=backend, world_size=world_size, dtype=dtype, iters=iters,
-                               warmup=warmup, bursts=bursts, graph=not no_graph, profile=profile_dir,
-                               timeout_s=timeout_s, bench_run=run_name)
-    if save_json is not None:
-        save_rows(save_json, rows)
-        _log(f"{len(rows)} rows written to {save_json}")
-    if con is not None:
-        write_rows(con, rows)
-        con.close()
-        _log(f"{len(rows)} rows written to {db_path} (table allreduce_bench, bench_run {rows[0]['bench_run']})")
+    try:
+        specs = bench_specs(con, sizes=sizes, count=count, batch_sizes=batch_sizes, hidden=hidden, dtype=dtype,
+                            phase=phase, world_size=world_size, source=str(db_path))
+        if world_size == 1:
+            _log("note: with one rank an all-reduce moves nothing (NCCL skips it; a captured graph stays empty): "
+                 "this is a smoke run of the code path, not a floor")
+        _log(f"{backend}, {world_size} process(es), {len(specs)} size(s): "
+             + ", ".join(f"{s['size_bytes']:,} B x {s['count']}" for s in specs))
+        rows = run_allreduce_bench(specs, backend=backend, world_size=world_size, dtype=dtype, iters=iters,
+                                   warmup=warmup, bursts=bursts, graph=not no_graph, profile=profile_dir,
+                                   timeout_s=timeout_s, bench_run=run_name)
+        if save_json is not None:
+            save_rows(save_json, rows)
+            _log(f"{len(rows)} rows written to {save_json}")
+        if con is not None:
+            write_rows(con, rows)
+            _log(f"{len(rows)} rows written to {db_path} (table allreduce_bench, bench_run {rows[0]['bench_run']})")
+    finally:
+        if con is not None:
+            con.close()
     if profile_dir:
         _log(f"profiler traces in {profile_dir} (k25trace load {profile_dir} --db ...)")
     _emit(rows, fmt)
@@ -557,25 +548,17 @@ def import_rows(files: tuple[Path, ...], db_path: Path) -> None:
 
     A bench run already in the database is skipped (same bench_run name), so importing twice adds nothing.
     """
-    from k25trace import pipeline
+    from k25trace import pipeline  # deferred: DuckDB only where a database is used (see the module doc)
 
     batches = [(f, read_rows(f)) for f in files]  # every file checked before anything is written
     con = pipeline.connect(db_path)
     try:
-        ensure_table(con)
         for f, rows in batches:
             run = rows[0]["bench_run"]
-            have = con.execute("select count(*) from allreduce_bench where bench_run = ?", [run]).fetchone()[0]
-            if have:
+            if has_bench_run(con, run):
                 _log(f"{f}: bench run {run} is already in {db_path}; skipped")
                 continue
-            con.execute("begin")
             write_rows(con, rows)
-            con.execute("commit")
             _log(f"{f}: {len(rows)} rows of bench run {run} added to {db_path}")
     finally:
         con.close()
-
-
-if __name__ == "__main__":
-    command(prog_name="python3 -m k25trace.floor")

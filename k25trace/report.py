@@ -1,11 +1,12 @@
 """Report: the per-step breakdowns users read, as polars DataFrames (drawing is left to the caller).
 
-Each function runs one named query from ``queries/report_*.sql``; the CLI and the TUI both call these.
+Each view is one named query from ``queries/report_*.sql``; the CLI, the TUI and the HTML page call these. The
+speed-of-light views (``roofline``, ``sol``) are :mod:`k25trace.sol`'s, which builds on this module. The words
+(phases, views) are :mod:`k25trace.vocab`'s; what a run is and what it is called are the database's
+(``trace_runs``, the ``run_labels`` view).
 """
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import duckdb
 import polars as pl
@@ -14,59 +15,44 @@ from k25trace.db import query_frame
 from k25trace.errors import K25Error
 from k25trace.vocab import CROSS_RANK_VIEWS, PHASES, VIEWS, check_phase, check_view
 
-__all__ = ["CROSS_RANK_VIEWS", "PHASES", "VIEWS", "alignment_warnings", "allreduce_floor", "breakdown",
-           "resolve_phase", "run_warnings", "summary"]
+__all__ = ["CROSS_RANK_VIEWS", "PHASES", "SOL_VIEWS", "VIEWS", "alignment_warnings", "allreduce_floor", "breakdown",
+           "resolve_phase", "run_label", "run_labels", "run_warnings", "summary"]
 
+SOL_VIEWS = ("roofline", "sol")
+"""The views :mod:`k25trace.sol` computes (:func:`k25trace.sol.roofline`, :func:`k25trace.sol.step_sol`)."""
 
-def _params(phase: str, rank: int | None, trace_id: int | None) -> dict[str, object]:
-    return {"phase": check_phase(phase), "rank": rank, "trace_id": trace_id}
+_VIEW_QUERIES = {  # view -> (its query, the parameters it takes of phase, rank, trace_id, top)
+    "batch": ("report_breakdown", ("phase", "rank", "trace_id")),
+    "category": ("report_category", ("phase", "rank", "trace_id")),
+    "step": ("report_steps", ("phase", "rank", "trace_id")),
+    "rank": ("report_ranks", ("phase", "trace_id")),
+    "kernel": ("report_kernels", ("phase", "rank", "trace_id", "top")),
+    "idle": ("report_idle", ("phase",)),
+    "timeline": ("report_timeline", ("phase", "rank", "trace_id")),
+    "comm": ("report_comm", ("phase",)),
+    "comm-site": ("report_comm_site", ("phase",)),
+    "comm-bw": ("report_comm_bandwidth", ("phase",)),
+    "rank-comm": ("report_rank_comm", ("phase",)),
+    "floor": ("report_allreduce_floor", ("phase",)),
+}
 
 
 def breakdown(con: duckdb.DuckDBPyConnection, *, by: str = "batch", phase: str = "decode", rank: int | None = None,
-              trace_id: int | None = None, top: int = 20, peaks: Path | None = None, model_config: Path | None = None,
-              quant: str | None = None, context: int | None = None) -> pl.DataFrame:
-    """The breakdown table for one view (``by``): batch, category, step, rank, kernel, …; the speed-of-light views
-    (``roofline``, ``sol``: k25trace/sol.py) also take ``peaks`` (a device peaks CSV tried before the built-in one),
-    and ``sol`` the model: ``model_config`` (a Hugging Face config.json), ``quant`` and ``context``."""
-    params = _params(phase, rank, trace_id)
-    if by in ("roofline", "sol"):
-        from k25trace import sol
+              trace_id: int | None = None, top: int = 20) -> pl.DataFrame:
+    """The table of one view (``by``): batch, category, step, rank, kernel, idle, timeline, comm, comm-site, comm-bw,
+    rank-comm or floor, over the steps of ``phase`` (``'all'``: every phase), optionally of one rank or trace (the
+    views that take them); ``top`` kernels for ``kernel``. ``roofline`` and ``sol`` are :mod:`k25trace.sol`'s."""
+    if check_view(by) in SOL_VIEWS:
+        raise K25Error(f"view {by!r} is computed by k25trace.sol ({'roofline' if by == 'roofline' else 'step_sol'})")
+    query, takes = _VIEW_QUERIES[by]
+    given = {"phase": check_phase(phase), "rank": rank, "trace_id": trace_id, "top": top}
+    return query_frame(con, query, {name: given[name] for name in takes})
 
-        if by == "roofline":
-            return sol.roofline(con, phase=phase, rank=rank, trace_id=trace_id, top=top, peaks_file=peaks)
-        return sol.step_sol(con, model_config=model_config, quant=quant, context=context, phase=phase, rank=rank,
-                            trace_id=trace_id, peaks_file=peaks)
-    if by == "batch":
-        return query_frame(con, "report_breakdown", params)
-    if by == "category":
-        return query_frame(con, "report_category", params)
-    if by == "step":
-        return query_frame(con, "report_steps", params)
-    if by == "kernel":
-        return query_frame(con, "report_kernels", {**params, "top": top})
-    if by == "floor":
-        from k25trace.floor import allreduce_floor
 
-        return allreduce_floor(con, phase)
-    if by == "idle":
-        return query_frame(con, "report_idle", {"phase": phase})
-    if by == "timeline":
-        return query_frame(con, "report_timeline", params)
-    if by == "comm":
-        return query_frame(con, "report_comm", {"phase": phase})
-    if by == "rank-comm":
-        return query_frame(con, "report_rank_comm", {"phase": phase})
-    if by == "comm-site":
-        return query_frame(con, "report_comm_site", {"phase": phase})
-    if by == "comm-bw":
-        from k25trace.floor import ensure_table
-
-        ensure_table(con)  # the bench table is optional: an empty one when none was measured
-        return query_frame(con, "report_comm_bandwidth", {"phase": phase})
-    if by == "rank":
-        params.pop("rank")
-        return query_frame(con, "report_ranks", params)
-    raise K25Error(f"unknown view {check_view(by)!r}")
+def allreduce_floor(con: duckdb.DuckDBPyConnection, phase: str = "decode") -> pl.DataFrame:
+    """``report --by floor``: the observed all-reduce time per step of each run and batch size against the floor
+    ``k25trace bench allreduce`` measured (``queries/report_allreduce_floor.sql``; floor columns NULL without one)."""
+    return breakdown(con, by="floor", phase=phase)
 
 
 MARKER_FORMS = ("vLLM execute_… annotations (every known form)", "SGLang step[…]", "their gpu_user_annotation copies")
@@ -94,31 +80,24 @@ def resolve_phase(con: duckdb.DuckDBPyConnection, phase: str | None) -> tuple[st
 
 def alignment_warnings(con: duckdb.DuckDBPyConnection) -> list[str]:
     """One line per multi-rank run whose cross-rank figures should not be read as exact (``comm_alignment``)."""
-    try:
-        frame = query_frame(con, "report_alignment")
-    except duckdb.CatalogException:  # a database from before the table existed: nothing to say
-        return []
     lines = []
-    for r in frame.iter_rows(named=True):
+    for r in query_frame(con, "report_alignment").iter_rows(named=True):
         what = []
         if r["residual_p90_us"] is not None and r["alignment"] == "poor":
             what.append(f"paired collectives end {r['residual_p90_us']:,.1f} µs apart at p90 after clock alignment "
                         f"(median transfer {r['transfer_p50_us']:,.1f} µs)")
         if r["unpaired_events"]:
             what.append(f"{r['unpaired_events']} of {r['collective_events']} collective kernels could not be paired")
-        lines.append(f"{run_label(r['run_id'])}: cross-rank wait and straggler figures are approximate: "
+        lines.append(f"{r['run_label']}: cross-rank wait and straggler figures are approximate: "
                      + "; ".join(what or ["nothing could be paired"]))
     return lines
 
 
 def run_warnings(con: duckdb.DuckDBPyConnection) -> list[str]:
     """One line per rank that two or more files of one run claim (kept apart as sessions; ``trace_runs``)."""
-    try:
-        frame = query_frame(con, "report_run_duplicates")
-    except (duckdb.CatalogException, duckdb.BinderException):  # a database from before trace_runs had the column
-        return []
-    return [f"{run_label(r['run'])}: {r['files']} files claim rank {r['rank']} ({r['sessions']}); kept apart as "
-            "sessions (the k-th file of each rank, by first event, is session k)" for r in frame.iter_rows(named=True)]
+    return [f"{r['run']}: {r['files']} files claim rank {r['rank']} ({r['sessions']}); kept apart as sessions (the "
+            "k-th file of each rank, by first event, is session k)"
+            for r in query_frame(con, "report_run_duplicates").iter_rows(named=True)]
 
 
 def summary(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
@@ -126,8 +105,15 @@ def summary(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
     return query_frame(con, "summary")
 
 
+def run_labels(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
+    """Every run's id → its label as reports print it (the ``run_labels`` view: e.g. 'graph (TP2)')."""
+    return dict(query_frame(con, "report_run_labels").select("run_id", "run_label").iter_rows())
+
+
 def run_label(run_id: str) -> str:
-    """A short name for a run id (capture dir + level, or the files' directory, + world size)."""
+    """Deprecated: the label of a run id *parsed back out of the id*. The label is a column (:func:`run_labels`,
+    the ``run_labels`` view), which gives the same text; this stays only for the callers that have not moved to it
+    (compare.py, export.py, html.py, sol.py, tui/screens/{comm,compare,overview}.py). Do not add callers."""
     base, _, world = run_id.rpartition("#ws")
     name = base.rstrip("#").rsplit("/", 1)[-1] or base
     return f"{name} (TP{world})" if world and world not in ("1", "?") else name

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import click
 
-from k25trace.report import run_label
 from k25trace.vocab import COMPARE_MATCHES, PHASES
 
 db_option = click.option("--db", "db_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
@@ -159,7 +158,7 @@ def perfetto_command(db_path: Path, out: Path, run: str | None, steps: str | Non
     """
     import orjson
 
-    from k25trace import db, export
+    from k25trace import db, export, report  # deferred: start-up time
 
     started = time.perf_counter()
     con = db.connect(db_path, read_only=True)
@@ -167,6 +166,7 @@ def perfetto_command(db_path: Path, out: Path, run: str | None, steps: str | Non
     chosen = export.select_steps(con, run_id, steps, batch)
     rank_list = export.parse_int_list(ranks, "--rank")
     result = export.perfetto_trace(con, run_id, chosen, rank_list, details=details, source=db_path.name)
+    label = report.run_labels(con).get(run_id, run_id)
     con.close()
     data = result.to_json()
     problems = export.check_chrome_trace(orjson.loads(data))  # the file as a viewer will parse it
@@ -180,7 +180,7 @@ def perfetto_command(db_path: Path, out: Path, run: str | None, steps: str | Non
     for note in result.notes:
         _err(f"note: {note}")
     offsets = ", ".join(f"rank {r} {ns:+,} ns" for r, ns in result.offsets_ns.items())
-    _err(f"wrote {out}: {_size(len(data))}, run {run_label(run_id)}, step(s) "
+    _err(f"wrote {out}: {_size(len(data))}, run {label}, step(s) "
          f"{export.ranges_text(result.steps)}, rank(s) {', '.join(map(str, result.ranks))}: {result.activities:,} GPU "
          f"activities, {result.waits:,} collective waits, {result.markers} step markers; clock offsets {offsets}; in "
          f"{time.perf_counter() - started:.1f} s")

@@ -922,7 +922,7 @@ def step_sol(con: duckdb.DuckDBPyConnection, *, model_config: Path | None, quant
     all-reduce, the rest, idle, the whole step) next to its floor from the model (:mod:`k25trace.models`) and the
     device's peaks, and the ratio observed / floor."""
     from k25trace import models
-    from k25trace.floor import allreduce_floor
+    from k25trace.report import allreduce_floor
     from k25trace.report import breakdown
 
     cfg = models.load_config(model_config) if model_config is not None else models.stored_config(con)

@@ -1,15 +1,13 @@
 -- name: browse_steps
 -- The steps of one trace (one rank): phase, batch size, GPU wall/busy/idle, kernel count, AllReduce share and
 -- the top three categories by exclusive time, optionally only one phase ($phase, or 'all') and batch size.
--- reads: steps, step_categories
+-- reads: phase_steps (macro), step_categories
 -- params: $trace_id, $phase, $batch_size
 -- grain: one row per step of the trace
 with selected_steps as (
     select *
-    from steps
-    where trace_id = $trace_id
-        and ($phase = 'all' or phase = $phase)
-        and ($batch_size is null or batch_size = $batch_size)
+    from phase_steps($phase, null, $trace_id)
+    where $batch_size is null or batch_size = $batch_size
 ),
 
 trace_categories as (

@@ -1,7 +1,8 @@
 -- name: browse_traces
--- The traces the TUI can browse, with the run they belong to (capture directory and level, else the folder the
--- file came from) so that the ranks of one run can be found from any of them, and step counts by phase.
--- reads: traces, trace_runs, steps
+-- The traces the TUI can browse, with the run they belong to (trace_runs: capture directory and level, else the
+-- folder the file came from, and world size) so that the ranks of one run can be found from any of them, the run's
+-- name (run_labels.run_name: the capture directory's or the folder's name), and step counts by phase.
+-- reads: traces, trace_runs, run_labels, steps
 -- params: none
 -- grain: one row per loaded trace
 with step_counts as (
@@ -20,8 +21,8 @@ with step_counts as (
 final as (
     select
         traces.trace_id,
-        coalesce(trace_runs.run_id, traces.path) as run_key,  -- a run as trace_runs defines it
-        coalesce(regexp_extract(traces.capture_dir, '[^/]*$'), regexp_extract(regexp_replace(traces.path, '/[^/]*$', ''), '[^/]*$')) as run,
+        coalesce(trace_runs.run_id, traces.path) as run_key,  -- a run as trace_runs defines it (a trace not yet analysed: itself)
+        run_labels.run_name as run,
         traces.level,
         traces.concurrency,
         traces.rank,
@@ -37,6 +38,7 @@ final as (
         coalesce(step_counts.empty, 0) as empty
     from traces
     left join trace_runs using (trace_id)
+    left join run_labels using (run_id)
     left join step_counts using (trace_id)
     where not traces.is_frontend
 )

@@ -13,16 +13,15 @@
 -- floor (floor_basis = 'wall', an upper bound of the kernel floor: read those efficiencies as approximate). The
 -- message size is the traces' (In msg nelems x dtype) where recorded, else the bench row measured for that
 -- batch size.
--- reads: steps, step_categories, gpu_events, collectives, traces, trace_runs, allreduce_bench, dtype_bytes (macro)
+-- reads: selected_steps (macro), step_categories, gpu_events, collectives, traces, trace_runs, allreduce_bench, dtype_bytes (macro)
 -- params: $phase
 -- grain: one row per (run_id, batch_size)
 with selected as (
     select steps.trace_id, steps.rank, steps.step_index, steps.batch_size, trace_runs.run_id, traces.level,
         traces.world_size
-    from steps
+    from selected_steps($phase, null, null) as steps
     join traces using (trace_id)
     join trace_runs using (trace_id)
-    where not steps.is_empty and ($phase = 'all' or steps.phase = $phase)
 ),
 
 per_step as (

@@ -3,18 +3,14 @@
 -- time per step (time only that category ran), its share of the step's wall time, the summed kernel time,
 -- calls per step and mean µs per call; plus 'overlap' (several categories at once) and 'idle' (no GPU activity)
 -- rows, so that the shares of one group add up to 100 %; 'other' is always listed. Empty steps are left out.
--- reads: steps, step_categories, traces, trace_runs
+-- reads: selected_steps (macro), step_categories, traces, trace_runs
 -- params: $phase, $rank, $trace_id
 -- grain: one row per (run_id, batch_size, category) — 'overlap' and 'idle' included
 with selected_steps as (
     select steps.*, traces.level, coalesce(trace_runs.run_id, traces.path) as run_id
-    from steps
+    from selected_steps($phase, $rank, $trace_id) as steps
     join traces using (trace_id)
     left join trace_runs using (trace_id)
-    where not steps.is_empty
-        and ($phase = 'all' or steps.phase = $phase)
-        and ($rank is null or steps.rank = $rank)
-        and ($trace_id is null or steps.trace_id = $trace_id)
 ),
 
 groups as (

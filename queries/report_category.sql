@@ -1,16 +1,11 @@
 -- name: report_category
 -- The breakdown over all selected steps regardless of batch size: per category mean exclusive ms per step,
 -- share of wall time, summed kernel ms, calls per step, µs per call; 'overlap' and 'idle' rows complete 100 %.
--- reads: steps, step_categories
+-- reads: selected_steps (macro), step_categories
 -- params: $phase, $rank, $trace_id
 -- grain: one row per category
 with selected_steps as (
-    select *
-    from steps
-    where not is_empty
-        and ($phase = 'all' or phase = $phase)
-        and ($rank is null or rank = $rank)
-        and ($trace_id is null or trace_id = $trace_id)
+    select * from selected_steps($phase, $rank, $trace_id)
 ),
 
 totals as (

@@ -9,14 +9,13 @@
 -- residual and 'good' | 'poor' | 'unpaired').
 -- Runs without step markers pair their collectives over the whole trace (pairing = 'whole trace'; batch_size
 -- NULL; wait_kind unknown, so launch + gpu wait is 0 there).
--- reads: collectives, steps, trace_runs, traces, comm_alignment
+-- reads: collectives, selected_steps (macro), trace_runs, traces, comm_alignment
 -- params: $phase
 -- grain: one row per (run, batch_size, category)
 with steps_of_run as (
     select trace_runs.run_id, steps.step_index, any_value(steps.batch_size) as batch_size, any_value(steps.phase) as phase
-    from steps
+    from selected_steps($phase, null, null) as steps
     join trace_runs using (trace_id)
-    where not steps.is_empty and ($phase = 'all' or steps.phase = $phase)
     group by all
 ),
 

@@ -8,15 +8,14 @@
 -- replays record none, so for all-reduces without args the `k25trace bench allreduce` row measured for that batch
 -- size gives it (size_source 'bench'); else the size is unknown and so is the bandwidth. Beside each all-reduce
 -- size: the bench's kernel-only time for that size (graph burst preferred, latest run) and its bus bandwidth.
--- reads: collectives, gpu_events, steps, trace_runs, allreduce_bench, dtype_bytes (macro)
+-- reads: collectives, gpu_events, selected_steps (macro), trace_runs, allreduce_bench, dtype_bytes (macro)
 -- params: $phase
 -- grain: one row per (run, batch_size, category, collective, size_bytes)
 with steps_of_run as (
     select trace_runs.run_id, steps.step_index, any_value(steps.batch_size) as batch_size,
         any_value(trace_runs.world_size) as world_size
-    from steps
+    from selected_steps($phase, null, null) as steps
     join trace_runs using (trace_id)
-    where not steps.is_empty and ($phase = 'all' or steps.phase = $phase)
     group by all
 ),
 

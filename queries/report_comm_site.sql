@@ -5,14 +5,13 @@
 -- share of all the wait of that batch size, the wait kind (launch at the step's first collective, else gpu), the
 -- rank that caused the most wait there and how often it was the last to arrive. Sites with no wait at all are
 -- kept (wait 0) so that the rows of a batch size add up. Only runs with paired steps (markers) have sites.
--- reads: collectives, steps, trace_runs
+-- reads: collectives, selected_steps (macro), trace_runs
 -- params: $phase
 -- grain: one row per (run, batch_size, category, site)
 with steps_of_run as (
     select trace_runs.run_id, steps.step_index, any_value(steps.batch_size) as batch_size
-    from steps
+    from selected_steps($phase, null, null) as steps
     join trace_runs using (trace_id)
-    where not steps.is_empty and ($phase = 'all' or steps.phase = $phase)
     group by all
 ),
 

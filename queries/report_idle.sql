@@ -5,16 +5,16 @@
 -- idle by the same causes and GPU work of no step. Per rank and batch size, span = wall + between exactly (when
 -- steps do not overlap); span_pct_between says how much of the GPU span is between steps. Means over the steps
 -- of all ranks of the run; a step with no previous step contributes no between-step time.
--- reads: steps, gpu_gaps, trace_runs
+-- reads: steps, selected_steps (macro), gpu_gaps, trace_runs
 -- params: $phase
 -- grain: one row per (run, batch_size)
 with per_step as (
     select
         trace_runs.run_id, steps.trace_id, steps.step_index, steps.batch_size, steps.wall_ns, steps.busy_ns,
         steps.idle_ns,
+        -- every step with GPU work, empty ones included: the gap before a step starts at whichever came last
         greatest(steps.gpu_start_ns - lag(steps.gpu_end_ns) over (partition by steps.trace_id
-            order by steps.gpu_start_ns, steps.step_index), 0) as gap_before_ns,
-        steps.phase, steps.is_empty
+            order by steps.gpu_start_ns, steps.step_index), 0) as gap_before_ns
     from steps
     left join trace_runs using (trace_id)
     where steps.gpu_start_ns is not null
@@ -39,8 +39,8 @@ gap_sums as (
 selected as (
     select per_step.*, gap_sums.* exclude (trace_id, step_index)
     from per_step
+    semi join selected_steps($phase, null, null) as chosen using (trace_id, step_index)
     left join gap_sums using (trace_id, step_index)
-    where not per_step.is_empty and ($phase = 'all' or per_step.phase = $phase)
 )
 
 select

@@ -1,16 +1,12 @@
 -- name: report_kernels
 -- The kernels that take the most time in the selected steps: per short name and category, calls and time per
 -- step, mean/min/max µs per call, share of step wall time.
--- reads: gpu_events, kernel_names, steps
+-- reads: gpu_events, kernel_names, selected_steps (macro)
 -- params: $phase, $rank, $trace_id, $top
 -- grain: one row per (category, short kernel name), the $top largest by time
 with selected_steps as (
     select trace_id, step_index, wall_ns
-    from steps
-    where not is_empty
-        and ($phase = 'all' or phase = $phase)
-        and ($rank is null or rank = $rank)
-        and ($trace_id is null or trace_id = $trace_id)
+    from selected_steps($phase, $rank, $trace_id)
 ),
 
 totals as (

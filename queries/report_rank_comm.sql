@@ -3,14 +3,13 @@
 -- other ranks per step (wait caused, and its share of all the run's wait), how often it is the last to start a
 -- paired collective, and its clock offset. The straggler is the rank with the most wait caused; a rank that is
 -- last by a microsecond on most collectives causes little.
--- reads: collectives, rank_offsets, steps
+-- reads: collectives, rank_offsets, selected_steps (macro)
 -- params: $phase
 -- grain: one row per (run, rank, category)
 with selected as (
     select collectives.*
     from collectives
-    join steps using (trace_id, step_index)
-    where not steps.is_empty and ($phase = 'all' or steps.phase = $phase)
+    join selected_steps($phase, null, null) as steps using (trace_id, step_index)
 ),
 
 per_rank as (

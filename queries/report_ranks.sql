@@ -2,16 +2,13 @@
 -- Per run and rank, per category: mean exclusive ms per step and share of wall time over the selected steps, so
 -- the ranks of a run can be compared side by side (a slow rank shows less AllReduce wait and more of everything
 -- else). A run is as trace_runs defines it, so two files claiming the same rank are never merged.
--- reads: steps, step_categories, trace_runs
+-- reads: selected_steps (macro), step_categories, trace_runs
 -- params: $phase, $trace_id
 -- grain: one row per (run, rank, category), 'idle' included
 with selected_steps as (
     select steps.*, coalesce(trace_runs.run_id, '?') as run_id
-    from steps
+    from selected_steps($phase, null, $trace_id) as steps
     left join trace_runs using (trace_id)
-    where not steps.is_empty
-        and ($phase = 'all' or steps.phase = $phase)
-        and ($trace_id is null or steps.trace_id = $trace_id)
 ),
 
 per_rank as (

@@ -1,16 +1,18 @@
 -- name: report_run_duplicates
 -- Files that claim the same rank of one run (same capture level, else same directory, and world size): each is
--- kept in a session of its own (trace_runs.run_id ends in '#s<k>', the k-th file of each rank by first event).
--- reads: trace_runs
+-- kept in a session of its own (the k-th file of each rank by first event is session k; run_labels.session).
+-- run is the label of the group the sessions split.
+-- reads: trace_runs, run_labels
 -- params: none
--- grain: one row per (session run, rank) with a duplicate
+-- grain: one row per (group of sessions, rank) with a duplicate
 select
-    regexp_replace(run_id, '#s[0-9]+$', '') as run,
-    rank,
+    run_labels.group_label as run,
+    trace_runs.rank,
     count(*) as files,
-    string_agg(file_name || ' -> ' || regexp_extract(run_id, '#s[0-9]+$'), ', ' order by run_id) as sessions
+    string_agg(trace_runs.file_name || ' -> #s' || run_labels.session, ', ' order by trace_runs.run_id) as sessions
 from trace_runs
-where duplicate_of_rank
+join run_labels using (run_id)
+where trace_runs.duplicate_of_rank
 group by all
 having count(*) > 1
-order by run, rank
+order by run, trace_runs.rank

@@ -1,15 +1,11 @@
 -- name: report_steps
 -- One line per engine step: phase, batch size, GPU wall/busy/idle, kernel count, AllReduce share and the top
 -- categories by exclusive time.
--- reads: steps, step_categories
+-- reads: phase_steps (macro), step_categories
 -- params: $phase, $rank, $trace_id
--- grain: one row per step per trace (rank)
+-- grain: one row per step per trace (rank), empty steps included
 with selected_steps as (
-    select *
-    from steps
-    where ($phase = 'all' or phase = $phase)
-        and ($rank is null or rank = $rank)
-        and ($trace_id is null or trace_id = $trace_id)
+    select * from phase_steps($phase, $rank, $trace_id)
 ),
 
 ranked as (

@@ -5,17 +5,15 @@
 -- and this one: its idle split into host side (host + sync + launch) and device side (device + unknown);
 -- between_busy = GPU work between the two steps that belongs to neither), the
 -- launch overhead per gap (p50 / max µs), and a flag when one gap or one copy dominates the step.
--- reads: steps, gpu_gaps, gpu_events, trace_runs
+-- reads: selected_steps (macro), gpu_gaps, gpu_events, trace_runs
 -- params: $phase, $rank, $trace_id
 -- grain: one row per non-empty step of the selected traces
 with selected as (
+    -- every phase here: the gap before a step is measured from the previous step whatever its phase
     select steps.*, trace_runs.run_id,
         lag(steps.gpu_end_ns) over (partition by steps.trace_id order by steps.gpu_start_ns, steps.step_index) as prev_end_ns
-    from steps
+    from selected_steps('all', $rank, $trace_id) as steps
     left join trace_runs using (trace_id)
-    where not steps.is_empty
-        and ($rank is null or steps.rank = $rank)
-        and ($trace_id is null or steps.trace_id = $trace_id)
 ),
 
 gap_sums as (
@@ -62,9 +60,9 @@ rows as (
         coalesce(gap_sums.between_device_ns, 0) as between_device_ns,
         longest_copy.copy_ns
     from selected
+    semi join selected_steps($phase, $rank, $trace_id) as chosen using (trace_id, step_index)
     left join gap_sums using (trace_id, step_index)
     left join longest_copy using (trace_id, step_index)
-    where $phase = 'all' or selected.phase = $phase
 )
 
 select

@@ -1,6 +1,6 @@
 -- name: schema
 -- The public schema of a k25trace database (see README "Schema"). Idempotent: creates what is missing.
--- creates: meta, dtype_bytes (macro), traces, kernel_names, kernel_rules, kernel_classes, gpu_events, launches, annotations, cpu_ops, python_functions, captures, capture_levels, steps, step_categories, gpu_gaps, trace_runs, rank_offsets, collectives, comm_alignment, kernels (view)
+-- creates: meta, dtype_bytes (macro), traces, kernel_names, kernel_rules, kernel_classes, gpu_events, launches, annotations, cpu_ops, python_functions, captures, capture_levels, steps, step_categories, phase_steps (table macro), selected_steps (table macro), gpu_gaps, trace_runs, run_labels (view), rank_offsets, collectives, comm_alignment, allreduce_bench, kernels (view)
 -- reads: none
 -- params: none
 -- grain: traces = one row per loaded trace file; gpu_events = one row per GPU activity; launches = one row per CUDA runtime/driver call; annotations = one row per user annotation; cpu_ops = one row per CPU operator
@@ -9,7 +9,7 @@ create table if not exists meta (
     value varchar
 );
 
-insert or ignore into meta values ('schema_version', '2');  -- k25trace.db.SCHEMA_VERSION
+insert or ignore into meta by name select 'schema_version' as key, '3' as value;  -- k25trace.db.SCHEMA_VERSION
 
 -- bytes per element of a collective's `dtype` arg (NCCL/torch spellings); NULL when unknown
 create or replace macro dtype_bytes(dtype) as
@@ -226,6 +226,21 @@ create table if not exists step_categories (
     primary key (trace_id, step_index, category)
 );
 
+-- The steps of a phase filter, one definition for every report and TUI query: phase `of_phase` ('all': any), rank
+-- `of_rank` and trace `of_trace_id` (NULL: any), empty steps included (the per-step listings show them).
+create or replace macro phase_steps(of_phase, of_rank, of_trace_id) as table
+select *
+from steps
+where (of_phase = 'all' or steps.phase = of_phase)
+    and (of_rank is null or steps.rank = of_rank)
+    and (of_trace_id is null or steps.trace_id = of_trace_id);
+
+-- The steps a breakdown reads: those of phase_steps with GPU work (empty steps left out).
+create or replace macro selected_steps(of_phase, of_rank, of_trace_id) as table
+select *
+from phase_steps(of_phase, of_rank, of_trace_id)
+where not is_empty;
+
 create table if not exists trace_runs (
     trace_id integer,
     rank integer,
@@ -235,6 +250,49 @@ create table if not exists trace_runs (
     duplicate_of_rank boolean,        -- another file of the same directory/level claims this trace's rank
     file_name varchar
 );
+
+-- databases made before trace_runs had sessions (collectives.sql rebuilds the table; the view below needs them)
+alter table trace_runs add column if not exists duplicate_of_rank boolean;
+alter table trace_runs add column if not exists file_name varchar;
+
+-- The name of each run as reports, warnings and the TUI print it (one definition: nothing parses run_id for it).
+-- run_name: the capture directory's name, else the name of the folder the files came from; group_label: run_name
+-- with '#<level>' for a capture level and ' (TP<world size>)' for a multi-rank run; session: k for the k-th session
+-- of a group whose files claim the same rank (trace_runs.duplicate_of_rank; NULL otherwise); run_label: group_label
+-- with the session, e.g. 'graph (TP2)', 'cap#c64 (TP8)', 'both (TP2#s2)'.
+create or replace view run_labels as
+with runs as (
+    select
+        trace_runs.run_id,
+        any_value(trace_runs.world_size) as world_size,
+        bool_or(trace_runs.duplicate_of_rank) as is_session,
+        any_value(coalesce(regexp_extract(traces.capture_dir, '[^/]*$'),
+                           regexp_extract(regexp_replace(traces.path, '/[^/]*$', ''), '[^/]*$'))) as run_name,
+        any_value(case when traces.capture_dir is not null then nullif(traces.level, '') end) as level
+    from trace_runs
+    join traces using (trace_id)
+    group by trace_runs.run_id
+),
+
+named as (
+    select
+        *,
+        run_name || coalesce('#' || level, '') as name,
+        coalesce(world_size::varchar, '?') as tp,
+        -- trace_runs has no session column yet: collectives.sql writes session k into the run id as '#s<k>'
+        case when is_session then regexp_extract(run_id, '#s([0-9]+)$', 1)::integer end as session
+    from runs
+)
+
+select
+    run_id,
+    run_name,
+    level,
+    session,
+    name || case when tp in ('1', '?') then '' else ' (TP' || tp || ')' end as group_label,
+    name || case when tp || coalesce('#s' || session, '') in ('1', '?') then ''
+        else ' (TP' || tp || coalesce('#s' || session, '') || ')' end as run_label
+from named;
 
 create table if not exists rank_offsets (
     run_id varchar,
@@ -298,3 +356,32 @@ create table if not exists gpu_gaps (
     launch_start_ns bigint,
     sync_end_ns bigint                -- the host sync that explains a 'sync' gap
 );
+
+-- `k25trace bench allreduce` results (k25trace/floor.py writes them; report --by floor / comm-bw / sol read them):
+-- empty until a bench run is stored or imported.
+create table if not exists allreduce_bench (
+    bench_run varchar not null,       -- one invocation of `k25trace bench allreduce`
+    measured_at timestamp not null,   -- when that run started (UTC)
+    backend varchar not null,         -- nccl | gloo
+    world_size integer not null,      -- processes (GPUs) in the all-reduce
+    device_name varchar,              -- GPU name (rank 0), or 'cpu'
+    torch_version varchar,
+    dtype varchar not null,           -- element type of the message (bfloat16, ...)
+    size_bytes bigint not null,       -- message size per rank
+    batch_size integer,               -- the decode batch size this size was derived for (NULL: given by --sizes)
+    size_source varchar,              -- 'trace' (collective args) | 'hidden' (hidden x batch x dtype) | 'given'
+    mode varchar not null,            -- single | eager | graph
+    count integer not null,           -- all-reduces per burst (1 for single)
+    reps integer not null,            -- repetitions (single ops, or bursts) measured
+    median_us double not null,        -- per all-reduce: single-op median, or median burst / count
+    p90_us double not null,           -- likewise, 90th percentile
+    burst_ms double,                  -- median burst time (NULL for single)
+    algbw_gbps double,                -- size_bytes / median per-op time, GB/s (10^9)
+    busbw_gbps double,                -- algbw x 2(n-1)/n
+    kernel_median_us double,          -- NCCL kernel duration alone (profiled burst; NULL for single and gloo)
+    kernel_p90_us double              -- likewise, 90th percentile
+);
+
+-- bench tables made before the kernel times existed
+alter table allreduce_bench add column if not exists kernel_median_us double;
+alter table allreduce_bench add column if not exists kernel_p90_us double;

@@ -18,7 +18,8 @@ import pytest
 
 pytest.importorskip("torch")
 
-from k25trace import db, floor as bench, ingest, pipeline  # noqa: E402
+from k25trace import db, floor as bench, pipeline, report  # noqa: E402
+from k25trace.errors import K25Error  # noqa: E402
 from k25trace.synth import generate  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -115,7 +116,7 @@ def test_floor_report_against_truth(benched) -> None:
     sizes = _trace_sizes(con)
     eager = {size: us for size, us in con.execute(
         "select size_bytes, median_us from allreduce_bench where mode = 'eager'").fetchall()}
-    frame = bench.allreduce_floor(con, "decode")
+    frame = report.allreduce_floor(con, "decode")
     assert frame["batch_size"].to_list() == sorted(counts)
     decode = {s["index"]: s for s in truth["steps"] if s["phase"] == "decode"}
     waits: dict[tuple[int, int], int] = defaultdict(int)  # (rank, step) -> summed all-reduce wait
@@ -152,7 +153,7 @@ def test_floor_report_on_read_only_db_without_bench(tmp_path: Path) -> None:
     pipeline.load_paths(con, [tmp_path / "traces"])
     con.close()
     con = db.connect(path, read_only=True)
-    frame = bench.allreduce_floor(con, "decode")
+    frame = report.allreduce_floor(con, "decode")
     con.close()
     assert frame["batch_size"].to_list() == [1]
     assert frame["floor_ms"].to_list() == [None] and frame["efficiency"].to_list() == [None]
@@ -163,8 +164,9 @@ def test_parse_size() -> None:
     assert bench.parse_size("14336") == 14336
     assert bench.parse_size("14K") == 14 * 1024
     assert bench.parse_size("1.5MiB") == 3 * 512 * 1024
-    with pytest.raises(Exception):
-        bench.parse_size("0")
+    for bad in ("0", "1.5", "lots", "nanK"):
+        with pytest.raises(K25Error, match="not a positive whole number of bytes"):
+            bench.parse_size(bad)
 
 
 H200_BENCH = ROOT / "tests" / "data" / "h200x2-decode-loop" / "allreduce_bench_kimi.json"
