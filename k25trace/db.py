@@ -158,9 +158,7 @@ def check_database(con: duckdb.DuckDBPyConnection, path: Path | str, *, read_onl
 
     Returns the file's schema version (None for an empty file). Nothing is created or altered here.
     """
-    tables = [r[0] for r in con.execute(
-        "select table_name from duckdb_tables() where database_name = current_database() and not temporary "
-        "order by table_name").fetchall()]
+    tables = [name for name, in run_query(con, "db_tables").fetchall()]
     if not tables:
         return None
     if "meta" not in tables:
@@ -168,9 +166,9 @@ def check_database(con: duckdb.DuckDBPyConnection, path: Path | str, *, read_onl
         raise K25Error(f"{path}: not a k25trace database (it holds {shown} and no k25trace `meta` table); "
                        "refusing to change it: give --db a new file")
     try:
-        row = con.execute("select value from meta where key = 'schema_version'").fetchone()
-        version = int(row[0]) if row else None
-    except (duckdb.Error, TypeError, ValueError):
+        meta = dict(run_query(con, "meta_get", {"prefix": "schema_version"}).fetchall())
+        version = int(meta["schema_version"]) if meta.get("schema_version") is not None else None
+    except (QueryError, TypeError, ValueError):
         version = None
     if version is None:
         raise K25Error(f"{path}: its `meta` table has no k25trace schema_version: not a k25trace database; "
@@ -246,14 +244,12 @@ def forbid_external_access(con: duckdb.DuckDBPyConnection) -> None:
     DATABASE``, ``ATTACH``, ``read_csv``, ``INSTALL``/``LOAD``, …) and the configuration locked, so the SQL
     cannot turn it back on or point a log or profile at a file. The setting belongs to the database instance:
     every cursor of ``con`` (and every other connection to the same instance) is covered; idempotent."""
-    (locked, external), = con.execute(
-        "select current_setting('lock_configuration'), current_setting('enable_external_access')").fetchall()
+    (locked, external), = run_query(con, "settings_access").fetchall()
     if locked:
         if not external:
             return
         raise K25Error("this database connection has a locked configuration that allows file access")
-    con.execute("set enable_external_access = false").fetchall()
-    con.execute("set lock_configuration = true").fetchall()
+    run_query(con, "settings_lock").fetchall()
 
 
 def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
