@@ -19,6 +19,8 @@ from typing import Callable
 
 import httpx
 
+from k25trace.stats import quantile
+
 
 @dataclass
 class RequestRecord:
@@ -284,25 +286,17 @@ class LoadGenerator:
 # --- statistics ----------------------------------------------------------------------------------
 
 
-def percentile(sorted_vals: list[float], q: float) -> float:
-    """Linear interpolation between closest ranks (numpy's default)."""
-    if not sorted_vals:
-        raise ValueError("empty")
-    k = (len(sorted_vals) - 1) * q / 100.0
-    f = math.floor(k)
-    c = min(f + 1, len(sorted_vals) - 1)
-    return sorted_vals[f] + (sorted_vals[c] - sorted_vals[f]) * (k - f)
-
-
-def dist(values: list[float]) -> dict:
+def dist(values: list[float | None]) -> dict:
+    """Mean, p50, p90 and p99 (:func:`k25trace.stats.quantile`, rounded to 3 decimals) and n; None values are
+    left out, and with none left every statistic is None."""
     vals = sorted(v for v in values if v is not None)
     if not vals:
         return {"mean": None, "p50": None, "p90": None, "p99": None, "n": 0}
     return {
         "mean": round(sum(vals) / len(vals), 3),
-        "p50": round(percentile(vals, 50), 3),
-        "p90": round(percentile(vals, 90), 3),
-        "p99": round(percentile(vals, 99), 3),
+        "p50": round(quantile(vals, 0.50), 3),
+        "p90": round(quantile(vals, 0.90), 3),
+        "p99": round(quantile(vals, 0.99), 3),
         "n": len(vals),
     }
 

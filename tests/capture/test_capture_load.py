@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import asyncio
+import math
 
 import pytest
 
-from k25trace.capture.load import LoadConfig, LoadGenerator, percentile, summarize
+from k25trace.capture.load import LoadConfig, LoadGenerator, summarize
+from k25trace.stats import quantile
 
 
 def _run(cfg, prompt=lambda i: [1, 2, 3]):
@@ -53,9 +55,18 @@ def test_errors_are_recorded(fake):
     assert "HTTP 503" in st["first_errors"][0]
 
 
-def test_percentile_matches_numpy_linear():
-    vals = [1.0, 2.0, 3.0, 4.0, 10.0]
-    assert percentile(vals, 50) == 3.0
-    assert percentile(vals, 90) == pytest.approx(7.6)
-    assert percentile(vals, 99) == pytest.approx(9.76)
-    assert percentile([5.0], 99) == 5.0
+def test_quantile_matches_numpy_linear():
+    vals = [10.0, 1.0, 4.0, 2.0, 3.0]  # unsorted on purpose
+    assert quantile(vals, 0.5) == 3.0
+    assert quantile(vals, 0.9) == pytest.approx(7.6)
+    assert quantile(vals, 0.99) == pytest.approx(9.76)
+    assert quantile(vals, 0.0) == 1.0 and quantile(vals, 1.0) == 10.0
+    assert quantile([5.0], 0.99) == 5.0
+    assert math.isnan(quantile([], 0.5))
+    for q in (-0.1, 1.5, 50):
+        with pytest.raises(ValueError, match="q must be in"):
+            quantile(vals, q)
+    # statistics.quantiles(method="inclusive") cuts at the same points
+    import statistics
+
+    assert statistics.quantiles(vals, n=10, method="inclusive")[8] == pytest.approx(quantile(vals, 0.9))
