@@ -10,12 +10,13 @@ streamed chunks), TPOT, end-to-end latency and token counts (from the usage chun
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
 import random
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Callable
+from typing import AsyncIterator, Callable
 
 import httpx
 
@@ -126,104 +127,28 @@ class LoadGenerator:
         return path, body
 
     async def _one(self, client: httpx.AsyncClient, i: int) -> None:
+        """One streaming request, recorded in ``self.records`` whatever happens to it."""
         rec = RequestRecord(index=i)
         self.records.append(rec)
         path, body = self._payload(i)
-        chat = self.cfg.endpoint == "chat"
         self.in_flight += 1
         if self.in_flight > self.max_in_flight:
             self.max_in_flight = self.in_flight
-        t_send = time.perf_counter()
+        stream = _Stream(rec, chat=self.cfg.endpoint == "chat", t_send=time.perf_counter())
         rec.sent_s = time.monotonic() - self._t0
-        last = None
-        usage_tokens: int | None = None
-        empty_final: float | None = None  # when a closing chunk with "" text arrived
         try:
             async with client.stream("POST", path, json=body) as resp:
                 if resp.status_code != 200:
                     text = (await resp.aread())[:200].decode("utf-8", "replace").replace("\n", " ")
                     rec.error = f"HTTP {resp.status_code}: {text}"
                     return
-                buf = b""
-                done = False
-                async for raw in resp.aiter_raw():  # SSE split by hand: cheaper than aiter_lines
-                    buf += raw
-                    if b"\n" not in raw:
-                        continue
-                    *lines, buf = buf.split(b"\n")
-                    for line in lines:
-                        if not line.startswith(b"data:"):
-                            continue
-                        data = line[5:].strip()
-                        if data == b"[DONE]":
-                            done = True
-                            break
-                        try:
-                            obj = json.loads(data)
-                        except ValueError:
-                            continue
-                        if "error" in obj and not obj.get("choices"):
-                            err = obj["error"]
-                            rec.error = str(err.get("message", err) if isinstance(err, dict) else err)[:200]
+                async with contextlib.aclosing(_sse_events(resp)) as events:
+                    async for obj in events:
+                        rec.error = _stream_error(obj)
+                        if rec.error is not None:
                             return
-                        choices = obj.get("choices")
-                        if choices and isinstance(choices[0], dict):
-                            ch = choices[0]
-                            finish = ch.get("finish_reason")
-                            if chat:
-                                delta = ch.get("delta") or {}
-                                is_token = bool(delta.get("content") or delta.get("reasoning_content")
-                                                or delta.get("reasoning"))
-                            else:
-                                # a chunk with text is a token, and so is one with empty text mid-stream (its
-                                # text held back by the detokenizer: an incomplete UTF-8 sequence). The closing
-                                # chunk with "" and its finish_reason is one only if usage says so (below): a
-                                # stream that generated nothing ends with just such a chunk
-                                text = ch.get("text")
-                                is_token = bool(text) or (text == "" and not finish)
-                                if text == "" and finish:
-                                    empty_final = time.perf_counter()
-                            if finish:
-                                rec.finish_reason = finish
-                            if is_token:
-                                now = time.perf_counter()
-                                if last is None:
-                                    rec.ttft_ms = (now - t_send) * 1e3
-                                else:
-                                    rec.itl_ms.append((now - last) * 1e3)
-                                last = now
-                                rec.chunks += 1
-                                self.tokens_streamed += 1
-                        usage = obj.get("usage")
-                        if isinstance(usage, dict):
-                            if isinstance(usage.get("prompt_tokens"), int):
-                                rec.input_tokens = usage["prompt_tokens"]
-                            if isinstance(usage.get("completion_tokens"), int):
-                                usage_tokens = usage["completion_tokens"]  # 0 is an answer, not a gap
-                    if done:
-                        break
-            end = time.perf_counter()
-            rec.e2e_ms = (end - t_send) * 1e3
-            if empty_final is not None and usage_tokens is not None and rec.chunks < usage_tokens:
-                # usage counts one more token than the chunks with text: the closing "" chunk carried it
-                if last is None:
-                    rec.ttft_ms = (empty_final - t_send) * 1e3
-                else:
-                    rec.itl_ms.append((empty_final - last) * 1e3)
-                rec.chunks += 1
-                self.tokens_streamed += 1
-            rec.output_tokens = usage_tokens if usage_tokens is not None else rec.chunks
-            if rec.output_tokens == 0:
-                rec.error = ("no tokens generated (" + ("usage.completion_tokens = 0" if usage_tokens == 0
-                                                        else "no token in the stream")
-                             + (f", finish_reason {rec.finish_reason}" if rec.finish_reason else "") + ")")
-                return
-            if rec.chunks == 0:
-                rec.error = f"stream ended without any token chunk (usage says {rec.output_tokens})"
-                return
-            if rec.output_tokens > 1 and rec.ttft_ms is not None:
-                rec.tpot_ms = (rec.e2e_ms - rec.ttft_ms) / (rec.output_tokens - 1)
-            rec.ok = True
+                        self.tokens_streamed += _record_chunk(stream, obj, time.perf_counter())
+            self.tokens_streamed += _finish(stream, time.perf_counter())
         except asyncio.CancelledError:
             rec.error = "cancelled"
             raise
@@ -281,6 +206,121 @@ class LoadGenerator:
         ended = time.monotonic()
         self.records.sort(key=lambda r: r.index)
         return LoadResult(self.records, self._t0, ended, self.max_in_flight, self._aborted)
+
+
+# --- one streamed response ------------------------------------------------------------------------
+
+
+async def _sse_events(resp: httpx.Response) -> AsyncIterator[dict]:
+    """The JSON objects of a server-sent-event stream's ``data:`` lines, until ``data: [DONE]``; lines that are
+    not ``data:``, and data that is not a JSON object, are skipped. (The SSE framing is split by hand: cheaper
+    than ``aiter_lines``.)"""
+    buf = b""
+    async for raw in resp.aiter_raw():
+        buf += raw
+        if b"\n" not in raw:
+            continue
+        *lines, buf = buf.split(b"\n")
+        for line in lines:
+            if not line.startswith(b"data:"):
+                continue
+            data = line[5:].strip()
+            if data == b"[DONE]":
+                return
+            try:
+                obj = json.loads(data)
+            except ValueError:
+                continue
+            if isinstance(obj, dict):
+                yield obj
+
+
+def _stream_error(obj: dict) -> str | None:
+    """The message of an error object sent in place of a chunk (at most 200 characters); None for a chunk."""
+    if "error" not in obj or obj.get("choices"):
+        return None
+    err = obj["error"]
+    return str(err.get("message", err) if isinstance(err, dict) else err)[:200]
+
+
+@dataclass
+class _Stream:
+    """One request's stream as it is read: its record, and what the record does not keep."""
+
+    rec: RequestRecord
+    chat: bool
+    t_send: float                     # time.perf_counter() when the request was sent
+    last: float | None = None         # when the previous token chunk arrived
+    usage_tokens: int | None = None   # usage.completion_tokens, once the server sent it (0 is an answer)
+    empty_final: float | None = None  # when a closing chunk with "" text arrived
+
+
+def _record_chunk(st: _Stream, obj: dict, now: float) -> int:
+    """Account one chunk that arrived at ``now`` (TTFT, inter-token latency, finish reason, usage); returns 1 when
+    it carried a token, else 0. Changes only ``st`` and its record."""
+    rec = st.rec
+    counted = 0
+    choices = obj.get("choices")
+    if choices and isinstance(choices[0], dict):
+        ch = choices[0]
+        finish = ch.get("finish_reason")
+        if st.chat:
+            delta = ch.get("delta") or {}
+            is_token = bool(delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning"))
+        else:
+            # a chunk with text is a token, and so is one with empty text mid-stream (its text held back by the
+            # detokenizer: an incomplete UTF-8 sequence). The closing chunk with "" and its finish_reason is one
+            # only if usage says so (see _finish): a stream that generated nothing ends with just such a chunk
+            text = ch.get("text")
+            is_token = bool(text) or (text == "" and not finish)
+            if text == "" and finish:
+                st.empty_final = now
+        if finish:
+            rec.finish_reason = finish
+        if is_token:
+            _token(st, now)
+            counted = 1
+    usage = obj.get("usage")
+    if isinstance(usage, dict):
+        if isinstance(usage.get("prompt_tokens"), int):
+            rec.input_tokens = usage["prompt_tokens"]
+        if isinstance(usage.get("completion_tokens"), int):
+            st.usage_tokens = usage["completion_tokens"]
+    return counted
+
+
+def _token(st: _Stream, now: float) -> None:
+    rec = st.rec
+    if st.last is None:
+        rec.ttft_ms = (now - st.t_send) * 1e3
+    else:
+        rec.itl_ms.append((now - st.last) * 1e3)
+    st.last = now
+    rec.chunks += 1
+
+
+def _finish(st: _Stream, end: float) -> int:
+    """Close the record of a stream that ended at ``end``: latency, token counts, and whether it succeeded (a
+    stream without any token is an error). Returns 1 when the closing "" chunk turned out to carry a token."""
+    rec = st.rec
+    counted = 0
+    rec.e2e_ms = (end - st.t_send) * 1e3
+    if st.empty_final is not None and st.usage_tokens is not None and rec.chunks < st.usage_tokens:
+        # usage counts one more token than the chunks with text: the closing "" chunk carried it
+        _token(st, st.empty_final)
+        counted = 1
+    rec.output_tokens = st.usage_tokens if st.usage_tokens is not None else rec.chunks
+    if rec.output_tokens == 0:
+        rec.error = ("no tokens generated (" + ("usage.completion_tokens = 0" if st.usage_tokens == 0
+                                                else "no token in the stream")
+                     + (f", finish_reason {rec.finish_reason}" if rec.finish_reason else "") + ")")
+    elif rec.chunks == 0:
+        rec.error = f"stream ended without any token chunk (usage says {rec.output_tokens})"
+    else:
+        if rec.output_tokens > 1 and rec.ttft_ms is not None:
+            rec.tpot_ms = (rec.e2e_ms - rec.ttft_ms) / (rec.output_tokens - 1)
+        rec.ok = True
+    return counted
 
 
 # --- statistics ----------------------------------------------------------------------------------
