@@ -231,3 +231,42 @@ def parse_params(text: str) -> dict[str, Any]:
     """The TUI's parameter line, ``"phase=decode rank=null top=10"``: ``name=value`` items separated by white space,
     each read by :func:`k25trace.db.parse_param` (as ``k25trace sql -p`` reads its items)."""
     return dict(parse_param(item) for item in text.split())
+
+
+# ------------------------------------------------------------------------------- the steps screen of the TUI
+
+
+@dataclass(frozen=True)
+class TraceSteps:
+    """The steps of one trace (rank) with what the steps screen shows around them: the rank, and the trace the
+    ``r`` key goes to."""
+
+    trace_id: int
+    rank: int | None
+    next_trace_id: int | None
+    """The next trace of the same run, ordered by rank, wrapping around; None when the run has one trace."""
+    steps: pl.DataFrame
+
+
+def next_rank_trace(traces: pl.DataFrame, trace_id: int) -> int | None:
+    """In a ``browse_traces`` frame: the trace after ``trace_id`` in its run (by rank, then trace id; traces without
+    a rank last), wrapping around; None when the run has no other trace or ``trace_id`` is not in the frame."""
+    this = traces.filter(pl.col("trace_id") == trace_id)
+    if this.is_empty():
+        return None
+    same_run = traces.filter(pl.col("run_key") == this["run_key"][0])
+    ordered = sorted(same_run.select("trace_id", "rank").iter_rows(),
+                     key=lambda row: (row[1] is None, row[1] or 0, row[0]))
+    if len(ordered) < 2:
+        return None
+    ids = [row[0] for row in ordered]
+    return ids[(ids.index(trace_id) + 1) % len(ids)]
+
+
+def trace_steps(con: duckdb.DuckDBPyConnection, trace_id: int) -> TraceSteps:
+    """The steps of one trace (all phases, in step order) with its rank and the next trace of its run."""
+    traces = query_frame(con, "browse_traces")
+    this = traces.filter(pl.col("trace_id") == trace_id)
+    rank = None if this.is_empty() else this["rank"][0]
+    return TraceSteps(trace_id, None if rank is None else int(rank), next_rank_trace(traces, trace_id),
+                      steps(con, trace_id))

@@ -32,7 +32,6 @@ import duckdb
 
 from k25trace.errors import K25Error, QueryError
 
-
 _PARAM_RE = re.compile(r"(?<![:$\w])\$([A-Za-z_][A-Za-z0-9_]*)")
 _HEADER_RE = re.compile(r"^--\s*([a-z_]+)\s*:\s*(.*)$")
 
@@ -422,7 +421,7 @@ def _fetch_printable(rel: duckdb.DuckDBPyRelation, *, as_json: bool = False, lim
 
     names = _unique_names(list(rel.columns))
     exprs, numeric = [], set()
-    for i, (name, dtype) in enumerate(zip(names, rel.types), start=1):
+    for i, (name, dtype) in enumerate(zip(names, rel.types, strict=True), start=1):
         type_id = str(dtype.id).lower()
         ref = f"#{i}"
         if as_json:

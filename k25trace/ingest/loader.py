@@ -17,12 +17,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from k25trace import __version__
+from k25trace.db import run_query
 from k25trace.errors import K25Error, TraceError
 from k25trace.ingest import limits
 from k25trace.ingest.chunks import _chunks
-from k25trace.ingest.columns import _Columns, _int_or_none
+from k25trace.ingest.columns import TABLE_ORDER, _Columns, _int_or_none
 from k25trace.ingest.discover import discover, is_frontend_name
-from k25trace.ingest.events import _INT64, _dumps
+from k25trace.ingest.events import _dumps
 from k25trace.ingest.messages import Chunk, End, Progress
 from k25trace.ingest.model import FileResult, LoadOptions, TraceFile
 from k25trace.ingest.workers import _Workers
@@ -31,33 +32,6 @@ from k25trace.names import short_name
 # ---------------------------------------------------------------------------------------------------------------
 # Loading one file
 
-_STAGE_DDL = {
-    "gpu": "create temp table _stage_gpu (event_id bigint, kind varchar, name_id integer, device integer, stream bigint, "
-    "ts_ns bigint, dur_ns bigint, correlation bigint, external_id bigint, grid_x integer, grid_y integer, grid_z integer, "
-    "block_x integer, block_y integer, block_z integer, registers integer, shared_mem_bytes integer, "
-    "blocks_per_sm double, warps_per_sm double, occupancy_pct double, bytes bigint, collective_name varchar, "
-    "msg_in_nelems bigint, msg_out_nelems bigint, msg_dtype varchar, group_size integer, pg_name varchar, pg_ranks varchar)",
-    "launch": "create temp table _stage_launch (event_id bigint, api varchar, name varchar, pid bigint, tid bigint, "
-    "ts_ns bigint, dur_ns bigint, correlation bigint, external_id bigint, cbid integer)",
-    "ann": "create temp table _stage_ann (event_id bigint, kind varchar, name varchar, pid bigint, tid bigint, "
-    "ts_ns bigint, dur_ns bigint, external_id bigint)",
-    "ops": "create temp table _stage_ops (event_id bigint, name varchar, pid bigint, tid bigint, ts_ns bigint, dur_ns bigint, "
-    "external_id bigint, input_dims varchar)",
-    "py": "create temp table _stage_py (event_id bigint, name varchar, pid bigint, tid bigint, ts_ns bigint, dur_ns bigint)",
-}
-
-_NS = "ts_ns"
-_DUR = "coalesce(dur_ns, 0)"
-
-# Exact duplicates: every stored column but event_id equal. The probe (a few columns) is cheap and almost always
-# finds nothing; only then are whole rows compared. python_function rows are left alone: their ids (Python id,
-# parent id) are not stored, so two real zero-length calls in the same µs would look alike.
-_DUP_PROBE = {
-    "gpu": "ts_ns, dur_ns, device, stream, correlation",
-    "launch": "ts_ns, dur_ns, tid, correlation",
-    "ann": "ts_ns, dur_ns, tid, external_id, name",
-    "ops": "ts_ns, dur_ns, tid, external_id",
-}
 _TABLE_WORDS = {"gpu": ("GPU activity", "GPU activities"), "launch": ("launch", "launches"),
                 "ann": ("annotation", "annotations"), "ops": ("CPU op", "CPU ops"), "py": ("python function", "python functions")}
 LONG_GPU_NS = 3_600 * 10**9  # a GPU activity longer than an hour is reported
@@ -76,12 +50,12 @@ class Loader:
         self._pending: dict[str, list[pa.Table]] = {}
         self._pending_rows = 0
         self.progress = progress or (lambda n: None)
-        self.names: dict[str, int] = dict(con.execute("select name, name_id from kernel_names").fetchall())
-        self.next_name_id = con.execute("select coalesce(max(name_id), 0) from kernel_names").fetchall()[0][0] + 1
+        self.names: dict[str, int] = dict(run_query(con, "ingest_names").fetchall())
+        self.next_name_id = max(self.names.values(), default=0) + 1
         self.after_file = after_file  # the later stages (k25trace.pipeline), inside the file's transaction
 
     def _known(self, sha: str) -> tuple[int, str] | None:
-        rows = self.con.execute("select trace_id, path from traces where sha256 = ?", [sha]).fetchall()
+        rows = run_query(self.con, "ingest_known", {"sha256": sha}).fetchall()
         return rows[0] if rows else None
 
     def _hash(self, path: Path) -> str:
@@ -141,8 +115,7 @@ class Loader:
             result.message = f"{shown}: not loaded: {_db_problem(exc)}"
             return result
         try:
-            for ddl in _STAGE_DDL.values():
-                con.execute(ddl)
+            run_query(con, "ingest_stage")
             meta, counts, cols, read_sha, read_bytes = self._stream(path, name_id)
             if read_sha != sha:  # the file changed between the hash and the read (still being written?)
                 row = self._known(read_sha)
@@ -182,21 +155,16 @@ class Loader:
                 return result
             raise
         finally:
-            for table in ("_stage_gpu", "_stage_launch", "_stage_ann", "_stage_ops", "_stage_py"):
-                try:
-                    con.execute(f"drop table if exists {table}")
-                except duckdb.Error:
-                    pass
+            try:
+                run_query(con, "ingest_stage_drop")
+            except K25Error:
+                pass
         self.names.update(new_names)
         self.next_name_id = next_id[0]
         result.status = "loaded"
         result.trace_id = trace_id
         result.warnings = warnings
-        try:
-            info = con.execute("select rank, event_count, gpu_event_count from traces where trace_id = ?", [trace_id]).fetchall()[0]
-            result.rank, result.events, result.gpu_events = info[0], info[1], info[2]  # type: ignore[index]
-        except (duckdb.Error, IndexError):
-            pass
+        result.rank, result.events, result.gpu_events = self.last_counts
         result.seconds = (_dt.datetime.now() - started).total_seconds()
         return result
 
@@ -279,146 +247,125 @@ class Loader:
 
     def _flush(self) -> None:
         """Write the buffered chunk tables to the staging tables, one insert per table (per-call cost adds up)."""
-        for key, tables in self._pending.items():
-            self.con.register("_chunk", pa.concat_tables(tables, promote_options="permissive"))
-            try:
-                self.con.execute(f"insert into _stage_{key} by name select * from _chunk")
-            finally:
-                self.con.unregister("_chunk")
+        if not self._pending:
+            return
+        con = self.con
+        for key in TABLE_ORDER:
+            tables = self._pending.get(key)
+            if tables:
+                batch = pa.concat_tables(tables, promote_options="permissive")
+            else:  # nothing for this table in the batch: an empty table of its staging columns
+                batch = con.table(f"_stage_{key}").limit(0).to_arrow_table()
+            con.register(f"_chunk_{key}", batch)
+        try:
+            run_query(con, "ingest_stage_append")
+        finally:
+            for key in TABLE_ORDER:
+                con.unregister(f"_chunk_{key}")
         self._pending = {}
         self._pending_rows = 0
 
     def _clean_staged(self, base: int, problems: Counter[str]) -> None:
         """Before the move into the final tables: drop rows whose absolute times would not fit in 64 bits (the
-        decoder already dropped what is no time on its own), and exact duplicate events."""
-        con = self.con
-        lo, hi = _INT64
-        for key in _STAGE_DDL:
-            table = f"_stage_{key}"
-            first, last = con.execute(f"select min(ts_ns), max(ts_ns::hugeint + coalesce(dur_ns, 0)) from {table}").fetchall()[0]
-            if first is not None and (base + first < lo or base + last > hi):
-                out_of_range = f"not ($base::hugeint + ts_ns between {lo} and {hi} and $base::hugeint + ts_ns + coalesce(dur_ns, 0) <= {hi})"
-                n = con.execute(f"select count(*) from {table} where {out_of_range}", {"base": base}).fetchall()[0][0]
-                con.execute(f"delete from {table} where {out_of_range}", {"base": base})
-                problems[f"bad_time:{key}"] += n
-            probe = _DUP_PROBE.get(key)
-            if probe is None:
-                continue
-            dup_keys = con.execute(f"select count(*) from (select 1 from {table} group by {probe} having count(*) > 1)").fetchall()[0][0]
-            if not dup_keys:
-                continue
-            columns = [r[0] for r in con.execute(f"select name from pragma_table_info('{table}') where name != 'event_id'").fetchall()]
-            n = con.execute(
-                f"select count(*) - count(distinct ({', '.join(columns)})) from {table}").fetchall()[0][0]
-            if n:
-                con.execute(
-                    f"delete from {table} where event_id in (select event_id from (select event_id, row_number() over "
-                    f"(partition by {', '.join(columns)} order by event_id) as copy from {table}) where copy > 1)")
-                problems[f"duplicate:{key}"] += n
+        decoder already dropped what is no time on its own), and exact duplicate events (``ingest_clean.sql``)."""
+        run_query(self.con, "ingest_clean", {"base": base})
+        for staged, problem, n in run_query(self.con, "ingest_dropped").fetchall():
+            problems[f"{problem}:{staged}"] += n
 
     def _commit_file(self, tf: TraceFile, path: Path, sha: str, read_bytes: int, meta: dict[str, Any], counts: int,
                      cols: _Columns, new_names: dict[str, int]) -> tuple[int, list[str]]:
+        """Clean the staged events, move them into the final tables, write the traces row, record the capture, run
+        the later stages (``after_file``); all inside the file's transaction. Returns (trace id, warnings)."""
         con = self.con
-        warnings: list[str] = []
         shown = _shown(path)
+        warnings: list[str] = []
         if shown != str(path):
             warnings.append(f"{shown}: the file name is not valid UTF-8; path and file_name are stored with U+FFFD (�) "
                             "in place of the bytes that are not")
         dist = meta.get("distributedInfo") if isinstance(meta.get("distributedInfo"), dict) else None
         rank, world, rank_source = _rank_of(dist, path.name)
-        raw_base = meta.get("baseTimeNanoseconds")
-        base = _int_or_none(raw_base)
-        if raw_base is not None and (base is None or not 0 <= base < (1 << 62)):
-            raise TraceError(str(path), f"baseTimeNanoseconds is {str(raw_base)[:40]}: not a time in ns")
-        base = base or 0
+        base = _base_time(meta, path)
         devices = meta.get("deviceProperties") if isinstance(meta.get("deviceProperties"), list) else None
-        problems = cols.problems
-        self._clean_staged(base, problems)
-        gpu_n = con.execute("select count(*) from _stage_gpu").fetchall()[0][0]  # type: ignore[index]
-        device_name = None
-        if devices:
-            used_rows = con.execute("select device from _stage_gpu group by device order by count(*) desc limit 1").fetchall()
-            used = used_rows[0] if used_rows else None
-            dev_index = used[0] if used and used[0] is not None else rank
-            match = [d for d in devices if isinstance(d, dict) and d.get("id") == dev_index]
-            device_name = (match[0] if match else devices[0] if isinstance(devices[0], dict) else {}).get("name") or None
-            if device_name is not None and not isinstance(device_name, str):
-                device_name = _dumps(device_name)
+        self._clean_staged(base, cols.problems)
+        gpu_n, main_device, long_n, longest = run_query(con, "ingest_stage_summary", {"long_ns": LONG_GPU_NS}).fetchall()[0]
         frontend = is_frontend_name(path.name)
-        warnings += _problem_warnings(shown, problems, gpu_n, frontend)
+        warnings += _problem_warnings(shown, cols.problems, gpu_n, frontend)
         if cols.unknown:
             unknown = ", ".join(f"{k} ({v})" for k, v in cols.unknown.most_common())
             warnings.append(f"{shown}: skipped events of unknown categories: {unknown}")
-        long_n, longest = con.execute(f"select count(*), max(dur_ns) from _stage_gpu where dur_ns > {LONG_GPU_NS}").fetchall()[0]
         if long_n:
             warnings.append(f"{shown}: {long_n:,} GPU activit{'y' if long_n == 1 else 'ies'} longer than an hour (the "
                             f"longest {_span(longest)}): kept; such times usually mean a broken trace")
-        skipped = dict(cols.skipped)
-        for label, prefix in (("(bad time)", "bad_time:"), ("(negative duration)", "negative_dur:"), ("(duplicate)", "duplicate:")):
-            n = sum(v for k, v in problems.items() if k.startswith(prefix))
-            if n:
-                skipped[label] = n
-        trace_id = con.execute("select nextval('trace_id_seq')").fetchall()[0][0]  # type: ignore[index]
+        trace_id = run_query(con, "ingest_next_trace_id").fetchall()[0][0]
         if new_names:
-            con.executemany("insert into kernel_names values (?, ?, ?)", [(i, n, short_name(n)) for n, i in new_names.items()])
-        params = {"trace_id": trace_id, "rank": rank, "base": base}
-        con.execute(
-            f"insert into gpu_events select $trace_id, $rank, event_id, kind, name_id, device, stream, "
-            f"$base + {_NS} as start_ns, {_DUR} as dur_ns_, $base + {_NS} + {_DUR} as end_ns, correlation, external_id, "
-            "grid_x, grid_y, grid_z, block_x, block_y, block_z, registers, shared_mem_bytes, blocks_per_sm, warps_per_sm, "
-            "occupancy_pct, bytes, collective_name, msg_in_nelems, msg_out_nelems, msg_dtype, group_size, pg_name, pg_ranks, "
-            "null, null from _stage_gpu order by start_ns, event_id", params)
-        con.execute(
-            f"insert into launches select $trace_id, $rank, event_id, api, name, pid, tid, $base + {_NS} as start_ns, "
-            f"{_DUR}, $base + {_NS} + {_DUR}, correlation, external_id, cbid from _stage_launch order by start_ns, event_id", params)
-        con.execute(
-            f"insert into annotations select $trace_id, $rank, event_id, kind, name, pid, tid, $base + {_NS} as start_ns, "
-            f"{_DUR}, $base + {_NS} + {_DUR}, external_id from _stage_ann order by start_ns, event_id", params)
-        con.execute(
-            f"insert into cpu_ops select $trace_id, $rank, event_id, name, pid, tid, $base + {_NS} as start_ns, "
-            f"{_DUR}, $base + {_NS} + {_DUR}, external_id, input_dims from _stage_ops order by start_ns, event_id", params)
-        con.execute(
-            f"insert into python_functions select $trace_id, $rank, event_id, name, pid, tid, $base + {_NS} as start_ns, "
-            f"{_DUR}, $base + {_NS} + {_DUR} from _stage_py order by start_ns, event_id", params)
-        span = con.execute(
-            "select min(s), max(e) from ("
-            "select min(start_ns) s, max(end_ns) e from gpu_events where trace_id = $t union all "
-            "select min(start_ns), max(end_ns) from launches where trace_id = $t union all "
-            "select min(start_ns), max(end_ns) from annotations where trace_id = $t union all "
-            "select min(start_ns), max(end_ns) from cpu_ops where trace_id = $t)", {"t": trace_id}).fetchall()[0]
-        known_keys = {"traceEvents", "distributedInfo", "deviceProperties", "baseTimeNanoseconds"}
-        metadata = {k: v for k, v in meta.items() if k not in known_keys}
+            run_query(con, "ingest_names_add", {"names": [
+                {"name_id": i, "name": n, "short_name": short_name(n)} for n, i in new_names.items()]})
+        run_query(con, "ingest_commit", {"trace_id": trace_id, "rank": rank, "base": base})
+        metadata_text = _metadata_text(meta, shown, warnings)
         vllm_version = meta.get("vllm_version")
         if isinstance(vllm_version, (list, dict)):
             vllm_version = _dumps(vllm_version)
-        metadata_text = _dumps(metadata)
-        if metadata_text is None:
-            kept = {k: v for k, v in metadata.items() if _dumps(v) is not None}
-            dropped = sorted(set(metadata) - set(kept))
-            warnings.append(f"{shown}: metadata not stored (nested too deep to write as JSON): {', '.join(dropped)[:200]}")
-            metadata_text = _dumps(kept) or "{}"
-        con.execute(
-            "insert into traces (trace_id, path, file_name, file_size, sha256, rank, world_size, base_time_ns, device_name, "
-            "device_count, vllm_version, is_frontend, capture_dir, level, concurrency, event_count, gpu_event_count, "
-            "first_ns, last_ns, distributed_info, device_properties, metadata, skipped, loaded_at, loader_version, "
-            "rank_source) values (" + ", ".join(["?"] * 26) + ")",
-            [
-                trace_id, _shown(path.resolve()), _shown(Path(path.name)), read_bytes, sha, rank, world, base, device_name,
-                len(devices) if devices else None, str(vllm_version) if vllm_version is not None else None, frontend,
-                _shown(tf.capture_dir) if tf.capture_dir else None, tf.level, tf.concurrency, counts, gpu_n,
-                span[0] if span else None, span[1] if span else None,  # type: ignore[index]
-                _dumps(dist) if dist else None,
-                _dumps(devices) if devices else None,
-                metadata_text,
-                orjson.dumps(skipped).decode(),
-                _dt.datetime.now(), __version__, rank_source,
-            ],
-        )
+        run_query(con, "ingest_trace", {
+            "trace_id": trace_id, "path": _shown(path.resolve()), "file_name": _shown(Path(path.name)),
+            "file_size": read_bytes, "sha256": sha, "rank": rank, "world_size": world, "base_time_ns": base,
+            "device_name": _device_name(devices, main_device, rank), "device_count": len(devices) if devices else None,
+            "vllm_version": str(vllm_version) if vllm_version is not None else None, "is_frontend": frontend,
+            "capture_dir": _shown(tf.capture_dir) if tf.capture_dir else None, "level": tf.level,
+            "concurrency": tf.concurrency, "event_count": counts, "gpu_event_count": gpu_n,
+            "distributed_info": _dumps(dist) if dist else None, "device_properties": _dumps(devices) if devices else None,
+            "metadata": metadata_text, "skipped": orjson.dumps(_skipped_counts(cols)).decode(),
+            "loaded_at": _dt.datetime.now(), "loader_version": __version__, "rank_source": rank_source,
+        })
+        self.last_counts = (rank, counts, gpu_n)
         if tf.capture_dir is not None:
             _record_capture(con, tf.capture_dir)
         if self.after_file is not None:
             self.after_file(con, trace_id)
         return trace_id, warnings
+
+
+def _base_time(meta: dict[str, Any], path: Path) -> int:
+    """The file's baseTimeNanoseconds (0 when absent); one that is no time in ns fails the file."""
+    raw_base = meta.get("baseTimeNanoseconds")
+    base = _int_or_none(raw_base)
+    if raw_base is not None and (base is None or not 0 <= base < (1 << 62)):
+        raise TraceError(str(path), f"baseTimeNanoseconds is {str(raw_base)[:40]}: not a time in ns")
+    return base or 0
+
+
+def _device_name(devices: list[Any] | None, main_device: int | None, rank: int) -> str | None:
+    """The name of the GPU most activities ran on, from deviceProperties (the rank's entry if no activity says)."""
+    if not devices:
+        return None
+    dev_index = main_device if main_device is not None else rank
+    match = [d for d in devices if isinstance(d, dict) and d.get("id") == dev_index]
+    name = (match[0] if match else devices[0] if isinstance(devices[0], dict) else {}).get("name") or None
+    if name is not None and not isinstance(name, str):
+        name = _dumps(name)
+    return name
+
+
+def _metadata_text(meta: dict[str, Any], shown: str, warnings: list[str]) -> str:
+    """The file's other top-level keys as JSON text; keys nested too deep to write are dropped (with a warning)."""
+    known_keys = {"traceEvents", "distributedInfo", "deviceProperties", "baseTimeNanoseconds"}
+    metadata = {k: v for k, v in meta.items() if k not in known_keys}
+    text = _dumps(metadata)
+    if text is None:
+        kept = {k: v for k, v in metadata.items() if _dumps(v) is not None}
+        dropped = sorted(set(metadata) - set(kept))
+        warnings.append(f"{shown}: metadata not stored (nested too deep to write as JSON): {', '.join(dropped)[:200]}")
+        text = _dumps(kept) or "{}"
+    return text
+
+
+def _skipped_counts(cols: _Columns) -> dict[str, int]:
+    """traces.skipped: events skipped per category, plus the rows dropped as bad time, negative or duplicate."""
+    skipped = dict(cols.skipped)
+    for label, prefix in (("(bad time)", "bad_time:"), ("(negative duration)", "negative_dur:"), ("(duplicate)", "duplicate:")):
+        n = sum(v for k, v in cols.problems.items() if k.startswith(prefix))
+        if n:
+            skipped[label] = n
+    return skipped
 
 
 def _span(ns: int) -> str:
@@ -513,11 +460,14 @@ def _record_capture(con: duckdb.DuckDBPyConnection, capture_dir: Path) -> None:
         raise TraceError(str(capture_dir / "manifest.json"),
                          "the capture manifest is gone or unusable: " + (m.summary() if m else "missing"))
     key = _shown(capture_dir.resolve())
-    con.execute("insert or replace into captures (capture_dir, manifest) values (?, ?)", [key, m.json_text()])
-    columns = ("capture_dir",) + LEVEL_COLUMNS
-    for row in level_rows(m):
-        con.execute(f"insert or replace into capture_levels ({', '.join(columns)}) "
-                    f"values ({', '.join('?' for _ in columns)})", [key] + [row[c] for c in LEVEL_COLUMNS])
+    rows = level_rows(m)
+    levels = pa.table({"capture_dir": pa.array([key] * len(rows), pa.string()),
+                       **{c: pa.array([row[c] for row in rows]) for c in LEVEL_COLUMNS}})
+    con.register("_capture_levels", levels)
+    try:
+        run_query(con, "ingest_capture", {"capture_dir": key, "manifest": m.json_text()})
+    finally:
+        con.unregister("_capture_levels")
 
 
 def _sha256(path: Path) -> str:

@@ -1,14 +1,18 @@
-"""The k25trace TUI app: owns the read-only connection, the screens and the keys that work everywhere.
+"""The k25trace TUI app: owns the read-only connection, the screen stack and the keys that work everywhere.
 
-Threading rule: DuckDB runs only in thread workers (:meth:`BrowseScreen.fetch`, :meth:`SqlScreen.run_sql`),
-each on a cursor of its own taken from :meth:`K25TraceApp.query_cursor`; workers post messages and handlers on
-the screens change widgets. ``ctrl+g`` interrupts every cursor in use, so a long query can be cancelled.
+Threading rule: DuckDB runs only in thread workers (:meth:`BrowseScreen.fetch`), each on a cursor of its own
+taken from :meth:`K25TraceApp.query_cursor`; workers post typed result messages and handlers on the screens
+change widgets. ``ctrl+g`` interrupts every cursor in use, so a long query can be cancelled.
+
+Dependencies point one way: the app imports the screens; screens never import the app. They take cursors through
+the :class:`~k25trace.tui.screens.base.CursorSource` protocol and ask for another screen by posting
+:class:`~k25trace.tui.messages.OpenSteps`, :class:`~k25trace.tui.messages.OpenStep` or
+:class:`~k25trace.tui.messages.OpenKernel`, which bubble up to the handlers here.
 """
 
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,9 +24,8 @@ from textual.app import App
 from textual.binding import Binding, BindingType
 from textual.worker import Worker, WorkerState
 
-from k25trace import browse
 from k25trace.db import connect
-from k25trace.errors import K25Error
+from k25trace.tui.messages import OpenKernel, OpenStep, OpenSteps
 from k25trace.tui.screens.comm import CommScreen
 from k25trace.tui.screens.compare import CompareScreen
 from k25trace.tui.screens.help import HelpScreen
@@ -59,11 +62,6 @@ class K25TraceApp(App[None]):
         self.sub_title = self.db_path.name
         self._cursor_lock = threading.Lock()
         self._active_cursors: set[duckdb.DuckDBPyConnection] = set()
-        self._rank_cache: dict[int, tuple[int | None, str]] | None = None
-        self.paint_times: dict[str, float] = {}
-        """Wall-clock time (perf_counter) each screen kind was last painted with data; for tests and benchmarks."""
-        self.query_ms: dict[str, float] = {}
-        self.started = time.perf_counter()
 
     def on_mount(self) -> None:
         self.push_screen(OverviewScreen())
@@ -81,51 +79,14 @@ class K25TraceApp(App[None]):
                 self._active_cursors.discard(cursor)
             cursor.close()
 
-    def mark_painted(self, screen: str, query_ms: float) -> None:
-        """Record when a screen's data is on screen: after the refresh that follows the handler that filled it."""
-        self.query_ms[screen] = query_ms
+    def on_open_steps(self, message: OpenSteps) -> None:
+        self.push_screen(StepsScreen(message.trace_id))
 
-        def painted() -> None:
-            self.paint_times[screen] = time.perf_counter()
+    def on_open_step(self, message: OpenStep) -> None:
+        self.push_screen(StepScreen(message.trace_id, message.step_index))
 
-        self.call_after_refresh(painted)
-
-    def ranks(self) -> dict[int, tuple[int | None, str]]:
-        """trace_id → (rank, run key), read once (a small table) on the UI thread's own cursor."""
-        if self._rank_cache is None:
-            cursor = self.con.cursor()
-            try:
-                frame = browse.query_frame(cursor, "browse_traces")
-            except K25Error:
-                return {}
-            finally:
-                cursor.close()
-            self._rank_cache = {row["trace_id"]: (row["rank"], row["run_key"]) for row in frame.iter_rows(named=True)}
-        return self._rank_cache
-
-    def rank_of(self, trace_id: int) -> int | None:
-        return self.ranks().get(trace_id, (None, ""))[0]
-
-    def next_rank_trace(self, trace_id: int) -> int | None:
-        """The next trace of the same run (ordered by rank), wrapping around; None when the run has one trace."""
-        ranks = self.ranks()
-        if trace_id not in ranks:
-            return None
-        run_key = ranks[trace_id][1]
-        same_run = sorted((t for t, (_, key) in ranks.items() if key == run_key),
-                          key=lambda t: (ranks[t][0] is None, ranks[t][0] or 0, t))
-        if len(same_run) < 2:
-            return None
-        return same_run[(same_run.index(trace_id) + 1) % len(same_run)]
-
-    def open_steps(self, trace_id: int) -> None:
-        self.push_screen(StepsScreen(trace_id))
-
-    def open_step(self, trace_id: int, step_index: int) -> None:
-        self.push_screen(StepScreen(trace_id, step_index))
-
-    def open_kernel(self, trace_id: int, event_id: int, start_ns: int) -> None:
-        self.push_screen(KernelScreen(trace_id, event_id, start_ns))
+    def on_open_kernel(self, message: OpenKernel) -> None:
+        self.push_screen(KernelScreen(message.trace_id, message.event_id, message.start_ns))
 
     def current_trace(self) -> int | None:
         return getattr(self.screen, "trace_id", None)
@@ -157,7 +118,7 @@ class K25TraceApp(App[None]):
 
     def action_compare(self) -> None:
         if not isinstance(self.screen, CompareScreen):
-            self.push_screen(CompareScreen())
+            self.push_screen(CompareScreen(self.db_path.name))
 
     def action_sql(self) -> None:
         if not isinstance(self.screen, SqlScreen):

@@ -1,25 +1,138 @@
-"""Messages that worker threads post to screens: a query's result, or why it failed."""
+"""The TUI's messages: where to go (screens → app) and what a query returned (worker → its screen).
+
+Navigation messages bubble from the screen that posts them to the app, which owns the screen stack; no screen
+imports the app or calls it. Result messages carry one kind of data each, so a handler is chosen by type (a
+misspelt name is an import error, not a result silently dropped); they do not bubble.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+import polars as pl
 from textual.message import Message
 
+if TYPE_CHECKING:
+    from k25trace import browse, compare, output
 
-@dataclass
-class Fetched(Message):
-    """A worker finished ``request`` (a name the screen chose) with ``result``."""
+T = TypeVar("T")
 
-    request: str
-    result: Any
-    elapsed_ms: float
+# ------------------------------------------------------------------------------------------------- navigation
 
 
 @dataclass
-class FetchFailed(Message):
-    """A worker's query for ``request`` failed or was cancelled; ``error`` is a one-line reason."""
+class OpenSteps(Message):
+    """Show the steps of trace ``trace_id`` (one rank)."""
 
-    request: str
+    trace_id: int
+
+
+@dataclass
+class OpenStep(Message):
+    """Show step ``step_index`` of trace ``trace_id``."""
+
+    trace_id: int
+    step_index: int
+
+
+@dataclass
+class OpenKernel(Message):
+    """Show one GPU activity: trace, event id and start (``start_ns`` lets the query skip the rest of the trace)."""
+
+    trace_id: int
+    event_id: int
+    start_ns: int
+
+
+# ---------------------------------------------------------------------------------------------------- results
+
+
+@dataclass
+class Loaded(Message, Generic[T], bubble=False):
+    """A worker's query finished: ``result`` for ``request`` (what was asked, for screens that ask for several
+    things of one kind, e.g. ``(trace_id, step_index)``), after ``elapsed_ms`` in the worker.
+
+    Subclasses name the kind of data; a screen handles the kinds it asked for with ``@on(Kind)``.
+    """
+
+    result: T
+    request: Hashable = None
+    elapsed_ms: float = 0.0
+
+    def __init_subclass__(cls, bubble: bool | None = False, **kwargs: Any) -> None:
+        super().__init_subclass__(bubble=bubble, **kwargs)  # results are for the screen that asked, not its app
+
+
+@dataclass
+class FetchFailed(Message, bubble=False):
+    """A worker's query for a ``kind`` of result failed or was interrupted; ``error`` is a one-line reason."""
+
+    kind: type[Loaded[Any]]
     error: str
+    request: Hashable = None
+
+
+class OverviewLoaded(Loaded["browse.Overview"]):
+    """The overview's traces, capture levels and step counts."""
+
+
+class BreakdownLoaded(Loaded["tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]"]):
+    """The overview's slower part: the decode breakdown, the collectives split and the idle split."""
+
+
+class StepsLoaded(Loaded["browse.TraceSteps"]):
+    """The steps of one trace, with its rank and the next rank of its run."""
+
+
+class StepLoaded(Loaded["browse.StepDetail | None"]):
+    """One step (None: the trace has no such step); ``request`` is ``(trace_id, step_index)``."""
+
+
+class StepsPrefetched(Loaded["list[tuple[tuple[int, int], browse.StepDetail | None]]"]):
+    """Steps read ahead of the user (the neighbours of the step on screen), keyed ``(trace_id, step_index)``."""
+
+
+class KernelPageLoaded(Loaded[pl.DataFrame]):
+    """The next page of a step's kernels; ``request`` is ``(trace_id, step_index, offset)``."""
+
+
+class KernelLoaded(Loaded["browse.KernelDetail | None"]):
+    """One GPU activity with its variation over steps (None: no such activity)."""
+
+
+class KernelRanksLoaded(Loaded[pl.DataFrame]):
+    """A kernel's calls and times on every rank of the run."""
+
+
+class SearchLoaded(Loaded[pl.DataFrame]):
+    """Kernel names matching the search text."""
+
+
+class FirstRunLoaded(Loaded["dict[str, Any] | None"]):
+    """Where a kernel picked in the search results first ran (None: never)."""
+
+
+class SchemaLoaded(Loaded[pl.DataFrame]):
+    """Tables and views with their columns, for the SQL screen's tree."""
+
+
+class SqlLoaded(Loaded["output.Result"]):
+    """The rows of the user's SQL."""
+
+
+class CollectivesLoaded(Loaded["browse.Collectives"]):
+    """The collectives screen's tables."""
+
+
+class CallSitesLoaded(Loaded["tuple[tuple[str, int | None, str], pl.DataFrame]"]):
+    """The call sites of one (run label, batch size, category)."""
+
+
+class RunsLoaded(Loaded[pl.DataFrame]):
+    """The runs a comparison can pick from."""
+
+
+class ComparisonLoaded(Loaded["compare.Comparison"]):
+    """Two runs compared."""

@@ -1,47 +1,64 @@
-"""Fixtures for the TUI tests: a small real-trace database (bundled samples + a two-rank trace), built once."""
+"""Fixtures and helpers for the TUI tests: small real-trace databases built once, and one way to wait for the app.
+
+Paths are relative to this file (``tests/data``); databases are loaded through :func:`k25trace.pipeline.load_paths`.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
+from textual.message import Message
+from textual.pilot import Pilot
+from textual.widgets import DataTable, Label, Static
+from textual.worker import Worker, WorkerCancelled, WorkerFailed, WorkerState
 
-from k25trace import db
+from k25trace import pipeline
 
 REPO = Path(__file__).resolve().parents[2]
-# the four real-GPU samples (the synthetic Kimi pair bundled for the demo is left out: the tests count these)
-SAMPLES = sorted(p for p in (REPO / "k25trace" / "samples").glob("*/*.json.gz") if "synthetic" not in p.parent.name)
-TWO_RANK_DIRS = [Path("/work/shared/traces/hta-2rank-sendrecv"), REPO / "tests" / "data" / "traces" / "hta-2rank-sendrecv"]
+DATA = REPO / "tests" / "data"
+TRACES = DATA / "traces"
+SAMPLES = [REPO / "k25trace" / "samples" / name for name in (
+    "sglang-mi300x-decode/sglang_Qwen3-8B_decode.json.gz", "vllm-b200-tp8-rank0-eager/eager_trace.json.gz",
+    "vllm-mi300x-decode-fullgraph/graph_execution.json.gz", "vllm-mi300x-prefilldecode-piecewise/graph_execution.json.gz")]
+"""The four real-GPU samples the package ships, traces 1–4 of :func:`trace_db` in this order (the tests count their
+rows; the overview lists runs by path, so these come before the two-rank run of ``tests/data``)."""
+KIMI = REPO / "k25trace" / "samples" / "kimi-k25-synthetic-tp2"
+"""The synthetic Kimi-K2.5 TP2 pair bundled for the demo."""
+TWO_RANK = [TRACES / "hta-2rank-sendrecv" / "sampled_rank-0.json.gz",
+            TRACES / "hta-2rank-sendrecv" / "sampled_rank-1.json.gz"]
+SIZE = (150, 48)
+"""Terminal size of every Pilot test and snapshot."""
 
 
-def two_rank_traces() -> list[Path]:
-    for folder in TWO_RANK_DIRS:
-        files = sorted(folder.glob("sampled_rank-*.json.gz"))
-        if len(files) == 2:
-            return files
-    return []
+def load_database(path: Path, paths: list[Path], *, files: int | None = None) -> Path:
+    """A new database at ``path`` with every trace under ``paths`` loaded; checks that each file (``files`` of
+    them, when given) was loaded."""
+    con = pipeline.connect(path)
+    try:
+        results, _ = pipeline.load_paths(con, paths)
+    finally:
+        con.close()
+    assert [r.status for r in results] == ["loaded"] * (len(results) if files is None else files), \
+        [(r.path, r.status, r.message) for r in results]
+    return path
 
 
 @pytest.fixture(scope="session")
 def trace_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A database of the bundled samples (traces 1–4, one step each) and hta-2rank-sendrecv (traces 5, 6)."""
-    from k25trace.cli import run_load
-
-    two_rank = two_rank_traces()
-    if not two_rank:
-        pytest.skip("hta-2rank-sendrecv traces not found")
-    path = tmp_path_factory.mktemp("tui") / "k25trace-test.duckdb"
-    con, failed = run_load(path, [*SAMPLES, *two_rank], quiet=True)
-    con.close()
-    assert failed == 0
-    return path
+    """A database of the four samples (traces 1–4, one step each) and hta-2rank-sendrecv (traces 5, 6)."""
+    return load_database(tmp_path_factory.mktemp("tui") / "k25trace-test.duckdb", [*SAMPLES, *TWO_RANK])
 
 
 @pytest.fixture(scope="session")
 def empty_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A database with the schema and no traces."""
     path = tmp_path_factory.mktemp("tui-empty") / "empty.duckdb"
-    db.connect(path).close()
+    pipeline.connect(path).close()
     return path
 
 
@@ -52,3 +69,77 @@ def no_cursor_blink(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(Input, "cursor_blink", False, raising=False)
     monkeypatch.setattr(TextArea, "cursor_blink", False, raising=False)
+
+
+# ------------------------------------------------------------------------------------------- waiting for the app
+
+
+def busy_workers(pilot: Pilot) -> list[Worker[Any]]:
+    return [w for w in pilot.app.workers if w.state in (WorkerState.PENDING, WorkerState.RUNNING)]
+
+
+async def wait_for_workers(pilot: Pilot) -> None:
+    """Wait until every worker has finished and the messages it posted are handled, including workers that those
+    handlers start (the overview's second part, the step screen's read-ahead, which starts after a refresh): done
+    when a whole pause starts none."""
+    while True:
+        for worker in busy_workers(pilot):
+            try:
+                await worker.wait()
+            except (WorkerCancelled, WorkerFailed):  # superseded, or failed: the app shows the error
+                pass
+        await pilot.pause()
+        if busy_workers(pilot):
+            continue
+        await pilot.pause()
+        if not busy_workers(pilot):
+            return
+
+
+async def wait_until(condition: Callable[[], object], *, timeout: float = 30.0) -> None:
+    """Poll ``condition`` between turns of the event loop until it holds (fails after ``timeout`` seconds)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {condition}")
+        await asyncio.sleep(0.005)
+
+
+async def navigate(pilot: Pilot, message: Message) -> None:
+    """Post a navigation message to the app (as a screen would) and wait for the new screen's data."""
+    pilot.app.post_message(message)
+    await pilot.pause()
+    await wait_for_workers(pilot)
+
+
+class Posted:
+    """A Textual message hook (``app.run_test(message_hook=...)``) that keeps the messages of the given types, once
+    each (a bubbling message reaches several receivers)."""
+
+    def __init__(self, *kinds: type[Message]) -> None:
+        self.kinds = kinds
+        self.messages: list[Message] = []
+
+    def __call__(self, message: Message) -> None:
+        if isinstance(message, self.kinds) and not any(m is message for m in self.messages):
+            self.messages.append(message)
+
+
+# ---------------------------------------------------------------------------------------------- reading widgets
+
+
+def text_of(app: Any, selector: str) -> str:
+    widget = app.screen.query_one(selector)
+    assert isinstance(widget, (Label, Static))
+    return str(widget.render())
+
+
+def table(app: Any, selector: str) -> DataTable:
+    return app.screen.query_one(selector, DataTable)
+
+
+def rows_of(app: Any, selector: str) -> list[dict[str, str]]:
+    """A table's rows as {column label: cell text}."""
+    t = table(app, selector)
+    columns = [str(c.label) for c in t.columns.values()]
+    return [dict(zip(columns, (str(getattr(v, "plain", v)) for v in t.get_row_at(i)))) for i in range(t.row_count)]

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import duckdb
 import pytest
 from textual.pilot import Pilot
-from textual.widgets import DataTable, Label, Static
+from textual.worker import WorkerState
 
 from k25trace.tui.app import K25TraceApp
+from k25trace.tui.messages import OpenKernel, OpenStep, OpenSteps
 from k25trace.tui.screens.help import HelpScreen
 from k25trace.tui.screens.kernel import KernelScreen
 from k25trace.tui.screens.overview import OverviewScreen
@@ -18,41 +20,24 @@ from k25trace.tui.screens.sql import SqlScreen
 from k25trace.tui.screens.step import StepScreen
 from k25trace.tui.screens.steps import StepsScreen
 
+from .conftest import KIMI, SIZE, Posted, load_database, navigate, table, text_of, wait_for_workers, wait_until
+
 pytestmark = pytest.mark.asyncio
-SIZE = (150, 48)
-
-
-async def settle(pilot: Pilot) -> None:
-    """Wait for every worker to finish, then for the messages they posted to be handled."""
-    await pilot.app.workers.wait_for_complete()
-    await pilot.pause()
-    await pilot.app.workers.wait_for_complete()
-    await pilot.pause()
-
-
-def text_of(app: K25TraceApp, selector: str) -> str:
-    widget = app.screen.query_one(selector)
-    assert isinstance(widget, (Label, Static))
-    return str(widget.render())
-
-
-def table(app: K25TraceApp, selector: str) -> DataTable:
-    return app.screen.query_one(selector, DataTable)
 
 
 async def open_trace(pilot: Pilot, trace_id: int) -> None:
     """From the overview, move the cursor to a trace and press Enter."""
-    await settle(pilot)
+    await wait_for_workers(pilot)
     traces = table(pilot.app, "#traces")  # type: ignore[arg-type]
     traces.move_cursor(row=traces.get_row_index(str(trace_id)))
     await pilot.press("enter")
-    await settle(pilot)
+    await wait_for_workers(pilot)
 
 
 async def test_overview_lists_traces_counts_and_breakdown(trace_db: Path) -> None:
     app = K25TraceApp(trace_db)
     async with app.run_test(size=SIZE) as pilot:
-        await settle(pilot)
+        await wait_for_workers(pilot)
         assert isinstance(app.screen, OverviewScreen)
         assert table(app, "#traces").row_count == 6
         assert "6 trace(s), 2 rank(s)" in text_of(app, "#status")
@@ -83,16 +68,39 @@ async def test_enter_on_a_trace_opens_its_steps_and_filters_work(trace_db: Path)
         longest = screen.all_steps.sort("wall_ms", descending=True)["step_index"][0]
         assert first_key == str(longest)
         await pilot.press("r")  # the other rank of the run
-        await settle(pilot)
+        await wait_for_workers(pilot)
         assert screen.trace_id == 6 and table(app, "#steps").row_count == 106
+
+
+async def test_enter_posts_navigation_messages_with_the_row_ids(trace_db: Path) -> None:
+    """Screens never call the app: Enter on a trace, a step and a kernel posts OpenSteps, OpenStep and OpenKernel
+    with the ids of the row under the cursor, and the app opens that screen."""
+    posted = Posted(OpenSteps, OpenStep, OpenKernel)
+    app = K25TraceApp(trace_db)
+    async with app.run_test(size=SIZE, message_hook=posted) as pilot:
+        await open_trace(pilot, 6)
+        assert posted.messages == [OpenSteps(6)]
+        steps = table(app, "#steps")
+        steps.move_cursor(row=steps.get_row_index("3"))
+        await pilot.press("enter")
+        await wait_for_workers(pilot)
+        assert posted.messages[1:] == [OpenStep(6, 3)]
+        screen = app.screen
+        assert isinstance(screen, StepScreen) and (screen.trace_id, screen.step_index) == (6, 3)
+        kernels = table(app, "#kernels")
+        kernels.move_cursor(row=1)
+        event_id = kernels.coordinate_to_cell_key(kernels.cursor_coordinate).row_key.value
+        await pilot.press("enter")
+        await wait_for_workers(pilot)
+        assert posted.messages[2:] == [OpenKernel(6, int(event_id), screen.kernel_start_ns[event_id])]
+        assert isinstance(app.screen, KernelScreen) and app.screen.event_id == int(event_id)
 
 
 async def test_step_screen_moves_between_steps_and_ranks(trace_db: Path) -> None:
     app = K25TraceApp(trace_db)
     async with app.run_test(size=SIZE) as pilot:
-        await settle(pilot)
-        app.open_step(5, 1)
-        await settle(pilot)
+        await wait_for_workers(pilot)
+        await navigate(pilot, OpenStep(5, 1))
         screen = app.screen
         assert isinstance(screen, StepScreen)
         assert table(app, "#kernels").row_count == 92
@@ -103,30 +111,29 @@ async def test_step_screen_moves_between_steps_and_ranks(trace_db: Path) -> None
         assert categories.get_row_at(0)[0].plain == "comm_other"
         assert "1: 0.273 ms" in text_of(app, "#ranks")
         await pilot.press("n")
-        await settle(pilot)
+        await wait_for_workers(pilot)
         assert screen.step_index == 2 and "Step 2 of 117" in text_of(app, "#title")
         await pilot.press("left_square_bracket")
-        await settle(pilot)
+        await wait_for_workers(pilot)
         assert screen.step_index == 1
         await pilot.press("r")
-        await settle(pilot)
+        await wait_for_workers(pilot)
         assert screen.trace_id == 6 and "rank 1" in text_of(app, "#title")
 
 
 async def test_big_step_shows_a_page_and_loads_more(trace_db: Path) -> None:
     app = K25TraceApp(trace_db)
     async with app.run_test(size=SIZE) as pilot:
-        await settle(pilot)
-        app.open_step(2, 0)  # the eager prefill step: 929 GPU activities
-        await settle(pilot)
+        await wait_for_workers(pilot)
+        await navigate(pilot, OpenStep(2, 0))  # the eager prefill step: 929 GPU activities
         assert table(app, "#kernels").row_count == 100
         assert "showing 100 of 929" in text_of(app, "#kernel-count")
         await pilot.press("m")
-        await settle(pilot)
+        await wait_for_workers(pilot)
         assert table(app, "#kernels").row_count == 200
         for _ in range(8):
             await pilot.press("m")
-            await settle(pilot)
+            await wait_for_workers(pilot)
         assert table(app, "#kernels").row_count == 929
         assert "showing 929 of 929" in text_of(app, "#kernel-count")
         offsets = [table(app, "#kernels").get_row_at(i)[0].plain.split()[0] for i in (0, 99, 100, 928)]
@@ -137,14 +144,12 @@ async def test_big_step_shows_a_page_and_loads_more(trace_db: Path) -> None:
 async def test_missing_step_and_first_step_edges_are_messages(trace_db: Path) -> None:
     app = K25TraceApp(trace_db)
     async with app.run_test(size=SIZE) as pilot:
-        await settle(pilot)
-        app.open_step(5, 9999)
-        await settle(pilot)
+        await wait_for_workers(pilot)
+        await navigate(pilot, OpenStep(5, 9999))
         assert "has no step 9999" in text_of(app, "#status")
-        app.open_step(5, 0)
-        await settle(pilot)
+        await navigate(pilot, OpenStep(5, 0))
         await pilot.press("p")  # there is no step before 0
-        await settle(pilot)
+        await wait_for_workers(pilot)
         assert app.screen.step_index == 0  # type: ignore[attr-defined]
         assert any("No previous step" in str(n.message) for n in app._notifications)
 
@@ -152,11 +157,10 @@ async def test_missing_step_and_first_step_edges_are_messages(trace_db: Path) ->
 async def test_enter_on_a_kernel_opens_its_details(trace_db: Path) -> None:
     app = K25TraceApp(trace_db)
     async with app.run_test(size=SIZE) as pilot:
-        await settle(pilot)
-        app.open_step(5, 1)
-        await settle(pilot)
+        await wait_for_workers(pilot)
+        await navigate(pilot, OpenStep(5, 1))
         await pilot.press("enter")  # the first kernel of the step
-        await settle(pilot)
+        await wait_for_workers(pilot)
         assert isinstance(app.screen, KernelScreen)
         info = text_of(app, "#kernel-info")
         assert "Memcpy HtoD" in info and "cudaMemcpyAsync" in info and "launch: direct" in info
@@ -176,25 +180,24 @@ async def test_graph_kernel_says_cuda_graph(trace_db: Path) -> None:
         pytest.skip("no graph-launched kernel in the samples")
     app = K25TraceApp(trace_db)
     async with app.run_test(size=SIZE) as pilot:
-        await settle(pilot)
-        app.open_kernel(*row)
-        await settle(pilot)
+        await wait_for_workers(pilot)
+        await navigate(pilot, OpenKernel(*row))
         assert "launch: CUDA graph" in text_of(app, "#kernel-info")
 
 
 async def test_search_finds_kernels_and_opens_one(trace_db: Path) -> None:
     app = K25TraceApp(trace_db)
     async with app.run_test(size=SIZE) as pilot:
-        await settle(pilot)
+        await wait_for_workers(pilot)
         await pilot.press("slash")
         assert isinstance(app.screen, SearchScreen)
         await pilot.press(*"sendrecv", "enter")
-        await settle(pilot)
+        await wait_for_workers(pilot)
         results = table(app, "#results")
         assert results.row_count == 1
         assert "ncclKernel_SendRecv" in results.get_row_at(0)[0].plain
         await pilot.press("enter")
-        await settle(pilot)
+        await wait_for_workers(pilot)
         assert isinstance(app.screen, KernelScreen)
         assert "ncclKernel_SendRecv" in text_of(app, "#kernel-info")
 
@@ -202,52 +205,59 @@ async def test_search_finds_kernels_and_opens_one(trace_db: Path) -> None:
 async def test_sql_panel_runs_queries_reports_errors_and_cancels(trace_db: Path) -> None:
     app = K25TraceApp(trace_db)
     async with app.run_test(size=SIZE) as pilot:
-        await settle(pilot)
+        await wait_for_workers(pilot)
         await pilot.press("e")
-        await settle(pilot)
+        await wait_for_workers(pilot)
         assert isinstance(app.screen, SqlScreen)
         assert app.screen.query_one("#schema").root.children  # type: ignore[attr-defined]
         await pilot.press("ctrl+r")  # the default query: time per category
-        await settle(pilot)
+        await wait_for_workers(pilot)
         assert table(app, "#results").row_count > 3
         assert "row(s)" in text_of(app, "#status")
         editor = app.screen.query_one("#editor")
         editor.text = "select * from no_such_table"  # type: ignore[attr-defined]
         await pilot.press("ctrl+r")
-        await settle(pilot)
+        await wait_for_workers(pilot)
         assert "query failed" in text_of(app, "#status") and "no_such_table" in text_of(app, "#status")
         editor.text = "select count(*) from range(100000) a, range(100000) b where a.range * b.range % 7 = 3"  # type: ignore[attr-defined]
         await pilot.press("ctrl+r")
-        await pilot.pause(0.3)
-        await pilot.press("ctrl+g")
-        await settle(pilot)
-        assert "nterrupt" in text_of(app, "#status")
+        (sql_worker,) = [w for w in app.workers if w.group == "sql"]
+        await wait_until(lambda: sql_worker.state == WorkerState.RUNNING)
+        for _ in range(20):  # a worker can be running before its query is: press again until the query stops
+            await pilot.press("ctrl+g")
+            try:
+                await asyncio.wait_for(asyncio.shield(sql_worker.wait()), timeout=1)
+                break
+            except asyncio.TimeoutError:
+                continue
+        await wait_for_workers(pilot)
+        assert sql_worker.state == WorkerState.SUCCESS and "nterrupt" in text_of(app, "#status")
         editor.text = "insert into meta values ('x', 'y')"  # type: ignore[attr-defined]
         await pilot.press("ctrl+r")
-        await settle(pilot)
+        await wait_for_workers(pilot)
         assert "read-only" in text_of(app, "#status")
 
 
 async def test_named_query_loads_with_its_parameters(trace_db: Path) -> None:
     app = K25TraceApp(trace_db)
     async with app.run_test(size=SIZE) as pilot:
-        await settle(pilot)
+        await wait_for_workers(pilot)
         await pilot.press("e")
-        await settle(pilot)
+        await wait_for_workers(pilot)
         names = table(app, "#named-queries")
         names.focus()
         names.move_cursor(row=names.get_row_index("report_kernels"))
         await pilot.press("enter")
         assert app.screen.query_one("#params").value == "phase=decode rank=null trace_id=null top=20"  # type: ignore[attr-defined]
         await pilot.press("ctrl+r")
-        await settle(pilot)
+        await wait_for_workers(pilot)
         assert table(app, "#results").row_count == 20
 
 
 async def test_help_lists_every_key(trace_db: Path) -> None:
     app = K25TraceApp(trace_db)
     async with app.run_test(size=SIZE) as pilot:
-        await settle(pilot)
+        await wait_for_workers(pilot)
         await pilot.press("question_mark")
         assert isinstance(app.screen, HelpScreen)
         help_text = text_of(app, "#help-text")
@@ -261,11 +271,10 @@ async def test_help_lists_every_key(trace_db: Path) -> None:
 async def test_empty_database_says_so(empty_db: Path) -> None:
     app = K25TraceApp(empty_db)
     async with app.run_test(size=SIZE) as pilot:
-        await settle(pilot)
+        await wait_for_workers(pilot)
         assert "no traces yet" in text_of(app, "#status")
         assert "no decode steps" in text_of(app, "#breakdown")
-        app.open_steps(1)
-        await settle(pilot)
+        await navigate(pilot, OpenSteps(1))
         assert "has no steps" in text_of(app, "#status")
 
 
@@ -274,32 +283,23 @@ async def test_not_a_k25trace_database_is_a_message(tmp_path: Path) -> None:
     duckdb.connect(str(path)).close()
     app = K25TraceApp(path)
     async with app.run_test(size=SIZE) as pilot:
-        await settle(pilot)
+        await wait_for_workers(pilot)
         assert "query failed" in text_of(app, "#status")
         assert "traces" in text_of(app, "#status")
 
 
 # ------------------------------------------------------------------------------- the cross-rank split (overview)
 
-KIMI = Path(__file__).resolve().parents[2] / "k25trace" / "samples" / "kimi-k25-synthetic-tp2"
-
 
 @pytest.fixture(scope="module")
 def kimi_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from k25trace.cli import run_load
-
-    path = tmp_path_factory.mktemp("tui-kimi") / "kimi.duckdb"
-    con, failed = run_load(path, [KIMI], quiet=True)
-    con.close()
-    assert failed == 0
-    return path
+    return load_database(tmp_path_factory.mktemp("tui-kimi") / "kimi.duckdb", [KIMI], files=2)
 
 
 async def test_overview_collectives_table_names_the_straggler(kimi_db: Path) -> None:
     app = K25TraceApp(kimi_db)
     async with app.run_test(size=SIZE) as pilot:
-        await settle(pilot)
-        await settle(pilot)
+        await wait_for_workers(pilot)  # the overview, then its second part
         comm = table(app, "#comm")
         assert comm.display and comm.row_count == 6  # 3 batch sizes x (allreduce, comm_other)
         columns = [str(c.label) for c in comm.columns.values()]

@@ -7,43 +7,30 @@ from pathlib import Path
 
 import pytest
 
-from k25trace import db, ingest, pipeline
 from k25trace.tui.app import K25TraceApp
 from k25trace.tui.screens.comm import CommScreen
 
-from .test_app import SIZE, settle, table, text_of
+from .conftest import DATA, SIZE, load_database, rows_of, table, text_of, wait_for_workers
 
 pytestmark = pytest.mark.asyncio
 
-GRAPH = Path(__file__).resolve().parent.parent / "data" / "h200x2-decode-loop" / "graph"
+GRAPH = DATA / "h200x2-decode-loop" / "graph"
 
 
 @pytest.fixture(scope="module")
 def tp2_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("comm") / "tp2.duckdb"
-    con = db.connect(path)
-    results, _ = pipeline.load_paths(con, [GRAPH])
-    assert [r.status for r in results] == ["loaded", "loaded"]
-    con.close()
-    return path
-
-
-def rows_of(app: K25TraceApp, selector: str) -> list[dict[str, str]]:
-    t = table(app, selector)
-    columns = [str(c.label) for c in t.columns.values()]
-    return [dict(zip(columns, (str(getattr(v, "plain", v)) for v in t.get_row_at(i)))) for i in range(t.row_count)]
+    return load_database(tmp_path_factory.mktemp("comm") / "tp2.duckdb", [GRAPH], files=2)
 
 
 async def test_collectives_screen_straggler_ranks_and_call_sites(tp2_db: Path) -> None:
     app = K25TraceApp(tp2_db)
     async with app.run_test(size=SIZE) as pilot:
-        await settle(pilot)
-        await settle(pilot)
+        await wait_for_workers(pilot)  # the overview, then its second part
         # the overview's decode bars say how much of the GPU span lies between steps
         bars = text_of(app, "#breakdown")
         assert bars.count("between (") == 3, bars
         await pilot.press("c")
-        await settle(pilot)
+        await wait_for_workers(pilot)
         assert isinstance(app.screen, CommScreen)
         assert "alignment good" in text_of(app, "#status")
         batches = [r for r in rows_of(app, "#comm-batches") if r["category"] == "allreduce"]
@@ -58,7 +45,7 @@ async def test_collectives_screen_straggler_ranks_and_call_sites(tp2_db: Path) -
         all_rows = rows_of(app, "#comm-batches")
         t.move_cursor(row=next(i for i, r in enumerate(all_rows) if r["batch_size"] == "8" and r["category"] == "allreduce"))
         await pilot.press("enter")
-        await settle(pilot)
+        await wait_for_workers(pilot)
         sites = rows_of(app, "#comm-sites")
         assert len(sites) == 123
         waits = [float(s["wait_us"].replace(",", "")) for s in sites]

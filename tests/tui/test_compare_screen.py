@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from k25trace import db, ingest, pipeline, synth
+from k25trace import synth
 from k25trace.tui.app import K25TraceApp
 from k25trace.tui.screens.compare import CompareScreen
 from k25trace.tui.screens.help import HelpScreen
 from k25trace.tui.screens.overview import OverviewScreen
 
-from .test_app import SIZE, settle, table, text_of
+from .conftest import SIZE, load_database, rows_of, table, text_of, wait_for_workers
 
 pytestmark = pytest.mark.asyncio
 
@@ -30,34 +30,23 @@ def runs_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
                                                                                "category_scale": {"attention": 1.2}})):
         synth.generate(root / name, **SYNTH, **extra)
         folders.append(root / name)
-    path = root / "runs.duckdb"
-    con = db.connect(path)
-    results, _ = pipeline.load_paths(con, folders)
-    assert [r.status for r in results] == ["loaded"] * 6
-    con.close()
-    return path
-
-
-def rows_of(app: K25TraceApp, selector: str) -> list[dict[str, str]]:
-    t = table(app, selector)
-    columns = [str(c.label) for c in t.columns.values()]
-    return [dict(zip(columns, (str(getattr(v, "plain", v)) for v in t.get_row_at(i)))) for i in range(t.row_count)]
+    return load_database(root / "runs.duckdb", folders, files=6)
 
 
 async def pick(pilot, run: str, key: str) -> None:  # type: ignore[no-untyped-def]
     runs = rows_of(pilot.app, "#compare-runs")
     table(pilot.app, "#compare-runs").move_cursor(row=[r["run"] for r in runs].index(run))
     await pilot.press(key)
-    await settle(pilot)
+    await wait_for_workers(pilot)
 
 
 async def test_compare_screen_finds_the_slower_category_and_calls_noise_no_change(runs_db: Path) -> None:
     app = K25TraceApp(runs_db)
     async with app.run_test(size=SIZE) as pilot:
-        await settle(pilot)
+        await wait_for_workers(pilot)
         assert isinstance(app.screen, OverviewScreen)
         await pilot.press("d")
-        await settle(pilot)
+        await wait_for_workers(pilot)
         assert isinstance(app.screen, CompareScreen)
         assert [r["run"] for r in rows_of(app, "#compare-runs")] == ["again (TP2)", "base (TP2)", "slow (TP2)"]
         assert "Pick side A" in text_of(app, "#status")
@@ -84,16 +73,16 @@ async def test_compare_screen_finds_the_slower_category_and_calls_noise_no_chang
 
         # swap: B is now the base; m cycles how steps are matched
         await pilot.press("s")
-        await settle(pilot)
+        await wait_for_workers(pilot)
         assert [(r["side"], r["run"]) for r in rows_of(app, "#compare-runs") if r["side"]] == [
             ("A", "again (TP2)"), ("B", "base (TP2)")]
         await pilot.press("m")  # auto -> batch
-        await settle(pilot)
+        await wait_for_workers(pilot)
         await pilot.press("m")  # batch -> level: these runs have no level, so all their steps are one group
-        await settle(pilot)
+        await wait_for_workers(pilot)
         assert "matched by level" in text_of(app, "#status")
         assert {r["group"] for r in rows_of(app, "#compare-category")} == {"(no level)"}
 
         await pilot.press("question_mark")
-        await settle(pilot)
+        await wait_for_workers(pilot)
         assert isinstance(app.screen, HelpScreen) and "Compare" in text_of(app, "#help-text")

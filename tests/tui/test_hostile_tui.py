@@ -12,20 +12,17 @@ import pytest
 from textual.pilot import Pilot
 from textual.widgets import DataTable, Label, Static
 
+from k25trace import pipeline
+
 from k25trace.tui.app import K25TraceApp
+from k25trace.tui.messages import OpenKernel
 from k25trace.tui.screens.kernel import NAME_CAP, PAGE_CHARS, KernelScreen, LongTextScreen, describe_kernel, printable
 from k25trace.tui.screens.sql import CELL_CHARS, SqlScreen
 
-SIZE = (150, 48)
-DATA = Path(__file__).resolve().parents[1] / "data" / "hostile-sql"
+from .conftest import DATA, SIZE, load_database, navigate, wait_for_workers
+
+HOSTILE = DATA / "hostile-sql"
 LONG = 20_000_000
-
-
-async def settle(pilot: Pilot) -> None:
-    await pilot.app.workers.wait_for_complete()
-    await pilot.pause()
-    await pilot.app.workers.wait_for_complete()
-    await pilot.pause()
 
 
 def status(app: K25TraceApp) -> str:
@@ -35,12 +32,12 @@ def status(app: K25TraceApp) -> str:
 async def run_sql(pilot: Pilot, text: str) -> None:
     app = pilot.app
     if not isinstance(app.screen, SqlScreen):
-        await settle(pilot)
+        await wait_for_workers(pilot)
         await pilot.press("e")
-        await settle(pilot)
+        await wait_for_workers(pilot)
     app.screen.query_one("#editor").text = text  # type: ignore[attr-defined]
     await pilot.press("ctrl+r")
-    await settle(pilot)
+    await wait_for_workers(pilot)
 
 
 def results(app: K25TraceApp) -> DataTable:
@@ -99,7 +96,7 @@ async def test_sql_panel_writes_and_reads_no_file(empty_db: Path, tmp_path: Path
         app.action_home()
         await pilot.pause()
         app.screen.action_reload()  # type: ignore[attr-defined]
-        await settle(pilot)
+        await wait_for_workers(pilot)
         assert "no traces yet" in status(app)
         await run_sql(pilot, "select 41 + 1 as answer")
         assert row_cells(app) == {"answer": "42"}
@@ -123,11 +120,8 @@ def long_name_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A three-kernel trace whose middle kernel gets a 20 MB full name and a 20 MB short name (loading such a
     trace takes the loader ≈ 10 s; the kernel screen only reads the database, so the name is set in place),
     with control characters in it (an escape sequence must not reach the terminal)."""
-    from k25trace.cli import run_load
-
-    path = tmp_path_factory.mktemp("long-name") / "long.duckdb"
-    con, failed = run_load(path, [DATA / "long_name.json"], quiet=True)
-    assert failed == 0
+    path = load_database(tmp_path_factory.mktemp("long-name") / "long.duckdb", [HOSTILE / "long_name.json"], files=1)
+    con = pipeline.connect(path)
     con.execute("update kernel_names set name = 'void hostile<' || repeat('x', $n) || '\x1b[31m>(int)', "
                 "short_name = repeat('s', $n) where name = 'void hostile_kernel_1<int>(int)'", {"n": LONG})
     con.close()
@@ -136,14 +130,13 @@ def long_name_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 async def open_long_kernel(pilot: Pilot) -> tuple[int, int, int]:
     app: K25TraceApp = pilot.app  # type: ignore[assignment]
-    await settle(pilot)
+    await wait_for_workers(pilot)
     cursor = app.con.cursor()
     (trace_id, event_id, start_ns), = cursor.execute(
         "select trace_id, event_id, start_ns from gpu_events join kernel_names using (name_id) "
         "where length(name) > 1000").fetchall()
     cursor.close()
-    app.open_kernel(trace_id, event_id, start_ns)
-    await settle(pilot)
+    await navigate(pilot, OpenKernel(trace_id, event_id, start_ns))
     return trace_id, event_id, start_ns
 
 

@@ -7,15 +7,10 @@ from pathlib import Path
 from textual.pilot import Pilot
 
 from k25trace.tui.app import K25TraceApp
+from k25trace.tui.messages import OpenStep, OpenSteps
 
-SIZE = (150, 48)
-
-
-async def settle(pilot: Pilot) -> None:
-    await pilot.app.workers.wait_for_complete()
-    await pilot.pause()
-    await pilot.app.workers.wait_for_complete()
-    await pilot.pause()
+from .conftest import SIZE, navigate
+from .conftest import wait_for_workers as settle
 
 
 class TestScreens:
@@ -28,8 +23,7 @@ class TestScreens:
 
         async def run_before(pilot: Pilot) -> None:
             await settle(pilot)
-            pilot.app.open_steps(5)  # type: ignore[attr-defined]
-            await settle(pilot)
+            await navigate(pilot, OpenSteps(5))
             await pilot.press("o")  # sort: wall time, longest first
 
         assert snap_compare(K25TraceApp(trace_db), run_before=run_before, terminal_size=SIZE)
@@ -39,8 +33,7 @@ class TestScreens:
 
         async def run_before(pilot: Pilot) -> None:
             await settle(pilot)
-            pilot.app.open_step(5, 1)  # type: ignore[attr-defined]
-            await settle(pilot)
+            await navigate(pilot, OpenStep(5, 1))
 
         assert snap_compare(K25TraceApp(trace_db), run_before=run_before, terminal_size=SIZE)
 
@@ -94,7 +87,6 @@ class TestScreens:
         async def run_before(pilot: Pilot) -> None:
             await settle(pilot)
             await pilot.press("t")
-            pilot.app.open_step(5, 1)  # type: ignore[attr-defined]
-            await settle(pilot)
+            await navigate(pilot, OpenStep(5, 1))
 
         assert snap_compare(K25TraceApp(trace_db), run_before=run_before, terminal_size=SIZE)

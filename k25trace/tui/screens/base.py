@@ -1,60 +1,91 @@
-"""The base of every data screen: one way to run a browse call in a thread worker and get a message back."""
+"""The base of every data screen: one way to run a query in a thread worker and get a typed message back.
+
+Screens know nothing of the app class: they get cursors from whatever provides :class:`CursorSource` (the app
+does), and they move between screens by posting the navigation messages of :mod:`k25trace.tui.messages`.
+"""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Hashable
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
-from textual import on, work
+from textual import on
 from textual.markup import escape
 from textual.screen import Screen
-from textual.worker import get_current_worker
+from textual.widgets import Label
+from textual.worker import Worker, get_current_worker
 
 from k25trace.errors import K25Error
-from k25trace.tui.messages import Fetched, FetchFailed
+from k25trace.tui.messages import FetchFailed, Loaded
 
 if TYPE_CHECKING:
     import duckdb
 
-    from k25trace.tui.app import K25TraceApp
+T = TypeVar("T")
+
+
+@runtime_checkable
+class CursorSource(Protocol):
+    """What screens need from their app: a DuckDB cursor of its own per worker, registered so that it can be
+    interrupted (``ctrl+g``) and closed when the worker is done."""
+
+    def query_cursor(self) -> AbstractContextManager[duckdb.DuckDBPyConnection]: ...
 
 
 class BrowseScreen(Screen[None]):
     """A screen whose data comes from :mod:`k25trace.browse` through :meth:`fetch`."""
 
     @property
-    def browse_app(self) -> "K25TraceApp":
-        """The app, typed (it owns the read-only connection and the cursors in use)."""
-        return self.app  # type: ignore[return-value]
+    def cursors(self) -> CursorSource:
+        """Where this screen's workers take their cursors: the app (checked structurally, never imported)."""
+        app = self.app
+        if not isinstance(app, CursorSource):
+            raise TypeError(f"{type(app).__name__} does not provide query_cursor()")
+        return app
 
-    @work(thread=True, exclusive=True, exit_on_error=False, group="fetch", description="browse query")
-    def fetch(self, request: str, call: Callable[["duckdb.DuckDBPyConnection"], Any]) -> None:
-        """Run ``call(cursor)`` off the UI thread on a cursor of its own; post :class:`Fetched` or :class:`FetchFailed`.
+    def fetch(self, kind: type[Loaded[T]], call: Callable[[duckdb.DuckDBPyConnection], T], *,
+              request: Hashable = None, group: str = "fetch",
+              explain: Callable[[BaseException], str] | None = None) -> Worker[None]:
+        """Run ``call(cursor)`` off the UI thread on a cursor of its own; post ``kind(result)`` or :class:`FetchFailed`
+        to this screen.
 
-        ``exclusive`` marks an older fetch of this screen cancelled, so a stale result (the step the user has
-        already moved past) is dropped here instead of landing on screen.
+        Fetches of one ``group`` are exclusive: a newer one marks the older cancelled, so a stale result (the step
+        the user has already moved past) is dropped instead of landing on screen. ``explain`` turns errors other
+        than :class:`~k25trace.errors.K25Error` into the failure's text (by default they reach the app's worker-error
+        notification).
         """
-        self._run_fetch(request, call)
+        source = self.cursors
+        return self.run_worker(lambda: self._run_fetch(source, kind, call, request, explain), thread=True,
+                               exclusive=True, exit_on_error=False, group=group,
+                               description=f"{kind.__name__} query")
 
-    @work(thread=True, exclusive=True, exit_on_error=False, group="side", description="browse query (secondary)")
-    def fetch_side(self, request: str, call: Callable[["duckdb.DuckDBPyConnection"], Any]) -> None:
+    def fetch_side(self, kind: type[Loaded[T]], call: Callable[[duckdb.DuckDBPyConnection], T], *,
+                   request: Hashable = None) -> Worker[None]:
         """Like :meth:`fetch`, in a second group: slower parts that paint after the main ones."""
-        self._run_fetch(request, call)
+        return self.fetch(kind, call, request=request, group="side")
 
-    def _run_fetch(self, request: str, call: Callable[["duckdb.DuckDBPyConnection"], Any]) -> None:
-        """The body of both fetch groups (runs in the worker thread)."""
+    def _run_fetch(self, source: CursorSource, kind: type[Loaded[T]], call: Callable[[duckdb.DuckDBPyConnection], T],
+                   request: Hashable, explain: Callable[[BaseException], str] | None) -> None:
+        """The body of every fetch (runs in the worker thread)."""
         worker = get_current_worker()
         started = time.perf_counter()
         try:
-            with self.browse_app.query_cursor() as cursor:
+            with source.query_cursor() as cursor:
                 result = call(cursor)
         except K25Error as exc:
+            failure = str(exc)
+        except BaseException as exc:  # noqa: BLE001 — only when the caller can explain it (polars panics are BaseExceptions)
+            if explain is None or isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                raise
+            failure = explain(exc)
+        else:
             if not worker.is_cancelled:
-                self.post_message(FetchFailed(request, str(exc)))
+                self.post_message(kind(result, request, (time.perf_counter() - started) * 1000))
             return
         if not worker.is_cancelled:
-            self.post_message(Fetched(request, result, (time.perf_counter() - started) * 1000))
+            self.post_message(FetchFailed(kind, failure, request))
 
     @on(FetchFailed)
     def show_failure(self, message: FetchFailed) -> None:
@@ -63,8 +94,6 @@ class BrowseScreen(Screen[None]):
 
     def set_status(self, markup: str, *, error: bool = False) -> None:
         """Put a line in the screen's ``#status`` label (screens without one ignore it)."""
-        from textual.widgets import Label
-
         for label in self.query("#status").results(Label):
             label.update(markup)
             label.set_class(error, "-error")

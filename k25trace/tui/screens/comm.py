@@ -12,9 +12,10 @@ from textual.markup import escape
 from textual.widgets import DataTable, Footer, Header, Label
 
 from k25trace import browse
-from k25trace.tui.messages import Fetched
+from k25trace.tui.cells import cell
+from k25trace.tui.messages import CallSitesLoaded, CollectivesLoaded
 from k25trace.tui.screens.base import BrowseScreen
-from k25trace.tui.screens.overview import fill_table
+from k25trace.tui.widgets import fill_table
 
 BATCH_COLUMNS = ["run", "batch_size", "category", "ranks", "calls_per_step", "ms_per_step", "transfer_ms_per_step",
                  "wait_ms_per_step", "launch_wait_ms_per_step", "gpu_wait_ms_per_step", "straggler_rank",
@@ -54,20 +55,19 @@ class CommScreen(BrowseScreen):
         self.action_reload()
 
     def action_reload(self) -> None:
-        self.fetch("collectives", browse.collectives)
+        self.fetch(CollectivesLoaded, browse.collectives)
 
-    @on(Fetched)
-    def show(self, message: Fetched) -> None:
-        if message.request == "sites":
-            (run, batch, category), frame = message.result
-            fill_table(self.query_one("#comm-sites", DataTable), frame, columns=SITE_COLUMNS)
-            self.query_one("#sites-title", Label).update(
-                f"[b]Call sites[/b] of {escape(run)} batch {batch if batch is not None else '?'} {category} "
-                f"({frame.height}, the most waited-on first; site k = the k-th {category} of every step)")
-            return
-        if message.request != "collectives":
-            return
-        data: browse.Collectives = message.result
+    @on(CallSitesLoaded)
+    def show_sites(self, message: CallSitesLoaded) -> None:
+        (run, batch, category), frame = message.result
+        fill_table(self.query_one("#comm-sites", DataTable), frame, columns=SITE_COLUMNS)
+        self.query_one("#sites-title", Label).update(
+            f"[b]Call sites[/b] of {escape(run)} batch {batch if batch is not None else '?'} {category} "
+            f"({frame.height}, the most waited-on first; site k = the k-th {category} of every step)")
+
+    @on(CollectivesLoaded)
+    def show(self, message: CollectivesLoaded) -> None:
+        data = message.result
         if data.per_batch.is_empty():
             self.set_status("No collectives across ranks: this needs two or more ranks of one run with decode steps.")
         elif data.warnings:
@@ -78,8 +78,6 @@ class CommScreen(BrowseScreen):
         self._batch_keys = {}
         batches.clear(columns=True)
         batches.add_columns(*BATCH_COLUMNS)
-        from k25trace.tui.cells import cell
-
         for i, row in enumerate(data.per_batch.iter_rows(named=True)):
             key = str(i)
             self._batch_keys[key] = (row["run_id"], row["batch_size"], row["category"])
@@ -87,7 +85,6 @@ class CommScreen(BrowseScreen):
         fill_table(self.query_one("#comm-ranks", DataTable), data.per_rank,
                    columns=RANK_COLUMNS if not data.per_rank.is_empty() else None)
         batches.focus()
-        self.browse_app.mark_painted("comm", message.elapsed_ms)
 
     def _open(self, key: str | None) -> None:
         if key is None or key not in self._batch_keys:
@@ -96,7 +93,7 @@ class CommScreen(BrowseScreen):
         from k25trace.report import run_label
 
         label = (run_label(run_id), batch, category)
-        self.fetch_side("sites", lambda cursor: (label, browse.call_sites(cursor, run_id, batch, category)))
+        self.fetch_side(CallSitesLoaded, lambda cursor: (label, browse.call_sites(cursor, run_id, batch, category)))
 
     @on(DataTable.RowSelected, "#comm-batches")
     def selected(self, event: DataTable.RowSelected) -> None:

@@ -15,9 +15,9 @@ from textual.widgets import DataTable, Footer, Header, Label
 
 from k25trace import compare
 from k25trace.tui.cells import cell
-from k25trace.tui.messages import Fetched
+from k25trace.tui.messages import ComparisonLoaded, RunsLoaded
 from k25trace.tui.screens.base import BrowseScreen
-from k25trace.tui.screens.overview import fill_table
+from k25trace.tui.widgets import fill_table
 
 RUN_COLUMNS = ["side", "run", "level", "ranks", "devices", "decode_steps", "decode_batch_sizes"]
 MATCH_CYCLE = ("auto", "batch", "level", "side")
@@ -43,8 +43,10 @@ class CompareScreen(BrowseScreen):
         Binding("escape", "app.pop_screen", "Back"),
     ]
 
-    def __init__(self) -> None:
+    def __init__(self, source: str = "database") -> None:
         super().__init__()
+        self.source = source
+        """How the database is named in the comparison's notes (its file name)."""
         self.runs = pl.DataFrame()
         self.side_a: str | None = None
         self.side_b: str | None = None
@@ -69,27 +71,26 @@ class CompareScreen(BrowseScreen):
         self.action_reload()
 
     def action_reload(self) -> None:
-        self.fetch("runs", compare.runs)
+        self.fetch(RunsLoaded, compare.runs)
 
     def _show_section(self, name: str, visible: bool) -> None:
         self.query_one(f"#compare-{name}-title", Label).display = visible
         self.query_one(f"#compare-{name}", DataTable).display = visible
 
-    @on(Fetched)
-    def show(self, message: Fetched) -> None:
-        if message.request == "runs":
-            self.runs = message.result
-            self._fill_runs()
-            if self.runs.height < 2:
-                self.set_status("Comparing needs two runs (or capture levels) in this database; "
-                                "`k25trace compare A B` compares two databases or trace directories.")
-            else:
-                self.set_status("Pick side A (a) and side B (b) in the runs below.")
-            self.query_one("#compare-runs", DataTable).focus()
-            self.browse_app.mark_painted("compare-runs", message.elapsed_ms)
-        elif message.request == "compare":
-            self._show_comparison(message.result)
-            self.browse_app.mark_painted("compare", message.elapsed_ms)
+    @on(RunsLoaded)
+    def show_runs(self, message: RunsLoaded) -> None:
+        self.runs = message.result
+        self._fill_runs()
+        if self.runs.height < 2:
+            self.set_status("Comparing needs two runs (or capture levels) in this database; "
+                            "`k25trace compare A B` compares two databases or trace directories.")
+        else:
+            self.set_status("Pick side A (a) and side B (b) in the runs below.")
+        self.query_one("#compare-runs", DataTable).focus()
+
+    @on(ComparisonLoaded)
+    def show_comparison(self, message: ComparisonLoaded) -> None:
+        self._show_comparison(message.result)
 
     def _fill_runs(self) -> None:
         table = self.query_one("#compare-runs", DataTable)
@@ -141,14 +142,14 @@ class CompareScreen(BrowseScreen):
             return
         run_a, run_b, match = self.side_a, self.side_b, self.match
         self.set_status(f"comparing A {escape(run_label(run_a))} with B {escape(run_label(run_b))} (match {match})…")
-        source = self.browse_app.db_path.name
+        source = self.source
 
         def call(cursor: object) -> compare.Comparison:
             return compare.compare(compare.Side("A", cursor, source, compare.Selection(run=run_a)),  # type: ignore[arg-type]
                                    compare.Side("B", cursor, source, compare.Selection(run=run_b)),  # type: ignore[arg-type]
                                    match=match)
 
-        self.fetch_side("compare", call)
+        self.fetch_side(ComparisonLoaded, call)
 
     def _show_comparison(self, result: compare.Comparison) -> None:
         notes = " | ".join(result.notes)

@@ -16,9 +16,9 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Label, Sparkline, Static
 
 from k25trace import browse
-from k25trace.tui.messages import Fetched
+from k25trace.tui.messages import KernelLoaded, KernelRanksLoaded
 from k25trace.tui.screens.base import BrowseScreen
-from k25trace.tui.screens.overview import fill_table
+from k25trace.tui.widgets import fill_table
 
 PER_STEP_CAP = 500
 NAME_CAP = 4096
@@ -123,16 +123,15 @@ class KernelScreen(BrowseScreen):
 
     def on_mount(self) -> None:
         trace_id, event_id, start_ns = self.trace_id, self.event_id, self.start_ns
-        self.fetch("kernel", lambda cursor: browse.kernel_detail(cursor, trace_id, event_id, start_ns))
+        self.fetch(KernelLoaded, lambda cursor: browse.kernel_detail(cursor, trace_id, event_id, start_ns))
 
-    @on(Fetched)
-    def show_kernel(self, message: Fetched) -> None:
-        if message.request == "ranks":
-            fill_table(self.query_one("#per-rank", DataTable), message.result)
-            return
-        if message.request != "kernel":
-            return
-        detail: browse.KernelDetail | None = message.result
+    @on(KernelRanksLoaded)
+    def show_ranks(self, message: KernelRanksLoaded) -> None:
+        fill_table(self.query_one("#per-rank", DataTable), message.result)
+
+    @on(KernelLoaded)
+    def show_kernel(self, message: KernelLoaded) -> None:
+        detail = message.result
         if detail is None:
             self.set_status(f"No GPU activity {self.event_id} in trace {self.trace_id}.", error=True)
             return
@@ -148,9 +147,8 @@ class KernelScreen(BrowseScreen):
         else:
             self.query_one("#step-caption", Label).update("not in any step")
         trace_id, name_id = self.trace_id, detail.row["name_id"]
-        self.fetch_side("ranks", lambda cursor: browse.kernel_ranks(cursor, trace_id, name_id))
+        self.fetch_side(KernelRanksLoaded, lambda cursor: browse.kernel_ranks(cursor, trace_id, name_id))
         fill_table(self.query_one("#per-step", DataTable), detail.per_step.head(PER_STEP_CAP))
-        self.browse_app.mark_painted("kernel", message.elapsed_ms)
 
     def action_full_name(self) -> None:
         """The whole name in a view of its own, one page of PAGE_CHARS at a time."""

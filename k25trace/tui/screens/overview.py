@@ -12,21 +12,9 @@ from textual.containers import VerticalScroll
 from textual.widgets import DataTable, Footer, Header, Label
 
 from k25trace import browse
-from k25trace.tui.cells import cell
-from k25trace.tui.messages import Fetched
+from k25trace.tui.messages import BreakdownLoaded, OpenSteps, OverviewLoaded
 from k25trace.tui.screens.base import BrowseScreen
-from k25trace.tui.widgets import CategoryBars
-
-
-def fill_table(table: DataTable, frame: pl.DataFrame, *, key_column: str | None = None,
-               columns: list[str] | None = None) -> None:
-    """Replace a DataTable's contents with a frame's rows (NULLs as blanks), keyed by ``key_column``."""
-    table.clear(columns=True)
-    columns = columns or frame.columns
-    table.add_columns(*columns)
-    for row in frame.iter_rows(named=True):
-        cells = [cell(row[c]) for c in columns]
-        table.add_row(*cells, key=None if key_column is None else str(row[key_column]))
+from k25trace.tui.widgets import CategoryBars, fill_table
 
 
 class OverviewScreen(BrowseScreen):
@@ -60,24 +48,23 @@ class OverviewScreen(BrowseScreen):
 
     def action_reload(self) -> None:
         """Query the overview again (after a load in another terminal)."""
-        self.fetch("overview", browse.overview)
+        self.fetch(OverviewLoaded, browse.overview)
 
-    @on(Fetched)
-    def show_overview(self, message: Fetched) -> None:
-        if message.request == "breakdown":
-            breakdown, comm, idle = message.result
-            self.query_one("#breakdown", CategoryBars).show_bars(
-                breakdown_rows(breakdown, idle), width=60, empty_message="no decode steps in this database")
-            table = self.query_one("#comm", DataTable)
-            fill_table(table, comm)
-            table.display = not comm.is_empty()
-            self.query_one("#comm-title", Label).update(
-                "[b]Collectives across ranks[/b] (decode; wait = time spent waiting for the slowest rank)" if not comm.is_empty()
-                else "[b]Collectives across ranks[/b]: none (needs two or more ranks of one run with decode steps)")
-            return
-        if message.request != "overview":
-            return
-        overview: browse.Overview = message.result
+    @on(BreakdownLoaded)
+    def show_breakdown(self, message: BreakdownLoaded) -> None:
+        breakdown, comm, idle = message.result
+        self.query_one("#breakdown", CategoryBars).show_bars(
+            breakdown_rows(breakdown, idle), width=60, empty_message="no decode steps in this database")
+        table = self.query_one("#comm", DataTable)
+        fill_table(table, comm)
+        table.display = not comm.is_empty()
+        self.query_one("#comm-title", Label).update(
+            "[b]Collectives across ranks[/b] (decode; wait = time spent waiting for the slowest rank)" if not comm.is_empty()
+            else "[b]Collectives across ranks[/b]: none (needs two or more ranks of one run with decode steps)")
+
+    @on(OverviewLoaded)
+    def show_overview(self, message: OverviewLoaded) -> None:
+        overview = message.result
         traces = overview.traces
         if traces.is_empty():
             self.set_status("This database has no traces yet. Load some with "
@@ -99,22 +86,21 @@ class OverviewScreen(BrowseScreen):
             "[b]Capture levels[/b]" if has_levels else "[b]Capture levels[/b]: none (traces not from `k25trace capture`)")
         fill_table(self.query_one("#step-counts", DataTable), overview.step_counts)
         self.query_one("#breakdown", CategoryBars).update("computing…")
-        self.fetch_side("breakdown", lambda cursor: (browse.decode_breakdown(cursor), browse.collective_split(cursor),
-                                                     browse.idle_split(cursor)))
+        self.fetch_side(BreakdownLoaded, lambda cursor: (browse.decode_breakdown(cursor), browse.collective_split(cursor),
+                                                         browse.idle_split(cursor)))
         self.query_one("#traces", DataTable).focus()
-        self.browse_app.mark_painted("overview", message.elapsed_ms)
 
     @on(DataTable.RowSelected, "#traces")
     def open_selected_trace(self, event: DataTable.RowSelected) -> None:
         if event.row_key.value is not None:
-            self.browse_app.open_steps(int(event.row_key.value))
+            self.post_message(OpenSteps(int(event.row_key.value)))
 
     def action_open_trace(self) -> None:
         table = self.query_one("#traces", DataTable)
         if table.row_count:
             row_key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key
             if row_key.value is not None:
-                self.browse_app.open_steps(int(row_key.value))
+                self.post_message(OpenSteps(int(row_key.value)))
 
 
 def breakdown_rows(frame: pl.DataFrame, idle: pl.DataFrame | None = None) -> list[tuple[str, list[tuple[str, float]], str]]:

@@ -12,7 +12,7 @@ from textual.widgets import DataTable, Footer, Header, Input, Label
 
 from k25trace import browse
 from k25trace.tui.cells import cell
-from k25trace.tui.messages import Fetched
+from k25trace.tui.messages import FirstRunLoaded, OpenKernel, SearchLoaded
 from k25trace.tui.screens.base import BrowseScreen
 from k25trace.tui.widgets import category_text
 
@@ -44,34 +44,35 @@ class SearchScreen(BrowseScreen):
             self.set_status("Type part of a kernel name first.")
             return
         self.set_status(f"searching for {pattern!r}…")
-        self.fetch("search", lambda cursor: browse.search_kernels(cursor, pattern))
+        self.fetch(SearchLoaded, lambda cursor: browse.search_kernels(cursor, pattern))
 
-    @on(Fetched)
-    def show_results(self, message: Fetched) -> None:
-        if message.request == "search":
-            frame = message.result
-            table = self.query_one("#results", DataTable)
-            table.clear(columns=True)
-            table.add_columns("short_name", "category", "calls", "total_ms")
-            for row in frame.iter_rows(named=True):
-                table.add_row(cell(row["short_name"]), category_text(row["category"] or "other"), cell(row["calls"]),
-                              cell(row["total_ms"]), key=str(row["name_id"]))
-            if frame.is_empty():
-                self.set_status("No kernel name matches.")
-            else:
-                self.set_status(f"{frame.height} kernel name(s)" + (" (first 200)" if frame.height >= 200 else "")
-                                + " — Enter: open its first run")
-                table.focus()
-        elif message.request == "open":
-            where = message.result
-            if where is None:
-                self.set_status("That kernel never ran in a loaded trace.", error=True)
-                return
-            self.browse_app.open_kernel(int(where["trace_id"]), int(where["event_id"]), int(where["start_ns"]))
+    @on(SearchLoaded)
+    def show_results(self, message: SearchLoaded) -> None:
+        frame = message.result
+        table = self.query_one("#results", DataTable)
+        table.clear(columns=True)
+        table.add_columns("short_name", "category", "calls", "total_ms")
+        for row in frame.iter_rows(named=True):
+            table.add_row(cell(row["short_name"]), category_text(row["category"] or "other"), cell(row["calls"]),
+                          cell(row["total_ms"]), key=str(row["name_id"]))
+        if frame.is_empty():
+            self.set_status("No kernel name matches.")
+        else:
+            self.set_status(f"{frame.height} kernel name(s)" + (" (first 200)" if frame.height >= 200 else "")
+                            + " — Enter: open its first run")
+            table.focus()
+
+    @on(FirstRunLoaded)
+    def open_first_run(self, message: FirstRunLoaded) -> None:
+        where = message.result
+        if where is None:
+            self.set_status("That kernel never ran in a loaded trace.", error=True)
+            return
+        self.post_message(OpenKernel(int(where["trace_id"]), int(where["event_id"]), int(where["start_ns"])))
 
     @on(DataTable.RowSelected, "#results")
     def open_result(self, event: DataTable.RowSelected) -> None:
         if event.row_key.value is None:
             return
         name_id, trace_id = int(event.row_key.value), self.trace_id
-        self.fetch("open", lambda cursor: browse.first_occurrence(cursor, name_id, trace_id))
+        self.fetch(FirstRunLoaded, lambda cursor: browse.first_occurrence(cursor, name_id, trace_id))

@@ -4,19 +4,20 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from textual import on, work
+import duckdb
+import polars as pl
+from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.markup import escape
 from textual.widgets import DataTable, Footer, Header, Input, Label, TextArea, Tree
-from textual.worker import get_current_worker
 
 from k25trace import browse, db, output
 from k25trace.errors import K25Error
-from k25trace.tui.messages import Fetched, FetchFailed
+from k25trace.tui.messages import SchemaLoaded, SqlLoaded
 from k25trace.tui.screens.base import BrowseScreen
-from k25trace.tui.screens.overview import fill_table
+from k25trace.tui.widgets import fill_table
 
 CELL_CHARS = 1000  # longer text (a 20 MB kernel name) is cut: a DataTable measures every cell it holds
 DEFAULT_SQL = "select category, count(*) as calls, round(sum(dur_ns) / 1e6, 3) as ms\nfrom kernels\ngroup by all\norder by ms desc"
@@ -48,26 +49,27 @@ class SqlScreen(BrowseScreen):
     def on_mount(self) -> None:
         catalog = browse.query_catalog()
         fill_table(self.query_one("#named-queries", DataTable), catalog.select("name", "params"), key_column="name")
-        self.fetch("schema", browse.schema_columns)
+        self.fetch(SchemaLoaded, browse.schema_columns)
         self.query_one("#editor", TextArea).focus()
 
-    @on(Fetched)
-    def show_fetched(self, message: Fetched) -> None:
-        if message.request == "schema":
-            tree = self.query_one("#schema", Tree)
-            tree.clear()
-            tree.root.expand()
-            for (table_name,), columns in message.result.group_by(["table_name"], maintain_order=True):
-                node = tree.root.add(escape(str(table_name)))
-                for row in columns.iter_rows(named=True):
-                    node.add_leaf(f"{escape(str(row['column_name']))} [dim]{escape(str(row['data_type']))}[/dim]")
-        elif message.request == "sql":
-            result: output.Result = message.result
-            table = self.query_one("#results", DataTable)
-            fill_table(table, result.frame)
-            rows = result.frame.height
-            self.set_status(f"{rows}{'+' if result.truncated else ''} row(s) in {message.elapsed_ms:.0f} ms"
-                            + (f" — showing the first {rows}" if result.truncated else ""))
+    @on(SchemaLoaded)
+    def show_schema(self, message: SchemaLoaded) -> None:
+        tree = self.query_one("#schema", Tree)
+        tree.clear()
+        tree.root.expand()
+        for (table_name,), columns in message.result.group_by(["table_name"], maintain_order=True):
+            node = tree.root.add(escape(str(table_name)))
+            for row in columns.iter_rows(named=True):
+                node.add_leaf(f"{escape(str(row['column_name']))} [dim]{escape(str(row['data_type']))}[/dim]")
+
+    @on(SqlLoaded)
+    def show_rows(self, message: SqlLoaded) -> None:
+        result = message.result
+        table = self.query_one("#results", DataTable)
+        fill_table(table, result.frame)
+        rows = result.frame.height
+        self.set_status(f"{rows}{'+' if result.truncated else ''} row(s) in {message.elapsed_ms:.0f} ms"
+                        + (f" — showing the first {rows}" if result.truncated else ""))
 
     @on(DataTable.RowSelected, "#named-queries")
     def load_named_query(self, event: DataTable.RowSelected) -> None:
@@ -90,37 +92,22 @@ class SqlScreen(BrowseScreen):
         self.set_status("running… (ctrl+g: cancel)")
         self.run_sql(sql, params)
 
-    @work(thread=True, exclusive=True, exit_on_error=False, group="sql", description="ad-hoc SQL")
     def run_sql(self, sql: str, params: dict[str, object]) -> None:
-        """Run the editor's SQL on a cursor of its own; ctrl+g interrupts it. Whatever goes wrong ends in the
-        status line (never "running…" for ever): a DuckDB error, SQL with no statement, a value that cannot be
-        shown. No file can be read or written (see :func:`k25trace.db.forbid_external_access`)."""
-        import time
+        """Run the editor's SQL in a worker (group ``sql``) on a cursor of its own; ctrl+g interrupts it. Whatever goes
+        wrong ends in the status line (never "running…" for ever): a DuckDB error, SQL with no statement, a value
+        that cannot be shown. No file can be read or written (see :func:`k25trace.db.forbid_external_access`)."""
+        self.fetch(SqlLoaded, lambda cursor: user_rows(cursor, sql, params), group="sql", explain=explain_failure)
 
-        worker = get_current_worker()
-        started = time.perf_counter()
-        try:
-            result = self._run(sql, params)
-        except K25Error as exc:
-            failure = str(exc)
-        except BaseException as exc:  # noqa: BLE001 — DuckDB, polars (its panics are BaseExceptions), anything
-            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
-                raise
-            failure = (str(exc).splitlines() or [type(exc).__name__])[0] + output.read_only_hint(exc)
-        else:
-            if not worker.is_cancelled:
-                self.post_message(Fetched("sql", result, (time.perf_counter() - started) * 1000))
-            return
-        if not worker.is_cancelled:
-            self.post_message(FetchFailed("sql", failure))
 
-    def _run(self, sql: str, params: dict[str, object]) -> output.Result:
-        """The rows to show (at most SQL_ROW_CAP, cells cut at CELL_CHARS), every DuckDB type as text if need be."""
-        import polars as pl
+def user_rows(cursor: duckdb.DuckDBPyConnection, sql: str, params: dict[str, object]) -> output.Result:
+    """The rows to show (at most SQL_ROW_CAP, cells cut at CELL_CHARS), every DuckDB type as text if need be."""
+    db.forbid_external_access(cursor)
+    relation = output.user_relation(cursor, sql, params)
+    if relation is None:
+        return output.Result(pl.DataFrame(), False, frozenset())
+    return output.fetch_result(relation, limit=browse.SQL_ROW_CAP, max_chars=CELL_CHARS)
 
-        with self.browse_app.query_cursor() as cursor:
-            db.forbid_external_access(cursor)
-            relation = output.user_relation(cursor, sql, params)
-            if relation is None:
-                return output.Result(pl.DataFrame(), False, frozenset())
-            return output.fetch_result(relation, limit=browse.SQL_ROW_CAP, max_chars=CELL_CHARS)
+
+def explain_failure(exc: BaseException) -> str:
+    """A DuckDB or polars error (its panics are BaseExceptions), or anything else, as one line for the status."""
+    return (str(exc).splitlines() or [type(exc).__name__])[0] + output.read_only_hint(exc)

@@ -1,8 +1,17 @@
-"""Step: one engine step's kernels in time order, its timeline strip, per-category times and its other ranks."""
+"""Step: one engine step's kernels in time order, its timeline strip, per-category times and its other ranks.
+
+Moving between steps is the screen's hot path (n/p held down, or pressed while reading). Every step it has read is
+kept (:data:`CACHE_STEPS` of them), and after each move a worker reads ahead — the next steps in the direction of
+travel, the one behind, the same step on the next rank — so the next key press usually paints from memory.
+Whether a step comes from a worker or from memory, it reaches the screen as a :class:`StepLoaded` message and is
+painted by one handler, which drops any step but the one asked for last.
+"""
 
 from __future__ import annotations
 
-from typing import ClassVar
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import polars as pl
 from rich.text import Text
@@ -13,14 +22,27 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, Footer, Header, Label
 
 from k25trace import browse
+from k25trace.errors import K25Error
 from k25trace.tui.cells import cell
-from k25trace.tui.messages import Fetched
+from k25trace.tui.messages import KernelPageLoaded, OpenKernel, StepLoaded, StepsPrefetched
 from k25trace.tui.screens.base import BrowseScreen
 from k25trace.tui.widgets import CategoryBars, Timeline, category_text
+
+if TYPE_CHECKING:
+    import duckdb
 
 KERNEL_HEADER = f"{'offset_us':>11} {'dur_us':>9}  {'category':<12} {'stream':>6} {'kind':<6} short_name"
 """The kernel table has one pre-formatted column: Textual's DataTable pays per cell when it paints, and a step
 move repaints the whole visible list, so one cell per row keeps moving between steps fast."""
+
+StepKey = tuple[int, int]
+"""(trace_id, step_index)."""
+
+CACHE_STEPS = 64
+"""Steps kept in memory per step screen (a step is its header, one page of kernels and a few small tables)."""
+
+READ_AHEAD = 2
+"""Steps read ahead in the direction of travel (plus one behind and the same step on the next rank)."""
 
 
 def kernel_line(row: dict[str, object]) -> Text:
@@ -50,9 +72,22 @@ class StepScreen(BrowseScreen):
         self.trace_id = trace_id
         self.step_index = step_index
         self.detail: browse.StepDetail | None = None
+        """The step on screen (None before the first one arrives, or when it does not exist)."""
+        self.shown: StepKey | None = None
         self.kernel_rows = 0
         """GPU activities loaded into the kernel table so far."""
         self.kernel_start_ns: dict[str, int] = {}
+        self.direction = 1
+        """+1 after a move forward, -1 after one back: where reading ahead goes first."""
+        self.steps: OrderedDict[StepKey, browse.StepDetail | None] = OrderedDict()
+        """Steps read so far, least recently used first."""
+        self.reading_ahead: set[StepKey] = set()
+        """Steps the read-ahead worker is reading now."""
+
+    @property
+    def wanted(self) -> StepKey:
+        """The step asked for last: the one the screen shows once it is read."""
+        return (self.trace_id, self.step_index)
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -74,18 +109,64 @@ class StepScreen(BrowseScreen):
         self.load()
 
     def load(self) -> None:
-        """Fetch the step (header, first kernel page, categories, timeline, other ranks) in a worker."""
-        trace_id, step_index = self.trace_id, self.step_index
-        self.fetch("step", lambda cursor: browse.step_detail(cursor, trace_id, step_index))
+        """Show the wanted step: from memory when it was read already, else when the worker reading it is done."""
+        key = self.wanted
+        if key in self.steps:
+            self.steps.move_to_end(key)
+            self.post_message(StepLoaded(self.steps[key], key))
+        elif key not in self.reading_ahead:  # else the read-ahead worker posts it in a moment
+            self.fetch(StepLoaded, lambda cursor: browse.step_detail(cursor, *key), request=key)
 
-    @on(Fetched)
-    def show_fetched(self, message: Fetched) -> None:
-        if message.request == "step":
-            self.show_step(message.result)
-            self.query_one("#kernels", DataTable).focus()
-            self.browse_app.mark_painted("step", message.elapsed_ms)
-        elif message.request == "more":
-            self.append_kernels(message.result)
+    def remember(self, key: StepKey, detail: browse.StepDetail | None) -> None:
+        self.steps[key] = detail
+        self.steps.move_to_end(key)
+        while len(self.steps) > CACHE_STEPS:
+            self.steps.popitem(last=False)
+
+    @on(StepLoaded)
+    def step_loaded(self, message: StepLoaded) -> None:
+        key: StepKey = message.request  # type: ignore[assignment]
+        self.remember(key, message.result)
+        if key != self.wanted:
+            return  # the user has moved on
+        self.show_step(message.result)
+        self.shown = key
+        self.query_one("#kernels", DataTable).focus()
+        self.call_after_refresh(self.read_ahead)  # after the paint: the worker would compete with it for the CPU
+
+    @on(StepsPrefetched)
+    def steps_read_ahead(self, message: StepsPrefetched) -> None:
+        asked = self.reading_ahead
+        self.reading_ahead = set()
+        for key, detail in message.result:
+            self.remember(key, detail)
+        if self.wanted in asked and self.shown != self.wanted:
+            self.load()  # the user moved to a step the worker was reading: it is in memory now, or fetched if it failed
+        else:
+            self.read_ahead()
+
+    def read_ahead(self) -> None:
+        """Read the steps the user is likely to ask for next, in one worker at a time, unless all are in memory."""
+        if self.reading_ahead or self.detail is None or self.shown != self.wanted:
+            return
+        plan = self.read_ahead_plan(self.detail)
+        known = {key: (None if detail is None else detail.header) for key, detail in self.steps.items()}
+        self.reading_ahead = first_unknown(plan, known)
+        if self.reading_ahead:
+            self.fetch(StepsPrefetched, read_steps(plan, known), group="read-ahead")
+
+    def read_ahead_plan(self, detail: browse.StepDetail) -> list[tuple[StepKey, int]]:
+        """Steps to read, in order, each as (a step already known, how far to walk from it: +k next, -k previous)."""
+        start = (int(detail.header["trace_id"]), int(detail.header["step_index"]))
+        plan: list[tuple[StepKey, int]] = [(start, self.direction * i) for i in range(1, READ_AHEAD + 1)]
+        plan.append((start, -self.direction))
+        trace_ids = detail.ranks["trace_id"].to_list()
+        if len(trace_ids) > 1 and start[0] in trace_ids:
+            position = trace_ids.index(start[0])
+            other = detail.ranks.row((position + 1) % len(trace_ids), named=True)
+            if other["has_step"]:
+                plan.append(((int(other["trace_id"]), start[1]), 0))
+        return plan
 
     def show_step(self, detail: browse.StepDetail | None) -> None:
         self.detail = detail
@@ -174,6 +255,7 @@ class StepScreen(BrowseScreen):
         if target is None or target < 0:
             self.notify("No " + ("next" if delta > 0 else "previous") + " step.", severity="warning")
             return
+        self.direction = 1 if delta > 0 else -1
         self.step_index = int(target)
         self.load()
 
@@ -195,14 +277,77 @@ class StepScreen(BrowseScreen):
         self.load()
 
     def action_more_kernels(self) -> None:
-        """Fetch the next page of kernels."""
-        if self.detail is None or self.kernel_rows >= self.detail.kernel_total:
+        """Fetch the next page of kernels (of the step on screen, unless another one is on its way)."""
+        if self.detail is None or self.shown != self.wanted or self.kernel_rows >= self.detail.kernel_total:
             return
         header, offset = self.detail.header, self.kernel_rows
-        self.fetch("more", lambda cursor: browse.step_kernels(cursor, header, offset=offset))
+        self.fetch(KernelPageLoaded, lambda cursor: browse.step_kernels(cursor, header, offset=offset),
+                   request=(*self.wanted, offset))
+
+    @on(KernelPageLoaded)
+    def kernel_page_loaded(self, message: KernelPageLoaded) -> None:
+        if self.shown is not None and message.request == (*self.shown, self.kernel_rows):
+            self.append_kernels(message.result)
 
     @on(DataTable.RowSelected, "#kernels")
     def open_kernel(self, event: DataTable.RowSelected) -> None:
         key = event.row_key.value
         if key is not None and key in self.kernel_start_ns:
-            self.browse_app.open_kernel(self.trace_id, int(key), self.kernel_start_ns[key])
+            self.post_message(OpenKernel(self.trace_id, int(key), self.kernel_start_ns[key]))
+
+
+def walk(key: StepKey, offset: int, header_of: Callable[[StepKey], dict[str, Any] | None]) -> None:
+    """Visit ``offset`` steps from ``key`` (forward when positive), through the next/previous step indexes of each
+    step's header (``header_of`` reads a step's header; it may raise :class:`KeyError` to stop the walk)."""
+    header = header_of(key)
+    for _ in range(abs(offset)):
+        index = None if header is None else header["next_step" if offset > 0 else "prev_step"]
+        if index is None:
+            return
+        key = (key[0], int(index))
+        header = header_of(key)
+
+
+def first_unknown(plan: list[tuple[StepKey, int]], known: dict[StepKey, dict[str, Any] | None]) -> set[StepKey]:
+    """The steps a read-ahead of ``plan`` is sure to read: on each walk, the first step not in ``known``."""
+    found: set[StepKey] = set()
+
+    def header_of(key: StepKey) -> dict[str, Any] | None:
+        if key not in known:
+            found.add(key)
+            raise KeyError(key)
+        return known[key]
+
+    for key, offset in plan:
+        try:
+            walk(key, offset, header_of)
+        except KeyError:
+            pass
+    return found
+
+
+def read_steps(plan: list[tuple[StepKey, int]], known: dict[StepKey, dict[str, Any] | None]
+               ) -> Callable[[duckdb.DuckDBPyConnection], list[tuple[StepKey, browse.StepDetail | None]]]:
+    """The read-ahead worker's call: from each plan's step (read first when not known), walk ``offset`` steps
+    through the headers' next/previous step indexes and read every step not known yet. A failure (ctrl+g) ends
+    the reading quietly: a step that was not read is fetched, with its error, when the user asks for it."""
+
+    def call(cursor: duckdb.DuckDBPyConnection) -> list[tuple[StepKey, browse.StepDetail | None]]:
+        headers = dict(known)
+        read: list[tuple[StepKey, browse.StepDetail | None]] = []
+
+        def header_of(key: StepKey) -> dict[str, Any] | None:
+            if key not in headers:
+                detail = browse.step_detail(cursor, *key)
+                headers[key] = None if detail is None else detail.header
+                read.append((key, detail))
+            return headers[key]
+
+        try:
+            for key, offset in plan:
+                walk(key, offset, header_of)
+        except K25Error:
+            pass
+        return read
+
+    return call

@@ -14,7 +14,7 @@ from textual.widgets import DataTable, Footer, Header, Label, Sparkline
 
 from k25trace import browse
 from k25trace.tui.cells import cell
-from k25trace.tui.messages import Fetched
+from k25trace.tui.messages import OpenStep, StepsLoaded
 from k25trace.tui.screens.base import BrowseScreen
 from k25trace.tui.widgets import category_text
 
@@ -37,6 +37,10 @@ class StepsScreen(BrowseScreen):
     def __init__(self, trace_id: int) -> None:
         super().__init__()
         self.trace_id = trace_id
+        self.rank: int | None = None
+        self.next_trace_id: int | None = None
+        """The trace ``r`` goes to (the next rank of the run), known once the steps are loaded."""
+        self.loaded = False
         self.phase = "all"
         self.batch_size: int | None = None
         self.sort_column = "step_index"
@@ -61,16 +65,18 @@ class StepsScreen(BrowseScreen):
     def reload(self) -> None:
         """Fetch the trace's steps (all phases; filters are applied to the fetched frame)."""
         trace_id = self.trace_id
-        self.fetch("steps", lambda cursor: browse.steps(cursor, trace_id))
+        self.loaded = False
+        self.fetch(StepsLoaded, lambda cursor: browse.trace_steps(cursor, trace_id), request=trace_id)
 
-    @on(Fetched)
-    def show_steps(self, message: Fetched) -> None:
-        if message.request != "steps":
-            return
-        self.all_steps = message.result
+    @on(StepsLoaded)
+    def show_steps(self, message: StepsLoaded) -> None:
+        if message.request != self.trace_id:
+            return  # an earlier trace's steps, overtaken by r
+        loaded = message.result
+        self.rank, self.next_trace_id, self.all_steps = loaded.rank, loaded.next_trace_id, loaded.steps
+        self.loaded = True
         self.redraw()
         self.query_one("#steps", DataTable).focus()
-        self.browse_app.mark_painted("steps", message.elapsed_ms)
 
     def filtered(self) -> pl.DataFrame:
         """The steps passing the phase and batch filters, in the chosen order."""
@@ -84,7 +90,7 @@ class StepsScreen(BrowseScreen):
         return frame.sort(self.sort_column, descending=self.sort_descending, nulls_last=True)
 
     def redraw(self) -> None:
-        rank = self.browse_app.rank_of(self.trace_id)
+        rank = self.rank
         arrow = "↓" if self.sort_descending else "↑"
         self.query_one("#title", Label).update(
             f"[b]Steps[/b] of trace {self.trace_id} (rank {'?' if rank is None else rank})   "
@@ -169,14 +175,16 @@ class StepsScreen(BrowseScreen):
 
     def action_next_rank(self) -> None:
         """Show the same list for the next trace (rank) of the run."""
-        next_trace = self.browse_app.next_rank_trace(self.trace_id)
-        if next_trace is None:
+        if not self.loaded:
+            self.notify("The steps are still loading.", severity="warning")
+            return
+        if self.next_trace_id is None:
             self.notify("This run has no other rank.", severity="warning")
             return
-        self.trace_id = next_trace
+        self.trace_id = self.next_trace_id
         self.reload()
 
     @on(DataTable.RowSelected, "#steps")
     def open_step(self, event: DataTable.RowSelected) -> None:
         if event.row_key.value is not None:
-            self.browse_app.open_step(self.trace_id, int(event.row_key.value))
+            self.post_message(OpenStep(self.trace_id, int(event.row_key.value)))
