@@ -1,6 +1,11 @@
 """The ``k25trace`` command line: thin wrappers over the headless core (no query logic here).
 
 stdout carries only data (tables, CSV, JSON); progress, warnings and errors go to stderr.
+
+Start-up time is kept low on purpose: at import this module loads only click, rich's console and the vocabulary.
+Each command imports the core modules it needs (DuckDB, polars, msgspec, …) inside its body, and the commands
+that live in other modules are registered by name (``LAZY_COMMANDS``). Those deferred imports are marked
+"deferred: start-up time"; they are the only function-level imports of this module.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from typing import Any, NoReturn
 
 import click
 from rich.console import Console
+from rich.markup import escape as esc
 
 from k25trace import __version__
 from k25trace.errors import K25Error
@@ -95,9 +101,16 @@ class _Progress:
     """Rich progress on stderr: files done and compressed bytes read."""
 
     def __init__(self, files: list[Any], quiet: bool) -> None:
-        from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn, TransferSpeedColumn
+        from rich.progress import (
+            BarColumn,
+            DownloadColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TransferSpeedColumn,
+        )
 
-        from k25trace.ingest import file_size
+        from k25trace.ingest import file_size  # deferred: start-up time
 
         self.quiet = quiet or not files
         total = sum(file_size(f.path) for f in files)
@@ -125,38 +138,32 @@ class _Progress:
 def run_load(db_path: Path | None, paths: list[Path], *, keep_python: bool = False, include_frontend: bool = False,
              quiet: bool = False, con: Any = None) -> tuple[Any, int]:
     """Load paths into a database, reporting each file on stderr; returns (connection, number of failures)."""
-    from k25trace import pipeline
+    from k25trace import pipeline  # deferred: start-up time
 
     con = con or pipeline.connect(db_path)
     options = pipeline.LoadOptions(keep_python=keep_python, include_frontend=include_frontend)
 
     def on_result(r: pipeline.FileResult) -> None:
         for warning in r.warnings:
-            err.print(f"[yellow]warning:[/] {_esc(warning)}", soft_wrap=True)
+            err.print(f"[yellow]warning:[/] {esc(warning)}", soft_wrap=True)
         if r.status == "failed":
-            err.print(f"[bold red]error:[/] {_esc(r.message)}", soft_wrap=True)
+            err.print(f"[bold red]error:[/] {esc(r.message)}", soft_wrap=True)
         elif r.status == "skipped":
-            err.print(f"[dim]skipped:[/] {_esc(r.message)}", soft_wrap=True)
+            err.print(f"[dim]skipped:[/] {esc(r.message)}", soft_wrap=True)
         elif not quiet:
-            err.print(f"loaded {_esc(r.path)}: rank {r.rank}, {r.events:,} events, {r.gpu_events:,} GPU activities "
+            err.print(f"loaded {esc(r.path)}: rank {r.rank}, {r.events:,} events, {r.gpu_events:,} GPU activities "
                       f"in {r.seconds:.1f} s (trace {r.trace_id})", soft_wrap=True)
 
     results, notes = pipeline.load_paths(
         con, paths, options, on_result=on_result, progress_factory=lambda files: _Progress(files, quiet),
     )
     for note in notes:
-        err.print(f"[dim]note:[/] {_esc(note)}", soft_wrap=True)
+        err.print(f"[dim]note:[/] {esc(note)}", soft_wrap=True)
     failed = sum(r.status == "failed" for r in results)
     loaded = sum(r.status == "loaded" for r in results)
     if not quiet:
         err.print(f"{loaded} loaded, {sum(r.status == 'skipped' for r in results)} already there, {failed} failed")
     return con, failed
-
-
-def _esc(text: str) -> str:
-    from rich.markup import escape
-
-    return escape(text)
 
 
 @cli.command()
@@ -179,14 +186,12 @@ def load(paths: tuple[Path, ...], db_path: Path, keep_python: bool, include_fron
     Example:
       k25trace load /tmp/vllm_profile --db run.duckdb
     """
-    if model_config is not None:
-        from k25trace import models
+    from k25trace import models  # deferred: start-up time
 
+    if model_config is not None:
         models.load_config(model_config)  # a config the bound cannot read is refused before anything is loaded
     con, failed = run_load(db_path, list(paths), keep_python=keep_python, include_frontend=include_frontend, quiet=quiet)
     if model_config is not None:
-        from k25trace import models
-
         models.store_config(con, model_config)
         err.print(f"model config {model_config} kept in {db_path} (report --by sol uses it)")
     con.close()
@@ -216,7 +221,7 @@ def sql(query: str | None, db_path: Path, sql_file: Path | None, query_name: str
       k25trace sql --db run.duckdb --query report_kernels -p phase=decode -p rank=null -p trace_id=null -p top=10
       echo "select * from steps limit 5" | k25trace sql --db run.duckdb - --format csv
     """
-    import polars as pl  # deferred, as every command's imports of the core: `k25trace --help` stays fast
+    import polars as pl  # deferred: start-up time
 
     from k25trace import db, output  # deferred: start-up time
 
@@ -303,7 +308,8 @@ def report(db_path: Path, phase: str, by: str, peaks: Path | None, model_config:
       k25trace report --db run.duckdb --by kernel --top 15 --rank 0
       k25trace report --db run.duckdb --by step --phase all --format csv
     """
-    from k25trace import db, output, report as core  # deferred: start-up time
+    from k25trace import db, output  # deferred: start-up time
+    from k25trace import report as core
 
     con = db.connect(db_path, read_only=True)
     phase, note = core.resolve_phase(con, phase)
@@ -426,7 +432,8 @@ def compare(sides: tuple[Path, ...], db_path: Path | None, select_a: tuple[str, 
       k25trace compare --db cap.duckdb --a level=c1 --b level=c64
       k25trace compare --db run.duckdb --a batch=1 --b batch=64 --format markdown
     """
-    from k25trace import compare as core, db, output
+    from k25trace import compare as core  # deferred: start-up time
+    from k25trace import db, output
 
     sources = ([db_path] if db_path is not None else []) + list(sides)
     if not sources:
@@ -445,7 +452,7 @@ def compare(sides: tuple[Path, ...], db_path: Path | None, select_a: tuple[str, 
                 if _is_trace_path(path):
                     if not path.exists():
                         raise K25Error(f"side {name}: {path}: no such file or directory")
-                    err.print(f"loading side {name} ({_esc(str(path))}) into a temporary database")
+                    err.print(f"loading side {name} ({esc(str(path))}) into a temporary database")
                     temp = Path(tmp) / f"side-{len(opened)}.duckdb"
                     con, failed = run_load(temp, [path], quiet=True)
                     con.close()
@@ -461,15 +468,15 @@ def compare(sides: tuple[Path, ...], db_path: Path | None, select_a: tuple[str, 
         result = core.compare(a, b, phase=phase, match=match, alpha=alpha, min_change_pct=min_change,
                               min_step_pct=min_step)
         for side in result.sides.iter_rows(named=True):
-            err.print(_esc(f"{side['side']}: {side['source']} [{side['selection']}]: {side['runs']}, {side['ranks']} "
+            err.print(esc(f"{side['side']}: {side['source']} [{side['selection']}]: {side['runs']}, {side['ranks']} "
                            f"rank(s), {side['devices'] or 'GPU unknown'}, {side['steps']} "
                            f"{'' if phase == 'all' else phase + ' '}steps, batch sizes "
                            f"{side['batch_sizes'] or '?'}"), soft_wrap=True)
         for note in result.notes:
-            err.print(f"note: {_esc(note)}", soft_wrap=True)
+            err.print(f"note: {esc(note)}", soft_wrap=True)
         core.write(result, fmt, by=by or ("category" if fmt == "csv" else "all"), top=top)
         if fmt not in ("table", "markdown") or (by or "all") != "all":
-            err.print(f"verdict: {_esc(result.summary())}", soft_wrap=True)
+            err.print(f"verdict: {esc(result.summary())}", soft_wrap=True)
         for con in opened.values():
             con.close()
 
@@ -539,7 +546,7 @@ def classify(db_path: Path, rules: Path | None, replace: bool, show: bool, fmt: 
       k25trace classify --db run.duckdb --rules my_rules.csv
       k25trace classify --db run.duckdb --show --format csv | grep ',other,'
     """
-    from k25trace import db, output, pipeline
+    from k25trace import db, output, pipeline  # deferred: start-up time
 
     if show:
         con = db.connect(db_path, read_only=True)
@@ -560,7 +567,7 @@ def classify(db_path: Path, rules: Path | None, replace: bool, show: bool, fmt: 
         if stage == "classify":
             _interrupted("nothing changed: the classification was rolled back")
         _interrupted(f"the kernels are re-classified, but not every trace's steps were rebuilt (none is half-built); "
-                     f"run `k25trace steps --db {_esc(str(db_path))}` to finish")
+                     f"run `k25trace steps --db {esc(str(db_path))}` to finish")
     err.print(f"re-classified and rebuilt the steps of {n} trace(s)")
 
 
@@ -575,9 +582,9 @@ def steps_cmd(db_path: Path, gap_us: float) -> None:
     either its old or its new steps.
     """
     con = None
-    try:
-        from k25trace import pipeline
+    from k25trace import pipeline  # deferred: start-up time
 
+    try:
         con = pipeline.connect(db_path, create=False)
         n = pipeline.rebuild(con, gap_ns=round(gap_us * 1000))
     except BaseException as exc:
@@ -585,7 +592,7 @@ def steps_cmd(db_path: Path, gap_us: float) -> None:
             raise
         _close(con)
         _interrupted(f"the traces not reached keep their previous steps (none is half-built); "
-                     f"run `k25trace steps --db {_esc(str(db_path))}` again to finish")
+                     f"run `k25trace steps --db {esc(str(db_path))}` again to finish")
     err.print(f"rebuilt the steps of {n} trace(s)")
 
 
@@ -604,7 +611,8 @@ def sample_paths() -> list[Path]:
               help="Keep the database here (default: a temporary file, removed afterwards).")
 def demo(db_path: Path | None) -> None:
     """Load the sample traces bundled with k25trace and show what k25trace finds in them."""
-    from k25trace import db, output, report as core
+    from k25trace import output  # deferred: start-up time
+    from k25trace import report as core
 
     samples = sample_paths()
     if not samples:
@@ -642,7 +650,7 @@ def tui(paths: tuple[Path, ...], db_path: Path | None) -> None:
       k25trace tui --db run.duckdb
       k25trace tui /tmp/vllm_profile        # load first (progress on stderr), then browse
     """
-    from k25trace.tui.app import run_tui
+    from k25trace.tui.app import run_tui  # deferred: start-up time (Textual)
 
     if not paths and db_path is None:
         raise K25Error("give --db FILE, or trace PATHs to load first")

@@ -87,7 +87,7 @@ def rich_table(frame: pl.DataFrame, title: str | None = None, caption: str | Non
                right: Collection[str] = ()) -> Table:
     """A Rich table of a frame; cells are plain text (a ``[/x]`` in a kernel name is not markup)."""
     table = Table(title=title, caption=caption, show_lines=False, header_style="bold", title_justify="left")
-    for name, dtype in zip(frame.columns, frame.dtypes):
+    for name, dtype in zip(frame.columns, frame.dtypes, strict=True):
         table.add_column(Text(name), justify="right" if dtype.is_numeric() or name in right else "left", overflow="fold")
     for row in frame.iter_rows():
         table.add_row(*[Text(_cell(v)) for v in row])
@@ -211,8 +211,10 @@ def _json_fragment(text: str | None) -> Any:
 
 # Ad-hoc SQL runs through k25trace.db.run_sql. k25trace/tui/screens/sql.py (another owner's file) still calls these
 # names of the module they used to live in; remove them once it calls db.run_sql.
-from k25trace.db import SqlResult as Result, read_only_hint  # noqa: E402
-from k25trace.db import _fetch_printable as fetch_result, _user_relation as user_relation  # noqa: E402
+from k25trace.db import SqlResult as Result  # noqa: E402
+from k25trace.db import _fetch_printable as fetch_result  # noqa: E402
+from k25trace.db import _user_relation as user_relation  # noqa: E402
+from k25trace.db import read_only_hint  # noqa: E402
 
 __all__ = ["Result", "blob_text", "default_format", "fetch_result", "markdown", "read_only_hint", "rich_table",
            "user_relation", "write", "write_json", "write_result"]

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import click
 
+from k25trace.cli import err, esc  # this module is one of the CLI's lazy commands: k25trace.cli is loaded already
 from k25trace.vocab import COMPARE_MATCHES, PHASES
 
 db_option = click.option("--db", "db_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
@@ -20,9 +21,7 @@ db_option = click.option("--db", "db_path", required=True, type=click.Path(dir_o
 
 
 def _err(message: str) -> None:
-    from k25trace.cli import _esc, err
-
-    err.print(_esc(message), soft_wrap=True)
+    err.print(esc(message), soft_wrap=True)
 
 
 def _write(out: Path, data: bytes) -> None:
@@ -84,7 +83,7 @@ def html_command(db_path: Path, out: Path, phase: str | None, top: int, title: s
       k25trace html --db before.duckdb --vs after.duckdb -o compare.html
       k25trace html --db cap.duckdb --a level=c1 --b level=c64 -o levels.html
     """
-    from k25trace import db, html
+    from k25trace import db, html  # deferred: start-up time (`k25trace export --help` needs no HTML)
 
     started = time.perf_counter()
     if vs_path is not None or select_a or select_b:
@@ -104,7 +103,7 @@ def html_command(db_path: Path, out: Path, phase: str | None, top: int, title: s
 
 def _html_comparison(db_path: Path, vs_path: Path | None, select_a: tuple[str, ...], select_b: tuple[str, ...],
                      match: str, phase: str, out: Path, title: str | None, started: float) -> None:
-    from k25trace import compare, db, html
+    from k25trace import compare, db, html  # deferred: start-up time
 
     con_a = db.connect(db_path, read_only=True)
     same = vs_path is None or vs_path.resolve() == db_path.resolve()
@@ -200,7 +199,7 @@ def parquet_command(out_dir: Path, db_path: Path, overwrite: bool) -> None:
       duckdb -c "select run, rank, category, sum(dur_ns)/1e6 as ms
                  from read_parquet('out/gpu_events/**/*.parquet', hive_partitioning=true) group by all"
     """
-    from k25trace import db, export
+    from k25trace import db, export  # deferred: start-up time
 
     started = time.perf_counter()
     con = db.connect(db_path, read_only=True)

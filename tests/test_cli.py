@@ -6,6 +6,7 @@ import csv
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -82,16 +83,105 @@ def test_sql_named_query_with_params(dbfile: Path) -> None:
     assert missing.returncode == 1 and "missing parameter" in missing.stderr
 
 
+def sql_rows(dbfile: Path, query: str) -> list[dict]:
+    """Rows of ad-hoc SQL over the base tables (the independent side of the report tests), parsed from JSON."""
+    out = k25("sql", "--db", str(dbfile), query, "--format", "json")
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def report_json(dbfile: Path, *args: str) -> list[dict]:
+    out = k25("report", "--db", str(dbfile), *args, "--format", "json")
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
 def test_report_default_and_views(dbfile: Path) -> None:
+    """The default view: the one decode batch size of the four traces (the MI300X graph step, batch 32), each
+    category's exclusive ms per step as step_categories holds it, shares adding up to the step."""
     result = k25("report", "--db", str(dbfile), "--format", "csv")
     rows = list(csv.DictReader(io.StringIO(result.stdout)))
-    assert rows and {r["batch_size"] for r in rows} == {"32"}
-    assert {"idle", "overlap", "other"} <= {r["category"] for r in rows}
+    assert list(rows[0]) == ["run_id", "level", "batch_size", "category", "steps", "ranks", "step_ms", "median_step_ms",
+                             "idle_pct", "ms_per_step", "pct_of_step", "kernel_ms_per_step", "calls_per_step",
+                             "us_per_call"]
+    assert {r["batch_size"] for r in rows} == {"32"} and {(r["steps"], r["ranks"]) for r in rows} == {("1", "1")}
+    (step,) = sql_rows(dbfile, "select trace_id, step_index, wall_ns, idle_ns, overlap_ns from steps "
+                               "where phase = 'decode' and not is_empty")
+    busy = {r["category"]: r for r in sql_rows(
+        dbfile, f"select category, busy_ns, kernel_ns, kernel_count from step_categories "
+                f"where trace_id = {step['trace_id']} and step_index = {step['step_index']}")}
+    by_category = {r["category"]: r for r in rows}
+    assert set(by_category) == {*busy, "other", "overlap", "idle"}
+    for category, r in busy.items():
+        assert float(by_category[category]["ms_per_step"]) == round(r["busy_ns"] / 1e6, 4), category
+        assert float(by_category[category]["calls_per_step"]) == r["kernel_count"], category
+    assert float(by_category["idle"]["ms_per_step"]) == round(step["idle_ns"] / 1e6, 4)
+    assert float(by_category["overlap"]["ms_per_step"]) == round(step["overlap_ns"] / 1e6, 4)
+    assert float(rows[0]["step_ms"]) == round(step["wall_ns"] / 1e6, 4)
+    assert sum(float(r["pct_of_step"]) for r in rows) == pytest.approx(100, abs=0.01 * len(rows))
     table = k25("report", "--db", str(dbfile), "--format", "table")
-    assert "batch size 32" in table.stdout and "ms/step" in table.stdout
-    for view in ("category", "step", "rank", "kernel"):
-        out = k25("report", "--db", str(dbfile), "--by", view, "--phase", "all", "--format", "json")
-        assert out.returncode == 0 and json.loads(out.stdout), view
+    assert f"batch size 32: 1 steps on 1 rank(s), mean step {round(step['wall_ns'] / 1e6, 4):.3f} ms" in table.stdout
+    assert "ms/step" in table.stdout
+
+
+def test_report_views_against_the_step_tables(dbfile: Path) -> None:
+    """--by category, step, rank and kernel over every phase, each checked against ad-hoc SQL on steps,
+    step_categories and gpu_events: exact columns, row counts and the numbers (the golden files pin the rest)."""
+    steps = sql_rows(dbfile, "select trace_id, rank, step_index, wall_ns, busy_ns, idle_ns, overlap_ns, is_empty "
+                             "from steps")
+    shown = [s for s in steps if not s["is_empty"]]
+    n = len(shown)
+    assert n == 225  # 1 B200 prefill step, 1 MI300X decode step, 117 + 106 inferred steps of the two HTA ranks
+
+    category = report_json(dbfile, "--by", "category", "--phase", "all")
+    assert list(category[0]) == ["category", "steps", "ms_per_step", "pct_of_step", "kernel_ms_per_step",
+                                 "calls_per_step", "us_per_call"]
+    assert {r["steps"] for r in category} == {n}
+    sums = {r["category"]: r for r in sql_rows(
+        dbfile, "select c.category, sum(c.busy_ns) as busy_ns, sum(c.kernel_ns) as kernel_ns, sum(c.kernel_count) as calls "
+                "from step_categories as c join steps as s using (trace_id, step_index) where not s.is_empty group by all")}
+    by_category = {r["category"]: r for r in category}
+    assert set(by_category) == {*sums, "overlap", "idle"}
+    for name, r in sums.items():
+        assert by_category[name]["ms_per_step"] == round(int(r["busy_ns"]) / n / 1e6, 4), name
+        assert by_category[name]["kernel_ms_per_step"] == round(int(r["kernel_ns"]) / n / 1e6, 4), name
+        assert by_category[name]["calls_per_step"] == round(int(r["calls"]) / n, 2), name
+    assert by_category["idle"]["ms_per_step"] == round(sum(s["idle_ns"] for s in shown) / n / 1e6, 4)
+    assert by_category["overlap"]["ms_per_step"] == round(sum(s["overlap_ns"] for s in shown) / n / 1e6, 4)
+    assert sum(r["pct_of_step"] for r in category) == pytest.approx(100, abs=0.01 * len(category))
+
+    step_rows = report_json(dbfile, "--by", "step", "--phase", "all")
+    assert list(step_rows[0]) == ["trace_id", "rank", "step_index", "phase", "batch_size", "ctx_tokens", "gen_tokens",
+                                  "is_empty", "is_inferred", "graph_launches", "kernel_count", "wall_ms", "busy_ms",
+                                  "idle_ms", "busy_pct", "allreduce_pct", "top_categories", "marker"]
+    assert [(r["trace_id"], r["step_index"]) for r in step_rows] == sorted((s["trace_id"], s["step_index"]) for s in steps)
+    truth = {(s["trace_id"], s["step_index"]): s for s in steps}
+    for r in step_rows:
+        s = truth[(r["trace_id"], r["step_index"])]
+        assert (r["wall_ms"], r["busy_ms"], r["idle_ms"]) == (
+            round(s["wall_ns"] / 1e6, 4), round(s["busy_ns"] / 1e6, 4), round(s["idle_ns"] / 1e6, 4))
+
+    rank_rows = report_json(dbfile, "--by", "rank", "--phase", "all")
+    assert list(rank_rows[0]) == ["run_id", "rank", "category", "steps", "step_ms", "ms_per_step", "pct_of_step",
+                                  "kernel_ms_per_step", "calls_per_step"]
+    per_rank: dict[tuple, list[dict]] = {}
+    for r in rank_rows:
+        per_rank.setdefault((r["run_id"], r["rank"]), []).append(r)
+    assert sorted(rows[0]["steps"] for rows in per_rank.values()) == [1, 1, 106, 117]  # one trace per (run, rank)
+    for rows in per_rank.values():
+        assert sum(r["pct_of_step"] for r in rows) == pytest.approx(100, abs=0.01 * len(rows))
+
+    kernels = report_json(dbfile, "--by", "kernel", "--phase", "all")
+    assert list(kernels[0]) == ["category", "short_name", "calls_per_step", "ms_per_step", "pct_of_step", "mean_us",
+                                "min_us", "max_us"]
+    assert len(kernels) == 20 and [r["ms_per_step"] for r in kernels] == sorted(
+        (r["ms_per_step"] for r in kernels), reverse=True)
+    (top,) = sql_rows(dbfile, "select k.category, k.short_name, count(*) as calls, sum(k.dur_ns) as ns, min(k.dur_ns) as lo, "
+                              "max(k.dur_ns) as hi from kernels as k join steps as s using (trace_id, step_index) "
+                              "where not s.is_empty group by all order by ns desc limit 1")
+    assert (kernels[0]["category"], kernels[0]["short_name"], kernels[0]["calls_per_step"], kernels[0]["ms_per_step"]) == (
+        top["category"], top["short_name"], round(top["calls"] / n, 2), round(int(top["ns"]) / n / 1e6, 4))
+    assert (kernels[0]["min_us"], kernels[0]["max_us"]) == (round(top["lo"] / 1e3, 2), round(top["hi"] / 1e3, 2))
 
 
 def test_report_on_missing_db(tmp_path: Path) -> None:
@@ -114,10 +204,58 @@ def test_classify_with_user_rules(dbfile: Path, tmp_path: Path) -> None:
     assert "user:rules.csv" in show.stdout
 
 
-def test_demo_runs_on_bundled_samples() -> None:
-    result = k25("demo")
+def test_demo_runs_on_bundled_samples(tmp_path: Path) -> None:
+    """`demo` loads every bundled sample and prints the traces, one table per decode run and batch size titled with
+    the run's label and the group's step count, ranks, mean and median step and idle share, and every step."""
+    from k25trace.cli import sample_paths
+
+    path = tmp_path / "demo.duckdb"
+    result = k25("demo", "--db", str(path))
     assert result.returncode == 0, result.stderr
-    assert "batch size 32" in result.stdout and "All steps" in result.stdout
+    samples = len(sample_paths())
+    assert result.stderr.rstrip().endswith(f"{samples} loaded, 0 already there, 0 failed")
+    traces_part, steps_part = result.stdout.split("All steps")
+    row_start = re.compile(r"^│\s+\d+ │", re.MULTILINE)  # a table row's first line (long cells fold onto more lines)
+    assert len(row_start.findall(traces_part)) == samples
+    assert len(row_start.findall(steps_part)) == sql_rows(path, "select count(*) as n from steps")[0]["n"]
+    text = " ".join(result.stdout.split())  # titles wrap at the table's width
+    groups = sql_rows(path, """
+        select run_labels.run_label as label, steps.batch_size, count(*) as steps, count(distinct steps.rank) as ranks,
+            avg(steps.wall_ns) as mean_ns, median(steps.wall_ns) as median_ns,
+            sum(steps.idle_ns) * 100.0 / sum(steps.wall_ns) as idle_pct
+        from steps join trace_runs using (trace_id) join run_labels using (run_id)
+        where steps.phase = 'decode' and not steps.is_empty
+        group by all order by all""")
+    assert len(groups) == 5  # the Kimi TP2 pair at batch 1, 64 and 256; the SGLang and vLLM MI300X steps at 32
+    for g in groups:
+        title = (f"{g['label']}: batch size {g['batch_size']}: {g['steps']} steps on {g['ranks']} rank(s), mean step "
+                 f"{round(g['mean_ns'] / 1e6, 4):.3f} ms (median {round(g['median_ns'] / 1e6, 4):.3f}), "
+                 f"idle {round(g['idle_pct'], 2):.1f} %")
+        assert title in text, title
+
+
+def test_run_labels_are_the_database_s(tmp_path: Path) -> None:
+    """Run labels come from the run_labels view (nothing parses them out of run ids); while some front ends still
+    call report.run_label on ids, both must say the same, sessions included (two sessions of two ranks in one
+    folder)."""
+    import shutil
+
+    from k25trace import pipeline, report
+
+    both = tmp_path / "both"
+    both.mkdir()
+    fixture = ROOT / "tests" / "data" / "h200x2-decode-loop"
+    for f in [*(fixture / "graph").iterdir(), *(fixture / "eager").iterdir()]:
+        shutil.copy(f, both / f.name)
+    con = pipeline.connect(tmp_path / "labels.duckdb")
+    pipeline.load_paths(con, [both, *sorted((ROOT / "k25trace" / "samples").rglob("*.json.gz"))])
+    labels = report.run_labels(con)
+    assert labels == {run_id: report.run_label(run_id) for run_id in labels}
+    assert {labels[r] for r in labels if "/both#" in r} == {"both (TP2#s1)", "both (TP2#s2)"}
+    assert "kimi-k25-synthetic-tp2 (TP2)" in labels.values()
+    warnings = report.run_warnings(con)
+    assert len(warnings) == 2 and all(w.startswith("both (TP2): 2 files claim rank ") for w in warnings)
+    con.close()
 
 
 def test_help_mentions_every_command_in_readme() -> None:
@@ -172,3 +310,36 @@ def test_one_param_parser_for_both_front_ends() -> None:
             parse_param(bad)
     assert parse_params(" phase=decode  rank=null top=3 levels=c1,c64 ") == {
         "phase": "decode", "rank": None, "top": 3, "levels": "c1,c64"}
+
+
+def _project_imports(path: Path) -> set[str]:
+    """The k25trace modules a file imports, function-level imports included (``from k25trace import x`` counts as
+    ``k25trace.x``)."""
+    import ast
+
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found.update(f"{node.module}.{a.name}" for a in node.names)
+    return {m for m in found if m.startswith("k25trace.")}
+
+
+def test_import_direction_of_the_cli_and_report_layer() -> None:
+    """No cycles in the CLI/report layer, function-level imports included: the vocabulary and db import only the
+    errors; report imports neither the speed-of-light views (sol builds on report) nor the floor feature nor any
+    front end; no module of the package imports the `bench` feature (k25trace.floor): the CLI names it in its lazy
+    command table."""
+    pkg = ROOT / "k25trace"
+    assert _project_imports(pkg / "vocab.py") <= {"k25trace.errors", "k25trace.errors.K25Error"}
+    assert {m.rsplit(".", 1)[0] if m.count(".") > 1 else m for m in _project_imports(pkg / "db.py")} <= {
+        "k25trace.errors"}
+    above_report = ("k25trace.sol", "k25trace.floor", "k25trace.browse", "k25trace.cli", "k25trace.share_cli",
+                    "k25trace.html", "k25trace.compare", "k25trace.export", "k25trace.tui")
+    assert not [m for m in _project_imports(pkg / "report.py") if m.startswith(above_report)]
+    importers = [str(p.relative_to(ROOT)) for p in pkg.rglob("*.py")
+                 if p.name != "floor.py" and any(m.startswith("k25trace.floor") for m in _project_imports(p))]
+    assert importers == []
+    assert "k25trace.floor" in (pkg / "cli.py").read_text(encoding="utf-8")  # the lazy command table
