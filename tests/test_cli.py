@@ -343,3 +343,12 @@ def test_import_direction_of_the_cli_and_report_layer() -> None:
                  if p.name != "floor.py" and any(m.startswith("k25trace.floor") for m in _project_imports(p))]
     assert importers == []
     assert "k25trace.floor" in (pkg / "cli.py").read_text(encoding="utf-8")  # the lazy command table
+
+
+def test_compare_choices_are_the_vocabulary() -> None:
+    """`compare --match/--by` and `html --match` offer vocab's words; compare.py still spells its own copy (its owner
+    is to import them from k25trace.vocab), so the two must not drift meanwhile."""
+    from k25trace import compare, vocab
+
+    assert compare.MATCHES == vocab.COMPARE_MATCHES and compare.SECTIONS == vocab.COMPARE_TABLES
+    assert compare.PHASES == vocab.PHASES
