@@ -50,9 +50,6 @@ class TraceCheck:
     metadata: dict = field(default_factory=dict)
     steps: "StepScan | None" = None  # engine-step markers (worker traces)
 
-    def as_tuple(self) -> tuple[bool, str | None, int | None, int | None, bool]:
-        return (self.ok, self.problem, self.rank, self.world_size, self.frontend)
-
 
 def is_trace_name(name: str) -> bool:
     """True for a finished-name torch-profiler trace (``*.pt.trace.json[.gz]``); ``*.tmp`` is not one."""
@@ -330,15 +327,6 @@ def _metadata(head: bytes, tail: bytes) -> dict:
                 if v is not None:
                     meta[key] = v
     return meta
-
-
-def validate_trace_file(path: str | os.PathLike) -> tuple[bool, str | None, int | None, int | None, bool]:
-    """``(ok, problem, rank, world_size, frontend)`` for one trace file, by streaming it once.
-
-    ``ok`` is True only for a complete file: gzip read to its end marker with a good CRC and JSON that
-    closes. ``problem`` is a one-line reason otherwise.  ``rank``/``world_size`` come from the
-    ``distributedInfo`` metadata (rank falls back to the file name); both None for the front end."""
-    return check_trace_file(path).as_tuple()
 
 
 # --- the trace directory --------------------------------------------------------------------------

@@ -9,14 +9,20 @@ import tracemalloc
 import pytest
 
 from k25trace.capture.files import (check_trace_file, copy_with_hash, new_files, rank_from_name, sha256_file,
-                           snapshot, validate_trace_file)
+                                    snapshot)
 from fakevllm import trace_bytes, write_partial_gz, write_trace
+
+
+def summary(path) -> tuple:
+    """(ok, problem, rank, world_size, frontend) of check_trace_file."""
+    c = check_trace_file(path)
+    return c.ok, c.problem, c.rank, c.world_size, c.frontend
 
 
 def test_complete_worker_trace_gives_rank_and_world(tmp_path):
     p = tmp_path / "dp0_pp0_tp3_dcp0_ep3_rank3.123.pt.trace.json.gz"
     write_trace(p, 5, 8)  # in-trace rank wins over the name
-    ok, problem, rank, world, frontend = validate_trace_file(p)
+    ok, problem, rank, world, frontend = summary(p)
     assert (ok, problem, rank, world, frontend) == (True, None, 5, 8, False)
     assert check_trace_file(p).metadata["vllm_version"] == "0.32.0"
 
@@ -24,17 +30,17 @@ def test_complete_worker_trace_gives_rank_and_world(tmp_path):
 def test_frontend_trace(tmp_path):
     p = tmp_path / "host_12.async_llm.99.pt.trace.json.gz"
     write_trace(p, None, None, frontend=True)
-    assert validate_trace_file(p) == (True, None, None, None, True)
+    assert summary(p) == (True, None, None, None, True)
 
 
 def test_gz_still_being_written_is_incomplete_but_head_is_read(tmp_path):
     p = tmp_path / "rank1.5.pt.trace.json.gz"
     finish = write_partial_gz(p, 1, 2)
-    ok, problem, rank, world, frontend = validate_trace_file(p)
+    ok, problem, rank, world, frontend = summary(p)
     assert not ok and "end-of-stream" in problem
     assert (rank, world) == (1, 2)
     finish()
-    assert validate_trace_file(p)[0] is True
+    assert summary(p)[0] is True
 
 
 def test_truncated_and_corrupt_gz(tmp_path):
@@ -43,16 +49,16 @@ def test_truncated_and_corrupt_gz(tmp_path):
     data = good.read_bytes()
     cut = tmp_path / "rank0.2.pt.trace.json.gz"
     cut.write_bytes(data[: len(data) // 2])
-    assert validate_trace_file(cut)[0] is False
+    assert summary(cut)[0] is False
     crc = tmp_path / "rank0.3.pt.trace.json.gz"
     bad = bytearray(data)
     bad[-6] ^= 0xFF  # inside the CRC32 trailer
     crc.write_bytes(bytes(bad))
-    ok, problem, *_ = validate_trace_file(crc)
+    ok, problem, *_ = summary(crc)
     assert not ok and "gzip" in problem
     notgz = tmp_path / "rank0.4.pt.trace.json.gz"
     notgz.write_bytes(b"{}")
-    assert validate_trace_file(notgz)[0] is False
+    assert summary(notgz)[0] is False
 
 
 def test_complete_gzip_of_unclosed_json_is_incomplete(tmp_path):
@@ -60,7 +66,7 @@ def test_complete_gzip_of_unclosed_json_is_incomplete(tmp_path):
     raw = trace_bytes(0, 1)
     with gzip.open(p, "wb") as f:
         f.write(raw[:-40])
-    ok, problem, rank, *_ = validate_trace_file(p)
+    ok, problem, rank, *_ = summary(p)
     assert not ok and "does not close" in problem
     assert rank == 0
 
@@ -69,17 +75,17 @@ def test_plain_json_and_tmp(tmp_path):
     raw = trace_bytes(2, 4)
     p = tmp_path / "rank2.1.pt.trace.json"
     p.write_bytes(raw + b"\n")
-    assert validate_trace_file(p) == (True, None, 2, 4, False)
+    assert summary(p) == (True, None, 2, 4, False)
     cut = tmp_path / "rank2.2.pt.trace.json"
     cut.write_bytes(raw[:-10])
-    assert validate_trace_file(cut)[0] is False
+    assert summary(cut)[0] is False
     tmp = tmp_path / "rank2.3.pt.trace.json.tmp"
     tmp.write_bytes(raw)
-    ok, problem, *_ = validate_trace_file(tmp)
+    ok, problem, *_ = summary(tmp)
     assert not ok and ".tmp" in problem
     empty = tmp_path / "rank2.4.pt.trace.json.gz"
     empty.write_bytes(b"")
-    assert validate_trace_file(empty)[0] is False
+    assert summary(empty)[0] is False
 
 
 def test_distributed_info_after_trace_events_and_multimember_gzip(tmp_path):
@@ -87,7 +93,7 @@ def test_distributed_info_after_trace_events_and_multimember_gzip(tmp_path):
     raw = json.dumps(doc).encode()
     p = tmp_path / "noname.1.pt.trace.json.gz"
     p.write_bytes(gzip.compress(raw[:10]) + gzip.compress(raw[10:]))
-    assert validate_trace_file(p) == (True, None, 6, 7, False)
+    assert summary(p) == (True, None, 6, 7, False)
 
 
 def test_rank_from_name_variants():
@@ -111,7 +117,7 @@ def test_big_file_is_streamed_not_loaded(tmp_path):
     assert raw_size > 45e6
     tracemalloc.start()
     try:
-        result = validate_trace_file(p)
+        result = summary(p)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
