@@ -25,7 +25,7 @@ import datetime as _dt
 import json
 import os
 import tempfile
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 MANIFEST = "manifest.json"
@@ -60,6 +60,26 @@ def new_manifest(name: str, server_url: str, vllm_version: str | None, model: st
         "settings": settings,
         "levels": [],
     }
+
+
+def new_level(name: str, concurrency: int, profiled: bool) -> dict:
+    """A level entry as the runner starts it: every key of the shape above, filled in as the level runs."""
+    return {"name": name, "concurrency": concurrency, "dir": name, "profiled": profiled,
+            "started_at": None, "stopped_at": None, "start_status": None, "stop_status": None,
+            "stop_seconds": None,
+            "stats": None, "files": [], "missing_ranks": [], "extra_files": [], "warnings": [],
+            "requests_file": None, "profile_prefix": None, "status": "running",
+            "decode_batch_sizes_seen": None, "decode_batch_sizes_rank": None, "max_decode_batch_seen": None,
+            "max_running_requests": None, "running_requests_samples": 0, "reached_concurrency": None}
+
+
+def file_entry(path: str, *, rank: int | None, world_size: int | None, frontend: bool, size: int,
+               sha256: str | None, valid: bool, problem: str | None, vllm_version: str | None = None,
+               step_markers: int | None = None, decode_batch_sizes: dict[str, int] | None = None) -> dict:
+    """A level's ``files`` entry for a trace copied into the capture (``path`` relative to the capture)."""
+    return {"path": path, "rank": rank, "world_size": world_size, "frontend": frontend, "size": size,
+            "sha256": sha256, "valid": valid, "problem": problem, "vllm_version": vllm_version,
+            "step_markers": step_markers, "decode_batch_sizes": decode_batch_sizes}
 
 
 def write_manifest(capture_dir: str | os.PathLike, manifest: dict) -> Path:
@@ -168,7 +188,67 @@ _STATS_NUM = ("duration_s", "output_tok_s", "request_throughput")
 _DISTS = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
 
 
-def _clean_file(c: _Checker, f: object, where: str) -> dict | None:
+@dataclass(frozen=True)
+class ManifestFile:
+    """A level's file entry as far as it can be trusted (a field of the wrong type is None)."""
+
+    path: str                  # relative to the capture directory, e.g. "c64/dp0_…rank0.….pt.trace.json.gz"
+    rank: int | None
+    world_size: int | None
+    frontend: bool | None
+    size: int | None
+    sha256: str | None         # hex digest of the copy
+    valid: bool | None         # complete and well-formed when captured
+    problem: str | None        # why not, when not valid
+
+
+@dataclass(frozen=True)
+class Distribution:
+    mean: float | None
+    p50: float | None
+    p90: float | None
+    p99: float | None
+
+
+@dataclass(frozen=True)
+class LevelStats:
+    """A level's request statistics (``capture.load.summarize``); latencies in ms."""
+
+    requests: int | None
+    completed: int | None
+    errors: int | None
+    input_tokens: int | None
+    max_in_flight: int | None
+    output_tokens: int | None
+    duration_s: float | None
+    output_tok_s: float | None
+    request_throughput: float | None
+    ttft_ms: Distribution
+    tpot_ms: Distribution
+    itl_ms: Distribution
+    e2e_ms: Distribution
+
+
+@dataclass(frozen=True)
+class ManifestLevel:
+    """A level entry as far as it can be trusted: every field has its type or is None."""
+
+    name: str
+    concurrency: int | None
+    dir: str                   # directory of the level's files, inside the capture ("c64")
+    profiled: bool | None
+    status: str | None
+    stats: LevelStats
+    files: tuple[ManifestFile, ...]
+    decode_batch_sizes_seen: dict[int, int] | None   # decode batch size -> steps (lowest rank's trace)
+    max_decode_batch_seen: int | None
+    max_running_requests: int | None
+
+    def file(self, rel: str) -> ManifestFile | None:
+        return next((f for f in self.files if f.path == rel), None)
+
+
+def _clean_file(c: _Checker, f: object, where: str) -> ManifestFile | None:
     if not isinstance(f, dict):
         c.bad(where, f"expected an object, got {_kind(f)}")
         return None
@@ -181,21 +261,22 @@ def _clean_file(c: _Checker, f: object, where: str) -> dict | None:
     if sha is not None and (len(sha) != 64 or not set(sha) <= _SHA256):
         c.bad(f"{where}.sha256", f"{sha[:80]!r} is not a sha256 hex digest")
         sha = None
-    return {"path": path, "rank": c.int_(f, "rank", where), "world_size": c.int_(f, "world_size", where, 1),
-            "frontend": c.bool_(f, "frontend", where), "size": c.int_(f, "size", where, 0, BIGINT_MAX),
-            "sha256": sha, "valid": c.bool_(f, "valid", where), "problem": c.str_(f, "problem", where)}
+    return ManifestFile(path, rank=c.int_(f, "rank", where), world_size=c.int_(f, "world_size", where, 1),
+                        frontend=c.bool_(f, "frontend", where), size=c.int_(f, "size", where, 0, BIGINT_MAX),
+                        sha256=sha, valid=c.bool_(f, "valid", where), problem=c.str_(f, "problem", where))
 
 
-def _clean_stats(c: _Checker, lv: dict, where: str) -> dict:
+def _clean_stats(c: _Checker, lv: dict, where: str) -> LevelStats:
     raw = c.obj(lv, "stats", where)
     w = f"{where}.stats"
-    st: dict = {k: c.int_(raw, k, w) for k in _STATS_INT}
-    st["output_tokens"] = c.int_(raw, "output_tokens", w, 0, BIGINT_MAX)
-    st.update({k: c.num(raw, k, w) for k in _STATS_NUM})
+    ints = {k: c.int_(raw, k, w) for k in _STATS_INT}
+    output_tokens = c.int_(raw, "output_tokens", w, 0, BIGINT_MAX)
+    nums = {k: c.num(raw, k, w) for k in _STATS_NUM}
+    dists = {}
     for k in _DISTS:
         d = c.obj(raw, k, w)
-        st[k] = {p: c.num(d, p, f"{w}.{k}") for p in ("mean", "p50", "p90", "p99")}
-    return st
+        dists[k] = Distribution(**{p: c.num(d, p, f"{w}.{k}") for p in ("mean", "p50", "p90", "p99")})
+    return LevelStats(**ints, output_tokens=output_tokens, **nums, **dists)
 
 
 def _clean_batches(c: _Checker, lv: dict, where: str) -> dict[int, int] | None:
@@ -215,7 +296,7 @@ def _clean_batches(c: _Checker, lv: dict, where: str) -> dict[int, int] | None:
     return out
 
 
-def _clean_level(c: _Checker, lv: object, where: str) -> dict | None:
+def _clean_level(c: _Checker, lv: object, where: str) -> ManifestLevel | None:
     if not isinstance(lv, dict):
         c.bad(where, f"expected an object, got {_kind(lv)}")
         return None
@@ -229,7 +310,7 @@ def _clean_level(c: _Checker, lv: object, where: str) -> dict | None:
         c.bad(f"{where}.dir", f"{d!r} is not a directory inside the capture")
         d = None
     files_raw = lv.get("files")
-    files: list[dict] = []
+    files: list[ManifestFile] = []
     if files_raw is not None and not isinstance(files_raw, list):
         c.bad(f"{where}.files", f"expected a list, got {_kind(files_raw)}")
     else:
@@ -237,12 +318,12 @@ def _clean_level(c: _Checker, lv: object, where: str) -> dict | None:
             cf = _clean_file(c, f, f"{where}.files[{j}]")
             if cf is not None:
                 files.append(cf)
-    return {"name": name, "concurrency": c.int_(lv, "concurrency", where, 1), "dir": d or name,
-            "profiled": c.bool_(lv, "profiled", where), "status": c.str_(lv, "status", where),
-            "stats": _clean_stats(c, lv, where), "files": files,
-            "decode_batch_sizes_seen": _clean_batches(c, lv, where),
-            "max_decode_batch_seen": c.int_(lv, "max_decode_batch_seen", where),
-            "max_running_requests": c.int_(lv, "max_running_requests", where)}
+    return ManifestLevel(name, concurrency=c.int_(lv, "concurrency", where, 1), dir=d or name,
+                         profiled=c.bool_(lv, "profiled", where), status=c.str_(lv, "status", where),
+                         stats=_clean_stats(c, lv, where), files=tuple(files),
+                         decode_batch_sizes_seen=_clean_batches(c, lv, where),
+                         max_decode_batch_seen=c.int_(lv, "max_decode_batch_seen", where),
+                         max_running_requests=c.int_(lv, "max_running_requests", where))
 
 
 @dataclass
@@ -250,23 +331,29 @@ class CheckedManifest:
     """A capture directory's manifest as far as it can be trusted.
 
     ``data`` is the JSON object as read (for the ``captures`` table); ``levels`` holds the well-formed
-    level entries with every field of the right type (a wrong one is None, a damaged file entry or level
+    level entries (:class:`ManifestLevel`: a field of the wrong type is None, a damaged file entry or level
     entry is left out); ``problems`` says what was wrong, each as ``manifest.json: <where>: <what>``.
     ``usable`` is False when nothing in it can be used (not JSON, not an object, ``levels`` not a list):
     its traces are then plain files."""
 
     path: Path
     data: dict | None
-    levels: list[dict]
+    levels: list[ManifestLevel]
     problems: list[str]
     usable: bool
 
-    def lookup(self, rel: str) -> tuple[dict | None, dict | None]:
-        """(level, file entry) of a path relative to the capture directory; (None, None) when not listed."""
+    def locate(self, rel: str) -> tuple[ManifestLevel | None, ManifestFile | None]:
+        """(level, file entry) of a path relative to the capture directory: the level whose directory holds it
+        (None when none does) and its entry there (None when the level does not list it)."""
         for lv in self.levels:
-            if rel.startswith(lv["dir"].rstrip("/") + "/"):
-                return lv, next((f for f in lv["files"] if f["path"] == rel), None)
+            if rel.startswith(lv.dir.rstrip("/") + "/"):
+                return lv, lv.file(rel)
         return None, None
+
+    def lookup(self, rel: str) -> tuple[dict | None, dict | None]:
+        """:meth:`locate` as plain dicts (the fields by name), for callers not yet on the typed entries."""
+        level, entry = self.locate(rel)
+        return (None if level is None else asdict(level)), (None if entry is None else asdict(entry))
 
     def json_text(self) -> str | None:
         """``data`` as standard JSON text (integers of any size; no NaN), for the ``captures`` table."""
@@ -316,13 +403,13 @@ def check_manifest(capture_dir: str | os.PathLike) -> CheckedManifest | None:
     if not isinstance(levels_raw, list):
         c.bad("levels", "missing" if levels_raw is None else f"expected a list, got {_kind(levels_raw)}")
         return CheckedManifest(path, data, [], c.problems, False)
-    levels: list[dict] = []
+    levels: list[ManifestLevel] = []
     for i, lv in enumerate(levels_raw):
         cl = _clean_level(c, lv, f"levels[{i}]")
         if cl is None:
             continue
-        if any(o["name"] == cl["name"] or o["dir"] == cl["dir"] for o in levels):
-            c.bad(f"levels[{i}]", f"level {cl['name']!r} (directory {cl['dir']!r}) is listed twice; the first is kept")
+        if any(o.name == cl.name or o.dir == cl.dir for o in levels):
+            c.bad(f"levels[{i}]", f"level {cl.name!r} (directory {cl.dir!r}) is listed twice; the first is kept")
             continue
         levels.append(cl)
     return CheckedManifest(path, data, levels, c.problems, True)
@@ -339,14 +426,14 @@ def level_rows(m: CheckedManifest) -> list[dict]:
     :data:`LEVEL_COLUMNS`, then ``max_decode_batch_seen`` and ``max_running_requests``."""
     rows = []
     for lv in m.levels:
-        st = lv["stats"]
-        row = {"level": lv["name"], "concurrency": lv["concurrency"], "requests": st["requests"],
-               "errors": st["errors"], "output_tokens": st["output_tokens"], "duration_s": st["duration_s"],
-               "output_tok_s": st["output_tok_s"]}
+        st = lv.stats
+        row = {"level": lv.name, "concurrency": lv.concurrency, "requests": st.requests, "errors": st.errors,
+               "output_tokens": st.output_tokens, "duration_s": st.duration_s, "output_tok_s": st.output_tok_s}
         for metric in ("ttft", "tpot", "itl"):
+            dist = getattr(st, f"{metric}_ms")
             for q in ("p50", "p90", "p99"):
-                row[f"{metric}_{q}_ms"] = st[f"{metric}_ms"][q]
-        row["max_decode_batch_seen"] = lv["max_decode_batch_seen"]
-        row["max_running_requests"] = lv["max_running_requests"]
+                row[f"{metric}_{q}_ms"] = getattr(dist, q)
+        row["max_decode_batch_seen"] = lv.max_decode_batch_seen
+        row["max_running_requests"] = lv.max_running_requests
         rows.append(row)
     return rows

@@ -23,11 +23,26 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 
-from k25trace.capture import files as tf
-from k25trace.capture.client import (CaptureError, ControlClient, ServerInfo, StartOutcomeUnknown, StopResult, check_url,
-                            supports_start_body)
+from k25trace.capture import files as trace_files
+from k25trace.capture.client import (
+    CaptureError,
+    ControlClient,
+    ServerInfo,
+    StartOutcomeUnknown,
+    StopResult,
+    check_url,
+    supports_start_body,
+)
 from k25trace.capture.load import LoadConfig, LoadGenerator, LoadResult, summarize
-from k25trace.capture.manifest import MANIFEST, check_manifest, new_manifest, now_iso, write_manifest
+from k25trace.capture.manifest import (
+    MANIFEST,
+    check_manifest,
+    file_entry,
+    new_level,
+    new_manifest,
+    now_iso,
+    write_manifest,
+)
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -132,8 +147,8 @@ class RunningWatch:
 @dataclass
 class FileState:
     name: str
-    seen: tf.Seen | None = None
-    check: tf.TraceCheck | None = None
+    seen: trace_files.Seen | None = None
+    check: trace_files.TraceCheck | None = None
 
 
 @dataclass
@@ -179,7 +194,7 @@ class Run:
                         "to the previous capture is unknown; nothing was removed. Remove the previous capture "
                         "by hand, or choose a new --out.")
                 for lv in old.levels:
-                    d = out / lv["dir"]
+                    d = out / lv.dir
                     if d.is_dir() and not d.is_symlink() and d.resolve().parent == out.resolve():
                         shutil.rmtree(d)
                 (out / MANIFEST).unlink()
@@ -288,11 +303,11 @@ class Run:
         stop_ok = stop.status == "200"
         intr = self.interrupts.next()
         while True:
-            now_snap = tf.snapshot(o.trace_dir)
-            names = tf.new_files(before, now_snap, prefix)
+            now_snap = trace_files.snapshot(o.trace_dir)
+            names = trace_files.new_files(before, now_snap, prefix)
             pending_tmp = [n for n in names if n.endswith(".pt.trace.json.tmp")]
             for n in names:
-                if not tf.is_trace_name(n):
+                if not trace_files.is_trace_name(n):
                     continue
                 st = states.setdefault(n, FileState(n))
                 seen = now_snap[n]
@@ -300,9 +315,9 @@ class Run:
                     last_change = time.monotonic()
                 if st.check is None or (not st.check.ok and st.seen != seen):
                     st.seen = seen
-                    st.check = await asyncio.to_thread(tf.check_trace_file, o.trace_dir / n)
+                    st.check = await asyncio.to_thread(trace_files.check_trace_file, o.trace_dir / n)
                     # a size change while reading would be caught next round
-                    st.seen = tf.snapshot_one(o.trace_dir / n) or seen
+                    st.seen = trace_files.snapshot_one(o.trace_dir / n) or seen
             world = self.world_size(states)
             workers_ok = {s.check.rank for s in states.values()
                           if s.check and s.check.ok and not s.check.frontend}
@@ -356,30 +371,29 @@ class Run:
         for s in sorted(states.values(), key=lambda s: s.name):
             src = o.trace_dir / s.name
             c = s.check
+            rel = f"{level_dir.name}/{s.name}"
+            rank, world_size = (c.rank, c.world_size) if c else (None, None)
             try:
-                size, sha = tf.copy_with_hash(src, level_dir / s.name)
+                size, sha = trace_files.copy_with_hash(src, level_dir / s.name)
             except OSError as e:
-                entries.append({"path": f"{level_dir.name}/{s.name}", "rank": c.rank if c else None,
-                                "world_size": c.world_size if c else None,
-                                "frontend": tf.is_frontend_name(s.name), "size": 0, "sha256": None,
-                                "valid": False, "problem": f"copy failed: {e}", "step_markers": None,
-                                "decode_batch_sizes": None})
+                entries.append(file_entry(rel, rank=rank, world_size=world_size,
+                                          frontend=trace_files.is_frontend_name(s.name), size=0, sha256=None,
+                                          valid=False, problem=f"copy failed: {e}"))
                 continue
             valid = bool(c and c.ok)
             problem = c.problem if c else "not checked"
             steps = c.steps if c else None
             if valid and c is not None and size != c.size:
                 # it changed after it was validated: check the copy itself
-                c2 = tf.check_trace_file(level_dir / s.name)
+                c2 = trace_files.check_trace_file(level_dir / s.name)
                 valid, problem, steps = c2.ok, c2.problem, c2.steps
-            entries.append({"path": f"{level_dir.name}/{s.name}", "rank": c.rank if c else None,
-                            "world_size": c.world_size if c else None,
-                            "frontend": bool(c.frontend) if c else tf.is_frontend_name(s.name),
-                            "size": size, "sha256": sha, "valid": valid, "problem": problem,
-                            "vllm_version": (c.metadata.get("vllm_version") if c else None),
-                            "step_markers": steps.steps if steps and valid else None,
-                            "decode_batch_sizes": ({str(b): n for b, n in steps.decode_batches.items()}
-                                                   if steps and steps.source and valid else None)})
+            entries.append(file_entry(
+                rel, rank=rank, world_size=world_size,
+                frontend=bool(c.frontend) if c else trace_files.is_frontend_name(s.name), size=size, sha256=sha,
+                valid=valid, problem=problem, vllm_version=c.metadata.get("vllm_version") if c else None,
+                step_markers=steps.steps if steps and valid else None,
+                decode_batch_sizes=({str(b): n for b, n in steps.decode_batches.items()}
+                                    if steps and steps.source and valid else None)))
         ws = {e["world_size"] for e in entries if e["world_size"] and not e["frontend"]}
         if o.expect_ranks and ws and ws != {o.expect_ranks}:
             warnings.append(f"--expect-ranks {o.expect_ranks} but the traces say world_size {sorted(ws)}")
@@ -390,10 +404,10 @@ class Run:
             missing = [] if ok_ranks or any(e["valid"] and not e["frontend"] for e in entries) else [0]
         # the key-averages tables (not traces) ride along as extras
         extras = []
-        for n in tf.new_files(before, tf.snapshot(o.trace_dir), prefix):
+        for n in trace_files.new_files(before, trace_files.snapshot(o.trace_dir), prefix):
             if n.endswith(".txt"):
                 try:
-                    size, sha = tf.copy_with_hash(o.trace_dir / n, level_dir / n)
+                    size, sha = trace_files.copy_with_hash(o.trace_dir / n, level_dir / n)
                     extras.append({"path": f"{level_dir.name}/{n}", "size": size, "sha256": sha})
                 except OSError:
                     pass
@@ -402,117 +416,37 @@ class Run:
     # ---------------------------------------------------------------- one level
     async def run_level(self, control: ControlClient, info: ServerInfo, model: str, conc: int,
                         prompt, level_index: int) -> dict:
+        """One level: warm up, start profiling, C concurrent requests, the one stop, the files; returns its
+        manifest entry (also appended to the manifest)."""
         o = self.opts
-        name = f"c{conc}"
-        level_dir = o.out / name
-        level = {"name": name, "concurrency": conc, "dir": name, "profiled": not o.no_profile,
-                 "started_at": None, "stopped_at": None, "start_status": None, "stop_status": None,
-                 "stop_seconds": None,
-                 "stats": None, "files": [], "missing_ranks": [], "extra_files": [], "warnings": [],
-                 "requests_file": None, "profile_prefix": None, "status": "running",
-                 "decode_batch_sizes_seen": None, "decode_batch_sizes_rank": None, "max_decode_batch_seen": None,
-                 "max_running_requests": None, "running_requests_samples": 0, "reached_concurrency": None}
+        level = new_level(f"c{conc}", conc, profiled=not o.no_profile)
         self.manifest["levels"].append(level)
         requests = o.requests if o.requests is not None else (None if o.duration_s else conc)
         seed = o.seed + 1000 * level_index
-
-        if o.warmup > 0:
-            self.say(f"{name}: warm-up, {o.warmup} requests")
-            wres = await self.drive(o.url, model, min(o.warmup, conc), o.warmup, None,
-                                    lambda i: prompt(10_000_000 + seed + i), f"{name} warm-up", seed)
-            werr = sum(1 for r in wres.records if not r.ok)
-            if werr:
-                first = next(r.error for r in wres.records if not r.ok)
-                self.say(f"[yellow]{name}: {werr} warm-up request(s) failed: {first}[/]")
+        await self.warm_up(model, conc, prompt, seed, level["name"])
         if self.interrupts.count:
             level["status"] = "interrupted"
             return level
-
-        before = tf.snapshot(o.trace_dir) if not o.no_profile else {}
-        prefix = None
+        before = trace_files.snapshot(o.trace_dir) if not o.no_profile else {}
+        prefix: str | None = None
         unknown: StartOutcomeUnknown | None = None
-        if not o.no_profile:
-            body = None
-            if supports_start_body(info.version):
-                safe = re.sub(r"[^A-Za-z0-9._-]", "-", self.manifest.get("name") or "k25")
-                prefix = f"k25-{safe}"[:80].rstrip("-._") + f"-{name}-{secrets.token_hex(3)}"
-                body = {"profile_prefix": prefix}
-                if o.max_iterations is not None:
-                    body["max_iterations"] = o.max_iterations
-                if o.delay_iterations is not None:
-                    body["delay_iterations"] = o.delay_iterations
-            elif o.max_iterations is not None or o.delay_iterations is not None:
-                level["warnings"].append("max/delay iterations need vLLM 0.32+ over HTTP; set them in "
-                                         "--profiler-config instead (ignored here)")
-            level["profile_prefix"] = prefix
+        if o.no_profile:
             level["started_at"] = now_iso()
-            try:
-                await control.start_profile(body, str(o.trace_dir), info.version, o.start_timeout_s)
-            except StartOutcomeUnknown as e:  # sent, never answered: the server may be profiling
-                unknown = e
-                level["start_status"] = e.status
-                level["start_detail"] = e.detail
-                self.say(f"[red]{name}: /start_profile got no answer ({e.status} after {e.seconds:,.1f}s; "
-                         f"--start-timeout {o.start_timeout_s:g}s): whether the server is profiling now is "
-                         "unknown. Sending the one /stop_profile so that it is not left profiling; no load "
-                         "for this level.[/]")
-            else:
-                level["start_status"] = "200"
-                self.say(f"{name}: profiling started" + (f" (prefix {prefix})" if prefix else ""))
-            # raises on 404/409/other answers: the server said no, nothing to stop; from here one stop is owed
-            self.profiling_active = True
         else:
-            level["started_at"] = now_iso()
-
+            prefix, unknown = await self.start_profiling(control, info, level)
         result: LoadResult | None = None
         stop: StopResult | None = None
-        running = RunningWatch()
         try:
             if unknown is None:
-                self.say(f"{name}: {conc} concurrent streaming requests"
-                         + (f", {requests} in all" if requests else "") + (f", {o.duration_s}s" if o.duration_s else ""))
-                watch = asyncio.create_task(running.watch(control, o.metrics_interval_s))
-                try:
-                    result = await self.drive(o.url, model, conc, requests, o.duration_s, prompt, name, seed)
-                finally:
-                    watch.cancel()
-                    await asyncio.gather(watch, return_exceptions=True)
+                result = await self.load(control, model, level, requests, prompt, seed)
         finally:
             if self.profiling_active:
                 stop = await self.stop_once(control)
-        level["max_running_requests"] = running.max
-        level["running_requests_samples"] = running.samples
-        if running.unavailable:
-            level["running_requests_note"] = running.unavailable
         level["stopped_at"] = now_iso()
         if result is not None:
-            level["stats"] = summarize(result)
-            self.check_output(level)
-            rf = level_dir / "requests.jsonl"
-            level_dir.mkdir(parents=True, exist_ok=True)
-            with open(rf, "w") as f:
-                for r in result.records:
-                    f.write(json.dumps(r.to_json()) + "\n")
-            level["requests_file"] = f"{name}/requests.jsonl"
+            self.record_load(level, result)
         if stop is not None:
-            level["stop_status"] = stop.status
-            level["stop_seconds"] = round(stop.seconds, 3)
-            level["stop_detail"] = stop.detail
-            colour = "green" if stop.status == "200" else "yellow"
-            self.say(f"{name}: /stop_profile → [{colour}]{stop.status}[/] after {stop.seconds:,.1f}s")
-            self.save()
-            states, world = await self.wait_for_files(before, prefix, stop, maybe_none=unknown is not None)
-            entries, missing, extras, warns = self.collect(level_dir, states, world, before, prefix)
-            if unknown is not None and not entries:
-                missing = []  # no session may ever have started: nothing is missing (the error says so)
-            level["files"], level["missing_ranks"], level["extra_files"] = entries, missing, extras
-            level["world_size"] = world
-            level["warnings"] += warns
-            if missing:
-                self.say(f"[red]{name}: missing rank(s) {missing}; kept the {len(entries)} file(s) that arrived[/]")
-            bad = [e["path"] for e in entries if not e["valid"]]
-            if bad:
-                self.say(f"[red]{name}: incomplete file(s): {', '.join(bad)}[/]")
+            await self.record_files(level, stop, before, prefix, unknown)
         if result is not None and not result.aborted:
             self.check_batch(level, requests)
         level["status"] = "interrupted" if self.interrupts.count else "done"
@@ -521,6 +455,118 @@ class Run:
             self.save()
             raise CaptureError(self.unknown_start_message(level, unknown, stop))
         return level
+
+    async def warm_up(self, model: str, conc: int, prompt, seed: int, name: str) -> None:
+        """``--warmup`` unprofiled requests (prompts of their own), at most ``conc`` at a time; failures are
+        reported, not fatal."""
+        o = self.opts
+        if o.warmup <= 0:
+            return
+        self.say(f"{name}: warm-up, {o.warmup} requests")
+        wres = await self.drive(o.url, model, min(o.warmup, conc), o.warmup, None,
+                                lambda i: prompt(10_000_000 + seed + i), f"{name} warm-up", seed)
+        werr = sum(1 for r in wres.records if not r.ok)
+        if werr:
+            first = next(r.error for r in wres.records if not r.ok)
+            self.say(f"[yellow]{name}: {werr} warm-up request(s) failed: {first}[/]")
+
+    def start_body(self, info: ServerInfo, level: dict) -> tuple[dict | None, str | None]:
+        """(the /start_profile body, the file prefix it asks for): vLLM 0.32+ takes a ``profile_prefix`` (so our
+        files are told apart from anyone else's) and the iteration window; older servers an empty POST."""
+        o = self.opts
+        if not supports_start_body(info.version):
+            if o.max_iterations is not None or o.delay_iterations is not None:
+                level["warnings"].append("max/delay iterations need vLLM 0.32+ over HTTP; set them in "
+                                         "--profiler-config instead (ignored here)")
+            return None, None
+        safe = re.sub(r"[^A-Za-z0-9._-]", "-", self.manifest.get("name") or "k25")
+        prefix = f"k25-{safe}"[:80].rstrip("-._") + f"-{level['name']}-{secrets.token_hex(3)}"
+        body: dict = {"profile_prefix": prefix}
+        if o.max_iterations is not None:
+            body["max_iterations"] = o.max_iterations
+        if o.delay_iterations is not None:
+            body["delay_iterations"] = o.delay_iterations
+        return body, prefix
+
+    async def start_profiling(self, control: ControlClient, info: ServerInfo,
+                              level: dict) -> tuple[str | None, StartOutcomeUnknown | None]:
+        """POST /start_profile; returns (file prefix, the unknown outcome of an unanswered start or None). Raises
+        on a refusal (404/409/other): then nothing was started and nothing is owed. Otherwise one stop is owed."""
+        o = self.opts
+        name = level["name"]
+        body, prefix = self.start_body(info, level)
+        level["profile_prefix"] = prefix
+        level["started_at"] = now_iso()
+        unknown: StartOutcomeUnknown | None = None
+        try:
+            await control.start_profile(body, str(o.trace_dir), info.version, o.start_timeout_s)
+        except StartOutcomeUnknown as e:  # sent, never answered: the server may be profiling
+            unknown = e
+            level["start_status"] = e.status
+            level["start_detail"] = e.detail
+            self.say(f"[red]{name}: /start_profile got no answer ({e.status} after {e.seconds:,.1f}s; "
+                     f"--start-timeout {o.start_timeout_s:g}s): whether the server is profiling now is "
+                     "unknown. Sending the one /stop_profile so that it is not left profiling; no load "
+                     "for this level.[/]")
+        else:
+            level["start_status"] = "200"
+            self.say(f"{name}: profiling started" + (f" (prefix {prefix})" if prefix else ""))
+        self.profiling_active = True
+        return prefix, unknown
+
+    async def load(self, control: ControlClient, model: str, level: dict, requests: int | None, prompt,
+                   seed: int) -> LoadResult:
+        """The level's load (C concurrent streaming requests), with /metrics polled for the running requests."""
+        o = self.opts
+        name, conc = level["name"], level["concurrency"]
+        self.say(f"{name}: {conc} concurrent streaming requests"
+                 + (f", {requests} in all" if requests else "") + (f", {o.duration_s}s" if o.duration_s else ""))
+        running = RunningWatch()
+        watch = asyncio.create_task(running.watch(control, o.metrics_interval_s))
+        try:
+            result = await self.drive(o.url, model, conc, requests, o.duration_s, prompt, name, seed)
+        finally:
+            watch.cancel()
+            await asyncio.gather(watch, return_exceptions=True)
+        level["max_running_requests"] = running.max
+        level["running_requests_samples"] = running.samples
+        if running.unavailable:
+            level["running_requests_note"] = running.unavailable
+        return result
+
+    def record_load(self, level: dict, result: LoadResult) -> None:
+        """The level's request statistics, and every request in ``<level>/requests.jsonl``."""
+        level["stats"] = summarize(result)
+        self.check_output(level)
+        level_dir = self.opts.out / level["dir"]
+        level_dir.mkdir(parents=True, exist_ok=True)
+        with open(level_dir / "requests.jsonl", "w") as f:
+            for r in result.records:
+                f.write(json.dumps(r.to_json()) + "\n")
+        level["requests_file"] = f"{level['dir']}/requests.jsonl"
+
+    async def record_files(self, level: dict, stop: StopResult, before: dict, prefix: str | None,
+                           unknown: StartOutcomeUnknown | None) -> None:
+        """After the stop, whatever it answered: wait for the level's trace files, check and copy them."""
+        name = level["name"]
+        level["stop_status"] = stop.status
+        level["stop_seconds"] = round(stop.seconds, 3)
+        level["stop_detail"] = stop.detail
+        colour = "green" if stop.status == "200" else "yellow"
+        self.say(f"{name}: /stop_profile → [{colour}]{stop.status}[/] after {stop.seconds:,.1f}s")
+        self.save()
+        states, world = await self.wait_for_files(before, prefix, stop, maybe_none=unknown is not None)
+        entries, missing, extras, warns = self.collect(self.opts.out / level["dir"], states, world, before, prefix)
+        if unknown is not None and not entries:
+            missing = []  # no session may ever have started: nothing is missing (the error says so)
+        level["files"], level["missing_ranks"], level["extra_files"] = entries, missing, extras
+        level["world_size"] = world
+        level["warnings"] += warns
+        if missing:
+            self.say(f"[red]{name}: missing rank(s) {missing}; kept the {len(entries)} file(s) that arrived[/]")
+        bad = [e["path"] for e in entries if not e["valid"]]
+        if bad:
+            self.say(f"[red]{name}: incomplete file(s): {', '.join(bad)}[/]")
 
     def unknown_start_message(self, level: dict, e: StartOutcomeUnknown, stop: StopResult | None) -> str:
         name = level["name"]
@@ -553,7 +599,7 @@ class Run:
             # data-parallel engines batch apart: add up each DP group's largest batch (TP ranks share theirs)
             groups: dict[int, int] = {}
             for f in workers:
-                dp = tf.dp_from_name(f["path"].rsplit("/", 1)[-1]) or 0
+                dp = trace_files.dp_from_name(f["path"].rsplit("/", 1)[-1]) or 0
                 top = max(map(int, f["decode_batch_sizes"]), default=0)
                 groups[dp] = max(groups.get(dp, 0), top)
             level["max_decode_batch_seen"] = sum(groups.values())

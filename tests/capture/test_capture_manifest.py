@@ -39,13 +39,19 @@ def test_good_manifest_reads_clean(tmp_path):
     write_manifest(tmp_path, good())
     m = check_manifest(tmp_path)
     assert m.usable and m.problems == []
+    level, entry = m.locate("c2/rank0.1.pt.trace.json.gz")
+    assert (level.name, level.concurrency, entry.sha256, entry.valid, entry.rank) == ("c2", 2, SHA, True, 0)
+    assert m.locate("c4/other.pt.trace.json.gz") == (m.levels[1], None)
+    assert m.locate("elsewhere/x.pt.trace.json.gz") == (None, None)
+    # the same as plain dicts, for a caller not on the typed entries yet
+    assert m.lookup("c2/rank0.1.pt.trace.json.gz")[0]["name"] == "c2"
     assert m.lookup("c2/rank0.1.pt.trace.json.gz")[1]["sha256"] == SHA
-    assert m.lookup("c4/other.pt.trace.json.gz") == (m.levels[1], None)
-    assert m.lookup("elsewhere/x.pt.trace.json.gz") == (None, None)
+    assert m.lookup("c4/other.pt.trace.json.gz")[1] is None and m.lookup("x/y.gz") == (None, None)
+    assert m.levels[0].stats.ttft_ms.p90 == 2.0 and m.levels[1].stats.requests is None
     rows = level_rows(m)
     assert [r["level"] for r in rows] == ["c2", "c4"] and list(rows[0])[:len(LEVEL_COLUMNS)] == list(LEVEL_COLUMNS)
     assert rows[0]["ttft_p90_ms"] == 2.0 and rows[0]["max_decode_batch_seen"] == 2 and rows[1]["requests"] is None
-    assert m.levels[0]["decode_batch_sizes_seen"] == {1: 3, 2: 5}
+    assert m.levels[0].decode_batch_sizes_seen == {1: 3, 2: 5}
     assert json.loads(m.json_text()) == good()
 
 
@@ -122,7 +128,7 @@ def test_partly_damaged_manifest_keeps_what_is_sound(tmp_path, text, whys, level
     flat = "\n".join(m.problems)
     for why in whys:
         assert why in flat, (why, m.problems)
-    assert [lv["name"] for lv in m.levels] == levels
+    assert [lv.name for lv in m.levels] == levels
     rows = level_rows(m)
     for r in rows:  # every value has the column's type: DuckDB's insert cannot fail on it
         assert isinstance(r["level"], str)
@@ -132,8 +138,8 @@ def test_partly_damaged_manifest_keeps_what_is_sound(tmp_path, text, whys, level
         for k in LEVEL_COLUMNS[5:]:
             assert r[k] is None or (type(r[k]) is float and math.isfinite(r[k])), (k, r[k])
     for lv in m.levels:
-        for f in lv["files"]:
-            assert isinstance(f["path"], str) and f["sha256"] in (None, SHA) and f["valid"] in (None, True, False)
+        for f in lv.files:
+            assert isinstance(f.path, str) and f.sha256 in (None, SHA) and f.valid in (None, True, False)
     json.loads(m.json_text())  # storable
 
 
@@ -180,17 +186,8 @@ def test_force_over_a_sound_manifest_replaces_its_levels(fake, run_cap, tmp_path
 
 
 # ------------------------------------------------------------------------------- k25trace load
-# The loader of capture directories is k25trace/ingest.py (_capture_info_for, _record_capture), owned apart from
-# capture/: until it reads manifests through capture.manifest.check_manifest, these shapes still crash it or
-# load silently, so the test is an expected failure there (strict: it turns red once ingest is fixed otherwise).
-
-def _ingest_uses_checker() -> bool:
-    import inspect
-
-    from k25trace import ingest
-
-    return "check_manifest" in inspect.getsource(ingest)
-
+# The loader of capture directories (k25trace.ingest) reads manifests through capture.manifest.check_manifest:
+# each of these shapes once crashed it or loaded silently.
 
 LOAD_SHAPES = {
     "not-json": "{not json",
@@ -208,8 +205,6 @@ LOAD_SHAPES = {
 }
 
 
-@pytest.mark.xfail(not _ingest_uses_checker(), strict=True,
-                   reason="k25trace/ingest.py does not read manifests through capture.manifest.check_manifest yet")
 @pytest.mark.parametrize("shape", list(LOAD_SHAPES))
 def test_load_of_a_damaged_capture_still_loads_its_traces(tmp_path, shape):
     from fakevllm import write_trace
