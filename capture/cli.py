@@ -1,7 +1,11 @@
-"""``k25trace capture``: the click command (registered by ``k25trace.cli``; also ``python3 -m capture``)."""
+"""``k25trace capture``: the click command (registered by ``k25trace.cli``; also ``python3 -m k25trace.capture``).
+
+Every option's destination is the name of a :class:`~k25trace.capture.runner.CaptureOptions` field, so the
+command builds its options object in one step."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -9,18 +13,18 @@ from k25trace.capture.client import CaptureError, check_url
 from k25trace.capture.runner import CaptureOptions, run_capture
 
 
-def _url(ctx, param, value: str) -> str:
+def _url(ctx: click.Context, param: click.Parameter, value: str) -> str:
     try:
         return check_url(value)
     except CaptureError as e:
-        raise click.BadParameter(str(e).removeprefix("--url "))
+        raise click.BadParameter(str(e).removeprefix("--url ")) from None
 
 
-def _levels(ctx, param, value: str) -> list[int]:
+def _levels(ctx: click.Context, param: click.Parameter, value: str) -> list[int]:
     try:
         out = [int(x) for x in str(value).replace(" ", "").split(",") if x]
     except ValueError:
-        raise click.BadParameter("a comma-separated list of integers, e.g. 1,64,256")
+        raise click.BadParameter("a comma-separated list of integers, e.g. 1,64,256") from None
     if not out or any(c < 1 for c in out):
         raise click.BadParameter("each concurrency must be >= 1")
     if len(set(out)) != len(out):
@@ -68,8 +72,9 @@ Server side (vLLM 0.13+), settings that keep /stop_profile short:
 @click.option("--concurrency", "concurrency", default="1", show_default=True, callback=_levels,
               help="Comma-separated levels; one profiling window per level.")
 @click.option("--requests", "requests", type=click.IntRange(min=1),
-              help="Requests per level [default: one per concurrent slot, i.e. C].")
-@click.option("--duration", "duration", type=click.FloatRange(min=0, min_open=True),
+              help="Requests per level [default: one per concurrent slot, i.e. C]; with --duration, whichever "
+                   "ends first.")
+@click.option("--duration", "duration_s", type=click.FloatRange(min=0, min_open=True),
               help="Seconds of load per level (new requests stop after it; in-flight ones finish).")
 @click.option("--request-rate", type=click.FloatRange(min=0, min_open=True),
               help="Poisson arrivals at this many requests/s, still at most C in flight [default: inf].")
@@ -87,13 +92,14 @@ Server side (vLLM 0.13+), settings that keep /stop_profile short:
 @click.option("--model", help="Model to request [default: the first of /v1/models].")
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed for prompts and arrivals.")
 @click.option("--api-key", envvar="OPENAI_API_KEY", help="Bearer token [env: OPENAI_API_KEY].")
-@click.option("--start-timeout", default=30.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
+@click.option("--start-timeout", "start_timeout_s", default=30.0, show_default=True,
+              type=click.FloatRange(min=0, min_open=True),
               help="Read timeout (s) of /start_profile. Unanswered in time: one /stop_profile is sent anyway.")
-@click.option("--stop-timeout", default=3600.0, show_default=True, type=click.FloatRange(min=1),
+@click.option("--stop-timeout", "stop_timeout_s", default=3600.0, show_default=True, type=click.FloatRange(min=1),
               help="Read timeout (s) of the single /stop_profile call.")
-@click.option("--file-timeout", default=300.0, show_default=True, type=click.FloatRange(min=0),
+@click.option("--file-timeout", "file_timeout_s", default=300.0, show_default=True, type=click.FloatRange(min=0),
               help="How long (s) to wait for the trace files after the stop returned.")
-@click.option("--request-timeout", default=3600.0, show_default=True, type=click.FloatRange(min=1),
+@click.option("--request-timeout", "request_timeout_s", default=3600.0, show_default=True, type=click.FloatRange(min=1),
               help="Read timeout (s) of each streaming request (the engine stalls while traces export).")
 @click.option("--expect-ranks", type=click.IntRange(min=1),
               help="Worker count to wait for [default: distributedInfo.world_size of the first trace].")
@@ -103,24 +109,17 @@ Server side (vLLM 0.13+), settings that keep /stop_profile short:
               help="vLLM 0.32+: start recording N engine steps after /start_profile.")
 @click.option("--no-profile", is_flag=True, help="Load and latency numbers only (the macro benchmark).")
 @click.option("--force", is_flag=True, help="Replace a previous capture in --out.")
-def capture_command(url, trace_dir, out, concurrency, requests, duration, request_rate, prompt_tokens,
-                    max_tokens, ignore_eos, temperature, endpoint, warmup, name, model, seed, api_key,
-                    start_timeout, stop_timeout, file_timeout, request_timeout, expect_ranks, max_iterations,
-                    delay_iterations, no_profile, force):
+def capture_command(**options: Any) -> None:
     """Drive a running vLLM server's profiler under load and keep the traces safe.
 
     Writes CAPTURE_DIR/c<C>/*.pt.trace.json.gz (+ requests.jsonl) and CAPTURE_DIR/manifest.json,
     then prints a summary per level and the next command (k25trace load CAPTURE_DIR --db ...).
+
+    \b
+    Example:
+        k25trace capture --url http://127.0.0.1:8000 --trace-dir /abs/dir --out cap --concurrency 1,8,64 \\
+            --max-tokens 256
     """
-    if requests is not None and duration is not None:
-        pass  # both: whichever ends first
-    opts = CaptureOptions(
-        url=url, out=out, trace_dir=trace_dir, concurrency=concurrency, requests=requests,
-        duration_s=duration, prompt_tokens=prompt_tokens, max_tokens=max_tokens, warmup=warmup, name=name,
-        start_timeout_s=start_timeout, stop_timeout_s=stop_timeout, file_timeout_s=file_timeout, no_profile=no_profile,
-        expect_ranks=expect_ranks, model=model, seed=seed, ignore_eos=ignore_eos, temperature=temperature,
-        api_key=api_key, request_rate=request_rate, endpoint=endpoint, request_timeout_s=request_timeout,
-        max_iterations=max_iterations, delay_iterations=delay_iterations, force=force)
-    rc = run_capture(opts)
+    rc = run_capture(CaptureOptions(**options))
     if rc:
         raise SystemExit(rc)

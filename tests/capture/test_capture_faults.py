@@ -232,3 +232,26 @@ def test_cli_options(fake, tmp_path):
     assert m["levels"][0]["profile_prefix"].startswith("k25-my-run-c2-")
     r = CliRunner().invoke(capture_command, ["--help"])
     assert "--force" in r.output and "--no-profile" in r.output and "--stop-timeout" in r.output
+
+
+def test_cli_builds_the_options_object_once(monkeypatch, tmp_path):
+    """Every flag lands in its CaptureOptions field (the command passes them through by name)."""
+    from k25trace.capture import cli
+
+    seen = []
+    monkeypatch.setattr(cli, "run_capture", lambda opts: seen.append(opts) or 0)
+    r = CliRunner().invoke(capture_command, [
+        "--url", "http://127.0.0.1:9/", "--trace-dir", str(tmp_path), "--out", str(tmp_path / "o"),
+        "--concurrency", "1,4", "--requests", "9", "--duration", "2.5", "--request-rate", "3",
+        "--prompt-tokens", "5", "--max-tokens", "6", "--no-ignore-eos", "--temperature", "0.5",
+        "--endpoint", "chat", "--warmup", "1", "--name", "n", "--model", "m", "--seed", "4", "--api-key", "k",
+        "--start-timeout", "7", "--stop-timeout", "8", "--file-timeout", "9", "--request-timeout", "10",
+        "--expect-ranks", "2", "--max-iterations", "11", "--delay-iterations", "12", "--no-profile", "--force"])
+    assert r.exit_code == 0, r.output
+    (o,) = seen
+    assert (o.url, o.trace_dir, o.out, o.concurrency) == ("http://127.0.0.1:9", tmp_path, tmp_path / "o", [1, 4])
+    assert (o.requests, o.duration_s, o.request_rate, o.prompt_tokens, o.max_tokens) == (9, 2.5, 3.0, 5, 6)
+    assert (o.ignore_eos, o.temperature, o.endpoint, o.warmup, o.name, o.model, o.seed, o.api_key) == (
+        False, 0.5, "chat", 1, "n", "m", 4, "k")
+    assert (o.start_timeout_s, o.stop_timeout_s, o.file_timeout_s, o.request_timeout_s) == (7.0, 8.0, 9.0, 10.0)
+    assert (o.expect_ranks, o.max_iterations, o.delay_iterations, o.no_profile, o.force) == (2, 11, 12, True, True)
