@@ -1,10 +1,15 @@
-"""The vLLM server's control surface: preflight, ``/start_profile``, ``/stop_profile`` (reference §1, §6, §7).
+"""The vLLM server's control surface: preflight, ``/start_profile``, ``/stop_profile``.
+
+vLLM (0.13+, started with ``--profiler-config``) serves ``POST /start_profile`` and ``POST /stop_profile``; the
+stop writes every worker's trace before it answers, which can take minutes (symbolicating Python stacks costs
+milliseconds per event), and nothing retries or times it out on the server side.
 
 Rules this module keeps:
 
 - ``/stop_profile`` is sent **once** per session this run started, with a long read timeout, and never
-  retried (a double stop crashes older servers, §6).  Whatever comes back (empty 200, 500, a timeout,
-  a reset connection) is reported as a short status string; the caller then looks at the files.
+  retried: on older servers a second stop answers 500 or crashes the front end (vLLM issues #51676,
+  #26479).  Whatever comes back (empty 200, 500, a timeout, a reset connection) is reported as a short
+  status string; the caller then looks at the files.
 - 404 on the profiler routes means "profiling not enabled" (:class:`ProfilingDisabled`, whose message
   carries the exact ``--profiler-config`` to add); 409 on start means someone else's session is active
   (:class:`SessionActive`): we never stop a session we did not start.
@@ -26,11 +31,11 @@ class CaptureError(Exception):
 
 
 class ProfilingDisabled(CaptureError):
-    pass
+    """The profiler routes answer 404: the server was started without profiling (the message says how)."""
 
 
 class SessionActive(CaptureError):
-    pass
+    """/start_profile answered 409: someone else's session is active (never ours to stop)."""
 
 
 class StartOutcomeUnknown(CaptureError):
@@ -76,7 +81,8 @@ def check_url(url: str) -> str:
 
 
 def suggested_profiler_config(trace_dir: str) -> str:
-    """The ``--profiler-config`` that keeps ``/stop_profile`` short (reference §7)."""
+    """The ``--profiler-config`` that keeps ``/stop_profile`` short: no Python stacks (their symbolication is the
+    slow part of the export), no key-averages table, no front-end trace."""
     cfg = {
         "profiler": "torch",
         "torch_profiler_dir": trace_dir,
@@ -88,6 +94,7 @@ def suggested_profiler_config(trace_dir: str) -> str:
 
 
 def disabled_message(url: str, trace_dir: str, version: str | None) -> str:
+    """What to tell the user when profiling is off: how to restart this vLLM version with it on."""
     v = parse_version(version)
     lines = [f"{url}: the profiler routes answer 404, so profiling is not enabled on this server."]
     if v is not None and v < (0, 13):
@@ -104,6 +111,7 @@ def disabled_message(url: str, trace_dir: str, version: str | None) -> str:
 
 
 def parse_version(text: str | None) -> tuple[int, int] | None:
+    """(major, minor) of a version string such as ``0.32.0`` or ``v0.11.1rc2``; None when it is not one."""
     if not text:
         return None
     m = re.match(r"v?(\d+)\.(\d+)", text.strip())
@@ -135,6 +143,8 @@ def parse_running_requests(text: str) -> int | None:
 
 @dataclass
 class ServerInfo:
+    """What preflight found out about the server."""
+
     url: str
     version: str | None
     models: list[str]
@@ -146,6 +156,8 @@ class ServerInfo:
 
 @dataclass
 class StopResult:
+    """How the one /stop_profile call ended (a short status, never an exception) and how long it took."""
+
     status: str  # "200", "500", "timeout", "reset", "connect-error", "interrupted", ...
     seconds: float
     detail: str | None = None
@@ -164,6 +176,8 @@ class ControlClient:
         await self.http.aclose()
 
     async def preflight(self, trace_dir: str | None, want_profiler: bool) -> ServerInfo:
+        """Health, version, models (and their max_model_len), the profiler routes when ``want_profiler``, the
+        server args (dev mode only) and whether /tokenize works; :class:`CaptureError` when it cannot go on."""
         try:
             r = await self.http.get("/health")
         except httpx.HTTPError as e:
@@ -236,6 +250,7 @@ class ControlClient:
         return parse_running_requests(r.text)
 
     async def tokenize(self, model: str, text: str) -> list[int]:
+        """The server's own token ids for ``text`` (prompts of an exact token count)."""
         r = await self.http.post("/tokenize", json={"model": model, "prompt": text, "add_special_tokens": False})
         r.raise_for_status()
         return list(r.json()["tokens"])

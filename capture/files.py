@@ -1,6 +1,7 @@
 """Trace files in the server's ``torch_profiler_dir``: which are new, which are complete, copy them safely.
 
-A torch-profiler trace is complete when (reference §2.3):
+A torch-profiler trace is complete when (torch exports plain JSON to a temp file, then gzips it under the
+final name as it goes, so a file that exists is not yet a finished one):
 
 - ``*.json.gz``: the gzip stream reads to its end-of-stream marker with a good CRC (torch writes the
   ``.gz`` progressively under its final name, so a file being written fails with "Compressed file
@@ -57,7 +58,7 @@ def is_trace_name(name: str) -> bool:
 
 
 def is_frontend_name(name: str) -> bool:
-    """The API-server (AsyncLLM) trace: CPU only, no kernels (reference §2.1)."""
+    """The API-server (AsyncLLM) trace, ``<host>_<pid>.async_llm.<ns>.pt.trace.json.gz``: CPU only, no kernels."""
     return ".async_llm." in name
 
 
@@ -334,6 +335,8 @@ def _metadata(head: bytes, tail: bytes) -> dict:
 
 @dataclass(frozen=True)
 class Seen:
+    """A file's size and mtime when the directory was looked at (a change means: still being written)."""
+
     size: int
     mtime_ns: int
 
@@ -356,6 +359,7 @@ def snapshot(trace_dir: str | os.PathLike) -> dict[str, Seen]:
 
 
 def snapshot_one(path: str | os.PathLike) -> Seen | None:
+    """:class:`Seen` of one file; None when it is gone."""
     try:
         st = os.stat(path)
     except OSError:
@@ -393,6 +397,7 @@ def copy_with_hash(src: str | os.PathLike, dst: str | os.PathLike) -> tuple[int,
 
 
 def sha256_file(path: str | os.PathLike) -> str:
+    """The sha256 hex digest of a file, read in 1 MiB chunks."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         while True:

@@ -25,6 +25,8 @@ from k25trace.stats import quantile
 
 @dataclass
 class RequestRecord:
+    """One request as measured by the client (one line of ``requests.jsonl``); latencies in ms."""
+
     index: int
     ok: bool = False
     error: str | None = None
@@ -49,6 +51,8 @@ class RequestRecord:
 
 @dataclass
 class LoadConfig:
+    """What load to drive: C streaming requests in flight, until ``requests`` or ``duration_s``."""
+
     url: str
     model: str
     concurrency: int
@@ -67,6 +71,8 @@ class LoadConfig:
 
 @dataclass
 class LoadResult:
+    """Every request's record, the load's span (``time.monotonic()``), the most requests seen in flight."""
+
     records: list[RequestRecord]
     started: float  # time.monotonic()
     ended: float
@@ -79,6 +85,9 @@ class LoadResult:
 
 
 class LoadGenerator:
+    """Keeps ``concurrency`` streaming requests in flight (see the module doc); ``run()`` once, ``abort()`` any
+    time. ``in_flight``, ``done``, ``errors`` and ``tokens_streamed`` are live counters for progress lines."""
+
     def __init__(self, cfg: LoadConfig, prompt: Callable[[int], list[int] | str]):
         if cfg.concurrency < 1:
             raise ValueError("concurrency must be >= 1")
@@ -161,6 +170,7 @@ class LoadGenerator:
                 self.errors += 1
 
     async def run(self) -> LoadResult:
+        """Drive the load to its end (or :meth:`abort`); returns the records sorted by request index."""
         c = self.cfg
         limits = httpx.Limits(max_connections=c.concurrency + 8, max_keepalive_connections=c.concurrency + 8)
         timeout = httpx.Timeout(connect=60.0, read=c.request_timeout_s, write=60.0, pool=None)
@@ -342,6 +352,8 @@ def dist(values: list[float | None]) -> dict:
 
 
 def summarize(result: LoadResult) -> dict:
+    """The level's ``stats`` in the manifest: counts, throughput and latency distributions of the successful
+    requests, the first distinct errors."""
     recs = result.records
     ok = [r for r in recs if r.ok]
     out_tok = sum(r.output_tokens for r in ok)

