@@ -33,19 +33,18 @@ per_time as (
 
 running as (
     select
-        step_index, category, t,
+        step_index, category, t, delta,
         sum(delta) over (partition by step_index, category order by t rows unbounded preceding) as running_count
     from per_time
 ),
 
-transitions as (
+transitions as (  -- the category turns on (+1) or off (-1) at t; its count before t is running_count - delta
     select
         running.step_index, running.t, _category_codes.code,
-        (running.running_count > 0)::integer
-            - coalesce(lag((running.running_count > 0)::integer) over (partition by running.step_index, running.category order by running.t), 0)
-            as change
+        (running.running_count > 0)::integer - (running.running_count - running.delta > 0)::integer as change
     from running
     join _category_codes using (category)
+    where (running.running_count > 0) != (running.running_count - running.delta > 0)
 ),
 
 per_point as (

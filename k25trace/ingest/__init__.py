@@ -21,8 +21,34 @@ The only module that reads trace JSON. Invariants:
 """
 
 
-from k25trace.ingest.discover import discover, is_frontend_name
-from k25trace.ingest.loader import Loader, file_size, load_paths
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from k25trace.ingest.discover import discover, is_frontend_name  # the function (it shadows its module's name)
 from k25trace.ingest.model import FileResult, LoadOptions, TraceFile
 
-__all__ = ["FileResult", "LoadOptions", "Loader", "TraceFile", "discover", "file_size", "is_frontend_name", "load_paths"]
+if TYPE_CHECKING:
+    from k25trace.ingest.loader import Loader, file_size, load_paths
+
+# The package's modules, in pipeline order:
+#   limits (tunables), model (LoadOptions, TraceFile, FileResult), discover (finding files), stream (reading and
+#   cutting), events (structs and decoding), columns (events -> Arrow tables), messages (what decode steps hand
+#   back), chunks (one file in this process), workers (decode processes), loader (DuckDB; the only module that
+#   imports it).
+# The loader's names load lazily (PEP 562): a decode worker process imports the decode modules, not DuckDB.
+_PUBLIC = {"Loader": "loader", "file_size": "loader", "load_paths": "loader"}
+__all__ = sorted([*_PUBLIC, "discover", "is_frontend_name", "FileResult", "LoadOptions", "TraceFile"])
+
+
+_MODULES = ("limits", "model", "stream", "events", "columns", "messages", "chunks", "workers", "loader")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _MODULES:
+        return importlib.import_module(f"k25trace.ingest.{name}")
+    module = _PUBLIC.get(name)
+    if module is None:
+        raise AttributeError(f"module 'k25trace.ingest' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"k25trace.ingest.{module}"), name)

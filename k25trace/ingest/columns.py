@@ -344,7 +344,7 @@ class _Columns:
             "blocks_per_sm": pa.array(list(map(attrgetter("blocks_per_sm"), args)), pa.float64()),
             "warps_per_sm": pa.array(list(map(attrgetter("warps_per_sm"), args)), pa.float64()),
             "occupancy_pct": pa.array(list(map(attrgetter("occupancy"), args)), pa.float64()),
-            "bytes": pa.array([_int_or_none(a.bytes) for a in args], pa.int64()),
+            "bytes": _ints(list(map(attrgetter("bytes"), args)), pa.int64()),  # some traces write it as a string
             "collective_name": pa.array([_str_or_none(a.collective_name) for a in args], pa.string()) if has_coll else nulls_s,
             "msg_in_nelems": pa.array([_int_or_none(a.in_nelems) for a in args], pa.int64()) if has_coll else nulls_i,
             "msg_out_nelems": pa.array([_int_or_none(a.out_nelems) for a in args], pa.int64()) if has_coll else nulls_i,
