@@ -49,6 +49,7 @@ EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_INCOMPLETE = 3
 EXIT_INTERRUPTED = 130
+_WATCH_GRACE_S = 5.0  # most seconds a /metrics sample under way may delay the end of a level's load
 
 _WORDS = ("time year people way day man thing woman life child world school state family student group "
           "country problem hand part place case week company system program question work government "
@@ -126,7 +127,9 @@ class RunningWatch:
     samples: int = 0
     unavailable: str | None = None
 
-    async def watch(self, control: ControlClient, interval: float) -> None:
+    async def watch(self, control: ControlClient, interval: float, done: asyncio.Event) -> None:
+        """Sample every ``interval`` seconds until ``done`` is set, and at least once whatever the load's length:
+        the sample under way when ``done`` is set is finished, not dropped."""
         failures = 0
         while True:
             try:
@@ -145,7 +148,13 @@ class RunningWatch:
                     return
                 self.samples += 1
                 self.max = v if self.max is None else max(self.max, v)
-            await asyncio.sleep(interval)
+            if done.is_set():
+                return
+            try:
+                await asyncio.wait_for(done.wait(), interval)
+                return
+            except asyncio.TimeoutError:
+                pass
 
 
 @dataclass
@@ -532,10 +541,13 @@ class Run:
         self.say(f"{name}: {conc} concurrent streaming requests"
                  + (f", {requests} in all" if requests else "") + (f", {o.duration_s}s" if o.duration_s else ""))
         running = RunningWatch()
-        watch = asyncio.create_task(running.watch(control, o.metrics_interval_s))
+        load_done = asyncio.Event()
+        watch = asyncio.create_task(running.watch(control, o.metrics_interval_s, load_done))
         try:
             result = await self.drive(o.url, model, conc, requests, o.duration_s, prompt, name, seed)
         finally:
+            load_done.set()
+            await asyncio.wait({watch}, timeout=_WATCH_GRACE_S)  # let the sample under way finish
             watch.cancel()
             await asyncio.gather(watch, return_exceptions=True)
         level["max_running_requests"] = running.max

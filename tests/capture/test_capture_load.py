@@ -15,7 +15,9 @@ def _run(cfg, prompt=lambda i: [1, 2, 3]):
 
 
 def test_c64_keeps_64_in_flight(fake):
-    s = fake(tokens=16, token_delay_s=0.02, ttft_delay_s=0.05)
+    # the server holds the first 64 streams before their first token until all 64 are there: if the client keeps
+    # 64 in flight the server sees 64 at once, however slowly this machine opens the connections
+    s = fake(tokens=16, token_delay_s=0.02, ttft_delay_s=0.05, batch_barrier=64, metrics=False)
     cfg = LoadConfig(url=s.url, model="fake-model", concurrency=64, requests=192, max_tokens=16)
     res = _run(cfg)
     st = summarize(res)
@@ -23,27 +25,27 @@ def test_c64_keeps_64_in_flight(fake):
     assert st["max_in_flight"] == 64  # and by the client
     assert st["requests"] == 192 and st["errors"] == 0 and s.completions == 192
     assert st["output_tokens"] == 192 * 16 and st["input_tokens"] == 192 * 3
-    # the server's pacing shows through: TTFT >= 50 ms, ITL ~20 ms, TPOT ~20 ms
+    # the server's pacing shows through as lower bounds (a busy machine only adds): TTFT >= 50 ms, ITL and
+    # TPOT about 20 ms (a chunk read late is followed by one read early, so the median stays near 20)
     assert st["ttft_ms"]["p50"] >= 50
-    # (upper bounds loose: server and client share 2 cores and one GIL here)
-    assert 18 <= st["itl_ms"]["p50"] <= 200, st["itl_ms"]
-    assert 18 <= st["tpot_ms"]["p50"] <= 200, st["tpot_ms"]
+    assert st["itl_ms"]["p50"] >= 18, st["itl_ms"]
+    assert st["tpot_ms"]["p50"] >= 18, st["tpot_ms"]
     assert st["itl_ms"]["n"] == 192 * 15
-    # three waves of 64, each ~0.35 s: a serial client would need > 60 s
-    assert st["duration_s"] < 5
 
 
 def test_duration_bound_and_rate(fake):
     s = fake(tokens=4, token_delay_s=0.01)
     res = _run(LoadConfig(url=s.url, model="fake-model", concurrency=8, duration_s=0.6, max_tokens=4))
-    assert 0.6 <= res.duration_s < 2.0
+    # new requests stop at the deadline, those in flight finish (on any machine: no upper bound on the time)
+    assert res.duration_s >= 0.6 and all(r.sent_s < 0.6 for r in res.records)
     assert len(res.records) > 8 and all(r.ok for r in res.records)
     res = _run(LoadConfig(url=s.url, model="fake-model", concurrency=8, requests=20, request_rate=40.0,
                           max_tokens=4, seed=3))
     st = summarize(res)
     assert st["requests"] == 20 and st["errors"] == 0
-    # 20 Poisson arrivals at 40/s take about half a second, not ~0
-    assert 0.15 < res.duration_s < 3.0
+    # 20 Poisson arrivals at 40/s (seeded) are spread over about half a second, not sent at once
+    sent = [r.sent_s for r in res.records]
+    assert sent == sorted(sent) and sent[-1] - sent[0] > 0.15
     assert st["max_in_flight"] <= 8
 
 
