@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import resource
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 
@@ -32,8 +34,17 @@ def _rss_kb(pid: int) -> int:
     return 0
 
 
-def run(cmd: list[str], *, env: dict[str, str] | None = None, interval: float = 0.05) -> tuple[float, float, str]:
-    """(wall seconds, peak RSS of the process tree in MB, stderr tail)."""
+@dataclass
+class Measured:
+    wall_s: float
+    peak_mb: float  # peak RSS of the whole process tree (sampled every ``interval``)
+    cpu_s: float  # user + system CPU of the process and every descendant it waited for (decode workers included)
+    stderr_tail: str
+
+
+def run(cmd: list[str], *, env: dict[str, str] | None = None, interval: float = 0.05) -> Measured:
+    """Run ``cmd`` to completion; its wall time, peak RSS of its process tree and CPU time."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, **(env or {})})
@@ -47,7 +58,9 @@ def run(cmd: list[str], *, env: dict[str, str] | None = None, interval: float = 
         tick += 1
         time.sleep(interval)
     wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     err = proc.stderr.read() if proc.stderr else ""
     if proc.returncode != 0:
         raise RuntimeError(f"{cmd} failed ({proc.returncode}): {err[-2000:]}")
-    return wall, peak / 1024, err[-500:]
+    return Measured(wall, peak / 1024, cpu, err[-500:])

@@ -1,28 +1,38 @@
-"""Load speed and memory at full size, against the baselines, measured in the same run on the same file.
+"""Load speed and memory at full size, against baselines measured in the same run on the same file.
 
-    python3 benchmarks/bench_load.py                       # generate 8 x 80 MB-gz Kimi-shaped ranks, then measure
-    python3 benchmarks/bench_load.py --traces DIR --runs 3 --skip-baselines
+    python3 benchmarks/bench_load.py                          # both inputs, 8 ranks each, 3 runs of one rank
+    python3 benchmarks/bench_load.py --input real --runs 5 --runs-all 3
+    python3 benchmarks/bench_load.py --traces DIR --skip-baselines
 
-Prints, for one rank and for all ranks: wall time (median of --runs), events/s, MB/s of JSON, peak RSS of the
-whole process tree (decode workers included); then the report timings over all ranks; then the baselines on the
-same rank file: zlib and isal decompression floors, orjson.loads of the whole file (TraceLens's loader), DuckDB
-read_json + unnest. Progress goes to stderr, figures to stdout.
+Two inputs, each eight 80 MB-gz rank files (generated once into --work, then reused):
+
+* ``synthetic``: Kimi-K2.5-shaped TP8 ranks from ``k25trace synth`` (few, large events: ~437 bytes each);
+* ``real``: real vLLM traces tiled in time by ``benchmarks/realstructure.py`` (mix ``dense``: the B200 TP8 rank,
+  the MI300X piecewise-graph trace, the A100 NCCL trace; ~206 bytes/event, mostly python_function, cpu_op,
+  cuda_runtime and ac2g events, as real vLLM traces are).
+
+For each input it prints: one rank loaded ``--runs`` times (median, min-max) with events/s, MB/s of JSON, CPU
+seconds per million events (user + system of the whole process tree) and peak RSS of the tree (decode workers
+included); all ranks loaded ``--runs-all`` times; then, on the same rank file and in the same run, the baselines:
+zlib and isal decompression alone, msgspec decoding of every event into a minimal struct (the JSON parsing floor
+of any Python loader: no columns, no database), ``orjson.loads`` of the whole file (TraceLens's loader), and
+DuckDB ``read_json`` + ``unnest``. Ratios are baseline time / k25trace time. Progress on stderr, figures on stdout.
 """
 
 from __future__ import annotations
 
 import argparse
-import gzip
 import statistics
+import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _measure  # noqa: E402
 
 PY = sys.executable
+HERE = Path(__file__).resolve().parent
 
 
 def log(msg: str) -> None:
@@ -43,129 +53,196 @@ def load_cmd(paths: list[Path], db: Path) -> list[str]:
     return [PY, "-m", "k25trace", "load", *map(str, paths), "--db", str(db), "-q"]
 
 
-def measure_load(paths: list[Path], runs: int, tmp: Path) -> tuple[list[float], list[float]]:
-    walls, rss = [], []
+def measure_load(paths: list[Path], runs: int, tmp: Path) -> tuple[list[_measure.Measured], Path]:
+    out = []
+    db = tmp / "none"
     for i in range(runs):
         db = tmp / f"bench-{len(paths)}-{i}.duckdb"
-        wall, peak, _ = _measure.run(load_cmd(paths, db))
-        walls.append(wall)
-        rss.append(peak)
-        log(f"  run {i + 1}: {wall:.2f} s, peak RSS {peak:.0f} MB")
+        m = _measure.run(load_cmd(paths, db))
+        out.append(m)
+        log(f"  run {i + 1}: {m.wall_s:.2f} s wall, {m.cpu_s:.1f} s CPU, peak RSS {m.peak_mb:.0f} MB")
         if i < runs - 1:
             db.unlink()
             Path(str(db) + ".wal").unlink(missing_ok=True)
-    return walls, rss
+    return out, db
 
 
-BASELINE_ORJSON = """
-import gzip, sys, orjson
-from isal import igzip
-with igzip.open(sys.argv[1], 'rb') as fh:
-    data = orjson.loads(fh.read())
-print(len(data['traceEvents']))
-"""
-
-BASELINE_DUCKDB = """
-import sys, duckdb
-con = duckdb.connect()
-n = con.execute("select count(*) from (select unnest(traceEvents) from read_json(?, maximum_object_size=4000000000))",
-                [sys.argv[1]]).fetchall()[0][0]
-print(n)
-"""
-
-BASELINE_ZLIB = """
+BASELINES = {
+    "zlib decompress": """
 import sys, zlib
 d = zlib.decompressobj(31)
 with open(sys.argv[1], 'rb') as fh:
     while chunk := fh.read(16 << 20):
         d.decompress(chunk)
-"""
-
-BASELINE_ISAL = """
+""",
+    "isal decompress": """
 import sys
 from isal import igzip
 with igzip.open(sys.argv[1], 'rb') as fh:
     while fh.read(16 << 20):
         pass
-"""
+""",
+    "msgspec minimal decode": """
+import sys, msgspec
+from pathlib import Path
+from k25trace.ingest import limits, stream
+class E(msgspec.Struct):
+    cat: str | None = None
+dec = msgspec.json.Decoder(list[E])
+path = Path(sys.argv[1])
+splitter, reader = stream._Splitter(path), stream._Reader(path)
+n = 0
+while block := reader.read(limits.BLOCK_SIZE):
+    chunk = splitter.feed(block)
+    if chunk:
+        n += len(dec.decode(chunk))
+tail, _ = splitter.finish()
+n += len(dec.decode(tail)) if tail else 0
+print(n)
+""",
+    "orjson.loads whole file": """
+import sys, orjson
+from isal import igzip
+with igzip.open(sys.argv[1], 'rb') as fh:
+    data = orjson.loads(fh.read())
+print(len(data['traceEvents']))
+""",
+    "DuckDB read_json+unnest": """
+import sys, duckdb
+con = duckdb.connect()
+n = con.execute("select count(*) from (select unnest(traceEvents) from read_json(?, maximum_object_size=4000000000))",
+                [sys.argv[1]]).fetchall()[0][0]
+print(n)
+""",
+}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--traces", type=Path, help="directory of rank files (default: generate into --work)")
-    parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "k25trace-bench")
-    parser.add_argument("--ranks", type=int, default=8)
-    parser.add_argument("--gz-mb", type=float, default=80.0)
-    parser.add_argument("--runs", type=int, default=3, help="runs of the one-rank load (median reported)")
-    parser.add_argument("--runs-all", type=int, default=1, help="runs of the all-ranks load")
-    parser.add_argument("--skip-baselines", action="store_true")
-    args = parser.parse_args()
-    args.work.mkdir(parents=True, exist_ok=True)
+def report_timings(db: Path, ranks: int) -> None:
+    """The cross-rank reports over all ranks: median of 5 in-process runs each."""
+    import time
 
-    traces = args.traces
-    if traces is None:
-        traces = args.work / f"kimi-tp{args.ranks}-{int(args.gz_mb)}mb"
-        if not any(traces.glob("*.pt.trace.json.gz")):
-            log(f"generating {args.ranks} ranks of {args.gz_mb} MB gz into {traces} ...")
+    from k25trace import db as k25db, report
+
+    con = k25db.connect(db, read_only=True)
+    for view in ("batch", "comm", "rank-comm", "idle"):
+        times = []
+        for _ in range(5):
+            start = time.perf_counter()
+            frame = report.breakdown(con, by=view, phase="decode")
+            times.append(time.perf_counter() - start)
+        print(f"report --by {view:9s} over {ranks} ranks: median {statistics.median(times) * 1000:.0f} ms "
+              f"(5 runs, {frame.height} rows)")
+    con.close()
+
+
+def worktree(rev: str, work: Path) -> Path:
+    """A checkout of ``rev`` (run from source with PYTHONPATH: its own code and queries, this Python's packages)."""
+    path = work / f"rev-{rev}"
+    if not path.exists():
+        subprocess.run(["git", "-C", str(HERE.parent), "worktree", "add", "--detach", str(path), rev], check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return path
+
+
+def ensure_input(kind: str, work: Path, ranks: int, gz_mb: float) -> Path:
+    if kind == "synthetic":
+        folder = work / f"kimi-tp{ranks}-{int(gz_mb)}mb"
+        if not any(folder.glob("*.pt.trace.json.gz")):
+            log(f"generating {ranks} synthetic ranks of {gz_mb} MB gz into {folder} ...")
             from k25trace.synth import generate
 
-            generate(traces, ranks=args.ranks, target_gz_mb=args.gz_mb, workers=2, delays=[(3, 200.0, None, None, 7)],
+            generate(folder, ranks=ranks, target_gz_mb=gz_mb, workers=2, delays=[(3, 200.0, None, None, 7)],
                      clock_offsets_us=800.0)
+        return folder
+    folder = work / f"real-dense-{ranks}x{int(gz_mb)}mb"
+    if len(list(folder.glob("*.pt.trace.json.gz"))) < ranks:
+        log(f"tiling {ranks} real-structure ranks of {gz_mb} MB gz into {folder} ...")
+        subprocess.run([PY, str(HERE / "realstructure.py"), str(folder), "--mix", "dense", "--gz-mb", str(gz_mb),
+                        "--ranks", str(ranks)], check=True, stdout=subprocess.DEVNULL)
+    return folder
+
+
+def bench_input(label: str, traces: Path, args: argparse.Namespace) -> None:
     files = sorted(traces.glob("*.pt.trace.json.gz"))
     one = files[0]
     gz_mb = one.stat().st_size / 1e6
     raw_mb = json_bytes(one) / 1e6
+    print(f"\n== {label}: {traces} ({len(files)} ranks)")
     with tempfile.TemporaryDirectory(dir=args.work) as tmpdir:
         tmp = Path(tmpdir)
-        log(f"one rank: {one.name} ({gz_mb:.1f} MB gz, {raw_mb:.0f} MB JSON)")
-        walls, rss = measure_load([one], args.runs, tmp)
+        log(f"[{label}] one rank: {one.name} ({gz_mb:.1f} MB gz, {raw_mb:.0f} MB JSON)")
+        runs, db = measure_load([one], args.runs, tmp)
         import duckdb
 
-        con = duckdb.connect(str(tmp / f"bench-1-{args.runs - 1}.duckdb"), read_only=True)
+        con = duckdb.connect(str(db), read_only=True)
         events = con.execute("select sum(event_count) from traces").fetchall()[0][0]
         con.close()
+        walls = [m.wall_s for m in runs]
         one_wall = statistics.median(walls)
-        print(f"k25trace load, 1 rank:  median {one_wall:.2f} s over {args.runs} runs {['%.2f' % w for w in walls]}, "
-              f"peak RSS {max(rss):.0f} MB, {events / one_wall / 1e6:.2f} M events/s, {raw_mb / one_wall:.0f} MB/s JSON, "
-              f"{gz_mb / one_wall:.1f} MB/s gz  ({events:,} events)")
-
-        log(f"all {len(files)} ranks ...")
-        walls_all, rss_all = measure_load(files, args.runs_all, tmp)
-        all_wall = statistics.median(walls_all)
-        print(f"k25trace load, {len(files)} ranks: median {all_wall:.2f} s over {args.runs_all} run(s), "
-              f"peak RSS {max(rss_all):.0f} MB, {len(files) * raw_mb / all_wall:.0f} MB/s JSON")
-
-        from k25trace import db as k25db, report
-
-        con = k25db.connect(tmp / f"bench-{len(files)}-{args.runs_all - 1}.duckdb", read_only=True)
-        for view in ("batch", "comm", "rank-comm"):
-            times = []
-            for _ in range(5):
-                start = time.perf_counter()
-                frame = report.breakdown(con, by=view, phase="decode")
-                times.append(time.perf_counter() - start)
-            print(f"report --by {view:9s} over {len(files)} ranks: median {statistics.median(times) * 1000:.0f} ms "
-                  f"(5 runs, {frame.height} rows)")
-        con.close()
-
+        cpu = statistics.median(m.cpu_s for m in runs)
+        print(f"load 1 rank:  median {one_wall:.2f} s wall (min {min(walls):.2f}, max {max(walls):.2f}, {len(walls)} runs), "
+              f"{cpu:.1f} s CPU = {cpu / (events / 1e6):.2f} s per M events, peak RSS {max(m.peak_mb for m in runs):.0f} MB, "
+              f"{events / one_wall / 1e6:.2f} M events/s, {raw_mb / one_wall:.0f} MB/s JSON  "
+              f"({events:,} events, {raw_mb * 1e6 / events:.0f} bytes/event, {gz_mb:.1f} MB gz)")
+        if args.runs_all:
+            log(f"[{label}] all {len(files)} ranks ...")
+            runs_all, db_all = measure_load(files, args.runs_all, tmp)
+            walls_all = [m.wall_s for m in runs_all]
+            all_wall = statistics.median(walls_all)
+            cpu_all = statistics.median(m.cpu_s for m in runs_all)
+            print(f"load {len(files)} ranks: median {all_wall:.2f} s wall ({', '.join(f'{w:.2f}' for w in walls_all)}), "
+                  f"{cpu_all:.1f} s CPU = {cpu_all / (len(files) * events / 1e6):.2f} s per M events, "
+                  f"peak RSS {max(m.peak_mb for m in runs_all):.0f} MB, "
+                  f"{len(files) * events / all_wall / 1e6:.2f} M events/s")
+            report_timings(db_all, len(files))
+        if args.compare_rev:
+            old = worktree(args.compare_rev, args.work)
+            log(f"[{label}] one rank with k25trace {args.compare_rev} ...")
+            old_runs = []
+            for i in range(args.runs):
+                m = _measure.run(load_cmd([one], tmp / f"old-{i}.duckdb"), env={"PYTHONPATH": str(old)})
+                log(f"  run {i + 1}: {m.wall_s:.2f} s wall, {m.cpu_s:.1f} s CPU, peak RSS {m.peak_mb:.0f} MB")
+                old_runs.append(m)
+            old_wall = statistics.median(m.wall_s for m in old_runs)
+            old_cpu = statistics.median(m.cpu_s for m in old_runs)
+            print(f"  k25trace {args.compare_rev}: median {old_wall:.2f} s wall, {old_cpu:.1f} s CPU, peak RSS "
+                  f"{max(m.peak_mb for m in old_runs):.0f} MB   ratio {old_wall / one_wall:5.2f}")
         if args.skip_baselines:
             return
-        print(f"baselines on the same file ({one.name}):")
-        for name, code in (("zlib decompress", BASELINE_ZLIB), ("isal decompress", BASELINE_ISAL),
-                           ("orjson.loads whole file", BASELINE_ORJSON), ("DuckDB read_json+unnest", BASELINE_DUCKDB)):
-            log(f"baseline {name} ...")
+        print(f"baselines on the same file ({one.name}), same run; ratio = baseline / k25trace 1-rank median:")
+        for name, code in BASELINES.items():
+            if name.startswith("DuckDB") and args.skip_duckdb:
+                continue
+            log(f"[{label}] baseline {name} ...")
             try:
-                wall, peak, _ = _measure.run([PY, "-c", code, str(one)])
+                m = _measure.run([PY, "-c", code, str(one)])
             except RuntimeError as exc:
                 print(f"  {name:26s} failed: {str(exc)[-200:]}")
                 continue
-            print(f"  {name:26s} {wall:7.2f} s  peak RSS {peak:6.0f} MB   baseline / k25trace = {wall / one_wall:5.2f}")
-        try:
-            import hta  # noqa: F401
+            print(f"  {name:26s} {m.wall_s:7.2f} s wall {m.cpu_s:7.1f} s CPU  peak RSS {m.peak_mb:6.0f} MB   "
+                  f"ratio {m.wall_s / one_wall:5.2f}")
 
-            print("  HTA installed but not measured here")
-        except ImportError:
-            print("  HTA (HolisticTraceAnalysis): not installed (pip install HolisticTraceAnalysis pulls pandas/plotly; not measured)")
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--input", choices=("both", "synthetic", "real"), default="both")
+    parser.add_argument("--traces", type=Path, help="a directory of rank files instead of the generated inputs")
+    parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "k25trace-bench")
+    parser.add_argument("--ranks", type=int, default=8)
+    parser.add_argument("--gz-mb", type=float, default=80.0)
+    parser.add_argument("--runs", type=int, default=3, help="runs of the one-rank load (median reported)")
+    parser.add_argument("--runs-all", type=int, default=1, help="runs of the all-ranks load (0: skip)")
+    parser.add_argument("--skip-baselines", action="store_true")
+    parser.add_argument("--skip-duckdb", action="store_true", help="skip the DuckDB read_json baseline (slow, 5 GB)")
+    parser.add_argument("--compare-rev", metavar="REV", help="also load one rank with k25trace at this git revision "
+                        "(a worktree in --work; the same file, the same run): the before/after of a change")
+    args = parser.parse_args()
+    args.work.mkdir(parents=True, exist_ok=True)
+    if args.traces is not None:
+        bench_input(args.traces.name, args.traces, args)
+        return
+    for kind in ("real", "synthetic") if args.input == "both" else (args.input,):
+        bench_input(kind, ensure_input(kind, args.work, args.ranks, args.gz_mb), args)
 
 
 if __name__ == "__main__":
