@@ -94,19 +94,7 @@ class Loader:
             result.trace_id = row[0]
             result.message = f"{shown}: already loaded as trace {row[0]} ({row[1]})"
             return result
-        new_names: dict[str, int] = {}
-        next_id = [self.next_name_id]
-
-        def name_id(name: str) -> int:
-            got = self.names.get(name)
-            if got is None:
-                got = new_names.get(name)
-                if got is None:
-                    got = next_id[0]
-                    next_id[0] += 1
-                    new_names[name] = got
-            return got
-
+        names = _NameIds(self.names, self.next_name_id)
         con = self.con
         committing = False
         try:
@@ -116,7 +104,7 @@ class Loader:
             return result
         try:
             run_query(con, "ingest_stage")
-            meta, counts, cols, read_sha, read_bytes = self._stream(path, name_id)
+            meta, counts, cols, read_sha, read_bytes = self._stream(path, names)
             if read_sha != sha:  # the file changed between the hash and the read (still being written?)
                 row = self._known(read_sha)
                 if row:
@@ -125,7 +113,7 @@ class Loader:
                     result.trace_id = row[0]
                     result.message = f"{shown}: already loaded as trace {row[0]} ({row[1]}) (it changed while it was read)"
                     return result
-            trace_id, warnings = self._commit_file(tf, path, read_sha, read_bytes, meta, counts, cols, new_names)
+            trace_id, warnings = self._commit_file(tf, path, read_sha, read_bytes, meta, counts, cols, names.new)
             if read_sha != sha:
                 warnings.append(f"{shown}: the file changed while it was read (still being written?); stored what was "
                                 f"read ({read_bytes:,} bytes, sha256 {read_sha[:12]}…)")
@@ -134,33 +122,18 @@ class Loader:
         except BaseException as exc:
             self._pending, self._pending_rows = {}, 0
             self._rollback()
-            if isinstance(exc, TraceError):
-                result.message = f"{_shown(exc.path)}: {exc.problem}"
-                return result
-            if isinstance(exc, K25Error):
-                result.message = f"{shown}: {exc}"
-                return result
-            if isinstance(exc, duckdb.Error):
-                what = "not stored: the commit failed" if committing else "not loaded"
-                result.message = f"{shown}: {what}: {_db_problem(exc)} (nothing of this file is in the database)"
-                return result
-            if isinstance(exc, RecursionError):
-                result.message = f"{shown}: nested too deep to load (RecursionError)"
-                return result
-            if isinstance(exc, OSError):
-                result.message = f"{shown}: cannot read: {exc.strerror or exc}"
-                return result
-            if isinstance(exc, (MemoryError, UnicodeError, ValueError, OverflowError)):
-                result.message = f"{shown}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-                return result
-            raise
+            message = _failure(exc, shown, committing)
+            if message is None:
+                raise
+            result.message = message
+            return result
         finally:
             try:
                 run_query(con, "ingest_stage_drop")
             except K25Error:
                 pass
-        self.names.update(new_names)
-        self.next_name_id = next_id[0]
+        self.names.update(names.new)
+        self.next_name_id = names.next_id
         result.status = "loaded"
         result.trace_id = trace_id
         result.warnings = warnings
@@ -366,6 +339,44 @@ def _skipped_counts(cols: _Columns) -> dict[str, int]:
         if n:
             skipped[label] = n
     return skipped
+
+
+class _NameIds:
+    """GPU activity name -> kernel_names id: the database's names, plus the new ones a file brings (they become the
+    loader's only when the file commits)."""
+
+    def __init__(self, known: dict[str, int], next_id: int) -> None:
+        self.known = known
+        self.new: dict[str, int] = {}
+        self.next_id = next_id
+
+    def __call__(self, name: str) -> int:
+        got = self.known.get(name)
+        if got is None:
+            got = self.new.get(name)
+            if got is None:
+                got = self.new[name] = self.next_id
+                self.next_id += 1
+        return got
+
+
+def _failure(exc: BaseException, shown: str, committing: bool) -> str | None:
+    """The one-line message of a file that failed to load with ``exc``; None for what is no problem of the file
+    (Ctrl-C, a bug): re-raised. The file's transaction is rolled back in both cases."""
+    if isinstance(exc, TraceError):
+        return f"{_shown(exc.path)}: {exc.problem}"
+    if isinstance(exc, K25Error):
+        return f"{shown}: {exc}"
+    if isinstance(exc, duckdb.Error):
+        what = "not stored: the commit failed" if committing else "not loaded"
+        return f"{shown}: {what}: {_db_problem(exc)} (nothing of this file is in the database)"
+    if isinstance(exc, RecursionError):
+        return f"{shown}: nested too deep to load (RecursionError)"
+    if isinstance(exc, OSError):
+        return f"{shown}: cannot read: {exc.strerror or exc}"
+    if isinstance(exc, (MemoryError, UnicodeError, ValueError, OverflowError)):  # a file too big, or data no decoder reads
+        return f"{shown}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    return None
 
 
 def _span(ns: int) -> str:
