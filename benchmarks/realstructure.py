@@ -17,8 +17,10 @@ Mixes (sources are the real traces in ``../shared/traces``, or ``tests/data`` / 
   A100 trace with NCCL metadata (CPU-op and runtime heavy): ~276 bytes/event, close to the 239 bytes/event of
   the real H100 TP4 vLLM rank the load-speed issue was measured on.
 
-Ranks differ in ``distributedInfo.rank``, ``baseTimeNanoseconds`` (a few ms apart) and nothing else. Output:
-``OUT_DIR/rank<r>.<mix>.pt.trace.json.gz``; progress on stderr; the file list and sizes on stdout.
+Ranks differ in ``distributedInfo.rank``, ``baseTimeNanoseconds`` (3 ms apart) and nothing else. Output:
+``OUT_DIR/rank<r>.<mix>.pt.trace.json.gz`` (a header gzip member per rank, then the body member all ranks share,
+compressed once: a gzip file may hold several members and every reader decompresses them as one stream);
+progress on stderr; the file list and sizes on stdout.
 """
 
 from __future__ import annotations
@@ -92,20 +94,14 @@ class _Part:
         return b",\n".join(out)
 
 
-def write_rank(out: Path, parts: list[tuple[_Part, int]], rank: int, world: int, gz_bytes: int) -> tuple[int, int]:
-    """Tile until the gzip output reaches ``gz_bytes``; returns (events, JSON bytes)."""
-    first = parts[0][0]
-    meta = dict(first.meta)
-    meta["distributedInfo"] = {**(meta.get("distributedInfo") or {}), "rank": rank, "world_size": world}
-    meta["baseTimeNanoseconds"] = first.base_ns + rank * 3_000_000
-    head = orjson.dumps(meta)[:-1] + b', "traceEvents": [\n'
+def write_body(out: Path, parts: list[tuple[_Part, int]], gz_bytes: int) -> tuple[int, int]:
+    """The events, tiled until the gzip output reaches ``gz_bytes``, then the metadata events and the end of the
+    document, as one gzip member; returns (events, JSON bytes)."""
     events = raw = 0
     t = 0.0
     id_shift = 0
     # zlib level 6, as torch.profiler / vLLM write their .json.gz: the same events per MB of gzip as a real file
     with open(out, "wb") as fh, gzip.GzipFile(fileobj=fh, mode="wb", compresslevel=6) as gz:
-        gz.write(head)
-        raw += len(head)
         sep = b""
         while fh.tell() < gz_bytes:
             for part, copies in parts:
@@ -117,7 +113,7 @@ def write_rank(out: Path, parts: list[tuple[_Part, int]], rank: int, world: int,
                     events += len(part.events)
                     t += (part.t1 - part.t0) + 50.0  # 50 µs between copies
                     id_shift += part.max_id + 1
-            print(f"  rank {rank}: {fh.tell() / 1e6:.1f} MB gz, {events:,} events", file=sys.stderr)
+            print(f"  {fh.tell() / 1e6:.1f} MB gz, {events:,} events", file=sys.stderr)
         seen: set[bytes] = set()
         for part, _ in parts:
             for e in part.tail:
@@ -129,8 +125,23 @@ def write_rank(out: Path, parts: list[tuple[_Part, int]], rank: int, world: int,
                     events += 1
         gz.write(b"\n]}")
         raw += 3
-    print(file=sys.stderr)
     return events, raw
+
+
+def write_rank(out: Path, body: Path, parts: list[tuple[_Part, int]], rank: int, world: int) -> int:
+    """A rank file: its own header (distributedInfo.rank, baseTimeNanoseconds) as one gzip member, then the shared
+    body member (a gzip file may hold several members; every reader decompresses them as one stream). Returns the
+    header's JSON bytes."""
+    meta = dict(parts[0][0].meta)
+    meta["distributedInfo"] = {**(meta.get("distributedInfo") or {}), "rank": rank, "world_size": world}
+    meta["baseTimeNanoseconds"] = parts[0][0].base_ns + rank * 3_000_000
+    head = orjson.dumps(meta)[:-1] + b', "traceEvents": [\n'
+    with open(out, "wb") as fh:
+        fh.write(gzip.compress(head, compresslevel=6))
+        with open(body, "rb") as src:
+            while block := src.read(16 << 20):
+                fh.write(block)
+    return len(head)
 
 
 def main() -> None:
@@ -142,16 +153,22 @@ def main() -> None:
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     parts = [(_Part(_source(rel)), copies) for rel, copies in MIXES[args.mix]]
+    body = args.out / f".body.{args.mix}.{args.gz_mb:g}.gz"
+    events, raw = 0, 0
     for rank in range(args.ranks):
         path = args.out / f"rank{rank}.{args.mix}.pt.trace.json.gz"
         if path.exists():
             print(f"{path} exists, kept", file=sys.stderr)
             continue
+        if not body.exists():
+            tmp_body = body.with_suffix(".tmp")
+            events, raw = write_body(tmp_body, parts, int(args.gz_mb * 1e6))
+            tmp_body.rename(body)
         tmp = path.with_suffix(".tmp")
-        events, raw = write_rank(tmp, parts, rank, args.ranks, int(args.gz_mb * 1e6))
+        head = write_rank(tmp, body, parts, rank, args.ranks)
         tmp.rename(path)
-        print(f"{path}\t{path.stat().st_size / 1e6:.1f} MB gz\t{raw / 1e6:.0f} MB JSON\t{events} events\t"
-              f"{raw / events:.0f} bytes/event")
+        shown = f"\t{(raw + head) / 1e6:.0f} MB JSON\t{events} events\t{(raw + head) / events:.0f} bytes/event" if events else ""
+        print(f"{path}\t{path.stat().st_size / 1e6:.1f} MB gz{shown}")
 
 
 if __name__ == "__main__":
