@@ -145,11 +145,12 @@ def run_query(
         raise QueryError(name, str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from exc
 
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """The schema this k25trace writes (``meta.schema_version``). 1: the first release; 2: gpu_gaps, comm_alignment,
 trace_runs sessions, traces.rank_source, collectives' caused wait / wait kind, allreduce_bench kernel times; 3: the
 allreduce_bench table in every database (it was made by the first `bench allreduce`), the phase_steps and
-selected_steps table macros and the run_labels view (what the report and TUI queries read)."""
+selected_steps table macros and the run_labels view (what the report and TUI queries read); 4: the run's name as
+columns of trace_runs (session, run_name, group_label, run_label; the run_labels view projects them)."""
 
 
 def check_database(con: duckdb.DuckDBPyConnection, path: Path | str, *, read_only: bool) -> int | None:

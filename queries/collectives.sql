@@ -21,6 +21,11 @@
 -- (else of one directory) with the same world size. When two or more files of such a group claim the same rank
 -- (two profiling sessions written into one directory), the group is split into sessions: the k-th file of each
 -- rank, in order of its first event, goes to session k (run_id '…#ws2#s2'), and duplicate_of_rank says so.
+-- What a run is called is defined here too, once, as columns (nothing parses run_id for it): run_name is the
+-- capture directory's name, else the name of the folder the files came from; group_label is run_name with
+-- '#<level>' for a capture level and ' (TP<world size>)' for a multi-rank run; session is k for the k-th session
+-- of a group whose files claim the same rank (NULL otherwise); run_label is group_label with the session, e.g.
+-- 'graph (TP2)', 'cap#c64 (TP8)', 'both (TP2#s2)'.
 create or replace table trace_runs as
 with base as (
     select
@@ -28,6 +33,10 @@ with base as (
         rank,
         world_size,
         file_name,
+        coalesce(regexp_extract(capture_dir, '[^/]*$'),
+                 regexp_extract(regexp_replace(path, '/[^/]*$', ''), '[^/]*$')) as run_name,
+        coalesce(regexp_extract(capture_dir, '[^/]*$') || coalesce('#' || nullif(level, ''), ''),
+                 regexp_extract(regexp_replace(path, '/[^/]*$', ''), '[^/]*$')) as label_name,
         coalesce(capture_dir || '#' || coalesce(level, ''), regexp_replace(path, '/[^/]*$', '')) || '#ws'
             || coalesce(world_size::varchar, '?') as base_run,
         row_number() over (partition by
@@ -48,7 +57,13 @@ select
     world_size,
     case when sessions > 1 then base_run || '#s' || session else base_run end as run_id,
     sessions > 1 as duplicate_of_rank,   -- another file of the same directory/level claims this rank
-    file_name
+    file_name,
+    (case when sessions > 1 then session end)::integer as session,
+    run_name,
+    label_name || case when world_size is null or world_size = 1 then '' else ' (TP' || world_size || ')' end as group_label,
+    label_name || case when (world_size is null or world_size = 1) and sessions = 1 then ''
+        else ' (TP' || coalesce(world_size::varchar, '?') || case when sessions > 1 then '#s' || session else '' end || ')'
+    end as run_label
 from sessions;
 
 create or replace temp table _collective_calls as

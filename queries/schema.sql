@@ -9,7 +9,7 @@ create table if not exists meta (
     value varchar
 );
 
-insert or ignore into meta by name select 'schema_version' as key, '3' as value;  -- k25trace.db.SCHEMA_VERSION
+insert or ignore into meta by name select 'schema_version' as key, '4' as value;  -- k25trace.db.SCHEMA_VERSION
 
 -- bytes per element of a collective's `dtype` arg (NCCL/torch spellings); NULL when unknown
 create or replace macro dtype_bytes(dtype) as
@@ -248,51 +248,28 @@ create table if not exists trace_runs (
     run_id varchar,                   -- the ranks of one job: capture dir + level, else the file's directory, + world size
                                       -- (+ '#s<k>' when files of that group claim the same rank: session k)
     duplicate_of_rank boolean,        -- another file of the same directory/level claims this trace's rank
-    file_name varchar
+    file_name varchar,
+    session integer,                  -- k for the k-th session of a group whose files claim the same rank; else NULL
+    run_name varchar,                 -- the capture directory's name, else the name of the folder the file came from
+    group_label varchar,              -- run_name + '#<level>' (capture level) + ' (TP<world size>)' (multi-rank run)
+    run_label varchar                 -- the run's name as reports print it: group_label with the session,
+                                      -- e.g. 'graph (TP2)', 'cap#c64 (TP8)', 'both (TP2#s2)'
 );
 
--- databases made before trace_runs had sessions (collectives.sql rebuilds the table; the view below needs them)
+-- databases made before trace_runs had sessions, then labels (collectives.sql rebuilds the table with them; a
+-- database of an older schema version is upgraded, which rebuilds it)
 alter table trace_runs add column if not exists duplicate_of_rank boolean;
 alter table trace_runs add column if not exists file_name varchar;
+alter table trace_runs add column if not exists session integer;
+alter table trace_runs add column if not exists run_name varchar;
+alter table trace_runs add column if not exists group_label varchar;
+alter table trace_runs add column if not exists run_label varchar;
 
--- The name of each run as reports, warnings and the TUI print it (one definition: nothing parses run_id for it).
--- run_name: the capture directory's name, else the name of the folder the files came from; group_label: run_name
--- with '#<level>' for a capture level and ' (TP<world size>)' for a multi-rank run; session: k for the k-th session
--- of a group whose files claim the same rank (trace_runs.duplicate_of_rank; NULL otherwise); run_label: group_label
--- with the session, e.g. 'graph (TP2)', 'cap#c64 (TP8)', 'both (TP2#s2)'.
+-- The name of each run as reports, warnings and the TUI print it, one row per run: the label columns of
+-- trace_runs (collectives.sql defines them; nothing parses run_id for them).
 create or replace view run_labels as
-with runs as (
-    select
-        trace_runs.run_id,
-        any_value(trace_runs.world_size) as world_size,
-        bool_or(trace_runs.duplicate_of_rank) as is_session,
-        any_value(coalesce(regexp_extract(traces.capture_dir, '[^/]*$'),
-                           regexp_extract(regexp_replace(traces.path, '/[^/]*$', ''), '[^/]*$'))) as run_name,
-        any_value(case when traces.capture_dir is not null then nullif(traces.level, '') end) as level
-    from trace_runs
-    join traces using (trace_id)
-    group by trace_runs.run_id
-),
-
-named as (
-    select
-        *,
-        run_name || coalesce('#' || level, '') as name,
-        coalesce(world_size::varchar, '?') as tp,
-        -- trace_runs has no session column yet: collectives.sql writes session k into the run id as '#s<k>'
-        case when is_session then regexp_extract(run_id, '#s([0-9]+)$', 1)::integer end as session
-    from runs
-)
-
-select
-    run_id,
-    run_name,
-    level,
-    session,
-    name || case when tp in ('1', '?') then '' else ' (TP' || tp || ')' end as group_label,
-    name || case when tp || coalesce('#s' || session, '') in ('1', '?') then ''
-        else ' (TP' || tp || coalesce('#s' || session, '') || ')' end as run_label
-from named;
+select distinct run_id, run_name, session, group_label, run_label
+from trace_runs;
 
 create table if not exists rank_offsets (
     run_id varchar,

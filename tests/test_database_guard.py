@@ -75,3 +75,24 @@ def test_an_older_database_is_upgraded_and_reports_work(tmp_path: Path) -> None:
     assert report.breakdown(con, by="idle").to_dicts() == expected
     con.close()
     db.connect(path, read_only=True).close()
+
+
+def test_a_version_3_database_gets_the_run_label_columns(tmp_path: Path) -> None:
+    """Version 3 had no label columns in trace_runs (the run_labels view parsed the session out of run_id): its
+    first write connection adds and fills them; until then a read-only one is refused."""
+    path = tmp_path / "v3.duckdb"
+    con = db.connect(path)
+    pipeline.load_paths(con, [TRACE])
+    expected = con.execute("select run_id, run_name, session, group_label, run_label from trace_runs").fetchall()
+    assert expected and all(row[4] for row in expected)
+    for column in ("session", "run_name", "group_label", "run_label"):
+        con.execute(f"alter table trace_runs drop column {column}")
+    con.execute("create or replace view run_labels as select distinct run_id, run_id as run_label from trace_runs")
+    con.execute("update meta set value = '3' where key = 'schema_version'")
+    con.close()
+    with pytest.raises(K25Error, match="schema version 3 is older"):
+        db.connect(path, read_only=True)
+    con = pipeline.connect(path)
+    assert con.execute("select run_id, run_name, session, group_label, run_label from trace_runs").fetchall() == expected
+    assert report.run_labels(con) == {row[0]: row[4] for row in expected}
+    con.close()
