@@ -39,10 +39,11 @@ import polars as pl
 from k25trace.db import query_frame, run_query
 from k25trace.errors import K25Error
 from k25trace.names import kernel_family, template_args
-from k25trace.report import PHASES, run_label
+from k25trace.report import PHASES
 
 MATCHES = ("auto", "batch", "level", "side")
 SECTIONS = ("category", "kernel", "step", "comm", "macro")
+
 SELECTION_KEYS = ("run", "level", "trace", "rank", "batch")
 CHANGED = ("slower", "faster", "only in A", "only in B")
 PSEUDO_CATEGORIES = ("overlap", "idle")
@@ -255,9 +256,8 @@ class Side:
 
 
 def runs(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
-    """The runs of a database a side can pick (``compare_runs``), with a short ``label``."""
-    frame = query_frame(con, "compare_runs")
-    return frame.with_columns(pl.col("run_id").map_elements(run_label, return_dtype=pl.String).alias("label"))
+    """The runs of a database a side can pick (``compare_runs``), with their ``label`` (``trace_runs.run_label``)."""
+    return query_frame(con, "compare_runs")
 
 
 def resolve_run(frame: pl.DataFrame, wanted: str) -> str:
@@ -848,7 +848,7 @@ def _sides(da: _Data, db: _Data) -> pl.DataFrame:
         batches = sorted({b for b in d.obs["batch_size"].to_list() if b is not None})
         rows.append({
             "side": d.side.name, "source": d.side.source, "selection": d.side.selection.describe(),
-            "runs": ", ".join(run_label(x) for x in r["run_id"].to_list()),
+            "runs": ", ".join(r["label"].to_list()),
             "levels": ", ".join(sorted({lv for lv in d.obs["level"].to_list() if lv is not None})) or None,
             "ranks": int(d.obs["ranks"].max() or 0),
             "devices": ", ".join(sorted({x for v in r["devices"].to_list() if v for x in v.split(", ")})) or None,

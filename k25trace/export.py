@@ -39,8 +39,9 @@ def resolve_run(con: duckdb.DuckDBPyConnection, run: str | None) -> str:
     """The run_id meant by ``run``: its exact id, its label (``graph (TP2)``), or a part of its id found in one
     run only; without ``run`` the only run with steps. A clear error listing the runs otherwise."""
     runs = query_frame(con, "runs")
+    labels = report.run_labels(con)
     with_steps = runs.filter(pl.col("steps") > 0)
-    listing = "; ".join(f"{report.run_label(r)} = {r}" for r in with_steps["run_id"].to_list()) or "none"
+    listing = "; ".join(f"{labels.get(r, r)} = {r}" for r in with_steps["run_id"].to_list()) or "none"
     if run is None:
         if with_steps.height == 1:
             return with_steps["run_id"][0]
@@ -48,7 +49,7 @@ def resolve_run(con: duckdb.DuckDBPyConnection, run: str | None) -> str:
     ids = runs["run_id"].to_list()
     if run in ids:
         return run
-    by_label = [r for r in ids if report.run_label(r) == run]
+    by_label = [r for r in ids if labels.get(r) == run]
     if len(by_label) == 1:
         return by_label[0]
     parts = [r for r in ids if run in r]
@@ -56,6 +57,11 @@ def resolve_run(con: duckdb.DuckDBPyConnection, run: str | None) -> str:
         return parts[0]
     what = "several runs" if (by_label or parts) else "no run"
     raise K25Error(f"--run {run!r} matches {what} (runs: {listing})")
+
+
+def _label(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
+    """The run's label as reports print it (``trace_runs.run_label``); the id itself for an unknown run."""
+    return report.run_labels(con).get(run_id, run_id)
 
 
 def parse_int_list(text: str | None, what: str) -> list[int] | None:
@@ -88,11 +94,11 @@ def select_steps(con: duckdb.DuckDBPyConnection, run_id: str, steps: str | None,
     shows); ``batch`` alone: that batch size's representative step."""
     table = query_frame(con, "run_steps", {"run_id": run_id}).filter(~pl.col("is_empty"))
     if table.is_empty():
-        raise K25Error(f"{report.run_label(run_id)}: no steps with GPU activity")
+        raise K25Error(f"{_label(con, run_id)}: no steps with GPU activity")
     if batch is not None:
         table = table.filter(pl.col("batch_size") == batch)
         if table.is_empty():
-            raise K25Error(f"{report.run_label(run_id)}: no step of batch size {batch}")
+            raise K25Error(f"{_label(con, run_id)}: no step of batch size {batch}")
     if steps is not None:
         known = set(table["step_index"].to_list())
         if steps.strip().lower() == "all":
@@ -101,7 +107,7 @@ def select_steps(con: duckdb.DuckDBPyConnection, run_id: str, steps: str | None,
         missing = [s for s in wanted if s not in known]
         if missing:
             scope = f" of batch size {batch}" if batch is not None else ""
-            raise K25Error(f"{report.run_label(run_id)}: no step{'s' if len(missing) > 1 else ''}{scope} with index "
+            raise K25Error(f"{_label(con, run_id)}: no step{'s' if len(missing) > 1 else ''}{scope} with index "
                            f"{', '.join(map(str, missing[:10]))} (steps{scope}: "
                            f"{ranges_text(sorted(known))})")
         return wanted
@@ -200,7 +206,7 @@ def perfetto_trace(con: duckdb.DuckDBPyConnection, run_id: str, steps: list[int]
 
     notes = []
     if len(rank_list) > 1 and not all(aligned.get(r) for r in rank_list):
-        notes.append(f"{report.run_label(run_id)}: no clock offsets for rank(s) "
+        notes.append(f"{_label(con, run_id)}: no clock offsets for rank(s) "
                      f"{', '.join(str(r) for r in rank_list if not aligned.get(r))} (no paired collectives): "
                      "their raw clocks are used")
     if overflow:
@@ -233,11 +239,11 @@ def _step_frames(con: duckdb.DuckDBPyConnection, run_id: str, steps: list[int],
         present = set(lanes["rank"].to_list())
         absent = [r for r in ranks if r not in present]
         if absent:
-            raise K25Error(f"{report.run_label(run_id)}: no rank {', '.join(map(str, absent))} in step(s) "
+            raise K25Error(f"{_label(con, run_id)}: no rank {', '.join(map(str, absent))} in step(s) "
                            f"{ranges_text(steps)} (ranks: {', '.join(map(str, sorted(present)))})")
         lanes = lanes.filter(pl.col("rank").is_in(ranks))
     if events.is_empty():
-        raise K25Error(f"{report.run_label(run_id)}: step(s) {ranges_text(steps)} hold no GPU activity on the chosen ranks")
+        raise K25Error(f"{_label(con, run_id)}: step(s) {ranges_text(steps)} hold no GPU activity on the chosen ranks")
     return events, lanes
 
 
@@ -451,10 +457,11 @@ class TableExport:
 def run_keys(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
     """trace_id → run (a file-name-safe key from the run's label, unique per run_id) and run_id."""
     frame = query_frame(con, "export_run_keys")
+    labels = report.run_labels(con)
     keys: dict[str, str] = {}
     used: set[str] = set()
     for run_id in sorted({r for r in frame["run_id"].to_list() if r is not None}):
-        base = re.sub(r"[^A-Za-z0-9._-]+", "_", report.run_label(run_id)).strip("_.") or "run"
+        base = re.sub(r"[^A-Za-z0-9._-]+", "_", labels.get(run_id, run_id)).strip("_.") or "run"
         key, k = base, 2
         while key in used:
             key, k = f"{base}_{k}", k + 1

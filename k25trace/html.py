@@ -110,6 +110,12 @@ class ReportData:
     levels: pl.DataFrame
     timelines: list[Timeline]
     top: int
+    labels: dict[str, str] = field(default_factory=dict)  # run_id -> its label (trace_runs.run_label)
+
+    def run_name(self, run_id: str, level: str | None = None) -> str:
+        """The run's label (the id itself for an unknown run), with the capture level when given."""
+        name = self.labels.get(str(run_id), str(run_id))
+        return f"{name}, level {level}" if level else name
 
 
 def collect(con: duckdb.DuckDBPyConnection, *, source: str = "", phase: str | None = None, top: int = 20,
@@ -130,6 +136,7 @@ def collect(con: duckdb.DuckDBPyConnection, *, source: str = "", phase: str | No
         levels=query_frame(con, "run_levels"),
         timelines=[t for t in timelines if t.lanes],
         top=top,
+        labels=report.run_labels(con),
     )
 
 
@@ -226,11 +233,6 @@ def tick_label(v: float, ticks: list[float] | None = None) -> str:
     return f"{v:,.{decimals}f}"
 
 
-def run_name(run_id: str, level: str | None = None) -> str:
-    name = report.run_label(str(run_id))
-    return f"{name}, level {level}" if level else name
-
-
 def batch_label(batch: int | None) -> str:
     return "bs=?" if batch is None else f"bs={batch}"
 
@@ -304,7 +306,7 @@ def section_runs(data: ReportData) -> str:
         align = r["alignment"] or ("one rank" if r["ranks"] == 1 else "not aligned")
         if r["residual_p90_us"] is not None:
             align += f" (p90 residual {num(r['residual_p90_us'], 2)} µs)"
-        rows.append([f'<span title="{esc(r["run_id"])}">{esc(run_name(r["run_id"], r["level"]))}</span>',
+        rows.append([f'<span title="{esc(r["run_id"])}">{esc(data.run_name(r["run_id"], r["level"]))}</span>',
                      esc(r["ranks"]), esc(r["world_size"] if r["world_size"] is not None else "?"), esc(r["devices"]),
                      esc(r["steps"]), esc(r["decode_steps"]), esc(batches),
                      esc("inferred from idle gaps" if r["inferred"] else "markers"), esc(align)])
@@ -345,7 +347,7 @@ def section_breakdown(data: ReportData) -> str:
         ticks = nice_ticks(vmax)
         scale = (x1 - x0) / ticks[-1]
         height = top + len(run_bars) * (row_h + gap) + 36
-        svg = Svg(width, height, f"Milliseconds per step by category, {run_name(run_id)}", "bars breakdown")
+        svg = Svg(width, height, f"Milliseconds per step by category, {data.run_name(run_id)}", "bars breakdown")
         y_axis = top + len(run_bars) * (row_h + gap)
         svg.x_axis(x0, x1, y_axis, top - 4, ticks, scale, "ms per step (mean over steps and ranks; the bar is the "
                    "step's GPU wall time)")
@@ -379,7 +381,7 @@ def section_breakdown(data: ReportData) -> str:
                      f"{b['ranks']} rank{'s' if b['ranks'] != 1 else ''} · idle {num(b['idle_pct'], 1)} %", "start",
                      "note")
         parts.append(figure(
-            f"Milliseconds per step by category — {run_name(run_id)}",
+            f"Milliseconds per step by category — {data.run_name(run_id)}",
             "Exclusive GPU time per category (only that category running, over all streams), then <b>overlap</b> "
             "(two or more categories at once) and <b>idle</b> (no GPU activity): together the step's wall time. "
             "Means over the steps of all ranks (<code>k25trace report</code>).",
@@ -539,7 +541,7 @@ def _scaling_levels_table(data: ReportData, bars: list[dict[str, Any]]) -> str:
     rows = []
     for r in data.levels.iter_rows(named=True):
         main = _main_batch(data, r["run_id"])
-        rows.append([esc(run_name(r["run_id"])), esc(r["level"]), esc(r["concurrency"]),
+        rows.append([esc(data.run_name(r["run_id"])), esc(r["level"]), esc(r["concurrency"]),
                      esc(main), num(_step_ms_at(bars, r["run_id"], main)),
                      num(r["tpot_p50_ms"]), num(r["tpot_p90_ms"]), num(r["ttft_p50_ms"]),
                      num(r["output_tok_s"], 0), esc(r["requests"]), esc(r["errors"])])
@@ -559,7 +561,7 @@ def _series_key(data: ReportData, run_id: str) -> str:
 
 def _series_name(data: ReportData, key: str) -> str:
     if key in set(data.runs["run_id"].to_list()):
-        return run_name(key)
+        return data.run_name(key)
     capture, _, world = key.rpartition("#ws")
     name = capture.rstrip("/").rsplit("/", 1)[-1]
     return f"{name} (TP{world})" if world not in ("None", "1", "") else name
@@ -595,7 +597,7 @@ def section_comm(data: ReportData) -> str:
         ticks = nice_ticks(max(r["ms_per_step"] or 0 for r in rows))
         scale = (x1 - x0) / ticks[-1]
         height = top + len(rows) * (row_h + gap) + 36
-        svg = Svg(width, height, f"Collective time per step, transfer vs wait, {run_name(run_id)}", "bars comm")
+        svg = Svg(width, height, f"Collective time per step, transfer vs wait, {data.run_name(run_id)}", "bars comm")
         svg.x_axis(x0, x1, top + len(rows) * (row_h + gap), top - 4, ticks, scale,
                    "ms per step (mean over ranks): transfer + wait")
         for i, r in enumerate(rows):
@@ -627,7 +629,7 @@ def section_comm(data: ReportData) -> str:
                + "".join(f'<li><span class="sw" style="background:{WAIT_COLORS[p]}"></span>{esc(WAIT_LABELS[p])}</li>'
                          for p in ("launch_wait", "gpu_wait")) + "</ul>")
         parts.append(figure(
-            f"Transfer vs wait per step — {run_name(run_id)}",
+            f"Transfer vs wait per step — {data.run_name(run_id)}",
             "Each paired collective's <b>transfer</b> is its shortest duration across ranks; the rest of each rank's "
             "duration is <b>wait</b> for the slowest rank (launch wait at the step's first collective, GPU wait at "
             "later ones). The <b>straggler</b> is the rank whose lateness caused the most wait "
@@ -674,7 +676,7 @@ def section_idle(data: ReportData) -> str:
         scale = (x1 - x0) / ticks[-1]
         lines = len(rows) * 2
         height = top + lines * (row_h + gap) + len(rows) * 6 + 36
-        svg = Svg(width, height, f"GPU idle time per step by cause, {run_name(run_id)}", "bars idle")
+        svg = Svg(width, height, f"GPU idle time per step by cause, {data.run_name(run_id)}", "bars idle")
         y = top
         for r in rows:
             for kind, spec, total_label in (("in_step", IDLE_PARTS, f"idle in the step {num(r['idle_ms'])} ms "
@@ -697,13 +699,13 @@ def section_idle(data: ReportData) -> str:
             y += 6
         svg.x_axis(x0, x1, y, top - 4, ticks, scale, "ms per step (mean over steps and ranks)")
         parts.append(figure(
-            f"Idle time per step by cause — {run_name(run_id)}",
+            f"Idle time per step by cause — {data.run_name(run_id)}",
             "Every hole in a step's GPU activity, and every hole before it since the previous step, classified by "
             "the activity that ends it and its launch call: <b>host-bound</b> (launched after the GPU went idle), "
             "<b>after a host sync</b>, <b>launch overhead</b> (launch call start → GPU start) and <b>device-bound</b> "
             "(launched before: a dependency) (<code>report --by idle</code>).", svg.render()))
     parts.append(legend([(css_class("idle:" + c), IDLE_CAUSE_LABELS[c]) for c in IDLE_CAUSE_COLORS]))
-    trs = [[esc(run_name(r["run_id"])), esc(batch_label(r["batch_size"])), esc(r["steps"]), num(r["wall_ms"]),
+    trs = [[esc(data.run_name(r["run_id"])), esc(batch_label(r["batch_size"])), esc(r["steps"]), num(r["wall_ms"]),
             num(r["idle_ms"]), num(r["host_ms"]), num(r["sync_ms"]), num(r["launch_overhead_ms"]), num(r["device_ms"]),
             num(r["unknown_ms"]), num(r["between_ms"]), num(r["between_pct_of_span"], 2)]
            for r in data.idle.iter_rows(named=True)]
@@ -723,7 +725,7 @@ def section_distribution(data: ReportData) -> str:
         panels = _groups(run_frame, ["level", "batch_size"])
         pw, ph = 170, 230
         width = max(1, len(panels)) * pw + 50
-        svg = Svg(width, ph + 20, f"Step wall time per batch size, {run_name(run_id)}", "dist")
+        svg = Svg(width, ph + 20, f"Step wall time per batch size, {data.run_name(run_id)}", "dist")
         ranks = sorted(set(run_frame["rank"].to_list()))
         for k, ((level, batch), group) in enumerate(panels):
             px = 50 + k * pw
@@ -778,7 +780,7 @@ def section_distribution(data: ReportData) -> str:
             f'<li><span class="sw dot" style="background:{RUN_COLORS[i % len(RUN_COLORS)]}"></span>rank {r}</li>'
             for i, r in enumerate(ranks)) + f'<li><span class="sw dot" style="background:{OUTLIER_COLOR}"></span>'
             "outlier (beyond 1.5 × the interquartile range)</li></ul>")
-        parts.append(figure(f"Step wall time per batch size — {run_name(run_id)}",
+        parts.append(figure(f"Step wall time per batch size — {data.run_name(run_id)}",
                             "One dot per step and rank (GPU wall time); the box spans the quartiles, the line is the "
                             "median, whiskers reach the last step within 1.5 × IQR. Each panel has its own scale.",
                             svg.render() + leg))
@@ -828,7 +830,7 @@ def section_timeline(data: ReportData) -> str:
             ticks = nice_ticks(span_ms)
             ticks = [x for x in ticks if x <= span_ms + 1e-9]
             scale = TIMELINE_WIDTH / span_ms if span_ms > 0 else 0.0
-            svg = Svg(width, height, f"Step {t.step_index} on every rank, {run_name(run_id)}, {batch_label(t.batch_size)}",
+            svg = Svg(width, height, f"Step {t.step_index} on every rank, {data.run_name(run_id)}, {batch_label(t.batch_size)}",
                       "gantt")
             x0 = label_w
             px = TIMELINE_WIDTH / t.buckets
@@ -874,13 +876,13 @@ def section_timeline(data: ReportData) -> str:
                 why += "; steps inferred from idle gaps, so the ranks' steps are paired by index only"
             caught = sum(ln.wait_ns for ln in t.lanes)
             parts.append(figure(
-                f"{run_name(run_id, t.level)} — {batch_label(t.batch_size)}: step {t.step_index} on "
+                f"{data.run_name(run_id, t.level)} — {batch_label(t.batch_size)}: step {t.step_index} on "
                 f"{len(t.lanes)} rank{'s' if len(t.lanes) != 1 else ''}",
                 f"{esc(why)}; {esc(clock)}. Each pixel column shows the category that ran longest there, or why the "
                 f"GPU was idle; blank before a rank's first and after its last GPU activity of the step. "
                 + (f"Collective wait in this step: {num(caught / 1e6)} ms over all ranks. " if caught else "")
                 + "Open it in Perfetto: <code>k25trace export perfetto --db " + esc(data.source or "FILE")
-                + f" --run {esc(_shell_quote(report.run_label(run_id)))} --steps {t.step_index} -o step.json</code>.",
+                + f" --run {esc(_shell_quote(data.run_name(run_id)))} --steps {t.step_index} -o step.json</code>.",
                 svg.render()))
     parts.append(legend([(css_class(c), _slice_label(c)) for c in _legend_order(seen)]))
     parts.append("</section>")

@@ -3,7 +3,7 @@
 Each view is one named query from ``queries/report_*.sql``; the CLI, the TUI and the HTML page call these. The
 speed-of-light views (``roofline``, ``sol``) are :mod:`k25trace.sol`'s, which builds on this module. The words
 (phases, views) are :mod:`k25trace.vocab`'s; what a run is and what it is called are the database's
-(``trace_runs``, the ``run_labels`` view).
+(``trace_runs`` and its label columns, the ``run_labels`` view).
 """
 
 from __future__ import annotations
@@ -106,14 +106,16 @@ def summary(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
 
 
 def run_labels(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
-    """Every run's id → its label as reports print it (the ``run_labels`` view: e.g. 'graph (TP2)')."""
+    """Every run's id → its label as reports print it (``trace_runs.run_label`` through the ``run_labels`` view:
+    e.g. 'graph (TP2)')."""
     return dict(query_frame(con, "report_run_labels").select("run_id", "run_label").iter_rows())
 
 
 def run_label(run_id: str) -> str:
-    """Deprecated: the label of a run id *parsed back out of the id*. The label is a column (:func:`run_labels`,
-    the ``run_labels`` view), which gives the same text; this stays only for the callers that have not moved to it
-    (compare.py, export.py, html.py, sol.py, tui/screens/{comm,compare,overview}.py). Do not add callers."""
+    """Deprecated: the label of a run id *parsed back out of the id* (it has no database to look the label up in).
+    The label is a column (``trace_runs.run_label``; :func:`run_labels`), which gives the same text (tested); this
+    stays only for the callers that have not moved to it: tui/screens/{comm,compare,overview}.py, and
+    :func:`k25trace.sol.print_tables` when its caller passes no ``labels``. Do not add callers."""
     base, _, world = run_id.rpartition("#ws")
     name = base.rstrip("#").rsplit("/", 1)[-1] or base
     return f"{name} (TP{world})" if world and world not in ("1", "?") else name

@@ -1076,15 +1076,20 @@ _SOL_TABLE = {"part": "part", "observed_ms": "observed ms/step", "floor_ms": "fl
               "floor_gb": "floor GB", "floor_basis": "floor basis"}
 
 
-def print_tables(frame: pl.DataFrame, by: str, console: Any = None) -> None:
+def print_tables(frame: pl.DataFrame, by: str, console: Any = None, labels: dict[str, str] | None = None) -> None:
     """``report --by roofline`` / ``--by sol`` on a terminal: one table per (run, batch size) with the columns that
-    matter (CSV/JSON carry all of them)."""
+    matter (CSV/JSON carry all of them), titled by the run's label from ``labels``
+    (:func:`k25trace.report.run_labels`)."""
     from rich.console import Console
 
     from k25trace.output import rich_table
-    from k25trace.report import run_label
 
     import sys
+
+    if labels is None:  # deprecated: a caller that passes no labels gets them parsed out of the run ids
+        from k25trace.report import run_label
+
+        labels = {str(r): run_label(str(r)) for r in frame["run_id"].unique().to_list()}
 
     console = console or Console(width=None if sys.stdout.isatty() else 200)
     columns = _ROOFLINE_TABLE if by == "roofline" else _SOL_TABLE
@@ -1093,14 +1098,15 @@ def print_tables(frame: pl.DataFrame, by: str, console: Any = None) -> None:
                                    .then(pl.col("note").str.slice(0, 59) + "…").otherwise(pl.col("note")).alias("note"))
     for (run_id, batch), group in frame.group_by(["run_id", "batch_size"], maintain_order=True):
         first = group.row(0, named=True)
+        label = labels.get(str(run_id), str(run_id))
         if by == "roofline":
             known = group.filter(pl.col("bound") != "unmodelled")["ms_per_step"].sum()
             total = group["ms_per_step"].sum()
             device = first["device"] or "device unmatched: give --peaks FILE"
-            title = (f"{run_label(str(run_id))}, batch size {batch if batch is not None else '?'}: ops with a cost "
+            title = (f"{label}, batch size {batch if batch is not None else '?'}: ops with a cost "
                      f"model take {known:.3f} of the {total:.3f} kernel ms/step listed ({device})")
         else:
-            title = (f"{run_label(str(run_id))}, batch size {batch if batch is not None else '?'}, TP {first['tp']}: "
+            title = (f"{label}, batch size {batch if batch is not None else '?'}, TP {first['tp']}: "
                      f"{first['steps']} steps on {first['device'] or 'an unmatched device (give --peaks FILE)'}")
         body = group.select(list(columns)).rename(columns)
         console.print(rich_table(body, title=title))

@@ -1,6 +1,7 @@
 -- name: compare_runs
 -- The runs a side of `k25trace compare` can be picked from (a capture level is a run): per run (trace_runs.run_id)
--- its capture directory and level, ranks, GPUs, vLLM versions, trace ids, decode steps and decode batch sizes.
+-- its capture directory and level, ranks, GPUs, vLLM versions, trace ids, decode steps and decode batch sizes, and
+-- its label (trace_runs.run_label).
 -- Used to resolve `--a run=…` (an id, a label or a unique part of an id), to describe each side, and as the TUI
 -- compare screen's list of runs.
 -- reads: trace_runs, traces, steps
@@ -30,7 +31,8 @@ select
     list(trace_runs.trace_id order by trace_runs.rank, trace_runs.trace_id) as trace_ids,
     coalesce(sum(step_counts.steps), 0)::bigint as steps,
     coalesce(sum(step_counts.decode_steps), 0)::bigint as decode_steps,
-    list_sort(list_distinct(flatten(list(coalesce(step_counts.decode_batch_sizes, []))))) as decode_batch_sizes
+    list_sort(list_distinct(flatten(list(coalesce(step_counts.decode_batch_sizes, []))))) as decode_batch_sizes,
+    any_value(trace_runs.run_label) as label
 from trace_runs
 join traces using (trace_id)
 left join step_counts using (trace_id)
