@@ -39,10 +39,7 @@ import polars as pl
 from k25trace.db import query_frame, run_query
 from k25trace.errors import K25Error
 from k25trace.names import kernel_family, template_args
-from k25trace.report import PHASES
-
-MATCHES = ("auto", "batch", "level", "side")
-SECTIONS = ("category", "kernel", "step", "comm", "macro")
+from k25trace.vocab import COMPARE_MATCHES as MATCHES, COMPARE_TABLES as SECTIONS, PHASES
 
 SELECTION_KEYS = ("run", "level", "trace", "rank", "batch")
 CHANGED = ("slower", "faster", "only in A", "only in B")
