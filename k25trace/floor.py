@@ -393,22 +393,6 @@ def has_bench_run(con: Any, bench_run: str) -> bool:
     return bool(query_frame(con, "floor_bench_run_rows", {"bench_run": bench_run})["rows"][0])
 
 
-def ensure_table(con: Any) -> None:
-    """Deprecated: ``allreduce_bench`` is part of the schema (version 3). Kept for the tests that still call it
-    (tests/test_sol.py, tests/test_h200x2_traces.py); makes sure the schema is there."""
-    from k25trace.db import ensure_schema  # deferred: DuckDB only where a database is used
-
-    ensure_schema(con)
-
-
-def allreduce_floor(con: Any, phase: str = "decode") -> Any:
-    """Deprecated here: the report view is :func:`k25trace.report.allreduce_floor`; kept for the tests that still
-    reach it through this module (tests/test_sol.py, tests/test_h200x2_traces.py, tests/test_h200_trace.py)."""
-    from k25trace.report import allreduce_floor as floor  # deferred: DuckDB only where a database is used
-
-    return floor(con, phase)
-
-
 def save_rows(path: Path, rows: list[dict[str, Any]]) -> None:
     """Write result rows as JSON ({"allreduce_bench": [...]}), atomically (a temporary file, then a rename)."""
     tmp = path.with_name(path.name + ".tmp")

@@ -107,9 +107,7 @@ def test_categories_are_sensible(loaded) -> None:
 
 
 def test_floor_report_runs_without_collectives(loaded) -> None:
-    from k25trace import floor as bench
-
-    frame = bench.allreduce_floor(loaded, "decode")
+    frame = report.allreduce_floor(loaded, "decode")
     assert frame["batch_size"].to_list() == [1, 8, 64]
     assert frame["observed_ms"].to_list() == [0.0, 0.0, 0.0]
     assert frame["efficiency"].to_list() == [None, None, None]

@@ -80,7 +80,6 @@ def loaded(tmp_path_factory: pytest.TempPathFactory):
     con = db.connect(tmp_path_factory.mktemp("h200x2") / "tp2.duckdb")
     results, _ = pipeline.load_paths(con, [FIXTURE / "graph", FIXTURE / "eager"])
     assert [r.status for r in results] == ["loaded"] * 4, [r.message for r in results]
-    bench.ensure_table(con)
     for name in ("allreduce_bench_kimi.json", "allreduce_bench_sweep.json"):
         bench.write_rows(con, bench.read_rows(FIXTURE / name))
     yield con
@@ -200,7 +199,7 @@ def test_call_sites_match_the_raw_json_and_the_spin_delayed_site_is_found(loaded
 
 def test_floor_report_on_the_real_traces(loaded, truth, mode: str) -> None:
     run_id = _run_id(loaded, mode)
-    frame = bench.allreduce_floor(loaded).filter(pl.col("run_id") == run_id)
+    frame = report.allreduce_floor(loaded).filter(pl.col("run_id") == run_id)
     kimi = {(r["batch_size"], r["mode"]): r for r in bench.read_rows(FIXTURE / "allreduce_bench_kimi.json")}
     assert frame["batch_size"].to_list() == [1, 8, 64]
     for row in frame.iter_rows(named=True):

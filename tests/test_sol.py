@@ -46,7 +46,6 @@ def x2_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Two H200s (TP2), eager with shapes, and the measured all-reduce floor (a closed database file)."""
     path = tmp_path_factory.mktemp("sol") / "x2.duckdb"
     con = _load(path, X2 / "eager")
-    bench.ensure_table(con)
     bench.write_rows(con, bench.read_rows(X2 / "allreduce_bench_kimi.json"))
     con.close()
     return path
@@ -505,12 +504,12 @@ def test_bad_quant_specs(spec: str, message: str) -> None:
 
 
 def test_sol_report_on_the_tp2_eager_traces(x2) -> None:
-    from k25trace.report import breakdown
+    from k25trace.report import allreduce_floor, breakdown
 
     frame = sol.step_sol(x2, model_config=MODELS / "decode-loop-8l" / "config.json", context=1024)
     cfg = models.load_config(MODELS / "decode-loop-8l" / "config.json")
     batch = breakdown(x2, by="batch")
-    floor = bench.allreduce_floor(x2)
+    floor = allreduce_floor(x2)
     assert sorted(frame["batch_size"].unique().to_list()) == [1, 8, 64]
     for b in (1, 8, 64):
         rows = {r["part"]: r for r in frame.filter(pl.col("batch_size") == b).iter_rows(named=True)}
