@@ -3,13 +3,13 @@
 -- steps and ranks), and their message size in bytes where the trace records the collective's arguments
 -- (In msg nelems x the element size of its dtype; the most common size of the batch size's all-reduces), else
 -- NULL (the bench then assumes hidden x batch x dtype). `k25trace bench allreduce --db` reads it.
--- reads: steps, gpu_events, traces, dtype_bytes (macro)
+-- reads: selected_steps (macro), gpu_events, traces, dtype_bytes (macro)
 -- params: $phase
 -- grain: one row per batch_size
 with selected as (
     select steps.trace_id, steps.step_index, steps.batch_size
-    from steps
-    where not steps.is_empty and ($phase = 'all' or steps.phase = $phase) and steps.batch_size is not null
+    from selected_steps($phase, null, null) as steps
+    where steps.batch_size is not null
 ),
 
 per_step as (

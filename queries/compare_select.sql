@@ -3,7 +3,7 @@
 -- or everything; NULL parameters select all; empty steps and front-end traces left out), once, for the other
 -- compare_* queries of that side to read; compare_select_drop.sql drops it when the side is read.
 -- creates: _compare_selection (temp table)
--- reads: steps, traces, trace_runs
+-- reads: selected_steps (macro), traces, trace_runs
 -- params: $phase, $run_id, $level, $trace_ids, $rank, $batch_size
 -- grain: one row per selected step per trace (rank)
 create or replace temp table _compare_selection as
@@ -20,14 +20,11 @@ select
     steps.idle_ns,
     steps.overlap_ns,
     steps.kernel_count
-from steps
+from selected_steps($phase, $rank, null) as steps
 join traces using (trace_id)
 left join trace_runs using (trace_id)
-where not steps.is_empty
-    and not traces.is_frontend
-    and ($phase = 'all' or steps.phase = $phase)
+where not traces.is_frontend
     and ($run_id is null or trace_runs.run_id = $run_id)
     and ($level is null or traces.level = $level)
     and ($trace_ids is null or list_contains($trace_ids, steps.trace_id))
-    and ($rank is null or steps.rank = $rank)
     and ($batch_size is null or steps.batch_size = $batch_size);
