@@ -150,7 +150,8 @@ SCHEMA_VERSION = 4
 trace_runs sessions, traces.rank_source, collectives' caused wait / wait kind, allreduce_bench kernel times; 3: the
 allreduce_bench table in every database (it was made by the first `bench allreduce`), the phase_steps and
 selected_steps table macros and the run_labels view (what the report and TUI queries read); 4: the run's name as
-columns of trace_runs (session, run_name, group_label, run_label; the run_labels view projects them)."""
+columns of trace_runs (session, run_name, group_label, run_label; the run_labels view projects them), the
+phase_collectives table macro."""
 
 
 def check_database(con: duckdb.DuckDBPyConnection, path: Path | str, *, read_only: bool) -> int | None:

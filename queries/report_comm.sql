@@ -9,21 +9,12 @@
 -- residual and 'good' | 'poor' | 'unpaired').
 -- Runs without step markers pair their collectives over the whole trace (pairing = 'whole trace'; batch_size
 -- NULL; wait_kind unknown, so launch + gpu wait is 0 there).
--- reads: collectives, selected_steps (macro), trace_runs, traces, comm_alignment
+-- reads: phase_collectives (macro: collectives of selected_steps), trace_runs, traces, comm_alignment
 -- params: $phase
 -- grain: one row per (run, batch_size, category)
-with steps_of_run as (
-    select trace_runs.run_id, steps.step_index, any_value(steps.batch_size) as batch_size, any_value(steps.phase) as phase
-    from selected_steps($phase, null, null) as steps
-    join trace_runs using (trace_id)
-    group by all
-),
-
-selected as (
-    -- -1 stands for "no batch size" (inferred steps) so that the joins below match it; shown as NULL
-    select collectives.*, coalesce(steps_of_run.batch_size, -1) as batch_size
-    from collectives
-    join steps_of_run using (run_id, step_index)
+with selected as (
+    -- batch_size -1 stands for "no batch size" (inferred steps) so that the joins below match it; shown as NULL
+    select * from phase_collectives($phase)
 ),
 
 per_collective as (

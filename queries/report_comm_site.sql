@@ -5,22 +5,13 @@
 -- share of all the wait of that batch size, the wait kind (launch at the step's first collective, else gpu), the
 -- rank that caused the most wait there and how often it was the last to arrive. Sites with no wait at all are
 -- kept (wait 0) so that the rows of a batch size add up. Only runs with paired steps (markers) have sites.
--- reads: collectives, selected_steps (macro), trace_runs
+-- reads: phase_collectives (macro: collectives of selected_steps)
 -- params: $phase
 -- grain: one row per (run, batch_size, category, site)
-with steps_of_run as (
-    select trace_runs.run_id, steps.step_index, any_value(steps.batch_size) as batch_size
-    from selected_steps($phase, null, null) as steps
-    join trace_runs using (trace_id)
-    group by all
-),
-
-selected as (
-    -- -1 stands for "no batch size" (inferred steps) so that the joins below match it; shown as NULL
-    select collectives.*, coalesce(steps_of_run.batch_size, -1) as batch_size
-    from collectives
-    join steps_of_run using (run_id, step_index)
-    where collectives.pair_step >= 0
+with selected as (
+    -- batch_size -1 stands for "no batch size" (inferred steps) so that the joins below match it; shown as NULL
+    select * from phase_collectives($phase)
+    where pair_step >= 0
 ),
 
 per_collective as (

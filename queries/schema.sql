@@ -1,6 +1,6 @@
 -- name: schema
 -- The public schema of a k25trace database (see README "Schema"). Idempotent: creates what is missing.
--- creates: meta, dtype_bytes (macro), traces, kernel_names, kernel_rules, kernel_classes, gpu_events, launches, annotations, cpu_ops, python_functions, captures, capture_levels, steps, step_categories, phase_steps (table macro), selected_steps (table macro), gpu_gaps, trace_runs, run_labels (view), rank_offsets, collectives, comm_alignment, allreduce_bench, kernels (view)
+-- creates: meta, dtype_bytes (macro), traces, kernel_names, kernel_rules, kernel_classes, gpu_events, launches, annotations, cpu_ops, python_functions, captures, capture_levels, steps, step_categories, phase_steps (table macro), selected_steps (table macro), gpu_gaps, trace_runs, run_labels (view), rank_offsets, collectives, phase_collectives (table macro), comm_alignment, allreduce_bench, kernels (view)
 -- reads: none
 -- params: none
 -- grain: traces = one row per loaded trace file; gpu_events = one row per GPU activity; launches = one row per CUDA runtime/driver call; annotations = one row per user annotation; cpu_ops = one row per CPU operator
@@ -302,6 +302,22 @@ create table if not exists collectives (
     caused_wait_ns bigint,            -- on the late rank: the other ranks' wait_ns summed (the wait it caused); else 0
     wait_kind varchar                 -- launch (the step's first collective) | gpu (a later one) | unknown (inferred steps)
 );
+
+-- The paired collectives of the steps of a phase filter (selected_steps: 'all' for any phase; empty steps left
+-- out), one definition for the cross-rank report queries (report_comm, report_comm_site), each with the batch size
+-- of its step (the run's ranks share step indexes; -1 for "no batch size", inferred steps, so that joins on it
+-- match; the reports show it as NULL).
+create or replace macro phase_collectives(of_phase) as table
+with steps_of_run as (
+    select trace_runs.run_id, steps.step_index, any_value(steps.batch_size) as batch_size
+    from selected_steps(of_phase, null, null) as steps
+    join trace_runs using (trace_id)
+    group by all
+)
+
+select collectives.*, coalesce(steps_of_run.batch_size, -1) as batch_size
+from collectives
+join steps_of_run using (run_id, step_index);
 
 create table if not exists comm_alignment (
     run_id varchar,
