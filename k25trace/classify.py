@@ -17,6 +17,7 @@ from __future__ import annotations
 import csv
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import duckdb
 
@@ -59,8 +60,9 @@ def read_rules(path: Path, *, first_id: int = 1, source: str | None = None) -> l
         raise K25Error(f"{path}: unknown rules column(s) {unknown}; expected {','.join(RULE_COLUMNS)}")
     rules: list[Rule] = []
     for line_no, row in enumerate(reader, start=2):
-        if row.get(None):  # type: ignore[call-overload]
-            raise K25Error(f"{path}: rule {line_no - 1} has {len(reader.fieldnames) + len(row[None])} fields, expected "  # type: ignore[index]
+        extra: Any = row.get(None)  # type: ignore[call-overload,unused-ignore]  # csv puts surplus fields under None
+        if extra:
+            raise K25Error(f"{path}: rule {line_no - 1} has {len(reader.fieldnames) + len(extra)} fields, expected "
                            f"{len(reader.fieldnames)}: quote patterns that contain commas")
         category = (row.get("category") or "").strip()
         kind = (row.get("kind") or "").strip() or None
@@ -86,6 +88,11 @@ def load_rules(user_rules: Path | None = None, *, replace: bool = False) -> list
     if not replace:
         rules += read_rules(builtin_rules_path(), first_id=len(rules) + 1, source="builtin")
     return rules
+
+
+def rules_installed(con: duckdb.DuckDBPyConnection) -> bool:
+    """Whether the database holds classification rules (a new one holds none until its first load)."""
+    return bool(run_query(con, "kernel_rules_count").fetchall()[0][0])
 
 
 def install_rules(con: duckdb.DuckDBPyConnection, rules: list[Rule]) -> None:
@@ -129,7 +136,8 @@ def classify_names(
         >>> classify_names(["ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)"])[0]["category"]
         'allreduce'
     """
-    norm = [(k, "kernel", None) if isinstance(k, str) else tuple(k) for k in keys]
+    norm: list[tuple[str, str, str | None]] = [(k, "kernel", None) if isinstance(k, str) else tuple(k)  # type: ignore[misc]
+                                               for k in keys]
     names = sorted({k[0] for k in norm})
     name_ids = {n: i for i, n in enumerate(names, start=1)}
     con = duckdb.connect(":memory:")

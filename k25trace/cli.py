@@ -44,7 +44,7 @@ def _fail(message: str) -> None:
 # Commands whose modules live beside the core; imported only when used (or listed by --help), so that
 # `k25trace load` does not pay for httpx/asyncio (capture) at start-up.
 LAZY_COMMANDS = {
-    "capture": ("capture.cli", "capture_command"),
+    "capture": ("k25trace.capture.cli", "capture_command"),
     "synth": ("k25trace.synth", "command"),
     "bench": ("k25trace.floor", "command"),
     "html": ("k25trace.share_cli", "html_command"),

@@ -444,7 +444,8 @@ def _fetch_printable(rel: duckdb.DuckDBPyRelation, *, as_json: bool = False, lim
     frame = pl.from_arrow(_arrow_table(projected))
     assert isinstance(frame, pl.DataFrame)
     truncated = limit is not None and frame.height > limit
-    return SqlResult(frame.head(limit) if truncated else frame, as_json, frozenset(numeric), truncated)
+    return SqlResult(frame.head(limit) if limit is not None and truncated else frame, as_json, frozenset(numeric),
+                     truncated)
 
 
 def _unique_names(names: list[str]) -> list[str]:

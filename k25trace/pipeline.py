@@ -47,7 +47,7 @@ def load_paths(
     not at all, and reported in its :class:`FileResult`. ``analyze=False`` loads the events only (no classes,
     steps or cross-rank tables; ``k25trace steps`` builds them later).
     """
-    if analyze and not con.execute("select count(*) from kernel_rules").fetchall()[0][0]:
+    if analyze and not classify.rules_installed(con):
         with db.transaction(con):
             classify.install_rules(con, classify.load_rules())
     results, notes = ingest.load_paths(con, paths, options, on_result=on_result, progress_factory=progress_factory,
@@ -83,8 +83,11 @@ def reclassify(con: duckdb.DuckDBPyConnection, rules: Path | None = None, *, rep
 def upgrade(con: duckdb.DuckDBPyConnection, version: int) -> None:
     """Bring an older k25trace database to the current schema in one transaction: new tables and columns, then
     every trace's derived tables rebuilt from the stored events; then the cross-rank tables."""
-    db.upgrade_schema(con, version, rebuild=lambda: [steps.build_steps(con, trace_id) for trace_id, in
-                                                     con.execute("select trace_id from traces order by trace_id").fetchall()])
+    def rebuild_every_trace() -> None:
+        for trace_id in steps.trace_ids(con):
+            steps.build_steps(con, trace_id)
+
+    db.upgrade_schema(con, version, rebuild=rebuild_every_trace)
     crossrank.build(con)
 
 

@@ -29,11 +29,16 @@ def build_steps(con: duckdb.DuckDBPyConnection, trace_id: int, *, gap_ns: int = 
     run_query(con, "gaps_build", {"trace_id": trace_id})
 
 
+def trace_ids(con: duckdb.DuckDBPyConnection) -> list[int]:
+    """The ids of every trace in the database, in order (``queries/step_traces.sql``)."""
+    return [row[0] for row in run_query(con, "step_traces").fetchall()]
+
+
 def rebuild(con: duckdb.DuckDBPyConnection, *, gap_ns: int = DEFAULT_GAP_NS) -> int:
     """Rebuild the steps of every trace, one transaction per trace; returns the number of traces. The cross-rank
     tables read the steps: :func:`k25trace.pipeline.rebuild` rebuilds both."""
-    trace_ids = [row[0] for row in run_query(con, "step_traces").fetchall()]
-    for trace_id in trace_ids:
+    ids = trace_ids(con)
+    for trace_id in ids:
         with transaction(con):
             build_steps(con, trace_id, gap_ns=gap_ns)
-    return len(trace_ids)
+    return len(ids)

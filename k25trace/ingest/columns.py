@@ -47,8 +47,8 @@ def _ns(values: list[int | float | None]) -> tuple[pa.Array, np.ndarray | None]:
         arr = np.fromiter(map(_as_float, values), dtype=np.float64, count=len(values))
         if not mask.any():
             mask = None
-    bad = ~(np.abs(arr) < _NS_LIMIT_US)
-    if bad.any():
+    bad: np.ndarray | None = ~(np.abs(arr) < _NS_LIMIT_US)
+    if bad is not None and bad.any():
         arr[bad] = 0.0
     else:
         bad = None
@@ -186,7 +186,8 @@ def _table_of_type(keep_python: bool) -> dict[type, str | None]:
     """Tagged struct type -> staging table (None: a dropped category)."""
     out: dict[type, str | None] = {t: None for t in _SKIP_TYPE_SET}
     for t in _TAGGED_KEPT:
-        out[t] = _TABLE_OF_CAT[t.cat] if t.cat != "python_function" else ("py" if keep_python else None)
+        cat: str = t.cat  # type: ignore[attr-defined]  # the tag of a tagged struct type
+        out[t] = _TABLE_OF_CAT[cat] if cat != "python_function" else ("py" if keep_python else None)
     return out
 
 
@@ -237,7 +238,7 @@ class _Columns:
         for typ, n in counts.items():
             key = table_of[typ]
             if key is None:
-                self.skipped[typ.cat] += n
+                self.skipped[typ.cat] += n  # type: ignore[attr-defined]  # a tagged struct type's tag
             else:
                 tables.setdefault(key, []).append(typ)
         routed: dict[str, tuple[list[Any], Any]] = {}

@@ -6,18 +6,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from k25trace.capture.files import is_frontend_name, is_trace_name  # one definition, shared with capture
 from k25trace.ingest.model import TraceFile
 
 # ---------------------------------------------------------------------------------------------------------------
 # Finding files
-
-
-def _is_trace_name(name: str) -> bool:
-    return name.endswith((".pt.trace.json", ".pt.trace.json.gz"))
-
-
-def is_frontend_name(name: str) -> bool:
-    return ".async_llm." in name
 
 
 def discover(paths: list[Path], *, include_frontend: bool = False) -> tuple[list[TraceFile], list[str], list[str]]:
@@ -75,7 +68,7 @@ def _walk_traces(root: Path, errors: list[str]) -> list[Path]:
 
     for folder, _dirs, names in os.walk(root, onerror=unreadable):
         for name in names:
-            if _is_trace_name(name):
+            if is_trace_name(name):
                 path = Path(folder) / name
                 if path.is_file():
                     found.append(path)
@@ -103,11 +96,10 @@ def _capture_info_for(path: Path, notes: list[str] | None = None) -> tuple[Path 
                 notes.append(note)
         if not m.usable:
             return None, None, None, None, None
-        level, entry = m.lookup(path.resolve().relative_to(parent).as_posix())
+        level, entry = m.locate(path.resolve().relative_to(parent).as_posix())
         if level is None:
             return parent, None, None, None, None
-        entry = entry or {}
-        return parent, level["name"], level["concurrency"], entry.get("valid"), entry.get("problem")
+        return parent, level.name, level.concurrency, entry.valid if entry else None, entry.problem if entry else None
     return None, None, None, None, None
 
 

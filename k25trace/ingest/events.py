@@ -192,9 +192,8 @@ def _decode_odd(path: Path, data: Any, where: tuple[int, int, list[int]] | None,
                 pos = _char_to_byte(data, exc2.pos)
                 raise TraceError(str(path), f"an event nested deeper than {_MAX_DEPTH:,} levels "
                                  f"{_at(events_before, offset, starts, pos)}: not loaded") from None
-            pos = _byte_of(exc) if not isinstance(exc, RecursionError) else None
-            if pos is None:
-                pos = _char_to_byte(data, exc2.pos)
+            found = _byte_of(exc) if not isinstance(exc, RecursionError) else None
+            pos = found if found is not None else _char_to_byte(data, exc2.pos)
             reason = _reason(exc) if isinstance(exc, msgspec.DecodeError) else str(exc2).split(":")[0]
             raise TraceError(str(path), f"invalid JSON in traceEvents {_at(events_before, offset, starts, pos)}: "
                              f"{reason}") from None

@@ -4,7 +4,6 @@ one transaction per file."""
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
 import os
 import re
 from collections import Counter
@@ -17,6 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from k25trace import __version__
+from k25trace.capture.files import sha256_file
 from k25trace.db import run_query
 from k25trace.errors import K25Error, TraceError
 from k25trace.ingest import limits
@@ -482,14 +482,8 @@ def _record_capture(con: duckdb.DuckDBPyConnection, capture_dir: Path) -> None:
 
 
 def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while True:
-            block = fh.read(8 << 20)
-            if not block:
-                break
-            digest.update(block)
-    return digest.hexdigest()
+    """The file's content hash (what identifies a loaded trace); one definition, shared with capture."""
+    return sha256_file(path)
 
 
 def load_paths(

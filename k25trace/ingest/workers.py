@@ -14,7 +14,7 @@ from k25trace.errors import K25Error, TraceError
 from k25trace.ingest import limits
 from k25trace.ingest.chunks import _chunks, _decode_and_build, _decoded
 from k25trace.ingest.events import _GuessedCut
-from k25trace.ingest.messages import Attached, End, Failed, Message, Progress, Resplit
+from k25trace.ingest.messages import Attached, Chunk, End, Failed, Message, Progress, Resplit
 from k25trace.ingest.stream import _Reader, _Splitter, last_event_boundary
 
 
@@ -89,8 +89,8 @@ def _worker_main(index: int, tasks: Any, results: Any, pdeathsig: bool = False) 
             results.put((task_id, Progress(n)))
 
         try:
-            for item in _chunks(Path(path), keep_python, progress):
-                results.put((task_id, item))
+            for message in _chunks(Path(path), keep_python, progress):
+                results.put((task_id, message))
         except TraceError as exc:
             results.put((task_id, Failed(exc.path, exc.problem)))
         except Exception as exc:  # noqa: BLE001 - reported to the parent as this file's failure
@@ -307,7 +307,8 @@ class _Workers:
         worker, index, size, gap, offset = in_flight.popleft()
         item = self._take(worker, task_id)
         if not isinstance(item, Resplit):
-            splitter.events += item.events
+            if isinstance(item, Chunk):
+                splitter.events += item.events
             yield item
             return
         text = bytearray(ring[index].buf[: size - 1])
