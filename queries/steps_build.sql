@@ -17,34 +17,36 @@ select category, (row_number() over (order by category))::bigint as code
 from (select distinct coalesce(category, 'other') as category from gpu_events where trace_id = $trace_id);
 
 create or replace temp table _step_intervals as
-with points as (
-    select step_index, coalesce(category, 'other') as category, start_ns as t, 1 as delta
-    from gpu_events where trace_id = $trace_id and step_index is not null
+with acts as materialized (
+    select gpu_events.step_index, _category_codes.code, gpu_events.start_ns, gpu_events.end_ns
+    from gpu_events
+    join _category_codes on coalesce(gpu_events.category, 'other') = _category_codes.category
+    where gpu_events.trace_id = $trace_id and gpu_events.step_index is not null
+),
+
+points as (
+    select step_index, code, start_ns as t, 1 as delta from acts
     union all
-    select step_index, coalesce(category, 'other'), end_ns, -1
-    from gpu_events where trace_id = $trace_id and step_index is not null
+    select step_index, code, end_ns, -1 from acts
 ),
 
 per_time as (
-    select step_index, category, t, sum(delta) as delta
+    select step_index, code, t, sum(delta) as delta
     from points
     group by all
 ),
 
 running as (
     select
-        step_index, category, t, delta,
-        sum(delta) over (partition by step_index, category order by t rows unbounded preceding) as running_count
+        step_index, code, t, delta,
+        sum(delta) over (partition by step_index, code order by t rows unbounded preceding) as running_count
     from per_time
 ),
 
 transitions as (  -- the category turns on (+1) or off (-1) at t; its count before t is running_count - delta
-    select
-        running.step_index, running.t, _category_codes.code,
-        (running.running_count > 0)::integer - (running.running_count - running.delta > 0)::integer as change
+    select step_index, t, code, (running_count > 0)::integer - (running_count - delta > 0)::integer as change
     from running
-    join _category_codes using (category)
-    where (running.running_count > 0) != (running.running_count - running.delta > 0)
+    where (running_count > 0) != (running_count - delta > 0)
 ),
 
 per_point as (
