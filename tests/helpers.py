@@ -10,12 +10,13 @@ from pathlib import Path
 from typing import Any
 
 DATA = Path(__file__).parent / "data"
-TRACES = DATA / "traces"
+TRACES = DATA / "traces"  # the real traces only the tests use (HTA's)
+SAMPLES = Path(__file__).resolve().parents[1] / "k25trace" / "samples"  # the real traces the package ships (demo)
 
-B200 = TRACES / "vllm-b200-tp8-rank0-eager" / "eager_trace.json.gz"
-MI300X_FULL = TRACES / "vllm-mi300x-decode-fullgraph" / "graph_execution.json.gz"
-MI300X_PIECEWISE = TRACES / "vllm-mi300x-prefilldecode-piecewise" / "graph_execution.json.gz"
-SGLANG = TRACES / "sglang-mi300x-decode" / "sglang_Qwen3-8B_decode.json.gz"
+B200 = SAMPLES / "vllm-b200-tp8-rank0-eager" / "eager_trace.json.gz"
+MI300X_FULL = SAMPLES / "vllm-mi300x-decode-fullgraph" / "graph_execution.json.gz"
+MI300X_PIECEWISE = SAMPLES / "vllm-mi300x-prefilldecode-piecewise" / "graph_execution.json.gz"
+SGLANG = SAMPLES / "sglang-mi300x-decode" / "sglang_Qwen3-8B_decode.json.gz"
 HTA_RANK0 = TRACES / "hta-2rank-sendrecv" / "sampled_rank-0.json.gz"
 HTA_RANK1 = TRACES / "hta-2rank-sendrecv" / "sampled_rank-1.json.gz"
 HTA_NCCL = TRACES / "hta-a100-nccl-metadata" / "nccl_data.json.gz"

@@ -14,14 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from k25trace import db, ingest, pipeline, report
+import helpers
+from k25trace import db, pipeline, report
 
 DATA = Path(__file__).parent / "data"
 GAPS = DATA / "h200-gaps"
 EAGER = next((GAPS / "eager").glob("*.pt.trace.json.gz"))
 GRAPH = next((GAPS / "graph").glob("*.pt.trace.json.gz"))
-SGLANG = next((DATA / "traces" / "sglang-mi300x-decode").glob("*.json.gz"))
-B200 = next((DATA / "traces" / "vllm-b200-tp8-rank0-eager").glob("*.json.gz"))
+SGLANG = helpers.SGLANG
+B200 = helpers.B200
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 SYNCS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy")
 
@@ -72,7 +73,7 @@ def test_gaps_add_up_to_the_idle_and_the_span_exactly(con, path: Path) -> None:
             and not g.between_steps
         where s.trace_id = ? and s.gpu_start_ns is not null group by all order by 1""", [tid]).fetchall()
     assert per_step
-    for step, idle, gaps, parts, count in per_step:
+    for step, idle, gaps, parts, _count in per_step:
         assert gaps == idle == parts, (step, idle, gaps, parts)
     assert con.execute("select count(*) from gpu_gaps where trace_id = ? and dur_ns <= 0", [tid]).fetchone()[0] == 0
     # the whole timeline: first step start .. last step end = walls + between-step gaps + GPU work of no step
@@ -135,7 +136,7 @@ def test_the_injected_host_sleep_is_host_bound_and_the_blocking_copy_is_sync(con
         return any(a <= t < b for a, b, _ in raw["gpu"])
 
     found = 0
-    for s0, s1 in sleeps:
+    for _s0, s1 in sleeps:
         if gpu_busy_at(s1):  # the GPU still had queued work when the sleep ended (GPU-bound steps): no gap there
             assert gap_at(s1 + base) is None
             continue

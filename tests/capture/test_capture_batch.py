@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+import helpers
+from fakevllm import trace_bytes, write_trace
 from k25trace.capture.files import StepScan, _MarkerScan, check_trace_file, parse_step_marker, scan_step_markers
 from k25trace.capture.runner import EXIT_OK, CaptureOptions, Run
-from fakevllm import trace_bytes, write_trace
 from manifest_shape import check_shape
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -194,9 +195,7 @@ def test_front_end_trace_is_not_scanned(tmp_path):
 
 
 REAL = [DATA / "h200-decode-loop" / "dp0_pp0_tp0_dcp0_ep0_rank0.1795944186026241480.pt.trace.json.gz",
-        DATA / "traces" / "vllm-mi300x-decode-fullgraph" / "graph_execution.json.gz",
-        DATA / "traces" / "vllm-mi300x-prefilldecode-piecewise" / "graph_execution.json.gz",
-        DATA / "traces" / "sglang-mi300x-decode" / "sglang_Qwen3-8B_decode.json.gz"]
+        helpers.MI300X_FULL, helpers.MI300X_PIECEWISE, helpers.SGLANG]
 
 
 def test_scan_agrees_with_the_loaders_steps_table(tmp_path):
