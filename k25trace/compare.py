@@ -39,8 +39,12 @@ import polars as pl
 from k25trace.db import query_frame, run_query
 from k25trace.errors import K25Error
 from k25trace.names import kernel_family, template_args
-from k25trace.vocab import COMPARE_MATCHES as MATCHES, COMPARE_TABLES as SECTIONS, PHASES
+from k25trace.vocab import COMPARE_MATCHES, COMPARE_TABLES, PHASES
 
+MATCHES = COMPARE_MATCHES
+"""How the steps of the two sides are paired (vocab's; ``--match``)."""
+SECTIONS = COMPARE_TABLES
+"""The tables of a comparison (vocab's; ``--by``)."""
 SELECTION_KEYS = ("run", "level", "trace", "rank", "batch")
 CHANGED = ("slower", "faster", "only in A", "only in B")
 PSEUDO_CATEGORIES = ("overlap", "idle")

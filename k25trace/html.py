@@ -830,8 +830,8 @@ def section_timeline(data: ReportData) -> str:
             ticks = nice_ticks(span_ms)
             ticks = [x for x in ticks if x <= span_ms + 1e-9]
             scale = TIMELINE_WIDTH / span_ms if span_ms > 0 else 0.0
-            svg = Svg(width, height, f"Step {t.step_index} on every rank, {data.run_name(run_id)}, {batch_label(t.batch_size)}",
-                      "gantt")
+            title = f"Step {t.step_index} on every rank, {data.run_name(run_id)}, {batch_label(t.batch_size)}"
+            svg = Svg(width, height, title, "gantt")
             x0 = label_w
             px = TIMELINE_WIDTH / t.buckets
             for i, lane in enumerate(t.lanes):

@@ -93,6 +93,7 @@ def test_a_version_3_database_gets_the_run_label_columns(tmp_path: Path) -> None
     with pytest.raises(K25Error, match="schema version 3 is older"):
         db.connect(path, read_only=True)
     con = pipeline.connect(path)
-    assert con.execute("select run_id, run_name, session, group_label, run_label from trace_runs").fetchall() == expected
+    labels = con.execute("select run_id, run_name, session, group_label, run_label from trace_runs").fetchall()
+    assert labels == expected
     assert report.run_labels(con) == {row[0]: row[4] for row in expected}
     con.close()
