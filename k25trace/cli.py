@@ -340,7 +340,7 @@ def report(db_path: Path, phase: str, by: str, peaks: Path | None, model_config:
     if fmt == "table" and by == "batch":
         print_batch_tables(frame, idle=core.breakdown(con, by="idle", phase=phase), labels=core.run_labels(con))
     elif fmt == "table" and by in core.SOL_VIEWS:
-        sol.print_tables(frame, by)
+        sol.print_tables(frame, by, labels=core.run_labels(con))
     elif fmt == "table" and by == "rank":
         output.write(frame, fmt, title="Per rank and category")
         comm = core.breakdown(con, by="rank-comm", phase=phase)
