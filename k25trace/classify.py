@@ -75,7 +75,8 @@ def read_rules(path: Path, *, first_id: int = 1, source: str | None = None) -> l
         if kind is None and name_pattern is None and collective_pattern is None:
             raise K25Error(f"{path}: rule {line_no - 1} ({category}) matches everything; give a kind or a pattern")
         rules.append(
-            Rule(first_id + len(rules), category, kind, name_pattern, collective_pattern, (row.get("note") or "").strip(), source)
+            Rule(first_id + len(rules), category, kind, name_pattern, collective_pattern,
+                 (row.get("note") or "").strip(), source)
         )
     return rules
 
@@ -133,7 +134,8 @@ def classify_names(
     (``None`` then). Runs the same SQL as :func:`classify` (``queries/kernel_classes.sql``) on a scratch in-memory
     database, so the answer is the one a loaded trace would get. Example::
 
-        >>> classify_names(["ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)"])[0]["category"]
+        >>> classify_names(
+        ...     ["ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)"])[0]["category"]
         'allreduce'
     """
     norm: list[tuple[str, str, str | None]] = [(k, "kernel", None) if isinstance(k, str) else tuple(k)  # type: ignore[misc]
@@ -152,7 +154,7 @@ def classify_names(
         cursor = run_query(con, "kernel_rule_matches")
         columns = [d[0] for d in cursor.description]
         got = {(r["name"], r["kind"], r["collective_name"]): (r["category"], r["rule_id"])
-               for r in (dict(zip(columns, row)) for row in cursor.fetchall())}
+               for r in (dict(zip(columns, row, strict=True)) for row in cursor.fetchall())}
     finally:
         con.close()
     return [

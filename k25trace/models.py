@@ -105,7 +105,8 @@ def stored_config(con: Any) -> ModelConfig | None:
     """The model config kept by ``k25trace load --model-config``, or None."""
     from k25trace.db import query_frame
 
-    rows = {r["key"]: r["value"] for r in query_frame(con, "meta_get", {"prefix": "model_config"}).iter_rows(named=True)}
+    rows = {r["key"]: r["value"]
+            for r in query_frame(con, "meta_get", {"prefix": "model_config"}).iter_rows(named=True)}
     if "model_config" not in rows:
         return None
     try:
@@ -479,7 +480,7 @@ def _moe_parts(cfg: ModelConfig, plan: QuantPlan, *, tp: int, batch: int, probe:
     if not moe_layers:
         return [], 0.0
     H, B, pre = cfg.hidden, batch, cfg.module_prefix
-    E, k, I = cfg.experts, cfg.top_k, cfg.moe_intermediate
+    E, k, inter = cfg.experts, cfg.top_k, cfg.moe_intermediate
     parts: list[Part] = []
     if cfg.shared_intermediate:
         m = f"{pre}layers.{probe}.mlp.shared_experts."
@@ -493,9 +494,9 @@ def _moe_parts(cfg: ModelConfig, plan: QuantPlan, *, tp: int, batch: int, probe:
     hit = E * (1.0 - (1.0 - min(k, E) / E) ** B)
     m = f"{pre}layers.{probe}.mlp.experts.0."
     per_expert = sum(plan.for_module("experts", m + name).matrix_bytes(kk, n)
-                     for name, kk, n in (("gate_proj", H, I), ("up_proj", H, I), ("down_proj", I, H)))
+                     for name, kk, n in (("gate_proj", H, inter), ("up_proj", H, inter), ("down_proj", inter, H)))
     exp_b = per_expert * hit / tp * moe_layers
-    exp_f = 2.0 * B * k * 3 * H * I / tp * moe_layers
+    exp_f = 2.0 * B * k * 3 * H * inter / tp * moe_layers
     parts.append(Part("routed_experts", exp_b, exp_f,
                       f"{hit:.1f} of {E} experts hit per layer (expected, {B} tokens x top-{k}, uniform routing), "
                       f"1/{tp} per rank, {moe_layers} MoE layers, "

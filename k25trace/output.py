@@ -88,7 +88,8 @@ def rich_table(frame: pl.DataFrame, title: str | None = None, caption: str | Non
     """A Rich table of a frame; cells are plain text (a ``[/x]`` in a kernel name is not markup)."""
     table = Table(title=title, caption=caption, show_lines=False, header_style="bold", title_justify="left")
     for name, dtype in zip(frame.columns, frame.dtypes, strict=True):
-        table.add_column(Text(name), justify="right" if dtype.is_numeric() or name in right else "left", overflow="fold")
+        table.add_column(Text(name), justify="right" if dtype.is_numeric() or name in right else "left",
+                         overflow="fold")
     for row in frame.iter_rows():
         table.add_row(*[Text(_cell(v)) for v in row])
     return table
@@ -113,7 +114,7 @@ def write(frame: pl.DataFrame, fmt: str, out: IO[str] | None = None, *, title: s
 def markdown(frame: pl.DataFrame, *, right: Collection[str] = ()) -> str:
     lines = ["| " + " | ".join(_md(name) for name in frame.columns) + " |"]
     lines.append("|" + "|".join("---:" if d.is_numeric() or n in right else "---"
-                                for n, d in zip(frame.columns, frame.dtypes)) + "|")
+                                for n, d in zip(frame.columns, frame.dtypes, strict=True)) + "|")
     for row in frame.iter_rows():
         lines.append("| " + " | ".join(_md(_cell(v)) for v in row) + " |")
     return "\n".join(lines)
@@ -130,7 +131,8 @@ def _csv_ready(frame: pl.DataFrame) -> pl.DataFrame:
     for series in frame.get_columns():
         dtype = series.dtype
         if isinstance(dtype, simple) or dtype.base_type() in simple or not _csv_writable(dtype):
-            series = pl.Series(series.name, [None if v is None else _text(v) for v in series.to_list()], dtype=pl.String)
+            series = pl.Series(series.name, [None if v is None else _text(v) for v in series.to_list()],
+                               dtype=pl.String)
         columns.append(series)
     return pl.DataFrame(columns)
 
@@ -192,7 +194,8 @@ def write_result(result: "SqlResult", fmt: str, out: IO[str] | None = None) -> N
         if not result.is_json:
             raise ValueError("run the SQL with as_json=True to write JSON")
         names = result.frame.columns
-        rows = [{name: _json_fragment(text) for name, text in zip(names, row)} for row in result.frame.iter_rows()]
+        rows = [{name: _json_fragment(text) for name, text in zip(names, row, strict=True)}
+                for row in result.frame.iter_rows()]
         out.write(_dump_json(rows))
     else:
         write(result.frame, fmt, out, right=result.numeric_text)
