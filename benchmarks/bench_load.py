@@ -121,7 +121,8 @@ def report_timings(db: Path, ranks: int) -> None:
     """The cross-rank reports over all ranks: median of 5 in-process runs each."""
     import time
 
-    from k25trace import db as k25db, report
+    from k25trace import db as k25db
+    from k25trace import report
 
     con = k25db.connect(db, read_only=True)
     for view in ("batch", "comm", "rank-comm", "idle"):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from k25trace import db, ingest, pipeline
+from k25trace import db, pipeline
 
 DATA = Path(__file__).parent / "data"
 TP2 = DATA / "h200x2-decode-loop"

@@ -18,7 +18,8 @@ import pytest
 
 pytest.importorskip("torch")
 
-from k25trace import db, floor as bench, pipeline, report  # noqa: E402
+from k25trace import db, pipeline, report  # noqa: E402
+from k25trace import floor as bench  # noqa: E402
 from k25trace.errors import K25Error  # noqa: E402
 from k25trace.synth import generate  # noqa: E402
 

@@ -10,7 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from helpers import ALL_REAL, B200, HTA_NCCL, HTA_RANK0, HTA_RANK1, MI300X_FULL, expected_counts, expected_ns, read_exact
+from helpers import (
+    ALL_REAL,
+    B200,
+    HTA_NCCL,
+    HTA_RANK0,
+    HTA_RANK1,
+    MI300X_FULL,
+    expected_counts,
+    expected_ns,
+    read_exact,
+)
 from k25trace import db, ingest, pipeline
 
 

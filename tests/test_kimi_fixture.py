@@ -6,11 +6,9 @@ and counts, the union of activity intervals, first/last activity. The loaded dat
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from k25trace import db, ingest, pipeline, report
+from k25trace import db, pipeline, report
 from k25trace.synth import generate
 
 
@@ -37,7 +35,7 @@ def test_steps_match_markers(kimi) -> None:
             "select step_index, phase, batch_size, ctx_tokens, gen_tokens, graph_launches, is_empty from steps "
             "where trace_id = ? order by step_index", [_trace_of_rank(con, rank)]).fetchall()
         assert len(rows) == len(truth["steps"])
-        for row, step in zip(rows, truth["steps"]):
+        for row, step in zip(rows, truth["steps"], strict=True):
             index, phase, batch, ctx_tokens, gen_tokens, launches, empty = row
             assert index == step["index"]
             assert phase == step["phase"]
@@ -73,7 +71,7 @@ def test_per_step_wall_busy_and_kernel_count_match_truth(kimi) -> None:
         kernels_only = dict(con.execute(
             "select step_index, count(*) from gpu_events where trace_id = ? and kind = 'kernel' group by all",
             [_trace_of_rank(con, rank)]).fetchall())
-        for row, step in zip(rows, truth["per_rank_steps"][rank]):
+        for row, step in zip(rows, truth["per_rank_steps"][rank], strict=True):
             index, start, end, busy, _, wall, idle = row
             assert (start, end) == (step["gpu_start_ns"], step["gpu_end_ns"])
             if start is not None:
@@ -100,7 +98,7 @@ def test_decode_breakdown_per_batch_size(kimi) -> None:
     truth, con = kimi
     frame = report.breakdown(con, by="batch", phase="decode")
     assert sorted(set(frame["batch_size"].to_list())) == [1, 8, 64]
-    for (run_id, batch), group in frame.group_by(["run_id", "batch_size"]):
+    for (_run_id, batch), group in frame.group_by(["run_id", "batch_size"]):
         by_cat = {row["category"]: row for row in group.iter_rows(named=True)}
         assert by_cat["other"]["ms_per_step"] == 0  # every generated kernel name is classified
         # summed kernel ms per step for allreduce, from the truth, over both ranks' decode steps of this batch size

@@ -105,7 +105,7 @@ def test_every_type_named_in_the_issue_prints_exactly(empty_db: Path, fmt: str) 
     if fmt == "csv":
         rows = list(csv.reader(io.StringIO(text)))
         assert len(rows) == 2
-        row = dict(zip(rows[0], rows[1]))
+        row = dict(zip(rows[0], rows[1], strict=True))
         assert row["h"] == "170141183460469231731687303715884105727"
         assert row["uh"] == "340282366920938463463374607431768211455"
         assert row["l"] == "[1, 2, NULL]" and row["st"] == "{'a': 1, 'b': [1]}" and row["b"] == "\\x00ab\\xFF"
@@ -116,7 +116,7 @@ def test_every_type_named_in_the_issue_prints_exactly(empty_db: Path, fmt: str) 
         lines = text.splitlines()
         assert len(lines) == 3
         row = dict(zip([c.strip() for c in lines[0].strip("| ").split(" | ")],
-                       [c.strip() for c in lines[2].strip("| ").split(" | ")]))
+                       [c.strip() for c in lines[2].strip("| ").split(" | ")], strict=True))
     else:
         row = table_row(text)
     assert row["uh"] == "340282366920938463463374607431768211455" and row["h"] == "170141183460469231731687303715884105727"
@@ -134,7 +134,7 @@ def table_row(text: str) -> dict[str, str]:
     for i in range(len(header)):
         parts = [b[i].strip() for b in body if b[i].strip()]
         cells.append("".join(parts) if all(p.isdigit() for p in parts) else " ".join(parts))
-    return dict(zip(header, cells))
+    return dict(zip(header, cells, strict=True))
 
 
 @pytest.mark.parametrize("fmt", FORMATS)

@@ -172,7 +172,7 @@ def test_real_names_file_is_complete():
 def test_real_names_get_their_expected_category():
     rows = read_real_names()
     got = classify_names([(name, kind, coll) for _, kind, coll, _, name in rows])
-    wrong = [(r[3], g["category"], r[4][:120]) for r, g in zip(rows, got) if g["category"] != r[3]]
+    wrong = [(r[3], g["category"], r[4][:120]) for r, g in zip(rows, got, strict=True) if g["category"] != r[3]]
     assert wrong == []
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from helpers import ALL_REAL, B200, HTA_RANK0, MI300X_FULL, MI300X_PIECEWISE, SGLANG, read_exact
-from k25trace import db, ingest, pipeline, report
+from k25trace import db, pipeline, report
 
 
 @pytest.fixture(scope="module")
@@ -131,7 +131,7 @@ def test_category_sums_match_events(con) -> None:
 def test_report_views(con) -> None:
     frame = report.breakdown(con, by="batch", phase="decode")
     assert set(frame["batch_size"].to_list()) == {32}
-    for (run_id, batch), group in frame.group_by(["run_id", "batch_size"]):
+    for (_run_id, _batch), group in frame.group_by(["run_id", "batch_size"]):
         assert abs(sum(group["pct_of_step"].to_list()) - 100) < 0.2
         assert {"idle", "overlap", "other"} <= set(group["category"].to_list())
     cats = report.breakdown(con, by="category", phase="all")

@@ -97,7 +97,7 @@ def _by_step(doc: dict, n_steps: int):
 def test_files_layout_and_metadata(synth):
     out, truth, docs, texts = synth
     assert sorted(p.name for p in out.iterdir()) == sorted([ri["file"] for ri in truth["ranks"]] + ["truth.json"])
-    for r, (ri, doc, text) in enumerate(zip(truth["ranks"], docs, texts)):
+    for r, (ri, doc, text) in enumerate(zip(truth["ranks"], docs, texts, strict=True)):
         assert re.fullmatch(rf"dp0_pp0_tp{r}_dcp0_ep{r}_rank{r}\.\d{{19}}\.pt\.trace\.json\.gz", ri["file"])
         # byte-identical to a 4-space pretty print (the layout of the real vLLM trace): one key per line
         assert text == json.dumps(json.loads(text), indent=4)
@@ -139,7 +139,7 @@ def test_step_sequence_and_graph_correlation(synth):
     for doc in docs:
         anns, per_step, rt = _by_step(doc, len(steps))
         assert [a["name"] for a in anns] == names        # same step sequence on every rank
-        for st, gpu, ann in zip(steps, per_step, anns):
+        for st, gpu, ann in zip(steps, per_step, anns, strict=True):
             launches = [e for e in doc["traceEvents"] if e.get("cat") == "cuda_runtime"
                         and e["name"] == "cudaGraphLaunch" and ann["ts"] <= e["ts"] <= ann["ts"] + ann["dur"]]
             if st["phase"] == "empty":
@@ -166,7 +166,7 @@ def test_sampling_launched_after_annotation(synth):
     _, truth, docs, _ = synth
     for doc in docs:
         anns, per_step, rt = _by_step(doc, len(truth["steps"]))
-        for i, (ann, gpu) in enumerate(zip(anns, per_step)):
+        for i, (ann, gpu) in enumerate(zip(anns, per_step, strict=True)):
             samp = [e for e in gpu if classify(e) == "sampling"]
             if truth["steps"][i]["phase"] == "empty":
                 continue

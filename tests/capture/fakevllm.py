@@ -14,12 +14,10 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
-import os
 import socket
 import struct
 import threading
 import time
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 

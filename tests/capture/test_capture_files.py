@@ -6,11 +6,8 @@ import json
 import os
 import tracemalloc
 
-import pytest
-
-from k25trace.capture.files import (check_trace_file, copy_with_hash, new_files, rank_from_name, sha256_file,
-                                    snapshot)
 from fakevllm import trace_bytes, write_partial_gz, write_trace
+from k25trace.capture.files import check_trace_file, copy_with_hash, new_files, rank_from_name, sha256_file, snapshot
 
 
 def summary(path) -> tuple:

@@ -7,13 +7,13 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
-from pathlib import Path
+from manifest_shape import check_shape
 
 ROOT = Path(__file__).resolve().parents[2]
-from manifest_shape import check_shape
 
 
 def _spawn(s, out, *extra):

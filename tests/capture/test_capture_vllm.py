@@ -16,14 +16,14 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import httpx
 import pytest
 
-from pathlib import Path
+from manifest_shape import check_shape
 
 ROOT = Path(__file__).resolve().parents[2]
-from manifest_shape import check_shape
 
 pytestmark = pytest.mark.vllm
 
@@ -55,7 +55,7 @@ def test_capture_two_levels_against_real_vllm(vllm_server, tmp_path):
     batches = {}
     assert m["complete"] is True and m["vllm_version"] == "0.32.0" and m["model"] == "tiny-dsv3"
     assert m["server_args"] is not None  # /server_info (VLLM_SERVER_DEV_MODE=1 in the fixture)
-    for lv, c in zip(m["levels"], (1, 4)):
+    for lv, c in zip(m["levels"], (1, 4), strict=True):
         assert lv["name"] == f"c{c}" and lv["stop_status"] == "200" and lv["missing_ranks"] == []
         st = lv["stats"]
         assert st["requests"] == c and st["errors"] == 0 and st["max_in_flight"] == c

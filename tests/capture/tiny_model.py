@@ -21,7 +21,7 @@ WORDS = ("the of and to in is was for on that with as by at from his her it an a
 
 def build(out: Path, seed: int = 0) -> None:
     import torch
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers, decoders
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import DeepseekV3Config, DeepseekV3ForCausalLM, PreTrainedTokenizerFast
 
     out.mkdir(parents=True, exist_ok=True)
