@@ -1,11 +1,21 @@
-"""Benchmark the TUI on a large database: first paint of the overview, and moving between steps.
+"""Benchmark the TUI: first paint of the overview, next/previous step latency, opening a kernel.
 
-Builds (once, cached at --db) a database of 8 ranks × ~4.6 M GPU activities by duplicating the bundled
-decode-step sample (vllm-mi300x-decode-fullgraph: 434 activities per step) in SQL, with shifted trace ids,
-ranks, times, event ids and correlations, plus matching traces, steps, step_categories and launches rows. Then
-runs the real app headless (Textual's ``run_test``) several times and prints medians.
+    python3 benchmarks/bench_tui.py [--runs 5] [--moves 20] [--steps 20]   # synthetic Kimi-K2.5 TP8, built once
+    python3 benchmarks/bench_tui.py --db PATH                               # a database of your own (e.g. bigger)
 
-    python3 benchmarks/bench_tui.py --db /tmp/k25trace-big.duckdb [--runs 5] [--steps-per-rank 10600]
+Without ``--db`` the database is built (once, cached under the temporary directory, keyed by ``--steps``) from
+the synthetic generator, ``k25trace synth --ranks 8``: a Kimi-K2.5-shaped TP8 run of 8 ranks, three decode batch
+sizes (1, 64, 256), each with a prefill step, ``--steps`` decode steps and an empty step; about 1,650 GPU
+activities per decode step and rank. ``--db PATH`` measures that database instead (it is built there from the
+generator when the file does not exist).
+
+Each run starts the real app headless (Textual's ``run_test``), opens a decode step of the first trace and then
+presses ``n`` ``--moves`` times and ``p`` as often. The latency of a move is from the key press to the step screen
+painted with that step's data: the app is not instrumented; a Textual *message hook* (:class:`PaintClock`, here)
+sees each typed result message as it reaches its screen and stamps the time after the refresh that follows it.
+The next key is pressed once the step is painted and the app is idle again (a reader looks at a step before
+moving on); ``--back-to-back`` presses it as soon as the step is painted. Figures: median and p90 over all moves
+of all runs, each run's median, and the median of the runs' medians.
 """
 
 from __future__ import annotations
@@ -13,142 +23,235 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-SAMPLE = REPO / "k25trace" / "samples" / "vllm-mi300x-decode-fullgraph" / "graph_execution.json.gz"
+STEP_TARGET_P90_MS = 100.0
+FIRST_PAINT_TARGET_S = 2.0
 
 
-def build_big_db(path: Path, *, ranks: int, steps_per_rank: int) -> None:
-    """Load the sample into a scratch database, then write ``ranks × steps_per_rank`` copies of its step."""
-    from k25trace import db
-    from k25trace.cli import run_load
+def build_synthetic_db(path: Path, *, ranks: int, steps: int) -> None:
+    """Generate a Kimi-K2.5 TP-``ranks`` run with ``k25trace synth`` and load it into ``path``."""
+    from k25trace import pipeline
 
-    with tempfile.TemporaryDirectory() as tmp:
-        source_path = Path(tmp) / "source.duckdb"
-        source, failed = run_load(source_path, [SAMPLE], quiet=True)
-        assert failed == 0
-        source.close()
-        con = db.connect(path)
-        con.execute(f"attach '{source_path}' as src (read_only)")
-        period = con.execute("select wall_ns + 1000000 from src.steps where step_index = 0").fetchone()[0]
-        params = {"ranks": ranks, "steps": steps_per_rank, "period": period}
-        con.execute("insert into kernel_names select * from src.kernel_names")
-        con.execute("insert into kernel_rules select * from src.kernel_rules")
-        con.execute("insert into kernel_classes select * from src.kernel_classes")
-        con.execute("""
-            insert into traces (trace_id, path, file_name, file_size, sha256, rank, world_size, base_time_ns,
-                device_name, device_count, vllm_version, is_frontend, capture_dir, level, concurrency, event_count,
-                gpu_event_count, first_ns, last_ns, distributed_info, device_properties, metadata, skipped, loaded_at,
-                loader_version)
-            select r.range + 1, '/bench/run/rank' || r.range || '.json.gz', 'rank' || r.range || '.json.gz', file_size,
-                sha256 || '-' || r.range, r.range, $ranks, base_time_ns, device_name, device_count, vllm_version,
-                is_frontend, null, null, null, event_count * $steps::bigint, gpu_event_count * $steps::bigint, first_ns,
-                first_ns + $steps::bigint * $period, distributed_info, device_properties, metadata, skipped, loaded_at, loader_version
-            from src.traces, range($ranks) as r""", params)
-        con.execute("""
-            insert into gpu_events (trace_id, rank, event_id, kind, name_id, device, stream, start_ns, dur_ns, end_ns,
-                correlation, external_id, grid_x, grid_y, grid_z, block_x, block_y, block_z, registers,
-                shared_mem_bytes, blocks_per_sm, warps_per_sm, occupancy_pct, bytes, collective_name, msg_in_nelems,
-                msg_out_nelems, msg_dtype, group_size, pg_name, pg_ranks, category, step_index)
-            select r.range + 1, r.range, s.range * 100000 + g.event_id, g.kind, g.name_id, g.device, g.stream,
-                g.start_ns + s.range * $period + r.range * 1000, g.dur_ns, g.end_ns + s.range * $period + r.range * 1000,
-                g.correlation + s.range * 1000000, g.external_id, g.grid_x, g.grid_y, g.grid_z, g.block_x, g.block_y, g.block_z,
-                g.registers, g.shared_mem_bytes, g.blocks_per_sm, g.warps_per_sm, g.occupancy_pct, g.bytes,
-                g.collective_name, g.msg_in_nelems, g.msg_out_nelems, g.msg_dtype, g.group_size, g.pg_name, g.pg_ranks,
-                g.category, s.range
-            from range($ranks) as r, range($steps) as s, (select * from src.gpu_events order by start_ns) as g
-            order by r.range, s.range, g.start_ns""", params)
-        con.execute("""
-            insert into launches
-            select r.range + 1, r.range, s.range * 100000 + l.event_id, l.api, l.name, l.pid, l.tid,
-                l.start_ns + s.range * $period + r.range * 1000, l.dur_ns, l.end_ns + s.range * $period + r.range * 1000,
-                l.correlation + s.range * 1000000, l.external_id, l.cbid
-            from range($ranks) as r, range($steps) as s, src.launches as l
-            order by r.range, s.range, l.start_ns""", params)
-        con.execute("""
-            insert into steps
-            select r.range + 1, r.range, s.range, marker, source, is_inferred, phase, ctx_reqs, ctx_tokens, gen_reqs,
-                gen_tokens, total_tokens, batch_size, is_spec_decode, is_empty,
-                marker_start_ns + s.range * $period, marker_end_ns + s.range * $period, graph_launches,
-                gpu_start_ns + s.range * $period + r.range * 1000, gpu_end_ns + s.range * $period + r.range * 1000,
-                wall_ns, busy_ns, idle_ns, overlap_ns, kernel_count, kernel_ns
-            from range($ranks) as r, range($steps) as s, src.steps""", params)
-        con.execute("""
-            insert into step_categories
-            select r.range + 1, r.range, s.range, category, kernel_ns, busy_ns, kernel_count
-            from range($ranks) as r, range($steps) as s, src.step_categories""",
-            {"ranks": ranks, "steps": steps_per_rank})
-        con.execute("checkpoint")
+    with tempfile.TemporaryDirectory(prefix="k25trace-bench-tui-") as tmp:
+        traces = Path(tmp) / "traces"
+        subprocess.run([sys.executable, "-m", "k25trace", "synth", "--out", str(traces), "--ranks", str(ranks),
+                        "--steps", str(steps), "--workers", "2"], check=True, stdout=subprocess.DEVNULL)
+        con = pipeline.connect(path)
+        try:
+            results, _ = pipeline.load_paths(con, [traces])
+        finally:
+            con.close()
+    failed = [r for r in results if r.status != "loaded"]
+    if failed:
+        path.unlink(missing_ok=True)
+        raise SystemExit(f"loading the synthetic traces failed: {failed}")
+
+
+@dataclass
+class PaintClock:
+    """When each screen was painted with its data, seen from outside the app.
+
+    :meth:`hook` is Textual's ``message_hook`` (``App.run_test(message_hook=...)``): it is called for every
+    message as it reaches its receiver, just before the handler runs. For a typed result message it schedules a
+    callback after the next refresh, the one that draws what the handler put in the widgets, and the callback
+    records ``(what, key, time)``: ``key`` is the (trace_id, step_index) of a step, else None.
+    """
+
+    app: Any = None
+    paints: list[tuple[str, Any, float, float]] = field(default_factory=list)
+    """(what, key, wall time, CPU time of the UI thread) per paint."""
+
+    def hook(self, message: Any) -> None:
+        from k25trace.tui import messages
+
+        what: str | None = None
+        key: Any = None
+        if isinstance(message, messages.StepLoaded):
+            what = "step"
+            if message.result is not None:
+                key = (message.result.header["trace_id"], message.result.header["step_index"])
+        elif isinstance(message, messages.OverviewLoaded):
+            what = "overview"
+        elif isinstance(message, messages.KernelLoaded):
+            what = "kernel"
+        if what is not None and self.app is not None:
+            self.app.call_after_refresh(
+                lambda: self.paints.append((what, key, time.perf_counter(), time.thread_time())))
+
+    async def wait_for(self, pilot: Any, what: str, key: Any = None, *, after: int = 0,
+                       timeout: float = 60.0) -> tuple[float, float]:
+        """The wall and UI-thread CPU times of the first paint of ``what`` (with ``key``, when given) among the paints
+        from index ``after``."""
+        deadline = time.perf_counter() + timeout
+        while True:
+            for w, k, t, cpu in self.paints[after:]:
+                if w == what and (key is None or k == key):
+                    return t, cpu
+            if time.perf_counter() > deadline:
+                raise TimeoutError(f"{what} {key} was not painted within {timeout} s")
+            await asyncio.sleep(0.001)
+
+
+async def wait_idle(app: Any) -> None:
+    """Every worker finished (neighbour prefetches included) and its messages handled."""
+    from textual.worker import WorkerState
+
+    while True:
+        await app.workers.wait_for_complete()
+        await asyncio.sleep(0.01)
+        if not any(w.state in (WorkerState.PENDING, WorkerState.RUNNING) for w in app.workers):
+            return
+
+
+def pick_start(db_path: Path, moves: int) -> tuple[int, int, list[int]]:
+    """The first trace, a decode step to start from and the step indexes that ``moves`` presses of n visit."""
+    import duckdb
+
+    con = duckdb.connect(str(db_path), read_only=True)
+    try:
+        trace_id, = con.execute("select min(trace_id) from steps").fetchone()
+        indexes = [i for i, in con.execute("select step_index from steps where trace_id = ? order by step_index",
+                                           [trace_id]).fetchall()]
+        decode = [i for i, in con.execute("select step_index from steps where trace_id = ? and phase = 'decode' "
+                                          "order by step_index", [trace_id]).fetchall()]
+    finally:
         con.close()
+    if len(indexes) < moves + 1:
+        raise SystemExit(f"trace {trace_id} has {len(indexes)} steps; --moves {moves} needs {moves + 1}")
+    start = decode[0] if decode else indexes[0]
+    position = min(indexes.index(start), len(indexes) - 1 - moves)
+    return trace_id, indexes[position], indexes[position:position + moves + 1]
 
 
-async def measure(db_path: Path, moves: int) -> tuple[float, list[float], float]:
-    """One run: seconds to the overview's first paint, ms per step move (n), ms to open the kernel screen."""
+@dataclass
+class RunResult:
+    first_paint_s: float
+    next_ms: list[float]
+    prev_ms: list[float]
+    cpu_ms: list[float]
+    """CPU time of the UI thread from each key press to its step painted (both directions)."""
+    kernel_ms: float
+
+
+async def measure(db_path: Path, moves: int, *, back_to_back: bool) -> RunResult:
+    """One run of the app: the first paint, ``moves`` × n then ``moves`` × p, then Enter on a kernel."""
     from k25trace.tui.app import K25TraceApp
+    from k25trace.tui.messages import OpenStep
 
+    trace_id, start, path = pick_start(db_path, moves)
+    clock = PaintClock()
     started = time.perf_counter()
     app = K25TraceApp(db_path)
-    async with app.run_test(size=(150, 48)) as pilot:
-        while "overview" not in app.paint_times:
-            await pilot.pause(0.002)
-        first_paint = app.paint_times["overview"] - started
-        await app.workers.wait_for_complete()  # the decode breakdown, still computing after the first paint
-        app.open_step(1, 5000)
-        while "step" not in app.paint_times:
-            await pilot.pause(0.002)
-        move_ms = []
-        for _ in range(moves):
-            before = app.paint_times["step"]
-            pressed = time.perf_counter()
-            await pilot.press("n")
-            while app.paint_times["step"] == before:
-                await pilot.pause(0.002)
-            move_ms.append((app.paint_times["step"] - pressed) * 1000)  # key → step data painted
+    clock.app = app
+    async with app.run_test(size=(150, 48), message_hook=clock.hook) as pilot:
+        first_paint = (await clock.wait_for(pilot, "overview"))[0] - started
+        await wait_idle(app)  # the decode breakdown, still computing after the first paint
+        app.post_message(OpenStep(trace_id, start))
+        await clock.wait_for(pilot, "step", (trace_id, start))
+        await wait_idle(app)
+
+        cpu_ms: list[float] = []
+
+        async def move(key: str, target: int) -> float:
+            if not back_to_back:
+                await wait_idle(app)
+            after = len(clock.paints)
+            pressed, cpu = time.perf_counter(), time.thread_time()
+            await pilot.press(key)
+            painted, painted_cpu = await clock.wait_for(pilot, "step", (trace_id, target), after=after)
+            cpu_ms.append((painted_cpu - cpu) * 1000)
+            return (painted - pressed) * 1000
+
+        next_ms = [await move("n", target) for target in path[1:]]
+        prev_ms = [await move("p", target) for target in reversed(path[:-1])]
+        await wait_idle(app)
+        after = len(clock.paints)
         pressed = time.perf_counter()
-        await pilot.press("enter")
-        while "kernel" not in app.paint_times:
-            await pilot.pause(0.002)
-        kernel_ms = (app.paint_times["kernel"] - pressed) * 1000
-    return first_paint, move_ms, kernel_ms
+        await pilot.press("enter")  # the first kernel of the step
+        kernel_ms = ((await clock.wait_for(pilot, "kernel", after=after))[0] - pressed) * 1000
+    return RunResult(first_paint, next_ms, prev_ms, cpu_ms, kernel_ms)
+
+
+def p90(values: list[float]) -> float:
+    """The 90th percentile (nearest rank)."""
+    ordered = sorted(values)
+    return ordered[max(0, -(-len(ordered) * 9 // 10) - 1)]
+
+
+def describe(db_path: Path) -> str:
+    import duckdb
+
+    con = duckdb.connect(str(db_path), read_only=True)
+    try:
+        events, traces, steps, per_step = con.execute(
+            "select (select count(*) from gpu_events), (select count(*) from traces), (select count(*) from steps), "
+            "(select max(kernel_count) from steps)").fetchone()
+    finally:
+        con.close()
+    return (f"database {db_path}: {traces} ranks, {events:,} GPU activities, {steps:,} steps "
+            f"(up to {per_step:,} activities per step), {db_path.stat().st_size / 1e6:.0f} MB")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--db", type=Path, default=Path("/tmp/k25trace-big.duckdb"))
-    parser.add_argument("--ranks", type=int, default=8)
-    parser.add_argument("--steps-per-rank", type=int, default=10600, help="× 434 activities per step")
+    parser.add_argument("--db", type=Path, default=None,
+                        help="database to measure (built from the generator when missing); default: the synthetic "
+                             "TP8 database cached in the temporary directory")
+    parser.add_argument("--ranks", type=int, default=8, help="ranks of the synthetic run")
+    parser.add_argument("--steps", type=int, default=20, help="decode steps per batch size of the synthetic run")
     parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--moves", type=int, default=10)
+    parser.add_argument("--moves", type=int, default=20, help="presses of n, then as many of p, per run")
+    parser.add_argument("--back-to-back", action="store_true", help="press the next key as soon as the step is painted")
     args = parser.parse_args()
-    if not args.db.exists():
+    db_path = args.db or Path(tempfile.gettempdir()) / f"k25trace-bench-tui-synth-tp{args.ranks}-s{args.steps}.duckdb"
+    if not db_path.exists():
         started = time.perf_counter()
-        build_big_db(args.db, ranks=args.ranks, steps_per_rank=args.steps_per_rank)
-        print(f"built {args.db} in {time.perf_counter() - started:.1f} s", flush=True)
-    import duckdb
+        build_synthetic_db(db_path, ranks=args.ranks, steps=args.steps)
+        print(f"built {db_path} in {time.perf_counter() - started:.1f} s", flush=True)
+    else:
+        from k25trace import pipeline
 
-    con = duckdb.connect(str(args.db), read_only=True)
-    events, traces, steps = con.execute(
-        "select (select count(*) from gpu_events), (select count(*) from traces), (select count(*) from steps)").fetchone()
-    con.close()
-    print(f"database: {traces} ranks, {events:,} GPU activities ({events / max(traces, 1) / 1e6:.2f} M per rank), "
-          f"{steps:,} steps, {args.db.stat().st_size / 1e9:.2f} GB")
-    first_paints, moves, kernels = [], [], []
-    for _ in range(args.runs):
-        first_paint, move_ms, kernel_ms = asyncio.run(measure(args.db, args.moves))
-        first_paints.append(first_paint)
-        moves.extend(move_ms)
-        kernels.append(kernel_ms)
-    print(f"first paint (overview), median of {args.runs}: {statistics.median(first_paints):.3f} s "
-          f"(min {min(first_paints):.3f}, max {max(first_paints):.3f})   target < 2 s")
-    print(f"next step (n → repainted), median of {len(moves)}: {statistics.median(moves):.1f} ms "
-          f"(p90 {sorted(moves)[int(len(moves) * 0.9) - 1]:.1f}, max {max(moves):.1f})   target < 200 ms")
-    print(f"open kernel (enter → details), median of {args.runs}: {statistics.median(kernels):.1f} ms")
+        pipeline.connect(db_path).close()  # brings a database an older k25trace wrote to the current schema
+    print(describe(db_path), flush=True)
+    runs = []
+    for i in range(args.runs):
+        result = asyncio.run(measure(db_path, args.moves, back_to_back=args.back_to_back))
+        runs.append(result)
+        moves = result.next_ms + result.prev_ms
+        print(f"  run {i + 1}: first paint {result.first_paint_s:.3f} s; step move median "
+              f"{statistics.median(moves):.1f} ms, p90 {p90(moves):.1f} ms (UI-thread CPU median "
+              f"{statistics.median(result.cpu_ms):.1f} ms); kernel {result.kernel_ms:.1f} ms", flush=True)
+    first = [r.first_paint_s for r in runs]
+    nexts = [m for r in runs for m in r.next_ms]
+    prevs = [m for r in runs for m in r.prev_ms]
+    both = nexts + prevs
+    run_medians = [statistics.median(r.next_ms + r.prev_ms) for r in runs]
+    run_p90s = [p90(r.next_ms + r.prev_ms) for r in runs]
+    mode = "back to back" if args.back_to_back else "paced: idle between keys"
+    print(f"first paint (overview), median of {len(first)} runs: {statistics.median(first):.3f} s "
+          f"(min {min(first):.3f}, max {max(first):.3f})   target < {FIRST_PAINT_TARGET_S:.0f} s")
+    print(f"step moves ({mode}), key → step painted with its data, {len(both)} moves over {len(runs)} runs:")
+    for label, values in (("next (n)", nexts), ("previous (p)", prevs), ("both", both)):
+        print(f"  {label:<13} median {statistics.median(values):6.1f} ms   p90 {p90(values):6.1f} ms   "
+              f"max {max(values):6.1f} ms")
+    print(f"  per run: medians {', '.join(f'{m:.1f}' for m in run_medians)} ms; p90s "
+          f"{', '.join(f'{m:.1f}' for m in run_p90s)} ms; median of the runs' p90s {statistics.median(run_p90s):.1f} ms"
+          f"   target p90 ≤ {STEP_TARGET_P90_MS:.0f} ms")
+    cpus = [m for r in runs for m in r.cpu_ms]
+    print(f"  UI-thread CPU per move: median {statistics.median(cpus):.1f} ms, p90 {p90(cpus):.1f} ms "
+          f"(the latency on an idle machine; the rest of the wall time is waiting for a core)")
+    kernels = [r.kernel_ms for r in runs]
+    print(f"open kernel (enter → details painted), median of {len(kernels)} runs: {statistics.median(kernels):.1f} ms")
 
 
 if __name__ == "__main__":
