@@ -12,6 +12,7 @@ the :class:`~k25trace.tui.screens.base.CursorSource` protocol and ask for anothe
 
 from __future__ import annotations
 
+import gc
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -35,6 +36,12 @@ from k25trace.tui.screens.search import SearchScreen
 from k25trace.tui.screens.sql import SqlScreen
 from k25trace.tui.screens.step import StepScreen
 from k25trace.tui.screens.steps import StepsScreen
+
+
+YOUNG_OBJECTS_PER_COLLECTION = 10_000
+"""Python's cyclic garbage collector runs a young collection every 700 new objects by default; a Textual paint
+allocates some ten thousand, and the survivors soon add up to a full collection of every object in the process
+(≈ 150 ms, landing in the middle of a step move). While the app runs it collects every 10,000 instead."""
 
 
 class K25TraceApp(App[None]):
@@ -62,8 +69,11 @@ class K25TraceApp(App[None]):
         self.sub_title = self.db_path.name
         self._cursor_lock = threading.Lock()
         self._active_cursors: set[duckdb.DuckDBPyConnection] = set()
+        self._gc_thresholds = gc.get_threshold()
 
     def on_mount(self) -> None:
+        self._gc_thresholds = gc.get_threshold()
+        gc.set_threshold(YOUNG_OBJECTS_PER_COLLECTION, *self._gc_thresholds[1:])
         self.push_screen(OverviewScreen())
 
     @contextmanager
@@ -154,6 +164,7 @@ class K25TraceApp(App[None]):
 
     def on_unmount(self) -> None:
         """Stop queries still running (quitting must not wait for them), then close the connection."""
+        gc.set_threshold(*self._gc_thresholds)
         with self._cursor_lock:
             cursors = list(self._active_cursors)
         for cursor in cursors:

@@ -2,19 +2,60 @@
 
 from __future__ import annotations
 
-from rich.text import Text
+from collections.abc import Iterable
+
+from rich.console import Console, ConsoleOptions
+from rich.measure import Measurement
+from rich.segment import Segment
+from rich.text import Span, Text
 
 
 def cell(value: object) -> object:
     """A DataTable cell for a query value: NULL → blank, numbers right-aligned, strings never parsed as markup."""
     if value is None:
-        return Text("")
+        return LineText("")
     if isinstance(value, Text):
         return value
     if isinstance(value, bool):
-        return Text("yes" if value else "no")
+        return LineText("yes" if value else "no")
     if isinstance(value, float):
-        return Text(f"{value:,.3f}", justify="right")
+        return LineText(f"{value:,.3f}", justify="right")
     if isinstance(value, int):
-        return Text(str(value), justify="right")
-    return Text(str(value))
+        return LineText(str(value), justify="right")
+    return LineText(str(value))
+
+
+class LineText(Text):
+    """A one-line Text that a DataTable measures and draws without Rich's wrapping machinery: the table measures
+    every new cell and renders every visible one on each change, and for a single line that fits, wrapping,
+    justifying and re-joining change nothing. Drawn exactly as a plain Text is (same segments)."""
+
+    _width: int | None = None
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        width = self.cell_width
+        return Measurement(width, width)
+
+    @property
+    def cell_width(self) -> int:
+        """Cells the line takes on screen (measured once)."""
+        if self._width is None:
+            self._width = self.cell_len
+        return self._width
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> Iterable[Segment]:
+        justify = self.justify or options.justify
+        if ("\n" in self.plain or "\t" in self.plain or self.cell_width > options.max_width
+                or justify not in (None, "default", "right") or (justify == "right" and self.plain.endswith(" "))):
+            yield from super().__rich_console__(console, options)
+            return
+        # what Text.__rich_console__ makes of a line that fits: padded on the left when right-justified, then joined
+        # into a new Text in which its own style becomes a span under its spans
+        line: Text = self
+        pad = options.max_width - self.cell_width if justify == "right" else 0
+        if pad:
+            line = self.copy()
+            line.pad_left(pad)
+        if line.style:
+            line = Text(line.plain, spans=[Span(0, len(line), line.style), *line.spans])
+        yield from line.render(console, end=self.end)

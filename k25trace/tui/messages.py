@@ -15,6 +15,8 @@ import polars as pl
 from textual.message import Message
 
 if TYPE_CHECKING:
+    from rich.text import Text
+
     from k25trace import browse, compare, output
 
 T = TypeVar("T")
@@ -90,8 +92,9 @@ class StepLoaded(Loaded["browse.StepDetail | None"]):
     """One step (None: the trace has no such step); ``request`` is ``(trace_id, step_index)``."""
 
 
-class StepsPrefetched(Loaded["list[tuple[tuple[int, int], browse.StepDetail | None]]"]):
-    """Steps read ahead of the user (the neighbours of the step on screen), keyed ``(trace_id, step_index)``."""
+class StepsPrefetched(Loaded["list[tuple[tuple[int, int], browse.StepDetail | None, list[Text]]]"]):
+    """Steps read ahead of the user (the neighbours of the step on screen), keyed ``(trace_id, step_index)``, each
+    with its first kernel page drawn as table lines."""
 
 
 class KernelPageLoaded(Loaded[pl.DataFrame]):

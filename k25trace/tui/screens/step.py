@@ -22,11 +22,10 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, Footer, Header, Label
 
 from k25trace import browse
-from k25trace.errors import K25Error
-from k25trace.tui.cells import cell
+from k25trace.tui.cells import LineText, cell
 from k25trace.tui.messages import KernelPageLoaded, OpenKernel, StepLoaded, StepsPrefetched
 from k25trace.tui.screens.base import BrowseScreen
-from k25trace.tui.widgets import CategoryBars, Timeline, category_text
+from k25trace.tui.widgets import CategoryBars, PaintTable, Timeline, category_text, one_cell_rows
 
 if TYPE_CHECKING:
     import duckdb
@@ -34,6 +33,9 @@ if TYPE_CHECKING:
 KERNEL_HEADER = f"{'offset_us':>11} {'dur_us':>9}  {'category':<12} {'stream':>6} {'kind':<6} short_name"
 """The kernel table has one pre-formatted column: Textual's DataTable pays per cell when it paints, and a step
 move repaints the whole visible list, so one cell per row keeps moving between steps fast."""
+
+CATEGORY_COLUMNS = ["category", "busy_ms", "pct", "kernel_ms", "calls"]
+"""The category table's columns, drawn in one cell per row too (:func:`one_cell_rows`)."""
 
 StepKey = tuple[int, int]
 """(trace_id, step_index)."""
@@ -48,12 +50,17 @@ READ_AHEAD = 2
 def kernel_line(row: dict[str, object]) -> Text:
     """One kernel as a fixed-width line: offset, duration, category (in colour), stream, kind, short name."""
     category = str(row["category"])
-    line = Text(f"{row['offset_us']:>11,.1f} {row['dur_us']:>9,.1f}  ", no_wrap=True)
+    line = LineText(f"{row['offset_us']:>11,.1f} {row['dur_us']:>9,.1f}  ", no_wrap=True)
     line.append_text(category_text(category))
     line.append(" " * max(1, 13 - len(category)))
     stream = "" if row["stream"] is None else str(row["stream"])
     line.append(f"{stream:>6} {str(row['kind']):<6} {row['short_name']}")
     return line
+
+
+def kernel_lines(page: pl.DataFrame) -> list[Text]:
+    """A page of kernels as table lines."""
+    return [kernel_line(row) for row in page.iter_rows(named=True)]
 
 
 class StepScreen(BrowseScreen):
@@ -81,6 +88,8 @@ class StepScreen(BrowseScreen):
         """+1 after a move forward, -1 after one back: where reading ahead goes first."""
         self.steps: OrderedDict[StepKey, browse.StepDetail | None] = OrderedDict()
         """Steps read so far, least recently used first."""
+        self.kernel_lines: dict[StepKey, list[Text]] = {}
+        """The first kernel page of steps read ahead, drawn already (in the worker)."""
         self.reading_ahead: set[StepKey] = set()
         """Steps the read-ahead worker is reading now."""
 
@@ -98,9 +107,9 @@ class StepScreen(BrowseScreen):
             with Horizontal(id="step-body"):
                 with Vertical(id="kernel-pane"):
                     yield Label("", id="kernel-count")
-                    yield DataTable(id="kernels", cursor_type="row")
+                    yield PaintTable(id="kernels", cursor_type="row")
                 with Vertical(id="category-pane"):
-                    yield DataTable(id="categories", cursor_type="row")
+                    yield PaintTable(id="categories", cursor_type="row")
                     yield CategoryBars(id="category-bar")
                     yield Label("", id="ranks")
         yield Footer()
@@ -121,7 +130,7 @@ class StepScreen(BrowseScreen):
         self.steps[key] = detail
         self.steps.move_to_end(key)
         while len(self.steps) > CACHE_STEPS:
-            self.steps.popitem(last=False)
+            self.kernel_lines.pop(self.steps.popitem(last=False)[0], None)
 
     @on(StepLoaded)
     def step_loaded(self, message: StepLoaded) -> None:
@@ -138,8 +147,9 @@ class StepScreen(BrowseScreen):
     def steps_read_ahead(self, message: StepsPrefetched) -> None:
         asked = self.reading_ahead
         self.reading_ahead = set()
-        for key, detail in message.result:
+        for key, detail, lines in message.result:
             self.remember(key, detail)
+            self.kernel_lines[key] = lines
         if self.wanted in asked and self.shown != self.wanted:
             self.load()  # the user moved to a step the worker was reading: it is in memory now, or fetched if it failed
         else:
@@ -204,12 +214,13 @@ class StepScreen(BrowseScreen):
             + (f"  [b]suspicious:[/b] {detail.flag}" if detail.flag else ""), error=bool(detail.flag))
         self.query_one("#timeline", Timeline).show_slices(
             detail.timeline, caption=f"0 … {wall_ms:.3f} ms, {len(detail.timeline)} slices")
-        self.append_kernels(detail.kernels)
-        for column in ("category", "busy_ms", "pct", "kernel_ms", "calls"):
-            categories.add_column(column)
-        for row in detail.categories.iter_rows(named=True):
-            categories.add_row(category_text(row["category"]), cell(row["busy_ms"]), cell(row["pct_of_step"]),
-                               cell(row["kernel_ms"]), cell(row["calls"]))
+        self.append_kernels(detail.kernels, self.kernel_lines.get((int(header["trace_id"]), int(header["step_index"]))))
+        header_line, lines = one_cell_rows(CATEGORY_COLUMNS, [
+            [category_text(row["category"]), cell(row["busy_ms"]), cell(row["pct_of_step"]), cell(row["kernel_ms"]),
+             cell(row["calls"])] for row in detail.categories.iter_rows(named=True)])
+        categories.add_column(header_line, key="categories")
+        for line in lines:
+            categories.add_row(line)
         shares = [(r["category"], float(r["pct_of_step"] or 0)) for r in detail.categories.iter_rows(named=True)
                   if not r["category"].startswith("idle: ") and r["category"] != "gap before step"]  # parts of idle
         self.query_one("#category-bar", CategoryBars).show_bars([("", shares, "")] if wall_ms else [], width=40,
@@ -229,13 +240,16 @@ class StepScreen(BrowseScreen):
                 parts.append(f"{rank}: [i]no step {self.step_index}[/i]")
         return "same step on ranks — " + " · ".join(parts) + ("   (r: next rank)" if len(parts) > 1 else "")
 
-    def append_kernels(self, page: pl.DataFrame) -> None:
-        """Add a page of kernels to the table and update the ``showing N of M`` label."""
+    def append_kernels(self, page: pl.DataFrame, lines: list[Text] | None = None) -> None:
+        """Add a page of kernels (drawn as ``lines``, when they are already) to the table and update the
+        ``showing N of M`` label."""
         table = self.query_one("#kernels", DataTable)
-        for row in page.iter_rows(named=True):
-            key = str(row["event_id"])
-            self.kernel_start_ns[key] = row["start_ns"]
-            table.add_row(kernel_line(row), key=key)
+        if lines is None or len(lines) != page.height:
+            lines = kernel_lines(page)
+        for row, line in zip(page.select("event_id", "start_ns").iter_rows(), lines):
+            key = str(row[0])
+            self.kernel_start_ns[key] = row[1]
+            table.add_row(line, key=key)
         self.kernel_rows += page.height
         total = self.detail.kernel_total if self.detail else 0
         if total == 0:
@@ -327,26 +341,27 @@ def first_unknown(plan: list[tuple[StepKey, int]], known: dict[StepKey, dict[str
 
 
 def read_steps(plan: list[tuple[StepKey, int]], known: dict[StepKey, dict[str, Any] | None]
-               ) -> Callable[[duckdb.DuckDBPyConnection], list[tuple[StepKey, browse.StepDetail | None]]]:
+               ) -> Callable[[duckdb.DuckDBPyConnection], list[tuple[StepKey, browse.StepDetail | None, list[Text]]]]:
     """The read-ahead worker's call: from each plan's step (read first when not known), walk ``offset`` steps
-    through the headers' next/previous step indexes and read every step not known yet. A failure (ctrl+g) ends
-    the reading quietly: a step that was not read is fetched, with its error, when the user asks for it."""
+    through the headers' next/previous step indexes and read every step not known yet, with its first kernel page
+    drawn (off the UI thread). A failure (ctrl+g, a query error) ends the reading quietly: a step that was not
+    read is fetched, with its error, when the user asks for it."""
 
-    def call(cursor: duckdb.DuckDBPyConnection) -> list[tuple[StepKey, browse.StepDetail | None]]:
+    def call(cursor: duckdb.DuckDBPyConnection) -> list[tuple[StepKey, browse.StepDetail | None, list[Text]]]:
         headers = dict(known)
-        read: list[tuple[StepKey, browse.StepDetail | None]] = []
+        read: list[tuple[StepKey, browse.StepDetail | None, list[Text]]] = []
 
         def header_of(key: StepKey) -> dict[str, Any] | None:
             if key not in headers:
                 detail = browse.step_detail(cursor, *key)
                 headers[key] = None if detail is None else detail.header
-                read.append((key, detail))
+                read.append((key, detail, [] if detail is None else kernel_lines(detail.kernels)))
             return headers[key]
 
         try:
             for key, offset in plan:
                 walk(key, offset, header_of)
-        except K25Error:
+        except Exception:  # noqa: BLE001 — reading ahead is a guess; the step's own fetch reports its error
             pass
         return read
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 from rich.text import Text
 from textual.widgets import Static
 
+from k25trace.tui.cells import LineText
 from k25trace.tui.colors import category_color
 
 BLOCK = "█"
@@ -23,8 +25,8 @@ IDLE_CAUSES = {  # timeline glyphs for idle slices by cause (queries/gaps_build.
 def category_text(category: str) -> Text:
     """A category name in its colour, for table cells and legends."""
     if category == "idle":
-        return Text(category, style="dim")
-    return Text(category, style=f"bold {category_color(category)}")
+        return LineText(category, style="dim")
+    return LineText(category, style=f"bold {category_color(category)}")
 
 
 def stacked_bar(shares: Sequence[tuple[str, float]], width: int) -> Text:
@@ -98,13 +100,14 @@ class Timeline(Static):
             self.update(Text("no GPU activity in this step", style="italic"))
             return
         text = Text()
-        for category in slices:
+        for category, run in itertools.groupby(slices):  # one span per run of a category: fewer to draw
+            count = len(list(run))
             if category == "idle":
-                text.append(IDLE, style="dim")
+                text.append(IDLE * count, style="dim")
             elif category in IDLE_CAUSES:
-                text.append(IDLE_CAUSES[category][0], style="dim")
+                text.append(IDLE_CAUSES[category][0] * count, style="dim")
             else:
-                text.append(BLOCK, style=category_color(category))
+                text.append(BLOCK * count, style=category_color(category))
         if caption:
             text.append("\n" + caption, style="dim")
         text.append("\n")
