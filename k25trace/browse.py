@@ -137,7 +137,8 @@ def call_sites(con: duckdb.DuckDBPyConnection, run_id: str, batch_size: int | No
 def steps(con: duckdb.DuckDBPyConnection, trace_id: int, *, phase: str = "all",
           batch_size: int | None = None) -> pl.DataFrame:
     """The steps of one trace (rank), optionally one phase and one batch size, in step order."""
-    return query_frame(con, "browse_steps", {"trace_id": trace_id, "phase": check_phase(phase), "batch_size": batch_size})
+    return query_frame(con, "browse_steps",
+                       {"trace_id": trace_id, "phase": check_phase(phase), "batch_size": batch_size})
 
 
 def batch_sizes(step_frame: pl.DataFrame) -> list[int]:
@@ -186,7 +187,8 @@ def step_detail(con: duckdb.DuckDBPyConnection, trace_id: int, step_index: int, 
 
 def kernel_detail(con: duckdb.DuckDBPyConnection, trace_id: int, event_id: int, start_ns: int) -> KernelDetail | None:
     """One GPU activity (by trace, event id and start) with its variation over steps; None if missing."""
-    row = first_row(query_frame(con, "browse_kernel", {"trace_id": trace_id, "event_id": event_id, "start_ns": start_ns}))
+    row = first_row(query_frame(con, "browse_kernel",
+                                {"trace_id": trace_id, "event_id": event_id, "start_ns": start_ns}))
     if row is None:
         return None
     return KernelDetail(row=row, per_step=query_frame(con, "browse_kernel_steps",

@@ -170,8 +170,10 @@ def run_load(db_path: Path | None, paths: list[Path], *, keep_python: bool = Fal
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
 @db_option
 @click.option("--keep-python", is_flag=True, help="Also keep python_function events (50-90 % of a default trace).")
-@click.option("--include-frontend", is_flag=True, help="Also load front-end (*.async_llm.*) CPU-only traces found in directories.")
-@click.option("-q", "--quiet", is_flag=True, help="No progress or per-file lines; errors and warnings still go to stderr.")
+@click.option("--include-frontend", is_flag=True,
+              help="Also load front-end (*.async_llm.*) CPU-only traces found in directories.")
+@click.option("-q", "--quiet", is_flag=True,
+              help="No progress or per-file lines; errors and warnings still go to stderr.")
 @click.option("--model-config", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="The traced model's Hugging Face config.json, kept in the database for `report --by sol`.")
 def load(paths: tuple[Path, ...], db_path: Path, keep_python: bool, include_frontend: bool, quiet: bool,
@@ -190,7 +192,8 @@ def load(paths: tuple[Path, ...], db_path: Path, keep_python: bool, include_fron
 
     if model_config is not None:
         models.load_config(model_config)  # a config the bound cannot read is refused before anything is loaded
-    con, failed = run_load(db_path, list(paths), keep_python=keep_python, include_frontend=include_frontend, quiet=quiet)
+    con, failed = run_load(db_path, list(paths), keep_python=keep_python, include_frontend=include_frontend,
+                           quiet=quiet)
     if model_config is not None:
         models.store_config(con, model_config)
         err.print(f"model config {model_config} kept in {db_path} (report --by sol uses it)")
@@ -205,7 +208,8 @@ def load(paths: tuple[Path, ...], db_path: Path, keep_python: bool, include_fron
 @cli.command()
 @click.argument("query", required=False)
 @db_option
-@click.option("-f", "--file", "sql_file", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="Read the SQL from a file.")
+@click.option("-f", "--file", "sql_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Read the SQL from a file.")
 @click.option("--query", "-q", "query_name", help="Run a named query from queries/ (see --list).")
 @click.option("--param", "-p", "params", multiple=True,
               help="name=value parameter: $name in the SQL or a named query (repeatable; null for NULL).")
@@ -288,7 +292,8 @@ def _read_utf8(read: Any, source: str) -> str:
               help="Device peaks CSV (columns of queries/device_peaks.csv), tried before the built-in peaks.")
 @click.option("--model-config", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="--by sol: the Hugging Face config.json of the traced model.")
-@click.option("--quant", default=None, help="--by sol: weight/KV storage over the config's, e.g. experts=w4a16-g32,kv=fp8.")
+@click.option("--quant", default=None,
+              help="--by sol: weight/KV storage over the config's, e.g. experts=w4a16-g32,kv=fp8.")
 @click.option("--context", type=click.IntRange(min=0), default=None,
               help="--by sol: tokens in each request's KV cache (the context length read per step).")
 @click.option("--rank", type=int, default=None, help="Only this rank (default: all ranks).")
@@ -369,9 +374,11 @@ def print_batch_tables(frame: Any, console: Console | None = None, idle: Any = N
                  f"batch size {batch if batch is not None else '?'}: "
                  f"{first['steps']} steps on {first['ranks']} rank(s), mean step {first['step_ms']:.3f} ms "
                  f"(median {first['median_step_ms']:.3f}), idle {first['idle_pct'] or 0:.1f} %")
-        body = group.select(["category", "ms_per_step", "pct_of_step", "kernel_ms_per_step", "calls_per_step", "us_per_call"])
-        body = body.rename({"ms_per_step": "ms/step", "pct_of_step": "% of step", "kernel_ms_per_step": "kernel ms/step",
-                            "calls_per_step": "calls/step", "us_per_call": "µs/call"})
+        body = group.select(["category", "ms_per_step", "pct_of_step", "kernel_ms_per_step", "calls_per_step",
+                             "us_per_call"])
+        body = body.rename({"ms_per_step": "ms/step", "pct_of_step": "% of step",
+                            "kernel_ms_per_step": "kernel ms/step", "calls_per_step": "calls/step",
+                            "us_per_call": "µs/call"})
         table = rich_table(body, title=title)
         why = idle_rows.get((run_id, batch))
         if why:
@@ -388,7 +395,8 @@ def print_batch_tables(frame: Any, console: Console | None = None, idle: Any = N
 
 
 def _is_trace_path(path: Path) -> bool:
-    """A directory or a trace file (.json, .json.gz) is loaded into a temporary database; anything else is a database."""
+    """A directory or a trace file (.json, .json.gz) is loaded into a temporary database; anything else is a
+    database."""
     return path.is_dir() or path.name.endswith((".json", ".json.gz"))
 
 
@@ -497,7 +505,8 @@ def _rules_option(ctx: click.Context, param: click.Parameter, value: Path | None
 def _gap_us_option(ctx: click.Context, param: click.Parameter, value: float) -> float:
     """--gap-us must be a finite, non-negative number of microseconds that fits in 64-bit nanoseconds."""
     if not math.isfinite(value) or not 0 <= value <= MAX_GAP_US:
-        raise click.BadParameter(f"{value} is not a usable gap: give microseconds from 0 to {MAX_GAP_US:.0e}", ctx, param)
+        raise click.BadParameter(f"{value} is not a usable gap: give microseconds from 0 to {MAX_GAP_US:.0e}", ctx,
+                                 param)
     return value
 
 

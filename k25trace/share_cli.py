@@ -55,7 +55,8 @@ def _size(n: int) -> str:
               help="The HTML file to write (- for stdout).")
 @click.option("--phase", type=click.Choice(PHASES), default=None,
               help="Steps to show (default: decode; when no trace has step markers, the inferred steps).")
-@click.option("--top", type=click.IntRange(1, 500), default=20, show_default=True, help="Kernels in the top-kernels table.")
+@click.option("--top", type=click.IntRange(1, 500), default=20, show_default=True,
+              help="Kernels in the top-kernels table.")
 @click.option("--title", default=None, help="The page's title (default: k25trace report).")
 @click.option("--vs", "vs_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Compare: the database of side B (side A is --db); the page of `k25trace compare`.")
@@ -97,7 +98,8 @@ def html_command(db_path: Path, out: Path, phase: str | None, top: int, title: s
     encoded = page.encode("utf-8")
     _write(out, encoded)
     if str(out) != "-":
-        _err(f"wrote {out}: {_size(len(encoded))}, {data.batch['run_id'].n_unique() if not data.batch.is_empty() else 0}"
+        runs = data.batch["run_id"].n_unique() if not data.batch.is_empty() else 0
+        _err(f"wrote {out}: {_size(len(encoded))}, {runs}"
              f" run(s), {len(data.timelines)} step timeline(s), in {time.perf_counter() - started:.1f} s")
 
 
