@@ -44,7 +44,8 @@ def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1]
+                                + ([base] if base else []))
             base = base.replace("capture.", "k25trace.capture.") if base.startswith("capture") else base
             targets = [f"{base}.{a.name}" for a in node.names] + [base]
         for t in targets:
@@ -128,8 +129,8 @@ def main() -> None:
         print(f"ruff findings (A,B,E,F,I, 120 columns, isolated): {sum(int(ln.split()[0]) for ln in lines)}"
               + "".join(f"\n  {ln}" for ln in lines[:8]))
     if shutil.which("duplicates"):
-        res = subprocess.run(["duplicates", "--repo", str(root), "--most", "3", "--seconds", "120"], capture_output=True,
-                             text=True)
+        res = subprocess.run(["duplicates", "--repo", str(root), "--most", "3", "--seconds", "120"],
+                             capture_output=True, text=True)
         print("duplicates: " + (res.stdout.splitlines() or ["?"])[0])
 
 

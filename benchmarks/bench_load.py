@@ -181,8 +181,10 @@ def bench_input(label: str, traces: Path, args: argparse.Namespace) -> None:
         walls = [m.wall_s for m in runs]
         one_wall = statistics.median(walls)
         cpu = statistics.median(m.cpu_s for m in runs)
-        print(f"load 1 rank:  median {one_wall:.2f} s wall (min {min(walls):.2f}, max {max(walls):.2f}, {len(walls)} runs), "
-              f"{cpu:.1f} s CPU = {cpu / (events / 1e6):.2f} s per M events, peak RSS {max(m.peak_mb for m in runs):.0f} MB, "
+        print(f"load 1 rank:  median {one_wall:.2f} s wall "
+              f"(min {min(walls):.2f}, max {max(walls):.2f}, {len(walls)} runs), "
+              f"{cpu:.1f} s CPU = {cpu / (events / 1e6):.2f} s per M events, "
+              f"peak RSS {max(m.peak_mb for m in runs):.0f} MB, "
               f"{events / one_wall / 1e6:.2f} M events/s, {raw_mb / one_wall:.0f} MB/s JSON  "
               f"({events:,} events, {raw_mb * 1e6 / events:.0f} bytes/event, {gz_mb:.1f} MB gz)")
         if args.runs_all:
@@ -191,7 +193,8 @@ def bench_input(label: str, traces: Path, args: argparse.Namespace) -> None:
             walls_all = [m.wall_s for m in runs_all]
             all_wall = statistics.median(walls_all)
             cpu_all = statistics.median(m.cpu_s for m in runs_all)
-            print(f"load {len(files)} ranks: median {all_wall:.2f} s wall ({', '.join(f'{w:.2f}' for w in walls_all)}), "
+            print(f"load {len(files)} ranks: median {all_wall:.2f} s wall "
+                  f"({', '.join(f'{w:.2f}' for w in walls_all)}), "
                   f"{cpu_all:.1f} s CPU = {cpu_all / (len(files) * events / 1e6):.2f} s per M events, "
                   f"peak RSS {max(m.peak_mb for m in runs_all):.0f} MB, "
                   f"{len(files) * events / all_wall / 1e6:.2f} M events/s")

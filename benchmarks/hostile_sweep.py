@@ -83,7 +83,8 @@ def judge(case: str, expect: str, p: subprocess.CompletedProcess, *, names: str 
         if not sound:
             problems.append(note)
     last = next((line for line in reversed(p.stderr.strip().splitlines()) if line.strip()), "")
-    return Outcome(case, expect, p.returncode, not problems, "; ".join(problems) or (last[:110] + (f" [{note}]" if note else "")))
+    return Outcome(case, expect, p.returncode, not problems,
+                   "; ".join(problems) or (last[:110] + (f" [{note}]" if note else "")))
 
 
 def write_gz(path: Path, text: str | bytes) -> Path:
@@ -227,7 +228,8 @@ def cases(work: Path) -> list[Outcome]:
     # ------------------------------------------------------------------ sql and report on odd input
     ok_db = work / "ok.duckdb"
     run(K25 + ["load", str(SAMPLE), "--db", str(ok_db)])
-    for sql, expect in (("select sum(gpu_event_count) as n from traces", "ok"), ("", "error"), (" -- nothing", "error"), ("select 1; -- note", "ok"),
+    for sql, expect in (("select sum(gpu_event_count) as n from traces", "ok"), ("", "error"), (" -- nothing", "error"),
+                        ("select 1; -- note", "ok"),
                         (f"copy traces to '{work / 'x.csv'}'", "error"), ("export database '/tmp/k25x'", "error"),
                         ("select interval 3 day, [1,2], {'a': 1}, 1e308 * 10, 'nan'::double", "ok")):
         for fmt in ("json", "csv", "table", "markdown"):
@@ -237,15 +239,16 @@ def cases(work: Path) -> list[Outcome]:
     run(K25 + ["load", str(work / "nothing-here"), "--db", str(empty)])
     for by in ("batch", "step", "rank", "kernel", "idle", "timeline", "comm", "comm-site", "comm-bw", "rank-comm",
                "floor"):
-        out.append(judge(f"report --by {by} on a database with no traces", "ok", run(K25 + ["report", "--db", str(ok_db
-                                                                                          if by == "x" else empty), "--by", by])))
+        out.append(judge(f"report --by {by} on a database with no traces", "ok",
+                         run(K25 + ["report", "--db", str(ok_db if by == "x" else empty), "--by", by])))
     out.append(judge("steps --gap-us nan", "error", run(K25 + ["steps", "--db", str(ok_db), "--gap-us", "nan"])))
     out.append(judge("report on a missing database", "error", run(K25 + ["report", "--db", str(work / "no.duckdb")]),
                      names="no.duckdb"))
 
     # ------------------------------------------------------------------ capture against nothing / a bad URL
     out.append(judge("capture --url 'http://[::1'", "error",
-                     run(K25 + ["capture", "--url", "http://[::1", "--trace-dir", str(work), "--out", str(work / "c")])))
+                     run(K25 + ["capture", "--url", "http://[::1", "--trace-dir", str(work),
+                                "--out", str(work / "c")])))
     out.append(judge("capture against a closed port", "error",
                      run(K25 + ["capture", "--url", "http://127.0.0.1:9", "--trace-dir", str(work / "td"), "--out",
                                 str(work / "c2"), "--concurrency", "1"], timeout=120)))

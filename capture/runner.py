@@ -610,7 +610,8 @@ class Run:
         """Record the decode batch the engine reached (traces' step markers, /metrics), warn when it fell
         short of the level's concurrency: such a level measures a smaller batch than its name says."""
         conc = level["concurrency"]
-        workers = [f for f in level["files"] if f["valid"] and not f["frontend"] and f.get("decode_batch_sizes") is not None]
+        workers = [f for f in level["files"]
+                   if f["valid"] and not f["frontend"] and f.get("decode_batch_sizes") is not None]
         level["decode_batch_sizes_seen"] = None
         level["decode_batch_sizes_rank"] = None
         level["max_decode_batch_seen"] = None
@@ -661,7 +662,8 @@ class Run:
             msg = (f"{level['name']}: none of the {st['requests']} request(s) produced a token ({why}): "
                    "the level is not complete")
         else:
-            msg = f"{level['name']}: none of the {st['requests']} request(s) succeeded ({why}): the level is not complete"
+            msg = (f"{level['name']}: none of the {st['requests']} request(s) succeeded ({why}): "
+                   "the level is not complete")
         level["warnings"].append(msg)
         self.say(f"[red]{msg}[/]")
 
@@ -748,7 +750,8 @@ class Run:
         self.manifest["finished_at"] = now_iso()
         self.manifest["complete"] = (not interrupted and done_all and rc == EXIT_OK
                                      and all(self.level_ok(lv) for lv in self.manifest["levels"]))
-        self.manifest["status"] = "interrupted" if interrupted else ("complete" if self.manifest["complete"] else "incomplete")
+        self.manifest["status"] = ("interrupted" if interrupted
+                                   else ("complete" if self.manifest["complete"] else "incomplete"))
         self.save()
         self.print_summary()
         if interrupted:
@@ -789,7 +792,8 @@ class Run:
                        "files = valid/copied", highlight=False)
         outp = str(self.opts.out)
         if any(lv["profiled"] and lv["files"] for lv in m["levels"]):
-            self.out.print(f"next: k25trace load {outp} --db {outp.rstrip('/')}.duckdb", highlight=False, soft_wrap=True)
+            self.out.print(f"next: k25trace load {outp} --db {outp.rstrip('/')}.duckdb", highlight=False,
+                           soft_wrap=True)
         else:
             self.out.print(f"manifest: {os.path.join(outp, MANIFEST)}", highlight=False, soft_wrap=True)
 

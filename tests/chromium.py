@@ -142,7 +142,8 @@ class Browser:
             elif method == "Runtime.exceptionThrown":
                 out.append(f"exception: {params['exceptionDetails']}")
             elif method == "Log.entryAdded" and params["entry"]["level"] in ("error", "warning"):
-                out.append(f"log {params['entry']['level']}: {params['entry'].get('text')} {params['entry'].get('url', '')}")
+                entry = params["entry"]
+                out.append(f"log {entry['level']}: {entry.get('text')} {entry.get('url', '')}")
         return out
 
     def requests(self) -> list[str]:
@@ -152,8 +153,10 @@ class Browser:
     def screenshot(self, path: Path, full_page: bool = True) -> Path:
         params: dict[str, Any] = {"format": "png"}
         if full_page:
-            width, height = self.evaluate("[document.documentElement.scrollWidth, document.documentElement.scrollHeight]")
-            params.update(captureBeyondViewport=True, clip={"x": 0, "y": 0, "width": width, "height": height, "scale": 1})
+            width, height = self.evaluate("[document.documentElement.scrollWidth,"
+                                          " document.documentElement.scrollHeight]")
+            params.update(captureBeyondViewport=True,
+                          clip={"x": 0, "y": 0, "width": width, "height": height, "scale": 1})
         data = self.call("Page.captureScreenshot", **params)["data"]
         path.write_bytes(base64.b64decode(data))
         return path
@@ -167,7 +170,8 @@ class Browser:
             " const c = document.createElement('canvas'); c.width = img.width; c.height = img.height;"
             " const g = c.getContext('2d'); g.drawImage(img, 0, 0);"
             " const d = g.getImageData(0, 0, c.width, c.height).data; const seen = new Set(); let ink = 0;"
-            " for (let i = 0; i < d.length; i += 4) { seen.add((d[i] >> 4) << 8 | (d[i + 1] >> 4) << 4 | (d[i + 2] >> 4));"
+            " for (let i = 0; i < d.length; i += 4) {"
+            " seen.add((d[i] >> 4) << 8 | (d[i + 1] >> 4) << 4 | (d[i + 2] >> 4));"
             "   if (d[i] < 245 || d[i + 1] < 245 || d[i + 2] < 245) ink++; }"
             " resolve({width: c.width, height: c.height, colors: seen.size, ink: ink / (d.length / 4)}); };"
             f" img.src = 'data:image/png;base64,{data}'; }})", await_promise=True)

@@ -41,7 +41,8 @@ def graph_database(factory: pytest.TempPathFactory) -> Path:
 
 
 CAPTURE_STATS = {"requests": 16, "errors": 0, "output_tokens": 2048, "duration_s": 4.0, "output_tok_s": 512.0,
-                 "ttft_ms": {"p50": 40.0, "p90": 52.0, "p99": 60.0}, "tpot_ms": {"p50": 31.5, "p90": 33.25, "p99": 35.0},
+                 "ttft_ms": {"p50": 40.0, "p90": 52.0, "p99": 60.0},
+                 "tpot_ms": {"p50": 31.5, "p90": 33.25, "p99": 35.0},
                  "itl_ms": {"p50": 31.0, "p90": 33.0, "p99": 36.0}}
 
 

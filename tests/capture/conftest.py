@@ -118,7 +118,8 @@ def vllm_server(tmp_path_factory):
     proc = subprocess.Popen(
         [str(py), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model), "--host", "127.0.0.1",
          "--port", str(port), "--max-model-len", "512", "--dtype", "bfloat16", "--served-model-name", "tiny-dsv3",
-         "--profiler-config", json.dumps(cfg)] + ([] if os.environ.get("K25TRACE_VLLM_COMPILE") else ["--enforce-eager"]),
+         "--profiler-config", json.dumps(cfg)]
+        + ([] if os.environ.get("K25TRACE_VLLM_COMPILE") else ["--enforce-eager"]),
         stdout=logf, stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=str(base))
     url = f"http://127.0.0.1:{port}"
     t_start = time.monotonic()

@@ -285,7 +285,8 @@ class FakeVllm:
                     f'vllm:num_requests_running{{engine="0",model_name="fake-model"}} {float(running)}\n'
                     "# HELP vllm:num_requests_waiting Number of requests waiting to be processed.\n"
                     "# TYPE vllm:num_requests_waiting gauge\n"
-                    f'vllm:num_requests_waiting{{engine="0",model_name="fake-model"}} {float(self.in_flight - running)}\n')
+                    f'vllm:num_requests_waiting{{engine="0",model_name="fake-model"}} '
+                    f'{float(self.in_flight - running)}\n')
             await self._send(writer, 200, text.encode())
         elif path == "/v1/completions" and method == "POST":
             return await self._completions(json.loads(body), writer)
@@ -300,7 +301,8 @@ class FakeVllm:
         mode = self.b.start_mode
         async with self._control:
             if self.b.start_status != 200:
-                await self._send(writer, self.b.start_status, {"error": {"message": "A profiling session is already active."}})
+                await self._send(writer, self.b.start_status,
+                                 {"error": {"message": "A profiling session is already active."}})
                 return None
             if self.profiling:
                 await self._send(writer, 409, {"error": {"message": "A profiling session is already active."}})
@@ -353,7 +355,8 @@ class FakeVllm:
                     self.trace_dir / n, r, b.world_size, b.n_events, markers=st)))
             else:
                 write_trace(self.trace_dir / self._name(r), r, b.world_size, b.n_events, markers=self.steps)
-            (self.trace_dir / f"{self._prefix + '_' if self._prefix else ''}rank{r}.profiler_out.txt").write_text("table\n")
+            prefix = self._prefix + "_" if self._prefix else ""
+            (self.trace_dir / f"{prefix}rank{r}.profiler_out.txt").write_text("table\n")
         if b.frontend:
             write_trace(self.trace_dir / self._name(None), None, None, b.n_events, frontend=True)
         for t in tasks:
@@ -397,7 +400,8 @@ class FakeVllm:
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
         slot = False
         try:
-            n = min(int(req.get("max_tokens") or b.tokens), b.tokens) if not req.get("ignore_eos") else int(req.get("max_tokens") or b.tokens)
+            n = (min(int(req.get("max_tokens") or b.tokens), b.tokens) if not req.get("ignore_eos")
+                 else int(req.get("max_tokens") or b.tokens))
             if b.empty_stream:
                 n = 0
             prompt = req.get("prompt")
@@ -435,10 +439,12 @@ class FakeVllm:
                 await writer.drain()
             if n == 0:  # what vLLM sends when a request ends without output: the finish reason alone
                 writer.write(chunk({"id": "cmpl-1", "object": "text_completion", "model": req.get("model"),
-                                    "choices": [{"index": 0, "text": "", "logprobs": None, "finish_reason": "length"}]}))
+                                    "choices": [{"index": 0, "text": "", "logprobs": None,
+                                                 "finish_reason": "length"}]}))
             if b.usage:
                 writer.write(chunk({"id": "cmpl-1", "object": "text_completion", "choices": [],
-                                    "usage": {"prompt_tokens": n_in, "completion_tokens": n, "total_tokens": n_in + n}}))
+                                    "usage": {"prompt_tokens": n_in, "completion_tokens": n,
+                                              "total_tokens": n_in + n}}))
             writer.write(chunk(b"[DONE]"))
             writer.write(b"0\r\n\r\n")
             await writer.drain()

@@ -43,9 +43,10 @@ def _decode_batches(doc: dict) -> dict[str, int]:
 
 def test_capture_two_levels_against_real_vllm(vllm_server, tmp_path):
     out = tmp_path / "cap"
-    cmd = [sys.executable, "-m", "k25trace.capture", "--url", vllm_server["url"], "--trace-dir", str(vllm_server["trace_dir"]),
-           "--out", str(out), "--concurrency", "1,4", "--prompt-tokens", "16", "--max-tokens", str(TOKENS),
-           "--warmup", "1", "--name", "e2e", "--file-timeout", "120"]
+    cmd = [sys.executable, "-m", "k25trace.capture", "--url", vllm_server["url"],
+           "--trace-dir", str(vllm_server["trace_dir"]), "--out", str(out), "--concurrency", "1,4",
+           "--prompt-tokens", "16", "--max-tokens", str(TOKENS), "--warmup", "1", "--name", "e2e",
+           "--file-timeout", "120"]
     r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600,
                        env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert r.returncode == 0, r.stdout + r.stderr
@@ -108,8 +109,9 @@ def test_capture_two_levels_against_real_vllm(vllm_server, tmp_path):
     assert decode == [{"level": "c1", "batch": batches["c1"]}, {"level": "c4", "batch": batches["c4"]}]
     prefill = sql("select count(*) as n from steps where phase in ('prefill', 'mixed') and source = 'vllm'")
     assert prefill[0]["n"] >= 2
-    report = subprocess.run([sys.executable, "-m", "k25trace", "report", "--db", str(db), "--by", "step", "--phase", "all",
-                             "--format", "csv"], cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
+    report = subprocess.run([sys.executable, "-m", "k25trace", "report", "--db", str(db), "--by", "step",
+                             "--phase", "all", "--format", "csv"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
     assert report.returncode == 0 and "decode" in report.stdout, report.stderr
     # the server is not left profiling: a fresh start/stop pair succeeds (409 would mean still active)
     u = vllm_server["url"]

