@@ -37,7 +37,6 @@ from k25trace.tui.screens.sql import SqlScreen
 from k25trace.tui.screens.step import StepScreen
 from k25trace.tui.screens.steps import StepsScreen
 
-
 YOUNG_OBJECTS_PER_COLLECTION = 10_000
 """Python's cyclic garbage collector runs a young collection every 700 new objects by default; a Textual paint
 allocates some ten thousand, and the survivors soon add up to a full collection of every object in the process

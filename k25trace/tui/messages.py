@@ -9,15 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import polars as pl
+from rich.text import Text
 from textual.message import Message
 
-if TYPE_CHECKING:
-    from rich.text import Text
-
-    from k25trace import browse, compare, output
+from k25trace import browse, compare, output
 
 T = TypeVar("T")
 
@@ -76,23 +74,23 @@ class FetchFailed(Message, bubble=False):
     request: Hashable = None
 
 
-class OverviewLoaded(Loaded["browse.Overview"]):
+class OverviewLoaded(Loaded[browse.Overview]):
     """The overview's traces, capture levels and step counts."""
 
 
-class BreakdownLoaded(Loaded["tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]"]):
+class BreakdownLoaded(Loaded[tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]]):
     """The overview's slower part: the decode breakdown, the collectives split and the idle split."""
 
 
-class StepsLoaded(Loaded["browse.TraceSteps"]):
+class StepsLoaded(Loaded[browse.TraceSteps]):
     """The steps of one trace, with its rank and the next rank of its run."""
 
 
-class StepLoaded(Loaded["browse.StepDetail | None"]):
+class StepLoaded(Loaded[browse.StepDetail | None]):
     """One step (None: the trace has no such step); ``request`` is ``(trace_id, step_index)``."""
 
 
-class StepsPrefetched(Loaded["list[tuple[tuple[int, int], browse.StepDetail | None, list[Text]]]"]):
+class StepsPrefetched(Loaded[list[tuple[tuple[int, int], browse.StepDetail | None, list[Text]]]]):
     """Steps read ahead of the user (the neighbours of the step on screen), keyed ``(trace_id, step_index)``, each
     with its first kernel page drawn as table lines."""
 
@@ -101,7 +99,7 @@ class KernelPageLoaded(Loaded[pl.DataFrame]):
     """The next page of a step's kernels; ``request`` is ``(trace_id, step_index, offset)``."""
 
 
-class KernelLoaded(Loaded["browse.KernelDetail | None"]):
+class KernelLoaded(Loaded[browse.KernelDetail | None]):
     """One GPU activity with its variation over steps (None: no such activity)."""
 
 
@@ -113,7 +111,7 @@ class SearchLoaded(Loaded[pl.DataFrame]):
     """Kernel names matching the search text."""
 
 
-class FirstRunLoaded(Loaded["dict[str, Any] | None"]):
+class FirstRunLoaded(Loaded[dict[str, Any] | None]):
     """Where a kernel picked in the search results first ran (None: never)."""
 
 
@@ -121,15 +119,15 @@ class SchemaLoaded(Loaded[pl.DataFrame]):
     """Tables and views with their columns, for the SQL screen's tree."""
 
 
-class SqlLoaded(Loaded["output.Result"]):
+class SqlLoaded(Loaded[output.Result]):
     """The rows of the user's SQL."""
 
 
-class CollectivesLoaded(Loaded["browse.Collectives"]):
+class CollectivesLoaded(Loaded[browse.Collectives]):
     """The collectives screen's tables."""
 
 
-class CallSitesLoaded(Loaded["tuple[tuple[str, int | None, str], pl.DataFrame]"]):
+class CallSitesLoaded(Loaded[tuple[tuple[str, int | None, str], pl.DataFrame]]):
     """The call sites of one (run label, batch size, category)."""
 
 
@@ -137,5 +135,5 @@ class RunsLoaded(Loaded[pl.DataFrame]):
     """The runs a comparison can pick from."""
 
 
-class ComparisonLoaded(Loaded["compare.Comparison"]):
+class ComparisonLoaded(Loaded[compare.Comparison]):
     """Two runs compared."""

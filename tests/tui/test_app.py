@@ -42,10 +42,12 @@ async def test_overview_lists_traces_counts_and_breakdown(trace_db: Path) -> Non
         assert table(app, "#traces").row_count == 6
         assert "6 trace(s), 2 rank(s)" in text_of(app, "#status")
         counts = table(app, "#step-counts")
-        assert [counts.get_row_at(i)[0].plain for i in range(counts.row_count)] == ["decode", "mixed", "prefill", "unknown"]
+        phases = [counts.get_row_at(i)[0].plain for i in range(counts.row_count)]
+        assert phases == ["decode", "mixed", "prefill", "unknown"]
         breakdown = text_of(app, "#breakdown")
         # one bar per run and batch size: the SGLang and the vLLM MI300X decode steps are separate runs
-        assert "sglang-mi300x-decode bs=32" in breakdown and "vllm-mi300x-decode-full" in breakdown and breakdown.count("bs=32") == 2
+        assert "sglang-mi300x-decode bs=32" in breakdown and "vllm-mi300x-decode-full" in breakdown
+        assert breakdown.count("bs=32") == 2
         assert "1 steps" in breakdown and "gemm" in breakdown
         assert "none" in text_of(app, "#levels-title")
 
@@ -261,7 +263,8 @@ async def test_help_lists_every_key(trace_db: Path) -> None:
         await pilot.press("question_mark")
         assert isinstance(app.screen, HelpScreen)
         help_text = text_of(app, "#help-text")
-        for screen_class in (K25TraceApp, StepsScreen, StepScreen, KernelScreen, SqlScreen, SearchScreen, OverviewScreen):
+        screens = (K25TraceApp, StepsScreen, StepScreen, KernelScreen, SqlScreen, SearchScreen, OverviewScreen)
+        for screen_class in screens:
             for binding in screen_class.BINDINGS:
                 assert binding.description in help_text  # type: ignore[union-attr]
         await pilot.press("escape")
@@ -304,7 +307,7 @@ async def test_overview_collectives_table_names_the_straggler(kimi_db: Path) -> 
         assert comm.display and comm.row_count == 6  # 3 batch sizes x (allreduce, comm_other)
         columns = [str(c.label) for c in comm.columns.values()]
         rows = [[str(getattr(v, "plain", v)) for v in comm.get_row_at(i)] for i in range(comm.row_count)]
-        allreduce = [dict(zip(columns, r)) for r in rows if r[columns.index("category")] == "allreduce"]
+        allreduce = [dict(zip(columns, r, strict=True)) for r in rows if r[columns.index("category")] == "allreduce"]
         assert len(allreduce) == 3
         # the sample's rank 1 is made late before every 9th collective
         assert {r["straggler_rank"] for r in allreduce} == {"1"}

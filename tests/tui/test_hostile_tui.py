@@ -13,7 +13,6 @@ from textual.pilot import Pilot
 from textual.widgets import DataTable, Label, Static
 
 from k25trace import pipeline
-
 from k25trace.tui.app import K25TraceApp
 from k25trace.tui.messages import OpenKernel
 from k25trace.tui.screens.kernel import NAME_CAP, PAGE_CHARS, KernelScreen, LongTextScreen, describe_kernel, printable
@@ -47,7 +46,7 @@ def results(app: K25TraceApp) -> DataTable:
 def row_cells(app: K25TraceApp, row: int = 0) -> dict[str, str]:
     table = results(app)
     names = [str(column.label) for column in table.columns.values()]
-    return dict(zip(names, [getattr(c, "plain", str(c)) for c in table.get_row_at(row)]))
+    return dict(zip(names, [getattr(c, "plain", str(c)) for c in table.get_row_at(row)], strict=True))
 
 
 # ------------------------------------------------------------------------------------------ SQL panel (13, 17)
@@ -86,7 +85,8 @@ async def test_sql_panel_writes_and_reads_no_file(empty_db: Path, tmp_path: Path
     app = K25TraceApp(empty_db)
     async with app.run_test(size=SIZE) as pilot:
         for text in (f"copy (select 1) to '{tmp_path / 'out.csv'}'", f"export database '{tmp_path / 'exported'}'",
-                     f"attach '{tmp_path / 'other.duckdb'}' as other", f"select * from read_text('{tmp_path / 'secret.txt'}')"):
+                     f"attach '{tmp_path / 'other.duckdb'}' as other",
+                     f"select * from read_text('{tmp_path / 'secret.txt'}')"):
             await run_sql(pilot, text)
             assert "query failed" in status(app) and "Permission Error" in status(app) and "read-only" in status(app)
         await run_sql(pilot, "set enable_external_access = true")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Hashable
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, TypeVar, runtime_checkable
 
 from textual import on
 from textual.markup import escape

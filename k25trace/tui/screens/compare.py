@@ -138,7 +138,8 @@ class CompareScreen(BrowseScreen):
 
         if self.side_a is None or self.side_b is None:
             missing = " and ".join(s for s, r in (("A", self.side_a), ("B", self.side_b)) if r is None)
-            self.set_status(f"Now pick side {missing} (move to a run, press {missing.lower().replace(' and ', ' / ')}).")
+            keys = missing.lower().replace(" and ", " / ")
+            self.set_status(f"Now pick side {missing} (move to a run, press {keys}).")
             return
         run_a, run_b, match = self.side_a, self.side_b, self.match
         self.set_status(f"comparing A {escape(run_label(run_a))} with B {escape(run_label(run_b))} (match {match})…")

@@ -59,7 +59,8 @@ class OverviewScreen(BrowseScreen):
         fill_table(table, comm)
         table.display = not comm.is_empty()
         self.query_one("#comm-title", Label).update(
-            "[b]Collectives across ranks[/b] (decode; wait = time spent waiting for the slowest rank)" if not comm.is_empty()
+            "[b]Collectives across ranks[/b] (decode; wait = time spent waiting for the slowest rank)"
+            if not comm.is_empty()
             else "[b]Collectives across ranks[/b]: none (needs two or more ranks of one run with decode steps)")
 
     @on(OverviewLoaded)
@@ -83,11 +84,12 @@ class OverviewScreen(BrowseScreen):
         has_levels = not overview.levels.is_empty()
         levels_table.display = has_levels
         self.query_one("#levels-title", Label).update(
-            "[b]Capture levels[/b]" if has_levels else "[b]Capture levels[/b]: none (traces not from `k25trace capture`)")
+            "[b]Capture levels[/b]" if has_levels
+            else "[b]Capture levels[/b]: none (traces not from `k25trace capture`)")
         fill_table(self.query_one("#step-counts", DataTable), overview.step_counts)
         self.query_one("#breakdown", CategoryBars).update("computing…")
-        self.fetch_side(BreakdownLoaded, lambda cursor: (browse.decode_breakdown(cursor), browse.collective_split(cursor),
-                                                         browse.idle_split(cursor)))
+        self.fetch_side(BreakdownLoaded, lambda cursor: (
+            browse.decode_breakdown(cursor), browse.collective_split(cursor), browse.idle_split(cursor)))
         self.query_one("#traces", DataTable).focus()
 
     @on(DataTable.RowSelected, "#traces")
@@ -103,7 +105,8 @@ class OverviewScreen(BrowseScreen):
                 self.post_message(OpenSteps(int(row_key.value)))
 
 
-def breakdown_rows(frame: pl.DataFrame, idle: pl.DataFrame | None = None) -> list[tuple[str, list[tuple[str, float]], str]]:
+def breakdown_rows(frame: pl.DataFrame, idle: pl.DataFrame | None = None
+                   ) -> list[tuple[str, list[tuple[str, float]], str]]:
     """``report_breakdown`` rows → one bar per (run, batch size): label, category shares, a note (with the time
     between steps, from ``report_idle``, when given)."""
     from k25trace.report import run_label

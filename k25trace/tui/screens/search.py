@@ -32,7 +32,8 @@ class SearchScreen(BrowseScreen):
     def compose(self) -> ComposeResult:
         yield Header()
         with Vertical(id="search-screen"):
-            yield Input(placeholder="part of a kernel name, e.g. marlin, allreduce, fmha — Enter to search", id="pattern")
+            yield Input(placeholder="part of a kernel name, e.g. marlin, allreduce, fmha — Enter to search",
+                        id="pattern")
             yield Label("", id="status")
             yield DataTable(id="results", cursor_type="row", zebra_stripes=True)
         yield Footer()

@@ -20,7 +20,8 @@ from k25trace.tui.screens.base import BrowseScreen
 from k25trace.tui.widgets import fill_table
 
 CELL_CHARS = 1000  # longer text (a 20 MB kernel name) is cut: a DataTable measures every cell it holds
-DEFAULT_SQL = "select category, count(*) as calls, round(sum(dur_ns) / 1e6, 3) as ms\nfrom kernels\ngroup by all\norder by ms desc"
+DEFAULT_SQL = ("select category, count(*) as calls, round(sum(dur_ns) / 1e6, 3) as ms\nfrom kernels\ngroup by all\n"
+               "order by ms desc")
 
 
 class SqlScreen(BrowseScreen):

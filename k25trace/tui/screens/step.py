@@ -246,7 +246,7 @@ class StepScreen(BrowseScreen):
         table = self.query_one("#kernels", DataTable)
         if lines is None or len(lines) != page.height:
             lines = kernel_lines(page)
-        for row, line in zip(page.select("event_id", "start_ns").iter_rows(), lines):
+        for row, line in zip(page.select("event_id", "start_ns").iter_rows(), lines, strict=True):
             key = str(row[0])
             self.kernel_start_ns[key] = row[1]
             table.add_row(line, key=key)

@@ -37,7 +37,7 @@ def stacked_bar(shares: Sequence[tuple[str, float]], width: int) -> Text:
         largest = max(range(len(cells)), key=lambda i: cells[i][1])
         counts[largest] = max(0, counts[largest] + width - sum(counts))
     bar = Text()
-    for (category, _), count in zip(cells, counts):
+    for (category, _), count in zip(cells, counts, strict=True):
         if count <= 0:
             continue
         if category == "idle":

@@ -32,7 +32,7 @@ def one_cell_rows(labels: list[str], rows: list[list[Text]]) -> tuple[LineText, 
 
     def line(cells: list[Text]) -> LineText:
         out = LineText(no_wrap=True)
-        for i, (value, width) in enumerate(zip(cells, widths)):
+        for i, (value, width) in enumerate(zip(cells, widths, strict=True)):
             pad = " " * (width - value.cell_len)
             out.append("  " if i else "")
             if value.justify == "right":
