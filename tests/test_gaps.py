@@ -93,7 +93,8 @@ def test_every_gap_matches_an_independent_reading(con, path: Path) -> None:
     """Idle gaps of the union of all GPU activity, and their cause, computed here from the raw JSON."""
     raw = _raw(path)
     tid = _trace_id(con, path)
-    first, last = con.execute("select min(gpu_start_ns), max(gpu_end_ns) from steps where trace_id = ?", [tid]).fetchone()
+    first, last = con.execute("select min(gpu_start_ns), max(gpu_end_ns) from steps where trace_id = ?",
+                              [tid]).fetchone()
     base = con.execute("select base_time_ns from traces where trace_id = ?", [tid]).fetchone()[0]
     sync_ends = [t for t, _ in raw["syncs"]]
     expected = {}

@@ -240,7 +240,8 @@ def test_nan_infinity_and_huge_times_are_skipped_never_wrapped(tmp_path: Path, n
         ("good", 1700000000000010500, 2250, 1700000000000012750)]
     assert con.execute("select name, start_ns, dur_ns from cpu_ops where trace_id = ?", [tid]).fetchall() == [
         ("good_op", 1700000000000009000, 5000)]
-    assert json.loads(con.execute("select skipped from traces where trace_id = ?", [tid]).fetchall()[0][0]) == {"(bad time)": bad}
+    assert json.loads(con.execute("select skipped from traces where trace_id = ?", [tid]).fetchall()[0][0]) == {
+        "(bad time)": bad}
     for table in ("gpu_events", "launches", "annotations", "cpu_ops", "steps"):  # nothing absurd anywhere
         column = "wall_ns" if table == "steps" else "dur_ns"
         assert con.execute(f"select count(*) from {table} where {column} < 0 or {column} > 10e9").fetchall() == [(0,)]
@@ -307,7 +308,8 @@ def _drop_dac_caps() -> str:
             class Header(ctypes.Structure):
                 _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
             class Data(ctypes.Structure):
-                _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+                _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
+                            ("inheritable", ctypes.c_uint32)]
             header, data = Header(0x20080522, 0), (Data * 2)()
             assert libc.capget(ctypes.byref(header), data) == 0
             for d in data[:1]:
@@ -345,7 +347,8 @@ def test_an_unreadable_subdirectory_is_an_error(tmp_path: Path) -> None:
     if "STILL READABLE" in out.stdout:
         pytest.skip("cannot make a directory unreadable here (capabilities cannot be dropped)")
     lines = out.stdout.splitlines()
-    assert lines[0] == f"failed {run / 'secret'}: cannot read directory: Permission denied; trace files in it are not loaded"
+    assert lines[0] == (f"failed {run / 'secret'}: cannot read directory: Permission denied; "
+                        "trace files in it are not loaded")
     assert lines[1] == "loaded "
     assert len(lines) == 2
 
@@ -440,7 +443,8 @@ def test_the_stored_hash_is_of_the_bytes_read(tmp_path: Path, monkeypatch: pytes
     loader.close()
     assert first.status == "loaded", first.message
     assert any("changed while it was read" in w for w in first.warnings)
-    assert con.execute("select sha256, file_size from traces").fetchall() == [(hashlib.sha256(whole).hexdigest(), len(whole))]
+    assert con.execute("select sha256, file_size from traces").fetchall() == [
+        (hashlib.sha256(whole).hexdigest(), len(whole))]
     (again,), _ = pipeline.load_paths(con, [path])
     assert again.status == "skipped", again.message
     assert con.execute("select count(*) from traces").fetchall() == [(1,)]
@@ -580,7 +584,8 @@ def test_workers_end_with_a_parent_that_is_killed_while_they_decode(tmp_path: Pa
         deadline = time.monotonic() + 60
         workers: list[int] = []
         while len(workers) < 2 and time.monotonic() < deadline:
-            workers = [c for c in _children(proc.pid) if b"multiprocessing.spawn" in Path(f"/proc/{c}/cmdline").read_bytes()]
+            workers = [c for c in _children(proc.pid)
+                       if b"multiprocessing.spawn" in Path(f"/proc/{c}/cmdline").read_bytes()]
         assert len(workers) == 2
         proc.kill()
         proc.wait(timeout=60)
@@ -669,7 +674,8 @@ def test_disk_full_at_commit_is_one_clean_error_and_the_rest_still_loads(tmp_pat
     assert out.returncode == 1
     assert "Traceback" not in out.stderr and "cannot rollback" not in out.stderr, out.stderr
     errors = [line for line in out.stderr.splitlines() if line.startswith("error:")]
-    assert errors and all("No space left on device" in e and "nothing of this file is in the database" in e for e in errors)
+    assert errors and all("No space left on device" in e and "nothing of this file is in the database" in e
+                          for e in errors)
     assert f"{len(files) - len(errors)} loaded" in out.stderr
     copy = tmp_path / "copy.duckdb"  # the database opens, elsewhere, with no half-loaded trace
     shutil.copy(dbfile, copy)

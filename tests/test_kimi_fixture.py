@@ -52,7 +52,8 @@ def test_per_step_category_time_matches_truth(kimi) -> None:
         trace_id = _trace_of_rank(con, rank)
         got = {}
         for step_index, category, kernel_ns, count in con.execute(
-                "select step_index, category, kernel_ns, kernel_count from step_categories where trace_id = ?", [trace_id]).fetchall():
+                "select step_index, category, kernel_ns, kernel_count from step_categories where trace_id = ?",
+                [trace_id]).fetchall():
             got[(step_index, category)] = (kernel_ns, count)
         expected = {}
         for step_index, step in enumerate(truth["per_rank_steps"][rank]):
@@ -66,7 +67,8 @@ def test_per_step_wall_busy_and_kernel_count_match_truth(kimi) -> None:
     truth, con = kimi
     for rank in range(2):
         rows = con.execute(
-            "select step_index, gpu_start_ns, gpu_end_ns, busy_ns, kernel_count, wall_ns, idle_ns from steps where trace_id = ? order by step_index",
+            "select step_index, gpu_start_ns, gpu_end_ns, busy_ns, kernel_count, wall_ns, idle_ns from steps "
+            "where trace_id = ? order by step_index",
             [_trace_of_rank(con, rank)]).fetchall()
         kernels_only = dict(con.execute(
             "select step_index, count(*) from gpu_events where trace_id = ? and kind = 'kernel' group by all",
@@ -87,7 +89,8 @@ def test_sampling_kernels_after_the_marker_land_in_their_step(kimi) -> None:
         from gpu_events g
         join launches l using (trace_id, correlation)
         join steps s on s.trace_id = g.trace_id and l.start_ns > s.marker_end_ns
-            and l.start_ns < coalesce((select min(n.marker_start_ns) from steps n where n.trace_id = s.trace_id and n.marker_start_ns > s.marker_start_ns), 9e18)
+            and l.start_ns < coalesce((select min(n.marker_start_ns) from steps n
+                                       where n.trace_id = s.trace_id and n.marker_start_ns > s.marker_start_ns), 9e18)
         where g.trace_id = ? and g.category = 'sampling'
     """, [trace_id]).fetchall()
     assert late, "the generator launches sampling after the annotation closes"

@@ -119,7 +119,8 @@ def test_every_type_named_in_the_issue_prints_exactly(empty_db: Path, fmt: str) 
                        [c.strip() for c in lines[2].strip("| ").split(" | ")], strict=True))
     else:
         row = table_row(text)
-    assert row["uh"] == "340282366920938463463374607431768211455" and row["h"] == "170141183460469231731687303715884105727"
+    assert (row["uh"] == "340282366920938463463374607431768211455"
+            and row["h"] == "170141183460469231731687303715884105727")
     assert row["i"] == "1 year 2 months 3 days 04:05:06" and row["ts_inf"] == "infinity" and row["ttz"] == "01:02:03+05"
     assert row["b"] == "\\x00ab\\xFF" and row["n"] == "nan" and row["ninf"] == "-inf" and row["z"] == "—"
     assert row["l"] == "[1, 2, NULL]" and row["u"] == "2" and row["bits"] == "0101"
