@@ -39,7 +39,8 @@ if TYPE_CHECKING:
 #   imports it).
 # The loader's names load lazily (PEP 562): a decode worker process imports the decode modules, not DuckDB.
 _PUBLIC = {"Loader": "loader", "file_size": "loader", "load_paths": "loader"}
-__all__ = ["FileResult", "LoadOptions", "Loader", "TraceFile", "discover", "file_size", "is_frontend_name", "load_paths"]
+__all__ = ["FileResult", "LoadOptions", "Loader", "TraceFile", "discover", "file_size", "is_frontend_name",
+           "load_paths"]
 
 
 _MODULES = ("limits", "model", "stream", "events", "columns", "messages", "chunks", "workers", "loader")

@@ -11,7 +11,18 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from k25trace.ingest.events import _EMPTY_ARGS, _SKIP_TYPE_SET, _TAGGED_KEPT, ANNOTATION_CATS, GPU_CATS, KNOWN_SKIPPED, LAUNCH_CATS, Event, _dumps, _num
+from k25trace.ingest.events import (
+    _EMPTY_ARGS,
+    _SKIP_TYPE_SET,
+    _TAGGED_KEPT,
+    ANNOTATION_CATS,
+    GPU_CATS,
+    KNOWN_SKIPPED,
+    LAUNCH_CATS,
+    Event,
+    _dumps,
+    _num,
+)
 
 _NS_LIMIT_US = 9.2e15  # |µs| below this: the ns fit in int64 (2**63 ns = 9.22e15 µs)
 
@@ -135,7 +146,8 @@ def _ints(values: list[Any], typ: pa.DataType, convert: Callable[[Any], Any] = _
         try:
             return out.cast(typ)
         except pa.ArrowInvalid:  # beyond the column's width: NULL, like any value that is no number
-            return pa.array([v if v is not None and -(1 << 31) <= v < (1 << 31) else None for v in out.to_pylist()], typ)
+            return pa.array([v if v is not None and -(1 << 31) <= v < (1 << 31) else None for v in out.to_pylist()],
+                            typ)
 
 
 def _names(events: list[Any]) -> pa.Array:
@@ -324,9 +336,9 @@ class _Columns:
         devices = list(map(attrgetter("device"), args))
         streams = list(map(attrgetter("stream"), args))
         if None in devices:
-            devices = [d if d is not None else _pid(e.pid) for d, e in zip(devices, gpu)]
+            devices = [d if d is not None else _pid(e.pid) for d, e in zip(devices, gpu, strict=True)]
         if None in streams:
-            streams = [s if s is not None else _pid(e.tid) for s, e in zip(streams, gpu)]
+            streams = [s if s is not None else _pid(e.tid) for s, e in zip(streams, gpu, strict=True)]
         ts, dur, bad = _times(gpu, gpu=True)
         return self._checked("gpu", bad, {
             "event_id": ids,
@@ -346,11 +358,13 @@ class _Columns:
             "warps_per_sm": pa.array(list(map(attrgetter("warps_per_sm"), args)), pa.float64()),
             "occupancy_pct": pa.array(list(map(attrgetter("occupancy"), args)), pa.float64()),
             "bytes": _ints(list(map(attrgetter("bytes"), args)), pa.int64()),  # some traces write it as a string
-            "collective_name": pa.array([_str_or_none(a.collective_name) for a in args], pa.string()) if has_coll else nulls_s,
+            "collective_name": (pa.array([_str_or_none(a.collective_name) for a in args], pa.string()) if has_coll
+                                else nulls_s),
             "msg_in_nelems": pa.array([_int_or_none(a.in_nelems) for a in args], pa.int64()) if has_coll else nulls_i,
             "msg_out_nelems": pa.array([_int_or_none(a.out_nelems) for a in args], pa.int64()) if has_coll else nulls_i,
             "msg_dtype": pa.array([_str_or_none(a.dtype) for a in args], pa.string()) if has_coll else nulls_s,
-            "group_size": pa.array([_int_or_none(a.group_size) for a in args], pa.int32()) if has_coll else pa.nulls(n, pa.int32()),
+            "group_size": (pa.array([_int_or_none(a.group_size) for a in args], pa.int32()) if has_coll
+                           else pa.nulls(n, pa.int32())),
             "pg_name": pa.array([_str_or_none(a.pg_name) for a in args], pa.string()) if has_coll else nulls_s,
             "pg_ranks": pa.array([_str_or_none(a.pg_ranks) for a in args], pa.string()) if has_coll else nulls_s,
         })

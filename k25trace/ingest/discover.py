@@ -43,9 +43,11 @@ def discover(paths: list[Path], *, include_frontend: bool = False) -> tuple[list
         skipped_frontend = [p for p in found if is_frontend_name(p.name)]
         skipped_capture = [p for p in found if "capture_traces" in p.relative_to(arg).parts]
         if skipped_frontend and not include_frontend:
-            notes.append(f"{arg}: skipped {len(skipped_frontend)} front-end (*.async_llm.*) trace(s); --include-frontend loads them")
+            notes.append(f"{arg}: skipped {len(skipped_frontend)} front-end (*.async_llm.*) trace(s); "
+                         "--include-frontend loads them")
         if skipped_capture:
-            notes.append(f"{arg}: skipped {len(skipped_capture)} graph-capture trace(s) in capture_traces/; name them to load")
+            notes.append(f"{arg}: skipped {len(skipped_capture)} graph-capture trace(s) in capture_traces/; "
+                         "name them to load")
         kept = [p for p in found if p not in skipped_capture and (include_frontend or p not in skipped_frontend)]
         if not kept:
             errors.append(f"{arg}: no *.pt.trace.json[.gz] files found")
@@ -75,7 +77,8 @@ def _walk_traces(root: Path, errors: list[str]) -> list[Path]:
     return sorted(found)
 
 
-def _capture_info_for(path: Path, notes: list[str] | None = None) -> tuple[Path | None, str | None, int | None, bool | None, str | None]:
+def _capture_info_for(path: Path, notes: list[str] | None = None
+                      ) -> tuple[Path | None, str | None, int | None, bool | None, str | None]:
     """If ``path`` lies in a ``k25trace capture`` directory: (capture dir, level, concurrency, valid, problem).
 
     A damaged manifest is read as far as it is sound (``capture.manifest.check_manifest``); what is wrong

@@ -16,7 +16,8 @@ import orjson
 
 from k25trace.errors import TraceError
 
-GPU_CATS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset", "Kernel": "kernel", "Memcpy": "memcpy", "Memset": "memset"}
+GPU_CATS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset", "Kernel": "kernel", "Memcpy": "memcpy",
+            "Memset": "memset"}
 LAUNCH_CATS = {"cuda_runtime", "cuda_driver", "Runtime", "Driver"}
 ANNOTATION_CATS = {"user_annotation", "gpu_user_annotation"}
 KNOWN_SKIPPED = {
@@ -110,7 +111,8 @@ class _Op(_Timed):
 
 
 def _tagged(base: type, cat: str) -> type:
-    return msgspec.defstruct(f"_T_{cat}", [], bases=(base,), tag=cat, namespace={"cat": cat, "__annotations__": {"cat": ClassVar[str]}})
+    return msgspec.defstruct(f"_T_{cat}", [], bases=(base,), tag=cat,
+                             namespace={"cat": cat, "__annotations__": {"cat": ClassVar[str]}})
 
 
 _GPU_TYPES = [_tagged(_Gpu, c) for c in ("kernel", "gpu_memcpy", "gpu_memset")]
@@ -121,8 +123,10 @@ _SKIP_CATS = ("ac2g", "fwdbwd", "Trace", "overhead", "cpu_instant_event", "cuda_
 _SKIP_TYPES = [_tagged(_Tagged, c) for c in _SKIP_CATS]
 _PY_TYPES = (_tagged(_Tagged, "python_function"), _tagged(_Timed, "python_function"))  # dropped / kept
 _SKIP_TYPE_SET = frozenset(_SKIP_TYPES) | {_PY_TYPES[0]}
-_TAGGED_KEPT = tuple(_GPU_TYPES + _LAUNCH_TYPES + _OP_TYPES + _ANN_TYPES) + (_PY_TYPES[1],)  # kept python: with keep_python
-_KEEP_TYPE = {t: t not in _SKIP_TYPE_SET for t in _GPU_TYPES + _LAUNCH_TYPES + _OP_TYPES + _ANN_TYPES + _SKIP_TYPES + list(_PY_TYPES)}.__getitem__
+_TAGGED_KEPT = (tuple(_GPU_TYPES + _LAUNCH_TYPES + _OP_TYPES + _ANN_TYPES)
+                + (_PY_TYPES[1],))  # kept python: with keep_python
+_KEEP_TYPE = {t: t not in _SKIP_TYPE_SET
+              for t in _GPU_TYPES + _LAUNCH_TYPES + _OP_TYPES + _ANN_TYPES + _SKIP_TYPES + list(_PY_TYPES)}.__getitem__
 _FAST_DECODER = msgspec.json.Decoder(
     list[Union[tuple(_GPU_TYPES + _LAUNCH_TYPES + _OP_TYPES + _ANN_TYPES + _SKIP_TYPES + [_PY_TYPES[0]])]]  # type: ignore[misc]
 )

@@ -33,7 +33,8 @@ from k25trace.names import short_name
 # Loading one file
 
 _TABLE_WORDS = {"gpu": ("GPU activity", "GPU activities"), "launch": ("launch", "launches"),
-                "ann": ("annotation", "annotations"), "ops": ("CPU op", "CPU ops"), "py": ("python function", "python functions")}
+                "ann": ("annotation", "annotations"), "ops": ("CPU op", "CPU ops"),
+                "py": ("python function", "python functions")}
 LONG_GPU_NS = 3_600 * 10**9  # a GPU activity longer than an hour is reported
 
 
@@ -111,7 +112,8 @@ class Loader:
                     con.execute("rollback")
                     result.status = "skipped"
                     result.trace_id = row[0]
-                    result.message = f"{shown}: already loaded as trace {row[0]} ({row[1]}) (it changed while it was read)"
+                    result.message = (f"{shown}: already loaded as trace {row[0]} ({row[1]}) "
+                                      "(it changed while it was read)")
                     return result
             trace_id, warnings = self._commit_file(tf, path, read_sha, read_bytes, meta, counts, cols, names.new)
             if read_sha != sha:
@@ -260,7 +262,8 @@ class Loader:
         base = _base_time(meta, path)
         devices = meta.get("deviceProperties") if isinstance(meta.get("deviceProperties"), list) else None
         self._clean_staged(base, cols.problems)
-        gpu_n, main_device, long_n, longest = run_query(con, "ingest_stage_summary", {"long_ns": LONG_GPU_NS}).fetchall()[0]
+        gpu_n, main_device, long_n, longest = run_query(con, "ingest_stage_summary",
+                                                        {"long_ns": LONG_GPU_NS}).fetchall()[0]
         frontend = is_frontend_name(path.name)
         warnings += _problem_warnings(shown, cols.problems, gpu_n, frontend)
         if cols.unknown:
@@ -285,7 +288,8 @@ class Loader:
             "vllm_version": str(vllm_version) if vllm_version is not None else None, "is_frontend": frontend,
             "capture_dir": _shown(tf.capture_dir) if tf.capture_dir else None, "level": tf.level,
             "concurrency": tf.concurrency, "event_count": counts, "gpu_event_count": gpu_n,
-            "distributed_info": _dumps(dist) if dist else None, "device_properties": _dumps(devices) if devices else None,
+            "distributed_info": _dumps(dist) if dist else None,
+            "device_properties": _dumps(devices) if devices else None,
             "metadata": metadata_text, "skipped": orjson.dumps(_skipped_counts(cols)).decode(),
             "loaded_at": _dt.datetime.now(), "loader_version": __version__, "rank_source": rank_source,
         })
@@ -334,7 +338,8 @@ def _metadata_text(meta: dict[str, Any], shown: str, warnings: list[str]) -> str
 def _skipped_counts(cols: _Columns) -> dict[str, int]:
     """traces.skipped: events skipped per category, plus the rows dropped as bad time, negative or duplicate."""
     skipped = dict(cols.skipped)
-    for label, prefix in (("(bad time)", "bad_time:"), ("(negative duration)", "negative_dur:"), ("(duplicate)", "duplicate:")):
+    for label, prefix in (("(bad time)", "bad_time:"), ("(negative duration)", "negative_dur:"),
+                          ("(duplicate)", "duplicate:")):
         n = sum(v for k, v in cols.problems.items() if k.startswith(prefix))
         if n:
             skipped[label] = n
@@ -374,7 +379,8 @@ def _failure(exc: BaseException, shown: str, committing: bool) -> str | None:
         return f"{shown}: nested too deep to load (RecursionError)"
     if isinstance(exc, OSError):
         return f"{shown}: cannot read: {exc.strerror or exc}"
-    if isinstance(exc, (MemoryError, UnicodeError, ValueError, OverflowError)):  # a file too big, or data no decoder reads
+    # a file too big, or data no decoder reads
+    if isinstance(exc, (MemoryError, UnicodeError, ValueError, OverflowError)):
         return f"{shown}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
     return None
 
@@ -392,7 +398,8 @@ def _problem_warnings(shown: str, problems: Counter[str], gpu_n: int, frontend: 
 
     def per_table(prefix: str) -> tuple[int, str]:
         parts = {k[len(prefix):]: v for k, v in problems.items() if k.startswith(prefix) and v}
-        text = ", ".join(f"{v:,} {_TABLE_WORDS.get(k, (k, k))[v != 1]}" for k, v in sorted(parts.items(), key=lambda kv: -kv[1]))
+        text = ", ".join(f"{v:,} {_TABLE_WORDS.get(k, (k, k))[v != 1]}"
+                         for k, v in sorted(parts.items(), key=lambda kv: -kv[1]))
         return sum(parts.values()), text
 
     n, text = per_table("bad_time:")
@@ -423,7 +430,8 @@ def _problem_warnings(shown: str, problems: Counter[str], gpu_n: int, frontend: 
             out.append(f"{shown}: no GPU events in the file (CPU-only trace{', front end' if frontend else ''}); "
                        "loaded its CPU events")
     elif no_ts or not_x:
-        what = " and ".join(x for x in (f"{no_ts:,} without ts" if no_ts else "", f"{not_x:,} not 'X'" if not_x else "") if x)
+        what = " and ".join(x for x in (f"{no_ts:,} without ts" if no_ts else "",
+                                        f"{not_x:,} not 'X'" if not_x else "") if x)
         out.append(f"{shown}: skipped GPU events {what}")
     return out
 
@@ -509,8 +517,12 @@ def load_paths(
         if on_result:
             on_result(r)
     progress_ctx = progress_factory(files) if progress_factory else None
-    advance: Callable[[int], None] = (lambda n: None)
-    start_file: Callable[[TraceFile], None] = (lambda tf: None)
+
+    def _nothing(_: object) -> None:
+        return None
+
+    advance: Callable[[int], None] = _nothing
+    start_file: Callable[[TraceFile], None] = _nothing
     if progress_ctx is not None:
         advance, start_file = progress_ctx.advance, progress_ctx.start_file
     loader = Loader(con, options, progress=lambda n: advance(n), after_file=after_file)

@@ -41,8 +41,8 @@ def last_event_boundary(buf: bytes | bytearray | memoryview, end: int) -> tuple[
     start = max(1, end - (1 << 20))
     while True:
         last = None
-        for last in _BOUNDARY_RE.finditer(buf, start, end):
-            pass
+        for match in _BOUNDARY_RE.finditer(buf, start, end):
+            last = match
         if last is not None:
             return last.start(), last.end()
         if start == 1:
@@ -314,7 +314,8 @@ class _Splitter:
         """'at event N (byte B of the decompressed JSON)' for position ``pos`` of a buffer whose event starts are
         ``starts``."""
         index = max(0, bisect.bisect_right(starts, pos) - 1)
-        return f"at event {self.events + index:,} (byte {(self.offset if offset is None else offset) + pos - 1:,} of the decompressed JSON)"
+        return (f"at event {self.events + index:,} (byte {(self.offset if offset is None else offset) + pos - 1:,} "
+                "of the decompressed JSON)")
 
     def finish(self) -> tuple[bytearray | None, bytes]:
         """At end of input: the last events (a chunk, cut exactly, or None) and the metadata text."""
@@ -327,7 +328,8 @@ class _Splitter:
             except orjson.JSONDecodeError as exc:
                 raise TraceError(str(self.path), f"invalid JSON: {exc}") from exc
             if not isinstance(obj, dict):
-                raise TraceError(str(self.path), f"top-level JSON is a {type(obj).__name__}, not an object with traceEvents")
+                raise TraceError(str(self.path),
+                                 f"top-level JSON is a {type(obj).__name__}, not an object with traceEvents")
             raise TraceError(str(self.path), "no traceEvents array: not a Kineto/Chrome trace")
         chunk = None
         if not self.ended:

@@ -85,7 +85,7 @@ def _worker_main(index: int, tasks: Any, results: Any, pdeathsig: bool = False) 
             continue
         task_id, path, keep_python = task
 
-        def progress(n: int) -> None:
+        def progress(n: int, task_id: Any = task_id) -> None:  # this task's id, bound now (B023)
             results.put((task_id, Progress(n)))
 
         try:
