@@ -272,3 +272,8 @@ def trace_steps(con: duckdb.DuckDBPyConnection, trace_id: int) -> TraceSteps:
     rank = None if this.is_empty() else this["rank"][0]
     return TraceSteps(trace_id, None if rank is None else int(rank), next_rank_trace(traces, trace_id),
                       steps(con, trace_id))
+
+
+def run_labels(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
+    """Every run's id → its label as the reports print it (``trace_runs.run_label``)."""
+    return report.run_labels(con)

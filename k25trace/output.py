@@ -212,12 +212,4 @@ def _json_fragment(text: str | None) -> Any:
     return orjson.Fragment(text)
 
 
-# Ad-hoc SQL runs through k25trace.db.run_sql. k25trace/tui/screens/sql.py (another owner's file) still calls these
-# names of the module they used to live in; remove them once it calls db.run_sql.
-from k25trace.db import SqlResult as Result  # noqa: E402
-from k25trace.db import _fetch_printable as fetch_result  # noqa: E402
-from k25trace.db import _user_relation as user_relation  # noqa: E402
-from k25trace.db import read_only_hint  # noqa: E402
-
-__all__ = ["Result", "blob_text", "default_format", "fetch_result", "markdown", "read_only_hint", "rich_table",
-           "user_relation", "write", "write_json", "write_result"]
+__all__ = ["blob_text", "default_format", "markdown", "rich_table", "write", "write_json", "write_result"]

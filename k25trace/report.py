@@ -16,7 +16,7 @@ from k25trace.errors import K25Error
 from k25trace.vocab import CROSS_RANK_VIEWS, PHASES, VIEWS, check_phase, check_view
 
 __all__ = ["CROSS_RANK_VIEWS", "PHASES", "SOL_VIEWS", "VIEWS", "alignment_warnings", "allreduce_floor", "breakdown",
-           "resolve_phase", "run_label", "run_labels", "run_warnings", "summary"]
+           "resolve_phase", "run_labels", "run_warnings", "summary"]
 
 SOL_VIEWS = ("roofline", "sol")
 """The views :mod:`k25trace.sol` computes (:func:`k25trace.sol.roofline`, :func:`k25trace.sol.step_sol`)."""
@@ -109,13 +109,3 @@ def run_labels(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
     """Every run's id → its label as reports print it (``trace_runs.run_label`` through the ``run_labels`` view:
     e.g. 'graph (TP2)')."""
     return dict(query_frame(con, "report_run_labels").select("run_id", "run_label").iter_rows())
-
-
-def run_label(run_id: str) -> str:
-    """Deprecated: the label of a run id *parsed back out of the id* (it has no database to look the label up in).
-    The label is a column (``trace_runs.run_label``; :func:`run_labels`), which gives the same text (tested); this
-    stays only for the callers that have not moved to it: tui/screens/{comm,compare,overview}.py, and
-    :func:`k25trace.sol.print_tables` when its caller passes no ``labels``. Do not add callers."""
-    base, _, world = run_id.rpartition("#ws")
-    name = base.rstrip("#").rsplit("/", 1)[-1] or base
-    return f"{name} (TP{world})" if world and world not in ("1", "?") else name

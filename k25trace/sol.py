@@ -1086,10 +1086,7 @@ def print_tables(frame: pl.DataFrame, by: str, console: Any = None, labels: dict
 
     import sys
 
-    if labels is None:  # deprecated: a caller that passes no labels gets them parsed out of the run ids
-        from k25trace.report import run_label
-
-        labels = {str(r): run_label(str(r)) for r in frame["run_id"].unique().to_list()}
+    labels = labels or {}  # a run without a label is titled by its id
 
     console = console or Console(width=None if sys.stdout.isatty() else 200)
     columns = _ROOFLINE_TABLE if by == "roofline" else _SOL_TABLE

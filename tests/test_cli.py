@@ -235,9 +235,8 @@ def test_demo_runs_on_bundled_samples(tmp_path: Path) -> None:
 
 
 def test_run_labels_are_the_database_s(tmp_path: Path) -> None:
-    """Run labels are trace_runs columns (the run_labels view projects them; nothing parses them out of run ids);
-    while some front ends still call the deprecated report.run_label on ids, both must say the same, sessions
-    included (two sessions of two ranks in one folder)."""
+    """Run labels are trace_runs columns (the run_labels view projects them; nothing parses them out of run ids),
+    sessions included (two sessions of two ranks in one folder)."""
     import shutil
 
     from k25trace import pipeline, report
@@ -251,7 +250,6 @@ def test_run_labels_are_the_database_s(tmp_path: Path) -> None:
     pipeline.load_paths(con, [both, *sorted((ROOT / "k25trace" / "samples").rglob("*.json.gz"))])
     labels = report.run_labels(con)
     assert labels == dict(con.execute("select distinct run_id, run_label from trace_runs").fetchall())
-    assert labels == {run_id: report.run_label(run_id) for run_id in labels}
     sessions = con.execute("select distinct run_id, session from trace_runs where run_id like '%/both#%'").fetchall()
     assert sorted(session for _, session in sessions) == [1, 2]
     assert con.execute("select count(*) from trace_runs where session is not null and run_id not like '%/both#%'"

@@ -15,7 +15,7 @@ import polars as pl
 from rich.text import Text
 from textual.message import Message
 
-from k25trace import browse, compare, output
+from k25trace import browse, compare, db
 
 T = TypeVar("T")
 
@@ -78,7 +78,7 @@ class OverviewLoaded(Loaded[browse.Overview]):
     """The overview's traces, capture levels and step counts."""
 
 
-class BreakdownLoaded(Loaded[tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]]):
+class BreakdownLoaded(Loaded[tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, dict[str, str]]]):
     """The overview's slower part: the decode breakdown, the collectives split and the idle split."""
 
 
@@ -119,7 +119,7 @@ class SchemaLoaded(Loaded[pl.DataFrame]):
     """Tables and views with their columns, for the SQL screen's tree."""
 
 
-class SqlLoaded(Loaded[output.Result]):
+class SqlLoaded(Loaded[db.SqlResult]):
     """The rows of the user's SQL."""
 
 

@@ -36,7 +36,7 @@ class CommScreen(BrowseScreen):
 
     def __init__(self) -> None:
         super().__init__()
-        self._batch_keys: dict[str, tuple[str, int | None, str]] = {}
+        self._batch_keys: dict[str, tuple[str, str, int | None, str]] = {}  # run id, its label, batch, category
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -80,7 +80,7 @@ class CommScreen(BrowseScreen):
         batches.add_columns(*BATCH_COLUMNS)
         for i, row in enumerate(data.per_batch.iter_rows(named=True)):
             key = str(i)
-            self._batch_keys[key] = (row["run_id"], row["batch_size"], row["category"])
+            self._batch_keys[key] = (row["run_id"], row["run"], row["batch_size"], row["category"])
             batches.add_row(*[cell(row[c]) for c in BATCH_COLUMNS], key=key)
         fill_table(self.query_one("#comm-ranks", DataTable), data.per_rank,
                    columns=RANK_COLUMNS if not data.per_rank.is_empty() else None)
@@ -89,10 +89,8 @@ class CommScreen(BrowseScreen):
     def _open(self, key: str | None) -> None:
         if key is None or key not in self._batch_keys:
             return
-        run_id, batch, category = self._batch_keys[key]
-        from k25trace.report import run_label
-
-        label = (run_label(run_id), batch, category)
+        run_id, run, batch, category = self._batch_keys[key]
+        label = (run, batch, category)
         self.fetch_side(CallSitesLoaded, lambda cursor: (label, browse.call_sites(cursor, run_id, batch, category)))
 
     @on(DataTable.RowSelected, "#comm-batches")

@@ -134,15 +134,15 @@ class CompareScreen(BrowseScreen):
 
     def _start(self) -> None:
         """Compare the picked runs (when both are picked) in a worker."""
-        from k25trace.report import run_label
-
         if self.side_a is None or self.side_b is None:
             missing = " and ".join(s for s, r in (("A", self.side_a), ("B", self.side_b)) if r is None)
             keys = missing.lower().replace(" and ", " / ")
             self.set_status(f"Now pick side {missing} (move to a run, press {keys}).")
             return
         run_a, run_b, match = self.side_a, self.side_b, self.match
-        self.set_status(f"comparing A {escape(run_label(run_a))} with B {escape(run_label(run_b))} (match {match})…")
+        labels = dict(self.runs.select("run_id", "label").iter_rows()) if not self.runs.is_empty() else {}
+        self.set_status(f"comparing A {escape(labels.get(run_a, run_a))} with B {escape(labels.get(run_b, run_b))} "
+                        f"(match {match})…")
         source = self.source
 
         def call(cursor: object) -> compare.Comparison:

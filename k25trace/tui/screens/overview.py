@@ -52,9 +52,9 @@ class OverviewScreen(BrowseScreen):
 
     @on(BreakdownLoaded)
     def show_breakdown(self, message: BreakdownLoaded) -> None:
-        breakdown, comm, idle = message.result
+        breakdown, comm, idle, labels = message.result
         self.query_one("#breakdown", CategoryBars).show_bars(
-            breakdown_rows(breakdown, idle), width=60, empty_message="no decode steps in this database")
+            breakdown_rows(breakdown, idle, labels), width=60, empty_message="no decode steps in this database")
         table = self.query_one("#comm", DataTable)
         fill_table(table, comm)
         table.display = not comm.is_empty()
@@ -89,7 +89,8 @@ class OverviewScreen(BrowseScreen):
         fill_table(self.query_one("#step-counts", DataTable), overview.step_counts)
         self.query_one("#breakdown", CategoryBars).update("computing…")
         self.fetch_side(BreakdownLoaded, lambda cursor: (
-            browse.decode_breakdown(cursor), browse.collective_split(cursor), browse.idle_split(cursor)))
+            browse.decode_breakdown(cursor), browse.collective_split(cursor), browse.idle_split(cursor),
+            browse.run_labels(cursor)))
         self.query_one("#traces", DataTable).focus()
 
     @on(DataTable.RowSelected, "#traces")
@@ -105,12 +106,11 @@ class OverviewScreen(BrowseScreen):
                 self.post_message(OpenSteps(int(row_key.value)))
 
 
-def breakdown_rows(frame: pl.DataFrame, idle: pl.DataFrame | None = None
+def breakdown_rows(frame: pl.DataFrame, idle: pl.DataFrame | None = None, labels: dict[str, str] | None = None
                    ) -> list[tuple[str, list[tuple[str, float]], str]]:
-    """``report_breakdown`` rows → one bar per (run, batch size): label, category shares, a note (with the time
-    between steps, from ``report_idle``, when given)."""
-    from k25trace.report import run_label
-
+    """``report_breakdown`` rows → one bar per (run, batch size): label (the run's, from ``labels``: run id → label,
+    when several runs), category shares, a note (with the time between steps, from ``report_idle``, when given)."""
+    labels = labels or {}
     between = {} if idle is None else {(r["run_id"], r["batch_size"]): r for r in idle.iter_rows(named=True)}
     rows: list[tuple[str, list[tuple[str, float]], str]] = []
     if frame.is_empty():
@@ -119,7 +119,7 @@ def breakdown_rows(frame: pl.DataFrame, idle: pl.DataFrame | None = None
     for (run_id, batch_size), group in frame.group_by(["run_id", "batch_size"], maintain_order=True):
         first = group.row(0, named=True)
         level = first["level"]
-        run = run_label(str(run_id))[:24] + " " if several_runs and not level else ""
+        run = labels.get(str(run_id), str(run_id))[:24] + " " if several_runs and not level else ""
         label = run + (f"{level} " if level else "") + f"bs={'?' if batch_size is None else batch_size}"
         shares = [(r["category"], float(r["pct_of_step"] or 0.0)) for r in group.iter_rows(named=True)]
         note = f"{first['step_ms']:.3f} ms/step, {first['steps']} steps"

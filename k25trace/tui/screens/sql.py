@@ -13,7 +13,7 @@ from textual.containers import Horizontal, Vertical
 from textual.markup import escape
 from textual.widgets import DataTable, Footer, Header, Input, Label, TextArea, Tree
 
-from k25trace import browse, db, output
+from k25trace import browse, db
 from k25trace.errors import K25Error
 from k25trace.tui.messages import SchemaLoaded, SqlLoaded
 from k25trace.tui.screens.base import BrowseScreen
@@ -100,15 +100,16 @@ class SqlScreen(BrowseScreen):
         self.fetch(SqlLoaded, lambda cursor: user_rows(cursor, sql, params), group="sql", explain=explain_failure)
 
 
-def user_rows(cursor: duckdb.DuckDBPyConnection, sql: str, params: dict[str, object]) -> output.Result:
-    """The rows to show (at most SQL_ROW_CAP, cells cut at CELL_CHARS), every DuckDB type as text if need be."""
-    db.forbid_external_access(cursor)
-    relation = output.user_relation(cursor, sql, params)
-    if relation is None:
-        return output.Result(pl.DataFrame(), False, frozenset())
-    return output.fetch_result(relation, limit=browse.SQL_ROW_CAP, max_chars=CELL_CHARS)
+def user_rows(cursor: duckdb.DuckDBPyConnection, sql: str, params: dict[str, object]) -> db.SqlResult:
+    """The rows to show (at most SQL_ROW_CAP, cells cut at CELL_CHARS), every DuckDB type as text if need be: the one
+    ad-hoc SQL path, :func:`k25trace.db.run_sql`; SQL whose last statement returns nothing shows no rows."""
+    result = db.run_sql(cursor, sql, params, cap=browse.SQL_ROW_CAP, max_chars=CELL_CHARS)
+    return result if result is not None else db.SqlResult(pl.DataFrame(), False, frozenset())
 
 
 def explain_failure(exc: BaseException) -> str:
-    """A DuckDB or polars error (its panics are BaseExceptions), or anything else, as one line for the status."""
-    return (str(exc).splitlines() or [type(exc).__name__])[0] + output.read_only_hint(exc)
+    """A DuckDB or polars error (its panics are BaseExceptions), or anything else, as one line for the status (with
+    the read-only guard's reason when it refused the SQL)."""
+    lines = str(exc).splitlines() or [type(exc).__name__]
+    hint = db.read_only_hint(exc).strip()
+    return lines[0] + (" " + hint if hint and hint not in lines[0] else "")
