@@ -284,8 +284,8 @@ def figure(title: str, caption: str, body: str, cls: str = "chart") -> str:
 def table(headers: list[tuple[str, str]], rows: list[list[str]], cls: str = "") -> str:
     """headers: (label, 'l' | 'r'); rows of ready cell markup (``<td>`` added here, aligned like the header)."""
     head = "".join(f'<th class="{a}">{esc(h)}</th>' for h, a in headers)
-    body = "".join("<tr>" + "".join(f'<td class="{a}">{cell}</td>' for cell, (_, a) in zip(row, headers)) + "</tr>"
-                   for row in rows)
+    body = "".join("<tr>" + "".join(f'<td class="{a}">{cell}</td>' for cell, (_, a) in zip(row, headers, strict=True))
+                   + "</tr>" for row in rows)
     c = f' class="{cls}"' if cls else ""
     return f'<div class="scroll"><table{c}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
 
@@ -624,8 +624,8 @@ def section_comm(data: ReportData) -> str:
             svg.text(x1 + 10, y + row_h / 2 + 4, f"wait {num(r['wait_pct'], 1)} % · {straggler} · last most often: "
                      f"rank {r['last_rank']} ({num(r['last_pct'], 0)} %)", "start", "note")
         leg = ('<ul class="legend">'
-               f'<li><span class="sw {css_class(rows[0]["category"])}"></span>transfer (shortest duration across ranks, '
-               "in the collective's colour)</li>"
+               f'<li><span class="sw {css_class(rows[0]["category"])}"></span>transfer (shortest duration across '
+               "ranks, in the collective's colour)</li>"
                + "".join(f'<li><span class="sw" style="background:{WAIT_COLORS[p]}"></span>{esc(WAIT_LABELS[p])}</li>'
                          for p in ("launch_wait", "gpu_wait")) + "</ul>")
         parts.append(figure(
@@ -752,7 +752,8 @@ def section_distribution(data: ReportData) -> str:
                 svg.add(f'<line class="gridline" x1="{px}" x2="{px + pw - 30}" y1="{ypos(t):.1f}" y2="{ypos(t):.1f}"/>')
                 svg.text(px - 4, ypos(t) + 3, tick_label(t, yticks), "end", "tick")
             bx, bw = px + 20, pw - 70
-            svg.add(f'<rect class="box" x="{bx}" y="{ypos(q3):.1f}" width="{bw}" height="{max(ypos(q1) - ypos(q3), 1):.1f}" '
+            svg.add(f'<rect class="box" x="{bx}" y="{ypos(q3):.1f}" width="{bw}" '
+                    f'height="{max(ypos(q1) - ypos(q3), 1):.1f}" '
                     f'data-run="{attr(run_id)}" data-batch="{attr(batch)}" data-q1="{q1!r}" data-median="{med!r}" '
                     f'data-q3="{q3!r}"><title>median {num(med)} ms, quartiles {num(q1)} – {num(q3)} ms</title></rect>')
             svg.add(f'<line class="median" x1="{bx}" x2="{bx + bw}" y1="{ypos(med):.1f}" y2="{ypos(med):.1f}"/>')
@@ -856,7 +857,8 @@ def section_timeline(data: ReportData) -> str:
                 end_x = x0 + (lane.end_ns - t.start_ns) / 1e6 * scale
                 svg.add(f'<g class="lane" data-run="{attr(run_id)}" data-batch="{attr(t.batch_size)}" '
                         f'data-step="{t.step_index}" data-rank="{lane.rank}" data-wall-ns="{lane.wall_ns}" '
-                        f'data-start-ns="{lane.start_ns}" data-end-ns="{lane.end_ns}" data-offset-ns="{lane.offset_ns}" '
+                        f'data-start-ns="{lane.start_ns}" data-end-ns="{lane.end_ns}" '
+                        f'data-offset-ns="{lane.offset_ns}" '
                         f'data-window-start-ns="{t.start_ns}" data-window-end-ns="{t.end_ns}" '
                         f'data-x-start="{start_x:.2f}" data-x-end="{end_x:.2f}" data-wait-ns="{lane.wait_ns}">'
                         + "".join(marks) + "</g>")
@@ -869,7 +871,8 @@ def section_timeline(data: ReportData) -> str:
             aligned = [ln for ln in t.lanes if ln.aligned]
             clock = ("clocks aligned to rank " + str(min(ln.rank for ln in t.lanes)) + "'s (offsets "
                      + ", ".join(f"rank {ln.rank} {ln.offset_ns / 1e3:+,.3f} µs" for ln in t.lanes) + ")"
-                     if aligned else ("one rank" if len(t.lanes) == 1 else "clocks not aligned (no paired collectives)"))
+                     if aligned else ("one rank" if len(t.lanes) == 1
+                                      else "clocks not aligned (no paired collectives)"))
             why = (f"step {t.step_index}: the one of {t.candidates} whose wall time ({num(t.wall_ms)} ms, mean over "
                    f"ranks) is nearest the median ({num(t.median_wall_ms)} ms)")
             if t.inferred:
@@ -973,10 +976,13 @@ def style() -> str:
     return """
 :root{--fg:#1f2328;--muted:#57606a;--line:#d0d7de}
 *{box-sizing:border-box}
-body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,"Helvetica Neue",Arial,sans-serif;color:var(--fg);margin:0;background:#fff}
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,"Helvetica Neue",Arial,sans-serif;\
+color:var(--fg);margin:0;background:#fff}
 main{max-width:1180px;margin:0 auto;padding:12px 24px 48px}
-h1{font-size:22px;margin:10px 0 2px}h2{font-size:18px;margin:30px 0 8px;border-bottom:1px solid var(--line);padding-bottom:4px}
-h3{font-size:15px;margin:10px 0 2px}p{margin:4px 0}code{font-size:12.5px;background:#f6f8fa;padding:0 3px;border-radius:3px;white-space:nowrap}
+h1{font-size:22px;margin:10px 0 2px}\
+h2{font-size:18px;margin:30px 0 8px;border-bottom:1px solid var(--line);padding-bottom:4px}
+h3{font-size:15px;margin:10px 0 2px}p{margin:4px 0}\
+code{font-size:12.5px;background:#f6f8fa;padding:0 3px;border-radius:3px;white-space:nowrap}
 .muted,figcaption p{color:var(--muted)}figcaption p{font-size:12.5px;max-width:1000px}
 .note{background:#fff8c5;border:1px solid #d4a72c;padding:6px 10px;border-radius:4px;margin:6px 0}
 .empty{font-style:italic;color:var(--muted)}
@@ -1066,7 +1072,8 @@ def render_comparison(comparison: Any, title: str | None = None) -> str:
     verdict = (f'<section id="verdict"><h2>Verdict: {esc(comparison.verdict)}</h2><p class="muted">'
                f"{esc(comparison.summary())}</p>"
                + ("<ul>" + "".join(f"<li>{esc(c)}</li>" for c in changes[:15]) + "</ul>" if changes else "")
-               + (f'<p class="muted">… and {len(changes) - 15} more (the tables below)</p>' if len(changes) > 15 else "")
+               + (f'<p class="muted">… and {len(changes) - 15} more (the tables below)</p>'
+                  if len(changes) > 15 else "")
                + table([(c, "l") for c in sides.columns],
                        [[esc("—" if v is None else v) for v in r] for r in sides.iter_rows()]) + "</section>")
     sections = [verdict, _compare_categories(comparison), _compare_table(
@@ -1083,14 +1090,16 @@ def render_comparison(comparison: Any, title: str | None = None) -> str:
                        comparison.macro, list(comparison.macro.columns))]
     nav = [("verdict", "Verdict"), ("categories", "By category"), ("steps", "Step time"), ("comm", "Collectives"),
            ("kernels", "Kernels"), ("macro", "Capture levels")]
-    subtitle = " vs ".join(f"{r['side']}: {r['runs'] or r['source']} [{r['selection']}]" for r in sides.iter_rows(named=True))
+    subtitle = " vs ".join(f"{r['side']}: {r['runs'] or r['source']} [{r['selection']}]"
+                           for r in sides.iter_rows(named=True))
     return _page(title, subtitle, list(comparison.notes), sections, nav)
 
 
 def _compare_categories(comparison: Any) -> str:
     frame = comparison.categories
     if frame.is_empty():
-        return '<section id="categories"><h2>By category</h2><p class="empty">No step group on both sides.</p></section>'
+        return ('<section id="categories"><h2>By category</h2><p class="empty">No step group on both sides.</p>'
+                "</section>")
     parts = ['<section id="categories"><h2>By category</h2>']
     for (phase, group), rows in _groups(frame, ["phase", "group"]):
         by_cat = {r["category"]: r for r in rows.iter_rows(named=True)}
@@ -1128,7 +1137,8 @@ def _compare_categories(comparison: Any) -> str:
         dsvg = Svg(width, len(ranked) * (row_h + gap) + 46, f"Change per category, B − A, {group}", "bars delta")
         for t in [-v for v in reversed(dticks[1:])] + dticks:
             x = zero + t / lim * half
-            dsvg.add(f'<line class="gridline" x1="{x:.1f}" x2="{x:.1f}" y1="4" y2="{len(ranked) * (row_h + gap) + 4}"/>')
+            dsvg.add(f'<line class="gridline" x1="{x:.1f}" x2="{x:.1f}" y1="4" '
+                     f'y2="{len(ranked) * (row_h + gap) + 4}"/>')
             dsvg.text(x, len(ranked) * (row_h + gap) + 18, f"{t:+g}" if t else "0", "middle", "tick")
         dsvg.text(zero, len(ranked) * (row_h + gap) + 34, "B − A, ms per step (whiskers: 95 % interval)", "middle",
                   "unit")
@@ -1151,9 +1161,11 @@ def _compare_categories(comparison: Any) -> str:
                 dsvg.add(f'<line class="whisker" x1="{max(lo, x0 + 104):.1f}" x2="{min(hi, x1):.1f}" '
                          f'y1="{y + row_h / 2}" y2="{y + row_h / 2}"/>')
             weight = ' font-weight="600"' if changed else ""
-            dsvg.add(f'<text x="{x1 + 10}" y="{y + 12}" style="fill:{VERDICT_COLORS.get(r["verdict"], "#57606a")}"{weight}>'
+            dsvg.add(f'<text x="{x1 + 10}" y="{y + 12}" '
+                     f'style="fill:{VERDICT_COLORS.get(r["verdict"], "#57606a")}"{weight}>'
                      f"{esc(r['verdict'])} ({esc(pct)})</text>")
-        dsvg.add(f'<line class="axisline" x1="{zero:.1f}" x2="{zero:.1f}" y1="2" y2="{len(ranked) * (row_h + gap) + 6}"/>')
+        dsvg.add(f'<line class="axisline" x1="{zero:.1f}" x2="{zero:.1f}" y1="2" '
+                 f'y2="{len(ranked) * (row_h + gap) + 6}"/>')
         parts.append(figure(f"{group} ({phase}): A {num(totals['a'])} ms → B {num(totals['b'])} ms per step",
                             f"{by_cat[order[0]]['steps_a']} steps in A, {by_cat[order[0]]['steps_b']} in B. Top: each "
                             "side's step by category. Bottom: the change per category, largest first; bright bars "

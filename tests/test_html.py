@@ -24,7 +24,6 @@ from k25trace.cli import cli
 from k25trace.tui.colors import CATEGORY_COLORS
 from share_fixtures import CAPTURE_STATS, capture_database, graph_database, tp2_database
 
-
 # ------------------------------------------------------------------------------------------------ helpers
 
 
@@ -134,7 +133,8 @@ def test_breakdown_bars_are_the_report_numbers_drawn_to_scale(tp2: Path, page: t
         first = next(r for r in rows if r["run_id"] == run and r["batch_size"] == batch)
         assert float(bar["data-step-ms"]) == first["step_ms"]
         scale, x0 = float(bar["data-scale"]), float(bar["data-x0"])
-        mine = sorted((float(a["x"]), float(a["width"]), a) for (rn, b, _), a in segs.items() if rn == run and b == batch)
+        mine = sorted((float(a["x"]), float(a["width"]), a) for (rn, b, _), a in segs.items()
+                      if rn == run and b == batch)
         x = x0
         for sx, width, a in mine:
             assert abs(sx - x) < 0.02 and abs(width - float(a["data-ms"]) * scale) < 0.02
@@ -189,12 +189,14 @@ def test_comm_idle_kernels_and_steps_are_the_report_numbers(tp2: Path, page: tup
                and float(a["data-ms"]) > 100 for a in outliers)
 
 
-def test_timeline_is_the_median_step_on_every_rank_on_the_aligned_clock(tp2: Path, page: tuple[Path, str, float]) -> None:
+def test_timeline_is_the_median_step_on_every_rank_on_the_aligned_clock(tp2: Path,
+                                                                         page: tuple[Path, str, float]) -> None:
     con = db.connect(tp2, read_only=True)
     steps = con.execute(
         "select trace_runs.run_id, steps.batch_size, steps.step_index, steps.rank, steps.wall_ns, steps.gpu_start_ns, "
         "steps.gpu_end_ns, coalesce(rank_offsets.offset_ns, 0) from steps join trace_runs using (trace_id) "
-        "left join rank_offsets using (run_id, trace_id) where steps.phase = 'decode' and not steps.is_empty").fetchall()
+        "left join rank_offsets using (run_id, trace_id) where steps.phase = 'decode' and not steps.is_empty"
+    ).fetchall()
     offsets = dict(con.execute("select rank, offset_ns from rank_offsets where run_id like '%graph#ws2'").fetchall())
     con.close()
     assert offsets[0] == 0 and offsets[1] != 0  # the alignment moves rank 1, so the test can see it applied
@@ -215,7 +217,8 @@ def test_timeline_is_the_median_step_on_every_rank_on_the_aligned_clock(tp2: Pat
     lanes = parse(page[1]).find("g", **{"class": "lane"})
     assert len(lanes) == 2 * 6  # 2 ranks × (3 batch sizes × 2 runs)
     for lane in lanes:
-        run, batch, step, rank = lane["data-run"], int(lane["data-batch"]), int(lane["data-step"]), int(lane["data-rank"])
+        run, batch = lane["data-run"], int(lane["data-batch"])
+        step, rank = int(lane["data-step"]), int(lane["data-rank"])
         assert step == chosen[(run, batch)]
         wall, start, end = facts[(run, step, rank)]
         assert (int(lane["data-wall-ns"]), int(lane["data-start-ns"]), int(lane["data-end-ns"])) == (wall, start, end)
@@ -285,7 +288,8 @@ def _rgb(hex_color: str) -> str:
     return f"rgb({int(h[0:2], 16)}, {int(h[2:4], 16)}, {int(h[4:6], 16)})"
 
 
-@pytest.mark.skipif(chromium_path() is None, reason="needs a Chromium browser on PATH (Debian: apt-get install chromium)")
+@pytest.mark.skipif(chromium_path() is None,
+                    reason="needs a Chromium browser on PATH (Debian: apt-get install chromium)")
 def test_the_page_opens_in_chromium_and_draws_its_charts(page: tuple[Path, str, float], tmp_path: Path) -> None:
     path, text, _ = page
     shot = Path(os.environ.get("K25_SCREENSHOT_DIR", tmp_path)) / "report.png"
@@ -375,7 +379,8 @@ def test_the_comparison_page_draws_the_compare_numbers(comparison: tuple[Path, d
               for a in marks.find("rect", data_delta=True)}
     assert len(segs) == 2 * len(expected["categories"]) and len(deltas) == len(expected["categories"]) == 33
     for r in expected["categories"]:
-        assert segs[(r["group"], "A", r["category"])] == r["ms_a"] and segs[(r["group"], "B", r["category"])] == r["ms_b"]
+        assert (segs[(r["group"], "A", r["category"])] == r["ms_a"]
+                and segs[(r["group"], "B", r["category"])] == r["ms_b"])
         assert deltas[(r["group"], r["category"])] == (r["delta_ms"], r["verdict"])
     # the graph run's GEMMs are slower at every batch size (61 layers against 8): drawn as changed, at full opacity
     for group in ("bs=1", "bs=8", "bs=64"):
@@ -389,7 +394,8 @@ def test_the_comparison_page_draws_the_compare_numbers(comparison: tuple[Path, d
         assert f"{row['ms_a']:,.4f}".rstrip("0").rstrip(".") in body
 
 
-@pytest.mark.skipif(chromium_path() is None, reason="needs a Chromium browser on PATH (Debian: apt-get install chromium)")
+@pytest.mark.skipif(chromium_path() is None,
+                    reason="needs a Chromium browser on PATH (Debian: apt-get install chromium)")
 def test_the_comparison_page_opens_in_chromium(comparison: tuple[Path, dict], tmp_path: Path) -> None:
     out, _ = comparison
     with Browser(width=1280, height=900) as browser:
