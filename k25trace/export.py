@@ -30,7 +30,6 @@ import polars as pl
 from k25trace import __version__, report
 from k25trace.db import get_query, query_frame
 from k25trace.errors import K25Error
-from k25trace.tui.colors import CATEGORY_COLORS
 
 # ---------------------------------------------------------------------------------------------- selection
 
@@ -390,10 +389,11 @@ class _Lanes:
 
 
 def check_chrome_trace(trace: dict[str, Any]) -> list[str]:
-    """Check a parsed JSON trace (``orjson.loads`` of the file) for what ui.perfetto.dev's and chrome://tracing's JSON importers need, checked structurally: a ``traceEvents``
-    list; every event a known phase with an integer pid and tid; complete ('X') events with a finite, non-negative
-    ``ts`` and ``dur`` and a name; metadata ('M') events with their args; and, per track (pid, tid), slices that nest
-    (no partial overlap, which both importers mis-nest or drop). Returns the problems found (none: valid)."""
+    """Check a parsed JSON trace (``orjson.loads`` of the file) for what ui.perfetto.dev's and chrome://tracing's
+    JSON importers need, checked structurally: a ``traceEvents`` list; every event a known phase with an integer pid
+    and tid; complete ('X') events with a finite, non-negative ``ts`` and ``dur`` and a name; metadata ('M') events
+    with their args; and, per track (pid, tid), slices that nest (no partial overlap, which both importers mis-nest
+    or drop). Returns the problems found (none: valid)."""
     problems: list[str] = []
     events = trace.get("traceEvents")
     if not isinstance(events, list):
@@ -524,7 +524,8 @@ def export_parquet(con: duckdb.DuckDBPyConnection, out_dir: Path, *, overwrite: 
                                 key=lambda kv: kv[0])),
             "read_with": {"duckdb": "select * from read_parquet('DIR/gpu_events/**/*.parquet', hive_partitioning=true)",
                           "polars": "pl.read_parquet('DIR/gpu_events/')",
-                          "pandas": "pd.read_parquet('DIR/gpu_events')", "spark": "spark.read.parquet('DIR/gpu_events')"},
+                          "pandas": "pd.read_parquet('DIR/gpu_events')",
+                          "spark": "spark.read.parquet('DIR/gpu_events')"},
         }
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2, default=str) + "\n", encoding="utf-8")
         for name in ours:
@@ -555,7 +556,7 @@ def _relation(con: duckdb.DuckDBPyConnection, query: str, table: str) -> duckdb.
 
     return rel.project(", ".join(
         f"CAST({quote(n)} AS DECIMAL(38, 0)) AS {quote(n)}" if str(t).upper() in WIDE_INTEGERS else quote(n)
-        for n, t in zip(rel.columns, rel.types)))
+        for n, t in zip(rel.columns, rel.types, strict=True)))
 
 
 def _count(con: duckdb.DuckDBPyConnection, table: str) -> int:

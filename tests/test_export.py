@@ -102,7 +102,8 @@ def test_perfetto_default_is_one_median_step_per_batch_size_on_every_rank(graph:
     assert t0 == min(min(v[0] for v in expected.values()), marker_start)
 
     # one process per rank, named, with a step marker track and a GPU window per step
-    names = {e["pid"]: e["args"]["name"] for e in trace["traceEvents"] if e["ph"] == "M" and e["name"] == "process_name"}
+    names = {e["pid"]: e["args"]["name"] for e in trace["traceEvents"]
+             if e["ph"] == "M" and e["name"] == "process_name"}
     assert names == {0: "rank 0 · NVIDIA H200", 1: "rank 1 · NVIDIA H200"}
     steps = Counter((e["pid"], e["args"]["step"]) for e in trace["traceEvents"] if e.get("cat") == "k25trace.step")
     assert steps == {(r, s): 2 for r in (0, 1) for s in (2, 9, 14)}
@@ -213,7 +214,8 @@ def test_parquet_layout(exported: Path, tp2: Path) -> None:
     assert manifest["runs"]["graph_TP2"].endswith("graph#ws2")
     for table in export.PARTITIONED_TABLES:
         assert manifest["tables"][table]["partitioned_by"] == ["run", "rank"]
-    parts = sorted(str(p.relative_to(exported / "gpu_events").parent) for p in (exported / "gpu_events").rglob("*.parquet"))
+    parts = sorted(str(p.relative_to(exported / "gpu_events").parent)
+                   for p in (exported / "gpu_events").rglob("*.parquet"))
     assert parts == ["run=eager_TP2/rank=0", "run=eager_TP2/rank=1", "run=graph_TP2/rank=0", "run=graph_TP2/rank=1"]
     assert (exported / "traces.parquet").is_file() and (exported / "kernel_names.parquet").is_file()
     assert not list(exported.glob(".k25trace-export-*"))  # the temporary folder is gone
