@@ -119,7 +119,8 @@ def bench_specs(con: Any, *, sizes: str | None, count: int | None, batch_sizes: 
         if s.get("world_size") and s["world_size"] != world_size:
             _log(f"note: the trace ran on {s['world_size']} ranks, this bench on {world_size}")
     seen: set[tuple[int, int]] = set()
-    return [s for s in specs if (s["size_bytes"], s["count"]) not in seen and not seen.add((s["size_bytes"], s["count"]))]
+    return [s for s in specs
+            if (s["size_bytes"], s["count"]) not in seen and not seen.add((s["size_bytes"], s["count"]))]
 
 
 # ------------------------------------------------------------------------------------------------ the workers
@@ -177,10 +178,10 @@ def _measure_rank(rank: int, world: int, cfg: dict[str, Any]) -> dict[str, Any]:
         tensors[size] = x
         res: dict[str, Any] = {"size_bytes": size, "count": count}
 
-        def one() -> None:
+        def one(x: Any = x) -> None:  # this size's tensor, bound now
             dist.all_reduce(x)
 
-        def burst() -> None:
+        def burst(x: Any = x, count: int = count) -> None:
             for _ in range(count):
                 dist.all_reduce(x)
 
@@ -345,14 +346,15 @@ def combine(outs: list[dict[str, Any]], sizes: list[dict[str, Any]], *, backend:
             per_rank = [o["results"][i].get(mode) for o in outs]
             if any(v is None for v in per_rank):
                 continue
-            reps = [max(vals) for vals in zip(*per_rank)]
+            reps = [max(vals) for vals in zip(*per_rank, strict=True)]  # every rank timed the same repetitions
             n = 1 if mode == "single" else spec["count"]
             med, p90 = quantile(reps, 0.5) / n, quantile(reps, 0.9) / n
             algbw = spec["size_bytes"] / (med * 1e-6) / 1e9 if med > 0 else None
             # kernel durations: per kernel position the rank that arrived last (the shortest kernel: the others'
             # include waiting for it), so the figure is the transfer alone
             per_rank_k = [o["results"][i].get(f"{mode}_kernel") for o in outs]
-            kern = [min(v) for v in zip(*per_rank_k)] if all(per_rank_k) else []
+            # strict=False: each rank's list is what its profiler recorded, not guaranteed to be as long
+            kern = [min(v) for v in zip(*per_rank_k, strict=False)] if all(per_rank_k) else []
             rows.append({
                 "bench_run": bench_run, "measured_at": measured_at, "backend": backend, "world_size": world_size,
                 "device_name": outs[0]["device_name"], "torch_version": outs[0]["torch_version"], "dtype": dtype,
@@ -457,7 +459,8 @@ def _emit(rows: list[dict[str, Any]], fmt: str | None) -> None:
               "count, else 122).")
 @click.option("--batch-sizes", default="1,8,64", show_default=True,
               help="Without --db or --sizes: sizes = hidden x batch x dtype for these.")
-@click.option("--hidden", type=int, default=7168, show_default=True, help="Hidden size when the trace has no message sizes.")
+@click.option("--hidden", type=int, default=7168, show_default=True,
+              help="Hidden size when the trace has no message sizes.")
 @click.option("--dtype", type=click.Choice(sorted(DTYPE_BYTES)), default="bf16", show_default=True)
 @click.option("--phase", type=click.Choice(PHASES), default="decode", show_default=True,
               help="Steps whose pattern is read from --db.")
