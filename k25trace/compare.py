@@ -267,15 +267,16 @@ def resolve_run(frame: pl.DataFrame, wanted: str) -> str:
     labels = frame["label"].to_list()
     if wanted in ids:
         return wanted
-    by_label = [i for i, label in zip(ids, labels) if label == wanted]
+    by_label = [i for i, label in zip(ids, labels, strict=True) if label == wanted]
     if len(by_label) == 1:
         return by_label[0]
     partial = [i for i in ids if wanted in i]
     if len(partial) == 1:
         return partial[0]
-    known = "; ".join(f"{label} = {i}" for i, label in zip(ids, labels)) or "none (no traces loaded)"
+    known = "; ".join(f"{label} = {i}" for i, label in zip(ids, labels, strict=True)) or "none (no traces loaded)"
     if len(by_label) > 1 or len(partial) > 1:
-        raise K25Error(f"run={wanted!r} matches {max(len(by_label), len(partial))} runs; give more of the id. Runs: {known}")
+        raise K25Error(f"run={wanted!r} matches {max(len(by_label), len(partial))} runs; give more of the id. "
+                       f"Runs: {known}")
     raise K25Error(f"no run matches run={wanted!r}. Runs: {known}")
 
 
@@ -411,7 +412,8 @@ class Comparison:
             "verdict": self.verdict, "test": self.TEST, "alpha": self.alpha, "min_change_pct": self.min_change_pct,
             "min_step_pct": self.min_step_pct,
             "match": self.match, "groups": self.groups, "changes": self.changes(), "notes": self.notes,
-            "sides": self.sides.to_dicts(), "categories": self.categories.to_dicts(), "kernels": self.kernels.to_dicts(),
+            "sides": self.sides.to_dicts(), "categories": self.categories.to_dicts(),
+            "kernels": self.kernels.to_dicts(),
             "steps": self.steps.to_dicts(), "comm": self.comm.to_dicts(), "macro": self.macro.to_dicts(),
         }
 
@@ -557,7 +559,7 @@ def _finish(rows: list[dict[str, Any]], columns: list[str], *, alpha: float, min
             min_step_pct: float, schema: dict[str, Any]) -> pl.DataFrame:
     """Holm-adjust the table's p-values, give each row its verdict, round, and build the frame."""
     adjusted = holm([r.get("p_raw") for r in rows])
-    for row, p in zip(rows, adjusted):
+    for row, p in zip(rows, adjusted, strict=True):
         row["p_value"] = p
         if row.get("verdict") is None:
             row["verdict"] = verdict(p, row["delta_ms"] or 0.0, row["ms_a"], row.get("step_ms_a"), alpha=alpha,
@@ -690,7 +692,7 @@ def _categories_of(kernels: pl.DataFrame, obs: pl.DataFrame) -> dict[int, str]:
            .group_by(["name_id", "category"]).agg(pl.col("kernel_ns").sum())
            .sort(["name_id", "kernel_ns", "category"], descending=[False, True, False])
            .unique("name_id", keep="first"))
-    return dict(zip(per["name_id"].to_list(), per["category"].to_list()))
+    return dict(zip(per["name_id"].to_list(), per["category"].to_list(), strict=True))
 
 
 def _join_categories(cats: list[str | None]) -> str:

@@ -18,9 +18,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from k25trace import db, ingest, pipeline, report, synth
-from k25trace.compare import (CHANGED, Selection, Side, compare, holm, t_two_sided_p, top_kernels, verdict,
-                              welch)
+from k25trace import db, pipeline, report, synth
+from k25trace.compare import CHANGED, Selection, Side, compare, holm, t_two_sided_p, top_kernels, verdict, welch
 from k25trace.errors import K25Error
 from k25trace.names import kernel_family, template_args
 
@@ -109,7 +108,8 @@ def test_kernel_families() -> None:
     # different operations stay apart
     assert kernel_family(synth.K_ACT) != kernel_family(NEW_ACT)
     assert kernel_family(synth.K_RMS) != kernel_family(synth.K_FUSED_ADD_RMS)
-    assert kernel_family("nvjet_sm90_tst_64x8_64x16_2x1_v_bz_NNT") != kernel_family("nvjet_sm90_tst_64x8_64x16_2x1_h_bz_NNT")
+    assert (kernel_family("nvjet_sm90_tst_64x8_64x16_2x1_v_bz_NNT")
+            != kernel_family("nvjet_sm90_tst_64x8_64x16_2x1_h_bz_NNT"))
     assert kernel_family("Memcpy DtoD (Device -> Device)") == "Memcpy DtoD (Device -> Device)"
     assert template_args(synth.K_MARLIN_W13) != template_args(synth.K_MARLIN_W2)
     assert template_args(synth.K_FUSED_ADD_RMS) == "<c10::BFloat16, 8>" and template_args("memcpy32_post") is None
@@ -179,14 +179,15 @@ def test_noise_only_pair_is_no_change(pairs: dict[str, Path]) -> None:
 def test_one_category_twenty_percent_slower_is_found_and_nothing_else(pairs: dict[str, Path]) -> None:
     result = compare(side("A", pairs["base.db"]), side("B", pairs["slow.db"]))
     found = changed(result.categories)
-    assert sorted(zip(found["group"], found["category"], found["verdict"])) == [
+    assert sorted(zip(found["group"], found["category"], found["verdict"], strict=True)) == [
         ("bs=1", "attention", "slower"), ("bs=64", "attention", "slower")]
     assert found["delta_pct"].to_list() == pytest.approx([20.0, 20.0], abs=1.5)
     # the measured delta is the generator's own (attention runs alone: exclusive = kernel time), and its 95 %
     # confidence interval holds the injected 20 %
     for row in found.iter_rows(named=True):
         batch = int(row["group"].removeprefix("bs="))
-        truth_a, truth_b = truth_kernel_ms(pairs["base"], "attention")[batch], truth_kernel_ms(pairs["slow"], "attention")[batch]
+        truth_a = truth_kernel_ms(pairs["base"], "attention")[batch]
+        truth_b = truth_kernel_ms(pairs["slow"], "attention")[batch]
         assert row["ms_a"] == pytest.approx(truth_a, abs=1e-4) and row["ms_b"] == pytest.approx(truth_b, abs=1e-4)
         assert abs(row["delta_ms"] - 0.2 * row["ms_a"]) <= row["ci95_ms"]
     # kernels: every changed one is an attention kernel; without the step floor, exactly the attention kernels
@@ -220,7 +221,7 @@ def test_one_kernel_replaced_by_another(pairs: dict[str, Path]) -> None:
     assert changed(result.categories).is_empty()  # same durations, same categories
     found = changed(result.kernels)
     assert sorted(zip(found["group"], found["match"], found["name_a"].fill_null("—"), found["name_b"].fill_null("—"),
-                      found["category"])) == [
+                      found["category"], strict=True)) == [
         ("bs=1", "only-A", "vllm::act_and_mul_kernel", "—", "activation"),
         ("bs=1", "only-B", "—", "vllm::silu_and_mul_kernel", "activation"),
         ("bs=64", "only-A", "vllm::act_and_mul_kernel", "—", "activation"),
@@ -296,7 +297,8 @@ def test_h200_eager_against_cuda_graph(gaps: dict[str, Path]) -> None:
     found = changed(result.kernels)
     for group in ("bs=1", "bs=8", "bs=64"):
         rows = found.filter(pl.col("group") == group)
-        assert sorted(zip(rows["match"], rows["name_a"].fill_null("—"), rows["name_b"].fill_null("—"))) == [
+        assert sorted(zip(rows["match"], rows["name_a"].fill_null("—"), rows["name_b"].fill_null("—"),
+                          strict=True)) == [
             ("only-A", "Memcpy DtoD (Device -> Device)", "—"), ("only-A", "Memcpy DtoH (Device -> Pageable)", "—"),
             ("only-B", "—", "memcpy32_post")]
         copy = rows.filter(pl.col("name_a") == "Memcpy DtoH (Device -> Pageable)").row(0, named=True)
@@ -321,7 +323,8 @@ def test_batch_1_against_batch_64_within_one_run(tp2: Path) -> None:
     con = db.connect(tp2, read_only=True)
     names = dict(con.execute(
         "select s.batch_size, list(distinct k.short_name) from kernels k join steps s using (trace_id, step_index) "
-        "join trace_runs r using (trace_id) where r.run_id like '%graph%' and s.phase = 'decode' group by 1").fetchall())
+        "join trace_runs r using (trace_id) where r.run_id like '%graph%' and s.phase = 'decode' group by 1"
+    ).fetchall())
     family = result.kernels.filter(pl.col("match") == "family")
     assert not family.is_empty()
     for row in family.iter_rows(named=True):
@@ -395,7 +398,8 @@ def test_two_levels_of_one_capture(captures: dict[str, Path]) -> None:
     idle = result.categories.filter(pl.col("category") == "idle").row(0, named=True)
     assert idle["verdict"] == "faster"  # c64 holds the CUDA-graph run
     macro = {r["metric"]: r for r in result.macro.iter_rows(named=True)}
-    assert (macro["output tok/s"]["a"], macro["output tok/s"]["b"], macro["output tok/s"]["better"]) == (40.0, 900.0, "B")
+    assert (macro["output tok/s"]["a"], macro["output tok/s"]["b"],
+            macro["output tok/s"]["better"]) == (40.0, 900.0, "B")
     assert (macro["TTFT p50"]["a"], macro["TTFT p50"]["b"], macro["TTFT p50"]["better"]) == (30.0, 80.0, "A")
     assert macro["TPOT p99"]["delta"] == pytest.approx(35.0) and macro["TTFT p90"]["delta_pct"] == pytest.approx(166.67)
     assert any("aggregates" in n and "no test" in n for n in result.notes)
@@ -409,7 +413,8 @@ def test_two_captures_matched_by_level(captures: dict[str, Path]) -> None:
     # the same trace files on both sides: every delta is exactly 0
     assert result.verdict == "no change" and (result.categories["delta_ms"] == 0).all()
     macro = result.macro
-    assert macro.height == 2 * 12 and set(zip(macro["level_a"], macro["level_b"])) == {("c1", "c1"), ("c64", "c64")}
+    assert macro.height == 2 * 12 and set(zip(macro["level_a"], macro["level_b"], strict=True)) == {
+        ("c1", "c1"), ("c64", "c64")}
     tok = macro.filter((pl.col("metric") == "output tok/s") & (pl.col("level_a") == "c64")).row(0, named=True)
     assert (tok["a"], tok["b"], tok["delta"], tok["better"]) == (900.0, 1000.0, 100.0, "B")
 
