@@ -80,7 +80,8 @@ def _parse_query_file(path: Path) -> NamedQuery:
     name = header.get("name", path.stem)
     if name != path.stem:
         raise K25Error(f"{path}: header name {name!r} does not match the file name")
-    declared = tuple(p.strip().lstrip("$") for p in header.get("params", "").split(",") if p.strip() and p.strip() != "none")
+    declared = tuple(p.strip().lstrip("$") for p in header.get("params", "").split(",")
+                     if p.strip() and p.strip() != "none")
     used = sorted(set(_PARAM_RE.findall(_strip_sql_comments(text))))
     if sorted(set(declared)) != used:
         raise K25Error(f"{path}: header declares params {sorted(set(declared))} but the SQL uses {used}")
@@ -132,7 +133,8 @@ def run_query(
         raise QueryError(name, f"missing parameter(s): {', '.join('$' + m for m in missing)}")
     unknown = [p for p in params if p not in query.params]
     if unknown:
-        raise QueryError(name, f"unknown parameter(s): {', '.join('$' + u for u in unknown)}; it takes {list(query.params) or 'none'}")
+        raise QueryError(name, f"unknown parameter(s): {', '.join('$' + u for u in unknown)}; "
+                               f"it takes {list(query.params) or 'none'}")
     try:
         statements = split_statements(query.sql)
         for i, statement in enumerate(statements):
@@ -363,7 +365,8 @@ def run_sql(cursor: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any] 
 def read_only_hint(exc: BaseException) -> str:
     """For an error from the read-only guard (:func:`forbid_external_access`), a line saying why."""
     text = str(exc)
-    if any(m in text for m in ("disabled by configuration", "configuration has been locked", "disabled through configuration")):
+    if any(m in text for m in ("disabled by configuration", "configuration has been locked",
+                               "disabled through configuration")):
         return ("\n(k25trace's SQL is read-only: it neither writes nor reads files, loads extensions or changes "
                 "settings; for COPY … TO or EXPORT DATABASE use the duckdb CLI on the database file)")
     return ""

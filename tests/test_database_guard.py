@@ -10,7 +10,7 @@ import duckdb
 import pytest
 from click.testing import CliRunner
 
-from k25trace import db, ingest, pipeline, report
+from k25trace import db, pipeline, report
 from k25trace.cli import cli
 from k25trace.errors import K25Error
 
