@@ -107,7 +107,7 @@ def read_peaks(path: Path, *, origin: str | None = None) -> list[Peaks]:
         if row.get(None):  # type: ignore[call-overload]
             raise K25Error(f"{where}: more fields than columns")
 
-        def num(col: str) -> float | None:
+        def num(col: str, row: dict[Any, Any] = row, where: str = where) -> float | None:  # this row's, bound now
             value = (row.get(col) or "").strip()
             if not value:
                 return None
@@ -353,7 +353,9 @@ def model_matmul(dims: Dims, ctx: OpContext) -> OpCost:
         rows = _numel(a[:-1])
         return _mm_cost(rows, k, n, e, ctx=ctx)
     batch_shape = []
-    for x, y in zip(reversed([1] * (len(b) - len(a)) + a[:-2]), reversed([1] * (len(a) - len(b)) + b[:-2])):
+    # both have 2+ dims here, padded with 1s to the longer one's batch rank: the lengths match
+    for x, y in zip(reversed([1] * (len(b) - len(a)) + a[:-2]), reversed([1] * (len(a) - len(b)) + b[:-2]),
+                    strict=True):
         if x != y and 1 not in (x, y):
             raise Unmodelled(f"matmul batch dimensions of {a} x {b} do not broadcast")
         batch_shape.append(max(x, y))
@@ -741,7 +743,7 @@ def carry_graph_kernels(graph: pl.DataFrame, eager: pl.DataFrame) -> list[_Row]:
         info["categories"].update(r["categories"] or [])
 
     out: list[_Row] = []
-    for (run_id, trace_id, step), group in _group_steps(graph):
+    for (run_id, _trace_id, _step), group in _group_steps(graph):
         first = group[0]
         ctx_key = (first["device_name"], first["world_size"], first["phase"], first["batch_size"])
         by_sig = {g["sig"]: g for g in group}
@@ -922,8 +924,7 @@ def step_sol(con: duckdb.DuckDBPyConnection, *, model_config: Path | None, quant
     all-reduce, the rest, idle, the whole step) next to its floor from the model (:mod:`k25trace.models`) and the
     device's peaks, and the ratio observed / floor."""
     from k25trace import models
-    from k25trace.report import allreduce_floor
-    from k25trace.report import breakdown
+    from k25trace.report import allreduce_floor, breakdown
 
     cfg = models.load_config(model_config) if model_config is not None else models.stored_config(con)
     if cfg is None:
@@ -1080,11 +1081,11 @@ def print_tables(frame: pl.DataFrame, by: str, console: Any = None, labels: dict
     """``report --by roofline`` / ``--by sol`` on a terminal: one table per (run, batch size) with the columns that
     matter (CSV/JSON carry all of them), titled by the run's label from ``labels``
     (:func:`k25trace.report.run_labels`)."""
+    import sys
+
     from rich.console import Console
 
     from k25trace.output import rich_table
-
-    import sys
 
     labels = labels or {}  # a run without a label is titled by its id
 

@@ -15,7 +15,8 @@ import pytest
 from click.testing import CliRunner
 
 from helpers import B200, DATA, MI300X_FULL, MI300X_PIECEWISE
-from k25trace import db, floor as bench, ingest, models, pipeline, sol
+from k25trace import db, models, pipeline, sol
+from k25trace import floor as bench
 from k25trace.cli import cli
 from k25trace.errors import K25Error
 
@@ -466,12 +467,13 @@ def test_kimi_int4_experts_from_compressed_tensors_and_from_quant() -> None:
                          ("dense", "model.layers.0.mlp.down_proj"), ("lm_head", "lm_head")):
         assert plan.for_module(part, module).name == "bf16", part
     bound = models.step_bound(kimi, plan, tp=8, batch=8, context=None)
-    H, I = 7168, 2048
+    hidden, moe_inter = 7168, 2048  # hidden size, routed experts' intermediate size
     hit = 384 * (1 - (376 / 384) ** 8)
-    per_expert = 3 * (H * I * 4 / 8 + (H * I / 32) * 2)  # 4-bit weights + a bf16 scale per 32: 0.5625 B/weight
-    assert per_expert == pytest.approx(3 * H * I * 0.5625)
+    # 4-bit weights + a bf16 scale per 32: 0.5625 B/weight
+    per_expert = 3 * (hidden * moe_inter * 4 / 8 + (hidden * moe_inter / 32) * 2)
+    assert per_expert == pytest.approx(3 * hidden * moe_inter * 0.5625)
     assert bound.part("routed_experts").bytes == pytest.approx(60 * hit * per_expert / 8)
-    assert bound.part("dense_mlp").bytes == pytest.approx(1 * 3 * H * 18432 * 2 / 8)
+    assert bound.part("dense_mlp").bytes == pytest.approx(1 * 3 * hidden * 18432 * 2 / 8)
     assert bound.part("kv_cache") is None
     # the same experts on an unquantized config, asked for with --quant
     loop = models.load_config(MODELS / "decode-loop-8l" / "config.json")
