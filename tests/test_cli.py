@@ -56,7 +56,8 @@ def test_load_again_is_a_no_op(dbfile: Path) -> None:
 def test_sql_formats(dbfile: Path) -> None:
     query = "select rank, world_size from traces where file_name = 'eager_trace.json.gz'"
     assert k25("sql", "--db", str(dbfile), query, "--format", "csv").stdout == "rank,world_size\n0,8\n"
-    assert json.loads(k25("sql", "--db", str(dbfile), query, "--format", "json").stdout) == [{"rank": 0, "world_size": 8}]
+    assert json.loads(k25("sql", "--db", str(dbfile), query, "--format", "json").stdout) == [
+        {"rank": 0, "world_size": 8}]
     md = k25("sql", "--db", str(dbfile), query, "--format", "markdown").stdout
     assert md.splitlines()[0] == "| rank | world_size |" and md.splitlines()[2] == "| 0 | 8 |"
     stdin = k25("sql", "--db", str(dbfile), "-", "--format", "csv", stdin=query)
@@ -138,8 +139,9 @@ def test_report_views_against_the_step_tables(dbfile: Path) -> None:
                                  "calls_per_step", "us_per_call"]
     assert {r["steps"] for r in category} == {n}
     sums = {r["category"]: r for r in sql_rows(
-        dbfile, "select c.category, sum(c.busy_ns) as busy_ns, sum(c.kernel_ns) as kernel_ns, sum(c.kernel_count) as calls "
-                "from step_categories as c join steps as s using (trace_id, step_index) where not s.is_empty group by all")}
+        dbfile, "select c.category, sum(c.busy_ns) as busy_ns, sum(c.kernel_ns) as kernel_ns, "
+                "sum(c.kernel_count) as calls from step_categories as c join steps as s using (trace_id, step_index) "
+                "where not s.is_empty group by all")}
     by_category = {r["category"]: r for r in category}
     assert set(by_category) == {*sums, "overlap", "idle"}
     for name, r in sums.items():
@@ -154,7 +156,8 @@ def test_report_views_against_the_step_tables(dbfile: Path) -> None:
     assert list(step_rows[0]) == ["trace_id", "rank", "step_index", "phase", "batch_size", "ctx_tokens", "gen_tokens",
                                   "is_empty", "is_inferred", "graph_launches", "kernel_count", "wall_ms", "busy_ms",
                                   "idle_ms", "busy_pct", "allreduce_pct", "top_categories", "marker"]
-    assert [(r["trace_id"], r["step_index"]) for r in step_rows] == sorted((s["trace_id"], s["step_index"]) for s in steps)
+    assert [(r["trace_id"], r["step_index"]) for r in step_rows] == sorted(
+        (s["trace_id"], s["step_index"]) for s in steps)
     truth = {(s["trace_id"], s["step_index"]): s for s in steps}
     for r in step_rows:
         s = truth[(r["trace_id"], r["step_index"])]
@@ -176,10 +179,12 @@ def test_report_views_against_the_step_tables(dbfile: Path) -> None:
                                 "min_us", "max_us"]
     assert len(kernels) == 20 and [r["ms_per_step"] for r in kernels] == sorted(
         (r["ms_per_step"] for r in kernels), reverse=True)
-    (top,) = sql_rows(dbfile, "select k.category, k.short_name, count(*) as calls, sum(k.dur_ns) as ns, min(k.dur_ns) as lo, "
-                              "max(k.dur_ns) as hi from kernels as k join steps as s using (trace_id, step_index) "
+    (top,) = sql_rows(dbfile, "select k.category, k.short_name, count(*) as calls, sum(k.dur_ns) as ns, "
+                              "min(k.dur_ns) as lo, max(k.dur_ns) as hi "
+                              "from kernels as k join steps as s using (trace_id, step_index) "
                               "where not s.is_empty group by all order by ns desc limit 1")
-    assert (kernels[0]["category"], kernels[0]["short_name"], kernels[0]["calls_per_step"], kernels[0]["ms_per_step"]) == (
+    assert (kernels[0]["category"], kernels[0]["short_name"], kernels[0]["calls_per_step"],
+            kernels[0]["ms_per_step"]) == (
         top["category"], top["short_name"], round(top["calls"] / n, 2), round(int(top["ns"]) / n / 1e6, 4))
     assert (kernels[0]["min_us"], kernels[0]["max_us"]) == (round(top["lo"] / 1e3, 2), round(top["hi"] / 1e3, 2))
 
@@ -196,9 +201,11 @@ def test_classify_with_user_rules(dbfile: Path, tmp_path: Path) -> None:
     rules.write_text('category,kind,name_pattern,collective_pattern,note\nmy_multimem,kernel,multimem_all_reduce,,mine\n')
     result = k25("classify", "--db", str(db), "--rules", str(rules))
     assert result.returncode == 0, result.stderr
-    cats = k25("sql", "--db", str(db), "select distinct category from kernels where name like '%multimem_all_reduce%'", "--format", "csv")
+    cats = k25("sql", "--db", str(db), "select distinct category from kernels where name like '%multimem_all_reduce%'",
+               "--format", "csv")
     assert cats.stdout.splitlines() == ["category", "my_multimem"]
-    steps = k25("sql", "--db", str(db), "select count(*) n from step_categories where category = 'my_multimem'", "--format", "csv")
+    steps = k25("sql", "--db", str(db), "select count(*) n from step_categories where category = 'my_multimem'",
+                "--format", "csv")
     assert steps.stdout.splitlines()[1] != "0"
     show = k25("classify", "--db", str(db), "--show", "--format", "csv")
     assert "user:rules.csv" in show.stdout
