@@ -8,7 +8,7 @@ import polars as pl
 import pytest
 
 from helpers import HTA_RANK0, HTA_RANK1
-from k25trace import db, ingest, pipeline, report
+from k25trace import db, pipeline, report
 from k25trace.synth import generate
 
 OFFSETS_US = [0.0, 412.25, -1333.5, 87.125]
@@ -60,12 +60,13 @@ def test_injected_delay_is_found(tp4) -> None:
     delayed = [c for c in truth["collectives"] if c["step"] in DELAYED_STEPS and c["category"] == "allreduce"]
     assert delayed
     for coll in delayed:
-        late = con.execute("select rank from collectives where step_index = ? and category = ? and ordinal = ? and is_late",
-                           [coll["step"], coll["category"], coll["k_cat"]]).fetchall()
+        late = con.execute("select rank from collectives where step_index = ? and category = ? and ordinal = ? "
+                           "and is_late", [coll["step"], coll["category"], coll["k_cat"]]).fetchall()
         assert late == [(DELAYED_RANK,)] == [(coll["late_rank"],)]
     # the others wait about D on each delayed collective, the delayed rank about nothing
     waits = dict(con.execute(
-        "select rank, avg(wait_ns) from collectives where category = 'allreduce' and step_index in (1, 2) group by rank").fetchall())
+        "select rank, avg(wait_ns) from collectives where category = 'allreduce' and step_index in (1, 2) "
+        "group by rank").fetchall())
     for rank, wait in waits.items():
         if rank == DELAYED_RANK:
             assert wait < 0.05 * DELAY_US * 1000
@@ -91,7 +92,8 @@ def test_real_two_rank_pair(tmp_path: Path) -> None:
     assert runs == (1, 2)
     offsets = dict(con.execute("select rank, paired_collectives from rank_offsets").fetchall())
     assert offsets == {0: 10, 1: 10}  # the 10 SendRecv kernels of each rank pair up
-    pairs = con.execute("select count(distinct ordinal), count(*), bool_and(wait_ns >= 0), sum(is_late::int) from collectives").fetchall()[0]
+    pairs = con.execute("select count(distinct ordinal), count(*), bool_and(wait_ns >= 0), sum(is_late::int) "
+                        "from collectives").fetchall()[0]
     assert pairs == (10, 20, True, 10)
 
 
@@ -215,7 +217,8 @@ def test_two_files_claiming_one_rank_are_kept_apart(tmp_path: Path) -> None:
     pipeline.load_paths(con, [both])
     alone = db.connect(tmp_path / "alone.duckdb")
     pipeline.load_paths(alone, [fixture / "graph", fixture / "eager"])
-    runs = con.execute("select run_id, count(*), count(distinct rank) from trace_runs group by all order by 1").fetchall()
+    runs = con.execute(
+        "select run_id, count(*), count(distinct rank) from trace_runs group by all order by 1").fetchall()
     assert [(r.rsplit("#", 1)[1], n, ranks) for r, n, ranks in runs] == [("s1", 2, 2), ("s2", 2, 2)]
     warnings = report.run_warnings(con)
     assert len(warnings) == 2 and all("2 files claim rank" in w for w in warnings)
