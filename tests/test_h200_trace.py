@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from k25trace import db, ingest, pipeline, report
+from k25trace import db, pipeline, report
 
 FIXTURE = Path(__file__).parent / "data" / "h200-decode-loop"
 TRACE = next(FIXTURE.glob("dp0_pp0_tp0_dcp0_ep0_rank0.*.pt.trace.json.gz"))
@@ -75,7 +75,7 @@ def test_steps_match_the_json(loaded, expected) -> None:
         "select step_index, phase, batch_size, gen_reqs, gen_tokens, graph_launches, kernel_count, is_empty, "
         "is_inferred, source from steps order by step_index").fetchall()
     assert len(rows) == len(steps)
-    for row, exp in zip(rows, steps):
+    for row, exp in zip(rows, steps, strict=True):
         index, phase, batch, gen_reqs, gen_tokens, graphs, activities, empty, inferred, source = row
         assert (phase, empty, inferred, source) == ("decode", False, False, "vllm")
         assert (batch, gen_reqs, gen_tokens) == (exp["batch"], exp["batch"], exp["tokens"])

@@ -21,7 +21,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from k25trace import db, floor as bench, ingest, pipeline, report
+from k25trace import db, pipeline, report
+from k25trace import floor as bench
 
 FIXTURE = Path(__file__).parent / "data" / "h200x2-decode-loop"
 MARKER = re.compile(r"^execute_context_0\(0\)_generation_(\d+)\((\d+)\)$")
@@ -59,7 +60,7 @@ def _truth(mode: str) -> dict:
     site_wait = defaultdict(lambda: defaultdict(lambda: [0, 0]))  # batch -> site -> [late-rank-0 ns, late-rank-1 ns]
     for b in batches:
         steps[b] += 1
-    for k, ((s0, _), (s1, _)) in enumerate(zip(r0["ar"], r1["ar"])):
+    for k, ((s0, _), (s1, _)) in enumerate(zip(r0["ar"], r1["ar"], strict=True)):
         batch, site = batches[k // per_step], k % per_step
         late = 0 if s0 > s1 else 1
         lateness = abs(s0 - s1)
@@ -97,7 +98,8 @@ def truth(mode: str) -> dict:
 
 
 def _run_id(con, mode: str) -> str:
-    (run_id,) = {r for (r,) in con.execute("select run_id from trace_runs").fetchall() if r.rsplit("#", 1)[0].endswith(mode)}
+    (run_id,) = {r for (r,) in con.execute("select run_id from trace_runs").fetchall()
+                 if r.rsplit("#", 1)[0].endswith(mode)}
     return run_id
 
 
@@ -138,7 +140,7 @@ def test_each_ranks_wait_per_step_matches_the_raw_json(loaded, truth, mode: str)
         "select s.batch_size, c.rank, sum(c.wait_ns) / count(distinct c.step_index) as wait_ns "
         "from collectives c join steps s using (trace_id, step_index) "
         "where c.run_id = ? and c.category = 'allreduce' group by all", [run_id]).fetchall()
-        for r in [dict(zip(("batch_size", "rank", "wait_ns"), r))]}
+        for r in [dict(zip(("batch_size", "rank", "wait_ns"), r, strict=True))]}
     for batch, waits in truth["wait"].items():
         for rank in (0, 1):
             expected = waits[rank] / truth["steps"][batch]
@@ -206,7 +208,8 @@ def test_floor_report_on_the_real_traces(loaded, truth, mode: str) -> None:
         bench_row = kimi[(row["batch_size"], "graph")]
         assert row["floor_mode"] == "graph" and row["floor_basis"] == "kernel"
         assert row["allreduce_per_step"] == truth["per_step"]
-        assert row["floor_kernel_ms"] == pytest.approx(bench_row["kernel_median_us"] * truth["per_step"] / 1e3, abs=1e-4)
+        assert row["floor_kernel_ms"] == pytest.approx(bench_row["kernel_median_us"] * truth["per_step"] / 1e3,
+                                                       abs=1e-4)
         assert row["floor_ms"] == pytest.approx(bench_row["median_us"] * truth["per_step"] / 1e3, abs=1e-4)
         # like with like: kernel floor vs observed kernel time; the real traces wait far more than they transfer
         assert 0 < row["efficiency"] < row["transfer_efficiency"] <= 1.0
