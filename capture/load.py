@@ -135,8 +135,9 @@ class LoadGenerator:
         body.update(c.extra_body)
         return path, body
 
-    async def _one(self, client: httpx.AsyncClient, i: int) -> None:
-        """One streaming request, recorded in ``self.records`` whatever happens to it."""
+    async def _one(self, client: httpx.AsyncClient, i: int, admitted_s: float) -> None:
+        """One streaming request, recorded in ``self.records`` whatever happens to it. ``admitted_s``: when the
+        load loop let it go (before the deadline, always); its ``sent_s``."""
         rec = RequestRecord(index=i)
         self.records.append(rec)
         path, body = self._payload(i)
@@ -144,7 +145,7 @@ class LoadGenerator:
         if self.in_flight > self.max_in_flight:
             self.max_in_flight = self.in_flight
         stream = _Stream(rec, chat=self.cfg.endpoint == "chat", t_send=time.perf_counter())
-        rec.sent_s = time.monotonic() - self._t0
+        rec.sent_s = admitted_s  # the loop's decision time: a request admitted before the deadline says so exactly
         try:
             async with client.stream("POST", path, json=body) as resp:
                 if resp.status_code != 200:
@@ -198,10 +199,11 @@ class LoadGenerator:
                         if time.monotonic() >= deadline:
                             break
                     await sem.acquire()
-                    if self._stop.is_set() or time.monotonic() >= deadline:
+                    now = time.monotonic()
+                    if self._stop.is_set() or now >= deadline:
                         sem.release()
                         break
-                    t = asyncio.create_task(self._one(client, i))
+                    t = asyncio.create_task(self._one(client, i, now - self._t0))
                     self._tasks.add(t)
                     t.add_done_callback(lambda t: (self._tasks.discard(t), sem.release()))
                     i += 1

@@ -128,38 +128,64 @@ def bench_specs(con: Any, *, sizes: str | None, count: int | None, batch_sizes: 
 
 def _measure_rank(rank: int, world: int, cfg: dict[str, Any]) -> dict[str, Any]:
     """One rank: every size, every mode; returns raw per-repetition times (µs; bursts: whole-burst µs)."""
-    import time
-
     import torch
-    import torch.distributed as dist
 
-    backend = cfg["backend"]
-    cuda = backend == "nccl"
-    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
-    os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
-    if cuda:
-        torch.cuda.set_device(rank)
-        device = torch.device("cuda", rank)
-    else:
-        device = torch.device("cpu")
-        torch.set_num_threads(1)
-    kwargs = {"device_id": device} if cuda else {}
-    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{cfg['port']}", rank=rank, world_size=world,
-                            **kwargs)
-    dtype = getattr(torch, cfg["dtype"])
-    esize = torch.empty(0, dtype=dtype).element_size()
-    tiny = torch.zeros(1, device=device)
+    rig = _Rig(rank, world, cfg)
+    results = []
+    graphs: dict[int, Any] = {}
+    tensors: dict[int, Any] = {}
+    for spec in cfg["sizes"]:
+        res, tensors[spec["size_bytes"]], graph = _measure_size(rig, spec, cfg)
+        if graph is not None:
+            graphs[spec["size_bytes"]] = graph
+        results.append(res)
+    files = _profile_bursts(rig, cfg, tensors, graphs) if cfg.get("profile") else []
+    if rig.cuda:
+        torch.cuda.synchronize()
+    device_name = torch.cuda.get_device_name(rig.device) if rig.cuda else "cpu"
+    # no barrier or destroy_process_group here: with NCCL collectives captured in CUDA graphs, tearing the group
+    # down hung on 2 H200s (torch 2.11, NCCL 2.28); the worker hands its result over and exits (see _worker)
+    return {"rank": rank, "device_name": device_name, "torch_version": torch.__version__, "results": results,
+            "profile_files": files}
 
-    def align() -> None:
-        dist.all_reduce(tiny)
-        if not cuda:
-            dist.barrier()
 
-    def timed(fn: Any) -> float:
+class _Rig:
+    """One rank's process group, device and clocks."""
+
+    def __init__(self, rank: int, world: int, cfg: dict[str, Any]) -> None:
+        import torch
+        import torch.distributed as dist
+
+        self.rank, self.torch, self.dist = rank, torch, dist
+        self.cuda = cfg["backend"] == "nccl"
+        os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
+        os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
+        if self.cuda:
+            torch.cuda.set_device(rank)
+            self.device = torch.device("cuda", rank)
+        else:
+            self.device = torch.device("cpu")
+            torch.set_num_threads(1)
+        kwargs = {"device_id": self.device} if self.cuda else {}
+        dist.init_process_group(cfg["backend"], init_method=f"tcp://127.0.0.1:{cfg['port']}", rank=rank,
+                                world_size=world, **kwargs)
+        self.dtype = getattr(torch, cfg["dtype"])
+        self.esize = torch.empty(0, dtype=self.dtype).element_size()
+        self.tiny = torch.zeros(1, device=self.device)
+
+    def align(self) -> None:
+        self.dist.all_reduce(self.tiny)
+        if not self.cuda:
+            self.dist.barrier()
+
+    def timed(self, fn: Any) -> float:
         """µs of fn() on this rank (CUDA events on the current stream, else the wall clock)."""
-        align()
-        if cuda:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        import time
+
+        self.align()
+        if self.cuda:
+            cuda = self.torch.cuda
+            start, end = cuda.Event(enable_timing=True), cuda.Event(enable_timing=True)
             start.record()
             fn()
             end.record()
@@ -169,74 +195,69 @@ def _measure_rank(rank: int, world: int, cfg: dict[str, Any]) -> dict[str, Any]:
         fn()
         return (time.perf_counter() - t0) * 1e6
 
-    results = []
-    graphs: dict[int, Any] = {}
-    tensors: dict[int, Any] = {}
-    for spec in cfg["sizes"]:
-        size, count = spec["size_bytes"], spec["count"]
-        x = torch.zeros(max(1, size // esize), dtype=dtype, device=device)
-        tensors[size] = x
-        res: dict[str, Any] = {"size_bytes": size, "count": count}
 
-        def one(x: Any = x) -> None:  # this size's tensor, bound now
+def _measure_size(rig: _Rig, spec: dict[str, Any], cfg: dict[str, Any]) -> tuple[dict[str, Any], Any, Any]:
+    """One message size: single ops, eager bursts, CUDA-graph bursts (NCCL) and the kernel times alone; returns
+    (the result row, the tensor, the captured graph or None)."""
+    torch, dist = rig.torch, rig.dist
+    size, count = spec["size_bytes"], spec["count"]
+    x = torch.zeros(max(1, size // rig.esize), dtype=rig.dtype, device=rig.device)
+    res: dict[str, Any] = {"size_bytes": size, "count": count}
+
+    def one() -> None:
+        dist.all_reduce(x)
+
+    def burst() -> None:
+        for _ in range(count):
             dist.all_reduce(x)
 
-        def burst(x: Any = x, count: int = count) -> None:
-            for _ in range(count):
-                dist.all_reduce(x)
-
-        for _ in range(cfg["warmup"]):
-            one()
-        res["single"] = [timed(one) for _ in range(cfg["iters"])]
-        burst()
-        res["eager"] = [timed(burst) for _ in range(cfg["bursts"])]
-        if cuda and cfg["graph"]:
-            torch.cuda.synchronize()
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                burst()
-            graph.replay()
-            torch.cuda.synchronize()
-            graphs[size] = graph
-            res["graph"] = [timed(graph.replay) for _ in range(cfg["bursts"])]
-        if cuda:
-            res.update(_kernel_times(torch, burst, graphs.get(size), align))
-        results.append(res)
-        if rank == 0:
-            _log(f"{size:,} B x {count}: single median {quantile(res['single'], 0.5):.1f} µs, eager burst "
-                 f"{quantile(res['eager'], 0.5) / 1e3:.3f} ms"
-                 + (f", graph burst {quantile(res['graph'], 0.5) / 1e3:.3f} ms" if "graph" in res else ""))
-
-    files: list[str] = []
-    if cfg.get("profile"):
-        from torch.profiler import ProfilerActivity, profile, record_function, tensorboard_trace_handler
-
-        os.makedirs(cfg["profile"], exist_ok=True)
-        handler = tensorboard_trace_handler(cfg["profile"], worker_name=f"allreduce_bench_rank{rank}", use_gzip=True)
-        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-        with profile(activities=activities, on_trace_ready=handler):
-            for spec in cfg["sizes"]:
-                size, count = spec["size_bytes"], spec["count"]
-                x = tensors[size]
-                for _ in range(2):
-                    align()
-                    with record_function(f"allreduce_burst_eager_{size}B_x{count}"):
-                        for _ in range(count):
-                            dist.all_reduce(x)
-                    if size in graphs:
-                        align()
-                        with record_function(f"allreduce_burst_graph_{size}B_x{count}"):
-                            graphs[size].replay()
-                if cuda:
-                    torch.cuda.synchronize()
-        files = sorted(f for f in os.listdir(cfg["profile"]) if f.startswith(f"allreduce_bench_rank{rank}."))
-    if cuda:
+    for _ in range(cfg["warmup"]):
+        one()
+    res["single"] = [rig.timed(one) for _ in range(cfg["iters"])]
+    burst()
+    res["eager"] = [rig.timed(burst) for _ in range(cfg["bursts"])]
+    graph = None
+    if rig.cuda and cfg["graph"]:
         torch.cuda.synchronize()
-    device_name = torch.cuda.get_device_name(device) if cuda else "cpu"
-    # no barrier or destroy_process_group here: with NCCL collectives captured in CUDA graphs, tearing the group
-    # down hung on 2 H200s (torch 2.11, NCCL 2.28); the worker hands its result over and exits (see _worker)
-    return {"rank": rank, "device_name": device_name, "torch_version": torch.__version__, "results": results,
-            "profile_files": files}
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            burst()
+        graph.replay()
+        torch.cuda.synchronize()
+        res["graph"] = [rig.timed(graph.replay) for _ in range(cfg["bursts"])]
+    if rig.cuda:
+        res.update(_kernel_times(torch, burst, graph, rig.align))
+    if rig.rank == 0:
+        _log(f"{size:,} B x {count}: single median {quantile(res['single'], 0.5):.1f} µs, eager burst "
+             f"{quantile(res['eager'], 0.5) / 1e3:.3f} ms"
+             + (f", graph burst {quantile(res['graph'], 0.5) / 1e3:.3f} ms" if "graph" in res else ""))
+    return res, x, graph
+
+
+def _profile_bursts(rig: _Rig, cfg: dict[str, Any], tensors: dict[int, Any], graphs: dict[int, Any]) -> list[str]:
+    """Two eager bursts and two graph replays per size under torch.profiler (``--profile DIR``); the files written."""
+    from torch.profiler import ProfilerActivity, profile, record_function, tensorboard_trace_handler
+
+    torch, dist, rank = rig.torch, rig.dist, rig.rank
+    os.makedirs(cfg["profile"], exist_ok=True)
+    handler = tensorboard_trace_handler(cfg["profile"], worker_name=f"allreduce_bench_rank{rank}", use_gzip=True)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if rig.cuda else [])
+    with profile(activities=activities, on_trace_ready=handler):
+        for spec in cfg["sizes"]:
+            size, count = spec["size_bytes"], spec["count"]
+            x = tensors[size]
+            for _ in range(2):
+                rig.align()
+                with record_function(f"allreduce_burst_eager_{size}B_x{count}"):
+                    for _ in range(count):
+                        dist.all_reduce(x)
+                if size in graphs:
+                    rig.align()
+                    with record_function(f"allreduce_burst_graph_{size}B_x{count}"):
+                        graphs[size].replay()
+            if rig.cuda:
+                torch.cuda.synchronize()
+    return sorted(f for f in os.listdir(cfg["profile"]) if f.startswith(f"allreduce_bench_rank{rank}."))
 
 
 def _kernel_times(torch: Any, burst: Any, graph: Any, align: Any) -> dict[str, list[float]]:

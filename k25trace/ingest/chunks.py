@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gc
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Generator, Iterator
 
 from k25trace.ingest import limits
 from k25trace.ingest.columns import _Columns
@@ -47,19 +47,26 @@ def _decoded(splitter: _Splitter, chunk: bytearray, keep_python: bool) -> Iterat
     yield item
 
 
+def _one_block(reader: _Reader, splitter: _Splitter, keep_python: bool,
+               progress: Callable[[int], None]) -> Generator[Chunk, None, bool]:
+    """Read one block in this process and decode the chunk it completes, if any; False at the end of the file."""
+    block = reader.read(limits.BLOCK_SIZE)
+    reader.report(progress)
+    if not block:
+        return False
+    chunk = splitter.feed(block)
+    if chunk:
+        yield from _decoded(splitter, chunk, keep_python)
+    return True
+
+
 def _chunks(path: Path, keep_python: bool, progress: Callable[[int], None]) -> Iterator[Chunk | End]:
     """Stream a file in this process: a :class:`Chunk` per chunk, then its :class:`End`."""
     splitter = _Splitter(path)
     reader = _Reader(path)
     try:
-        while True:
-            block = reader.read(limits.BLOCK_SIZE)
-            reader.report(progress)
-            if not block:
-                break
-            chunk = splitter.feed(block)
-            if chunk:
-                yield from _decoded(splitter, chunk, keep_python)
+        while (yield from _one_block(reader, splitter, keep_python, progress)):
+            pass
         tail, meta_text = splitter.finish()
         if tail is not None:
             yield from _decoded(splitter, tail, keep_python)

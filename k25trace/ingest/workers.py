@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterator
 
 from k25trace.errors import K25Error, TraceError
 from k25trace.ingest import limits
-from k25trace.ingest.chunks import _chunks, _decode_and_build, _decoded
+from k25trace.ingest.chunks import _chunks, _decode_and_build, _decoded, _one_block
 from k25trace.ingest.events import _GuessedCut
 from k25trace.ingest.messages import Attached, Chunk, End, Failed, Message, Progress, Resplit
 from k25trace.ingest.stream import _Reader, _Splitter, last_event_boundary
@@ -250,13 +250,8 @@ class _Workers:
                         yield from self._take_oldest(in_flight, ring, splitter, task_id, keep_python)
                     if splitter.fast and len(splitter.buf) + 1 + limits.BLOCK_SIZE <= limits.RING_BUFFER_BYTES:
                         continue
-                    block = reader.read(limits.BLOCK_SIZE)
-                    reader.report(progress)
-                    if not block:
+                    if not (yield from _one_block(reader, splitter, keep_python, progress)):
                         break
-                    chunk = splitter.feed(block)
-                    if chunk:
-                        yield from _decoded(splitter, chunk, keep_python)
                     continue
                 if len(in_flight) == len(ring):
                     yield from self._take_oldest(in_flight, ring, splitter, task_id, keep_python)
