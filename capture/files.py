@@ -345,12 +345,12 @@ def snapshot(trace_dir: str | os.PathLike) -> dict[str, Seen]:
     """Names (with size/mtime) of every file directly in the trace dir, trace or not."""
     out: dict[str, Seen] = {}
     try:
-        with os.scandir(trace_dir) as it:
+        with os.scandir(os.fspath(trace_dir)) as it:
             for e in it:
                 try:
                     if e.is_file():
                         st = e.stat()
-                        out[e.name] = Seen(st.st_size, st.st_mtime_ns)
+                        out[str(e.name)] = Seen(st.st_size, st.st_mtime_ns)
                 except OSError:
                     continue
     except FileNotFoundError:

@@ -27,6 +27,7 @@ import os
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 MANIFEST = "manifest.json"
 FORMAT = 1
@@ -273,14 +274,13 @@ def _clean_file(c: _Checker, f: object, where: str) -> ManifestFile | None:
 def _clean_stats(c: _Checker, lv: dict, where: str) -> LevelStats:
     raw = c.obj(lv, "stats", where)
     w = f"{where}.stats"
-    ints = {k: c.int_(raw, k, w) for k in _STATS_INT}
-    output_tokens = c.int_(raw, "output_tokens", w, 0, BIGINT_MAX)
-    nums = {k: c.num(raw, k, w) for k in _STATS_NUM}
-    dists = {}
+    fields: dict[str, Any] = {k: c.int_(raw, k, w) for k in _STATS_INT}
+    fields["output_tokens"] = c.int_(raw, "output_tokens", w, 0, BIGINT_MAX)
+    fields.update({k: c.num(raw, k, w) for k in _STATS_NUM})
     for k in _DISTS:
         d = c.obj(raw, k, w)
-        dists[k] = Distribution(**{p: c.num(d, p, f"{w}.{k}") for p in ("mean", "p50", "p90", "p99")})
-    return LevelStats(**ints, output_tokens=output_tokens, **nums, **dists)
+        fields[k] = Distribution(**{p: c.num(d, p, f"{w}.{k}") for p in ("mean", "p50", "p90", "p99")})
+    return LevelStats(**fields)
 
 
 def _clean_batches(c: _Checker, lv: dict, where: str) -> dict[int, int] | None:
