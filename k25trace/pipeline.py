@@ -45,7 +45,7 @@ def load_paths(
 
     Never raises for a bad file: each file is loaded, classified and split into steps in one transaction, or
     not at all, and reported in its :class:`FileResult`. ``analyze=False`` loads the events only (no classes,
-    steps or cross-rank tables; ``k25trace steps`` builds them later).
+    steps or cross-rank tables; ``k25trace classify`` builds them later).
     """
     if analyze and not classify.rules_installed(con):
         with db.transaction(con):
