@@ -53,12 +53,14 @@ def load_cmd(paths: list[Path], db: Path) -> list[str]:
     return [PY, "-m", "k25trace", "load", *map(str, paths), "--db", str(db), "-q"]
 
 
-def measure_load(paths: list[Path], runs: int, tmp: Path) -> tuple[list[_measure.Measured], Path]:
+def measure_load(paths: list[Path], runs: int, tmp: Path, *, name: str = "bench",
+                 env: dict[str, str] | None = None) -> tuple[list[_measure.Measured], Path]:
+    """``runs`` loads of ``paths`` into fresh databases in ``tmp`` (the last one kept); ``env`` for the command."""
     out = []
     db = tmp / "none"
     for i in range(runs):
-        db = tmp / f"bench-{len(paths)}-{i}.duckdb"
-        m = _measure.run(load_cmd(paths, db))
+        db = tmp / f"{name}-{len(paths)}-{i}.duckdb"
+        m = _measure.run(load_cmd(paths, db), env=env)
         out.append(m)
         log(f"  run {i + 1}: {m.wall_s:.2f} s wall, {m.cpu_s:.1f} s CPU, peak RSS {m.peak_mb:.0f} MB")
         if i < runs - 1:
@@ -202,11 +204,7 @@ def bench_input(label: str, traces: Path, args: argparse.Namespace) -> None:
         if args.compare_rev:
             old = worktree(args.compare_rev, args.work)
             log(f"[{label}] one rank with k25trace {args.compare_rev} ...")
-            old_runs = []
-            for i in range(args.runs):
-                m = _measure.run(load_cmd([one], tmp / f"old-{i}.duckdb"), env={"PYTHONPATH": str(old)})
-                log(f"  run {i + 1}: {m.wall_s:.2f} s wall, {m.cpu_s:.1f} s CPU, peak RSS {m.peak_mb:.0f} MB")
-                old_runs.append(m)
+            old_runs, _ = measure_load([one], args.runs, tmp, name="old", env={"PYTHONPATH": str(old)})
             old_wall = statistics.median(m.wall_s for m in old_runs)
             old_cpu = statistics.median(m.cpu_s for m in old_runs)
             print(f"  k25trace {args.compare_rev}: median {old_wall:.2f} s wall, {old_cpu:.1f} s CPU, peak RSS "
