@@ -56,9 +56,8 @@ def load_paths(
         try:
             crossrank.build(con)
         except (duckdb.Error, K25Error) as exc:
-            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            result = FileResult("cross-rank analysis", "failed", f"cross-rank analysis not rebuilt: database error: "
-                                f"{first} (the traces are loaded; `k25trace steps` rebuilds it)")
+            result = FileResult("cross-rank analysis", "failed", f"cross-rank analysis not rebuilt: "
+                                f"{ingest.db_problem(exc)} (the traces are loaded; `k25trace steps` rebuilds it)")
             results.append(result)
             if on_result:
                 on_result(result)

@@ -30,7 +30,7 @@ from k25trace.ingest.discover import discover, is_frontend_name  # the function 
 from k25trace.ingest.model import FileResult, LoadOptions, TraceFile
 
 if TYPE_CHECKING:
-    from k25trace.ingest.loader import Loader, file_size, load_paths
+    from k25trace.ingest.loader import Loader, db_problem, file_size, load_paths
 
 # The package's modules, in pipeline order:
 #   limits (tunables), model (LoadOptions, TraceFile, FileResult), discover (finding files), stream (reading and
@@ -38,9 +38,11 @@ if TYPE_CHECKING:
 #   back), chunks (one file in this process), workers (decode processes), loader (DuckDB; the only module that
 #   imports it).
 # The loader's names load lazily (PEP 562): a decode worker process imports the decode modules, not DuckDB.
-_PUBLIC = {"Loader": "loader", "file_size": "loader", "load_paths": "loader"}
-__all__ = ["FileResult", "LoadOptions", "Loader", "TraceFile", "discover", "file_size", "is_frontend_name",
-           "load_paths"]
+_PUBLIC = {"Loader": "loader", "db_problem": "loader", "file_size": "loader", "load_paths": "loader"}
+__all__ = [
+    "FileResult", "LoadOptions", "Loader", "TraceFile", "db_problem",
+    "discover", "file_size", "is_frontend_name", "load_paths",
+]
 
 
 _MODULES = ("limits", "model", "stream", "events", "columns", "messages", "chunks", "workers", "loader")

@@ -50,6 +50,7 @@ class Loader:
         self._hashes: dict[tuple[str, int, int], str] = {}
         self._pending: dict[str, list[pa.Table]] = {}
         self._pending_rows = 0
+        self._empty: dict[str, pa.Table] = {}  # a zero-row table per staging table (ingest_stage.sql's columns)
         self.progress = progress or (lambda n: None)
         self.names: dict[str, int] = dict(run_query(con, "ingest_names").fetchall())
         self.next_name_id = max(self.names.values(), default=0) + 1
@@ -88,7 +89,7 @@ class Loader:
         try:
             row = self._known(sha)
         except duckdb.Error as exc:
-            result.message = f"{shown}: {_db_problem(exc)}"
+            result.message = f"{shown}: {db_problem(exc)}"
             return result
         if row:
             result.status = "skipped"
@@ -101,7 +102,7 @@ class Loader:
         try:
             con.execute("begin transaction")
         except duckdb.Error as exc:
-            result.message = f"{shown}: not loaded: {_db_problem(exc)}"
+            result.message = f"{shown}: not loaded: {db_problem(exc)}"
             return result
         try:
             run_query(con, "ingest_stage")
@@ -229,8 +230,10 @@ class Loader:
             tables = self._pending.get(key)
             if tables:
                 batch = pa.concat_tables(tables, promote_options="permissive")
-            else:  # nothing for this table in the batch: an empty table of its staging columns
-                batch = con.table(f"_stage_{key}").limit(0).to_arrow_table()
+            else:  # nothing for this table in the batch: an empty table of its staging columns (asked once)
+                if key not in self._empty:
+                    self._empty[key] = con.table(f"_stage_{key}").limit(0).to_arrow_table()
+                batch = self._empty[key]
             con.register(f"_chunk_{key}", batch)
         try:
             run_query(con, "ingest_stage_append")
@@ -374,7 +377,7 @@ def _failure(exc: BaseException, shown: str, committing: bool) -> str | None:
         return f"{shown}: {exc}"
     if isinstance(exc, duckdb.Error):
         what = "not stored: the commit failed" if committing else "not loaded"
-        return f"{shown}: {what}: {_db_problem(exc)} (nothing of this file is in the database)"
+        return f"{shown}: {what}: {db_problem(exc)} (nothing of this file is in the database)"
     if isinstance(exc, RecursionError):
         return f"{shown}: nested too deep to load (RecursionError)"
     if isinstance(exc, OSError):
@@ -464,7 +467,8 @@ def _shown(path: Path | str) -> str:
         return os.fsencode(text).decode("utf-8", "replace")
 
 
-def _db_problem(exc: BaseException) -> str:
+def db_problem(exc: BaseException) -> str:
+    """A database error as one line: ``database error: <its first line>``."""
     first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     return f"database error: {first}"
 
