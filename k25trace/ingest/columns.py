@@ -270,15 +270,18 @@ class _Columns:
 
     def _drop_untimed(self, rows: list[Any], idx: Any, key: str) -> tuple[list[Any], Any]:
         """Events without ts, or of a phase other than a complete event ("X"), are skipped (counted)."""
-        keep = []
-        for i, e in enumerate(rows):
-            if e.ts is None or e.ph not in _OK_PH:
-                self.skipped[e.cat] += 1
-                if key == "gpu":
-                    self.problems["gpu_no_ts" if e.ts is None else "gpu_not_X"] += 1
-            else:
-                keep.append(i)
+        keep = [i for i, e in enumerate(rows) if not self._untimed(e, key == "gpu")]
         return [rows[i] for i in keep], np.asarray(idx)[keep]
+
+    def _untimed(self, e: Any, gpu: bool) -> bool:
+        """An event without ts, or of a phase other than a complete event ("X"): counted as skipped (for a GPU
+        activity also as a problem, the loader warns about those)."""
+        if e.ts is not None and e.ph in _OK_PH:
+            return False
+        self.skipped[e.cat] += 1
+        if gpu:
+            self.problems["gpu_no_ts" if e.ts is None else "gpu_not_X"] += 1
+        return True
 
     def _route_generic(self, events: list[Any]) -> dict[str, tuple[list[Any], Any]]:
         """Generic structs (the fallback decoders): route event by event on ``cat``."""
@@ -290,10 +293,7 @@ class _Columns:
             if cat is None or (cat in KNOWN_SKIPPED and not (cat == "python_function" and keep_python)):
                 skipped[cat or "(no category)"] += 1
                 continue
-            if e.ts is None or e.ph not in _OK_PH:
-                skipped[cat] += 1
-                if cat in GPU_CATS:
-                    self.problems["gpu_no_ts" if e.ts is None else "gpu_not_X"] += 1
+            if self._untimed(e, cat in GPU_CATS):
                 continue
             key = _TABLE_OF_CAT.get(cat) or ("py" if cat == "python_function" and keep_python else None)
             if key is None:
