@@ -117,11 +117,31 @@ synced as (
     asof left join syncs on syncs.tid = launched.tid and launched.launch_start_ns >= syncs.end_ns
 ),
 
-blocked as (  -- gaps at least half covered by one blocking call (a long blocking copy or sync)
-    select gaps.start_ns, gaps.next_event_id, max(syncs.end_ns) as blocking_end_ns
-    from gaps
-    join syncs on syncs.start_ns < gaps.end_ns and syncs.end_ns > gaps.start_ns
-    where least(syncs.end_ns, gaps.end_ns) - greatest(syncs.start_ns, gaps.start_ns) >= 0.5 * (gaps.end_ns - gaps.start_ns)
+sync_islands as (  -- each thread's blocking calls, with the calls nested in another (cudaMemcpy around its
+                   -- cuMemcpyDtoH_v2) merged into it; a NULL thread is one thread
+    select thread, min(start_ns) as start_ns, max(end_ns) as end_ns
+    from (
+        select *, sum(opens::integer) over (partition by thread order by start_ns, end_ns desc rows unbounded preceding)
+            as island
+        from (
+            select thread, start_ns, end_ns,
+                coalesce(start_ns >= max(end_ns) over (partition by thread order by start_ns, end_ns desc
+                                                       rows between unbounded preceding and 1 preceding), true) as opens
+            from (select coalesce(tid, -9223372036854775808) as thread, start_ns, end_ns from syncs)
+        )
+    )
+    group by thread, island
+),
+
+blocked as (  -- gaps at least half covered by one blocking call (a long blocking copy or sync). Such a call covers
+              -- the gap's midpoint, so on each thread only the island that starts last at or before it can be one
+    select candidates.start_ns, candidates.next_event_id, max(sync_islands.end_ns) as blocking_end_ns
+    from (select gaps.start_ns, gaps.end_ns, gaps.next_event_id, threads.thread
+          from gaps cross join (select distinct thread from sync_islands) as threads) as candidates
+    asof join sync_islands on sync_islands.thread = candidates.thread
+        and candidates.start_ns + candidates.end_ns >= 2 * sync_islands.start_ns
+    where 2 * (least(sync_islands.end_ns, candidates.end_ns) - greatest(sync_islands.start_ns, candidates.start_ns))
+        >= candidates.end_ns - candidates.start_ns
     group by all
 ),
 

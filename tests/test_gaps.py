@@ -121,6 +121,79 @@ def test_every_gap_matches_an_independent_reading(con, path: Path) -> None:
     assert got == expected
 
 
+BLOCKING = SYNCS + ("cudaMemcpy2D", "cuStreamSynchronize", "cuCtxSynchronize", "cuEventSynchronize", "cuMemcpyDtoH_v2",
+                    "cuMemcpyHtoD_v2", "hipStreamSynchronize", "hipDeviceSynchronize", "hipEventSynchronize",
+                    "hipMemcpy", "hipMemcpyWithStream")
+
+
+def _blocking_ends(calls: list[tuple[int, int]], start: int, end: int) -> list[int]:
+    """Ends of the calls that cover at least half of the gap [start, end): every call tried against the gap."""
+    return [e for s, e in calls if 2 * (min(e, end) - max(s, start)) >= end - start]
+
+
+def _check_blocking_rule(con, trace_id: int, calls: list[tuple[int, int]]) -> dict[tuple[int, int], tuple]:
+    gaps = con.execute("select start_ns, end_ns, cause, sync_end_ns, launch_start_ns from gpu_gaps "
+                       "where trace_id = ?", [trace_id]).fetchall()
+    for start, end, cause, sync_end, launch_start in gaps:
+        ends = _blocking_ends(calls, start, end)
+        if ends:
+            assert sync_end == max(ends), (start, end)
+            if launch_start is None or launch_start > start:
+                assert cause == "sync", (start, end)
+        elif cause == "sync":  # then only a sync that returned inside the gap before the launch explains it
+            assert launch_start > start and sync_end >= start, (start, end)
+    return {(start, end): (cause, sync_end) for start, end, cause, sync_end, _ in gaps}
+
+
+@pytest.mark.parametrize("path", [EAGER, GRAPH, SGLANG, B200], ids=["h200-eager", "h200-graph", "sglang", "b200"])
+def test_the_blocking_call_rule_matches_every_call_against_every_gap(con, path: Path) -> None:
+    """A gap at least half covered by one blocking call (any thread) waited behind it: brute force over every
+    (call, gap) pair from the raw JSON, against the SQL, which looks only at the call that can cover the gap's
+    midpoint on each thread (nested calls, cudaMemcpy around cuMemcpyDtoH_v2, merged)."""
+    with gzip.open(path, "rt", encoding="utf-8") as fh:
+        events = json.load(fh, parse_float=Decimal)["traceEvents"]
+    calls = [(_ns(e["ts"]), _ns(e["ts"]) + _ns(e["dur"])) for e in events
+             if e.get("cat") in ("cuda_runtime", "cuda_driver") and e.get("name") in BLOCKING and "ts" in e]
+    _check_blocking_rule(con, _trace_id(con, path), calls)
+
+
+def test_the_blocking_call_rule_on_nested_and_overlapping_calls(tmp_path: Path) -> None:
+    """Blocking calls that the real traces do not have: one nested in another (only the outer covers half of
+    the gap), two threads covering the same gap (the later end wins), calls that cover less than half."""
+    kernel_at = [0, 100, 200, 300, 400]  # 10 µs kernels: gaps [10, 100], [110, 200], [210, 300], [310, 400]
+    events = []
+    for i, t in enumerate(kernel_at):
+        events.append({"ph": "X", "cat": "kernel", "name": f"k{i}", "pid": 0, "tid": 7, "ts": t, "dur": 10,
+                       "args": {"device": 0, "stream": 7, "correlation": i + 1}})
+        events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
+                       "ts": t - 5, "dur": 2, "args": {"correlation": i + 1}})
+    blocking = [  # (thread, category, name, start µs, end µs)
+        (2, "cuda_runtime", "cudaMemcpy", 20, 80),  # gap 1: covers 60 of 90
+        (2, "cuda_driver", "cuMemcpyDtoH_v2", 30, 50),  # nested in it, alone 20 of 90
+        (2, "cuda_runtime", "cudaStreamSynchronize", 150, 250),  # gap 2: 50 of 90; gap 3: 40 of 90
+        (2, "cuda_runtime", "cudaEventSynchronize", 215, 250),  # nested, gap 3: 35 of 90
+        (2, "cuda_runtime", "cudaDeviceSynchronize", 300, 370),  # gap 4: 60 of 90
+        (3, "cuda_runtime", "cudaMemcpy", 320, 390),  # gap 4 on another thread: 70 of 90, ends later
+    ]
+    for tid, cat, name, t0, t1 in blocking:
+        events.append({"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": t0, "dur": t1 - t0,
+                       "args": {}})
+    path = tmp_path / "blocking.pt.trace.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    c = db.connect(tmp_path / "blocking.duckdb")
+    results, _ = pipeline.load_paths(c, [path])
+    assert [r.status for r in results] == ["loaded"], [r.message for r in results]
+    (trace_id,) = c.execute("select trace_id from traces").fetchone()
+    found = _check_blocking_rule(c, trace_id, [(t0 * 1000, t1 * 1000) for _, _, _, t0, t1 in blocking])
+    us = {(s // 1000, e // 1000): (cause, None if end is None else end // 1000)
+          for (s, e), (cause, end) in found.items()}
+    assert us[(10, 100)] == ("sync", 80)
+    assert us[(110, 200)] == ("sync", 250)
+    assert us[(210, 300)][0] == "host"
+    assert us[(310, 400)] == ("sync", 390)
+    c.close()
+
+
 def test_the_injected_host_sleep_is_host_bound_and_the_blocking_copy_is_sync(con) -> None:
     raw = _raw(EAGER)
     tid = _trace_id(con, EAGER)
