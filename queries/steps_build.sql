@@ -36,10 +36,13 @@ per_time as (
     group by all
 ),
 
-running as (
+running as (  -- one ordered pass over all steps equals a pass per (step, category): every count that a step's
+              -- activities raise they also lower, so each running sum is back at 0 where the next one begins
+              -- (DuckDB runs the partitioned window ~4x slower); the same holds for final's sums and, as a step's
+              -- last point has no active category, for its lead()
     select
         step_index, code, t, delta,
-        sum(delta) over (partition by step_index, code order by t rows unbounded preceding) as running_count
+        sum(delta) over (order by step_index, code, t rows unbounded preceding) as running_count
     from per_time
 ),
 
@@ -59,9 +62,9 @@ final as (
     select
         step_index,
         t as start_ns,
-        lead(t) over (partition by step_index order by t) as end_ns,
-        sum(active_change) over (partition by step_index order by t rows unbounded preceding) as active_categories,
-        sum(code_change) over (partition by step_index order by t rows unbounded preceding) as code_sum
+        lead(t) over (order by step_index, t) as end_ns,
+        sum(active_change) over (order by step_index, t rows unbounded preceding) as active_categories,
+        sum(code_change) over (order by step_index, t rows unbounded preceding) as code_sum
     from per_point
 )
 
