@@ -3,6 +3,7 @@ ring (or a pipe), in order; the parent is the single DuckDB writer."""
 
 from __future__ import annotations
 
+import importlib.abc
 import os
 import signal
 import sys
@@ -44,6 +45,17 @@ def _die_with_parent(pdeathsig: bool) -> None:
     threading.Thread(target=watch, name="k25trace-parent-watch", daemon=True).start()
 
 
+class _NoPandas(importlib.abc.MetaPathFinder):
+    """pyarrow imports pandas (when installed) on its first ``pa.array()`` only to ask whether the input is a
+    pandas object: ~0.3-0.5 s of CPU per process, for nothing; a decode worker never holds one. In a worker the
+    import fails (pyarrow then goes on without pandas)."""
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> None:
+        if fullname.partition(".")[0] == "pandas":
+            raise ModuleNotFoundError(f"pandas is not used in a decode worker ({fullname})", name=fullname)
+        return None
+
+
 def _worker_main(index: int, tasks: Any, results: Any, pdeathsig: bool = False) -> None:
     """A decode process. Tasks: ``(task_id, path, keep_python)`` streams a whole file (decompress, cut, decode);
     ``("attach", task_id, names)`` maps the parent's shared-memory ring (the parent unlinks the names once every
@@ -52,6 +64,7 @@ def _worker_main(index: int, tasks: Any, results: Any, pdeathsig: bool = False) 
     (:mod:`k25trace.ingest.messages`) is paired with the task id; a failure is reported as :class:`Failed`, a guessed
     cut that does not hold as :class:`Resplit`, and the worker goes on."""
     _die_with_parent(pdeathsig)
+    sys.meta_path.insert(0, _NoPandas())
     ring: list[Any] = []
     while True:
         task = tasks.get()
