@@ -53,20 +53,46 @@ def load_cmd(paths: list[Path], db: Path) -> list[str]:
     return [PY, "-m", "k25trace", "load", *map(str, paths), "--db", str(db), "-q"]
 
 
+def bytecode_env(work: Path) -> dict[str, str]:
+    """Every measured command reads and writes its bytecode cache under ``work`` (PYTHONPYCACHEPREFIX), even where
+    PYTHONDONTWRITEBYTECODE is set (it is on some CI images: then every process, decode workers included,
+    compiles every module it imports, numpy and pyarrow too, ~0.5 s of CPU each). A normal install has the cache:
+    this measures that, without writing into site-packages."""
+    return {"PYTHONPYCACHEPREFIX": str(work / "pycache"), "PYTHONDONTWRITEBYTECODE": ""}
+
+
+def warm_up(paths: list[Path], tmp: Path, env: dict[str, str], name: str) -> None:
+    """One load that is not counted: it fills the bytecode cache and the page cache."""
+    db = tmp / f"{name}-warmup.duckdb"
+    _measure.run(load_cmd(paths, db), env=env, cwd=tmp)
+    db.unlink()
+    Path(str(db) + ".wal").unlink(missing_ok=True)
+
+
 def measure_load(paths: list[Path], runs: int, tmp: Path, *, name: str = "bench",
-                 env: dict[str, str] | None = None) -> tuple[list[_measure.Measured], Path]:
-    """``runs`` loads of ``paths`` into fresh databases in ``tmp`` (the last one kept); ``env`` for the command."""
-    out = []
-    db = tmp / "none"
+                 env: dict[str, str] | None = None, versions: dict[str, dict[str, str]] | None = None,
+                 warm: bool = True) -> tuple[dict[str, list[_measure.Measured]], Path]:
+    """``runs`` loads of ``paths`` into fresh databases in ``tmp`` (the last one of the first version kept), per
+    version (name -> extra environment; default one, ``name``), interleaved run by run so that a machine that
+    slows down or speeds up meanwhile does so for every version alike. ``warm``: one uncounted load first."""
+    versions = versions or {name: {}}
+    out: dict[str, list[_measure.Measured]] = {v: [] for v in versions}
+    kept = tmp / "none"
+    for version, extra in versions.items() if warm else ():
+        warm_up(paths, tmp, {**(env or {}), **extra}, version)
     for i in range(runs):
-        db = tmp / f"{name}-{len(paths)}-{i}.duckdb"
-        m = _measure.run(load_cmd(paths, db), env=env)
-        out.append(m)
-        log(f"  run {i + 1}: {m.wall_s:.2f} s wall, {m.cpu_s:.1f} s CPU, peak RSS {m.peak_mb:.0f} MB")
-        if i < runs - 1:
+        for version, extra in versions.items():
+            db = tmp / f"{version}-{len(paths)}-{i}.duckdb"
+            # run in tmp: from the checkout, `python -m k25trace` would import the checkout's code whatever PYTHONPATH
+            m = _measure.run(load_cmd(paths, db), env={**(env or {}), **extra}, cwd=tmp)
+            out[version].append(m)
+            log(f"  {version} run {i + 1}: {m.wall_s:.2f} s wall, {m.cpu_s:.1f} s CPU, peak RSS {m.peak_mb:.0f} MB")
+            if i == runs - 1 and version == next(iter(versions)):
+                kept = db
+                continue
             db.unlink()
             Path(str(db) + ".wal").unlink(missing_ok=True)
-    return out, db
+    return out, kept
 
 
 BASELINES = {
@@ -174,7 +200,13 @@ def bench_input(label: str, traces: Path, args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(dir=args.work) as tmpdir:
         tmp = Path(tmpdir)
         log(f"[{label}] one rank: {one.name} ({gz_mb:.1f} MB gz, {raw_mb:.0f} MB JSON)")
-        runs, db = measure_load([one], args.runs, tmp)
+        env = bytecode_env(args.work)
+        versions: dict[str, dict[str, str]] = {"new": {}}
+        if args.compare_rev:
+            versions["old"] = {"PYTHONPATH": str(worktree(args.compare_rev, args.work))}
+            log(f"[{label}] interleaved with k25trace {args.compare_rev} (old) ...")
+        by_version, db = measure_load([one], args.runs, tmp, env=env, versions=versions)
+        runs = by_version["new"]
         import duckdb
 
         con = duckdb.connect(str(db), read_only=True)
@@ -191,7 +223,8 @@ def bench_input(label: str, traces: Path, args: argparse.Namespace) -> None:
               f"({events:,} events, {raw_mb * 1e6 / events:.0f} bytes/event, {gz_mb:.1f} MB gz)")
         if args.runs_all:
             log(f"[{label}] all {len(files)} ranks ...")
-            runs_all, db_all = measure_load(files, args.runs_all, tmp)
+            all_versions, db_all = measure_load(files, args.runs_all, tmp, env=env, warm=False)  # warm already
+            runs_all = all_versions["bench"]
             walls_all = [m.wall_s for m in runs_all]
             all_wall = statistics.median(walls_all)
             cpu_all = statistics.median(m.cpu_s for m in runs_all)
@@ -202,13 +235,13 @@ def bench_input(label: str, traces: Path, args: argparse.Namespace) -> None:
                   f"{len(files) * events / all_wall / 1e6:.2f} M events/s")
             report_timings(db_all, len(files))
         if args.compare_rev:
-            old = worktree(args.compare_rev, args.work)
-            log(f"[{label}] one rank with k25trace {args.compare_rev} ...")
-            old_runs, _ = measure_load([one], args.runs, tmp, name="old", env={"PYTHONPATH": str(old)})
+            old_runs = by_version["old"]
             old_wall = statistics.median(m.wall_s for m in old_runs)
             old_cpu = statistics.median(m.cpu_s for m in old_runs)
-            print(f"  k25trace {args.compare_rev}: median {old_wall:.2f} s wall, {old_cpu:.1f} s CPU, peak RSS "
-                  f"{max(m.peak_mb for m in old_runs):.0f} MB   ratio {old_wall / one_wall:5.2f}")
+            print(f"  k25trace {args.compare_rev} (interleaved with the runs above): median {old_wall:.2f} s wall "
+                  f"({', '.join(f'{m.wall_s:.2f}' for m in old_runs)}), {old_cpu:.1f} s CPU, peak RSS "
+                  f"{max(m.peak_mb for m in old_runs):.0f} MB   ratio {old_wall / one_wall:5.2f} wall, "
+                  f"{old_cpu / cpu:5.2f} CPU")
         if args.skip_baselines:
             return
         print(f"baselines on the same file ({one.name}), same run; ratio = baseline / k25trace 1-rank median:")
@@ -217,7 +250,7 @@ def bench_input(label: str, traces: Path, args: argparse.Namespace) -> None:
                 continue
             log(f"[{label}] baseline {name} ...")
             try:
-                m = _measure.run([PY, "-c", code, str(one)])
+                m = _measure.run([PY, "-c", code, str(one)], env=env, cwd=tmp)
             except RuntimeError as exc:
                 print(f"  {name:26s} failed: {str(exc)[-200:]}")
                 continue
