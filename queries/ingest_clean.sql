@@ -3,10 +3,11 @@
 -- in a 64-bit integer ns (problem 'bad_time'; the decoder already dropped what is no time on its own), and exact
 -- duplicate events: every stored column but event_id equal (problem 'duplicate'; the first in file order is
 -- kept). Whole rows are compared only when a few probe columns already repeat, so a file without duplicates
--- costs one grouping per table (the probe) and no window. python_function rows are not de-duplicated: their ids (Python id, parent id) are
--- not stored, so two real zero-length calls in the same µs would look alike. Each removed row is listed in
--- _stage_dropped (read by ingest_dropped.sql).
--- creates: none (deletes from the _stage_* tables, inserts into _stage_dropped)
+-- costs one grouping per table (the probe) and no window. python_function rows are not de-duplicated: their ids
+-- (Python id, parent id) are not stored, so two real zero-length calls in the same µs would look alike. Each row
+-- to remove is listed in _stage_dropped (read by ingest_dropped.sql); the loader filters its staged tables (Arrow,
+-- read-only here) by that list before ingest_commit.sql.
+-- creates: none (inserts into _stage_dropped)
 -- reads: _stage_gpu, _stage_launch, _stage_ann, _stage_ops, _stage_py
 -- params: $base
 -- grain: none
@@ -14,8 +15,6 @@ insert into _stage_dropped
 select 'gpu', 'bad_time', event_id from _stage_gpu
 where not ($base::hugeint + ts_ns between -9223372036854775808 and 9223372036854775807
     and $base::hugeint + ts_ns + coalesce(dur_ns, 0) <= 9223372036854775807);
-
-delete from _stage_gpu where event_id in (select event_id from _stage_dropped where staged = 'gpu');
 
 insert into _stage_dropped
 select 'gpu', 'duplicate', event_id from (
@@ -25,18 +24,15 @@ select 'gpu', 'duplicate', event_id from (
         bytes, collective_name, msg_in_nelems, msg_out_nelems, msg_dtype, group_size, pg_name, pg_ranks
         order by event_id) as copy
     from _stage_gpu
-    where exists (select 1 from _stage_gpu group by ts_ns, dur_ns, device, stream, correlation having count(*) > 1)  -- the cheap probe
+    where event_id not in (select event_id from _stage_dropped where staged = 'gpu')
+        and exists (select 1 from _stage_gpu group by ts_ns, dur_ns, device, stream, correlation having count(*) > 1)  -- the cheap probe
 )
 where copy > 1;
-
-delete from _stage_gpu where event_id in (select event_id from _stage_dropped where staged = 'gpu' and problem = 'duplicate');
 
 insert into _stage_dropped
 select 'launch', 'bad_time', event_id from _stage_launch
 where not ($base::hugeint + ts_ns between -9223372036854775808 and 9223372036854775807
     and $base::hugeint + ts_ns + coalesce(dur_ns, 0) <= 9223372036854775807);
-
-delete from _stage_launch where event_id in (select event_id from _stage_dropped where staged = 'launch');
 
 insert into _stage_dropped
 select 'launch', 'duplicate', event_id from (
@@ -44,18 +40,15 @@ select 'launch', 'duplicate', event_id from (
         partition by api, name, pid, tid, ts_ns, dur_ns, correlation, external_id, cbid
         order by event_id) as copy
     from _stage_launch
-    where exists (select 1 from _stage_launch group by ts_ns, dur_ns, tid, correlation having count(*) > 1)  -- the cheap probe
+    where event_id not in (select event_id from _stage_dropped where staged = 'launch')
+        and exists (select 1 from _stage_launch group by ts_ns, dur_ns, tid, correlation having count(*) > 1)  -- the cheap probe
 )
 where copy > 1;
-
-delete from _stage_launch where event_id in (select event_id from _stage_dropped where staged = 'launch' and problem = 'duplicate');
 
 insert into _stage_dropped
 select 'ann', 'bad_time', event_id from _stage_ann
 where not ($base::hugeint + ts_ns between -9223372036854775808 and 9223372036854775807
     and $base::hugeint + ts_ns + coalesce(dur_ns, 0) <= 9223372036854775807);
-
-delete from _stage_ann where event_id in (select event_id from _stage_dropped where staged = 'ann');
 
 insert into _stage_dropped
 select 'ann', 'duplicate', event_id from (
@@ -63,18 +56,15 @@ select 'ann', 'duplicate', event_id from (
         partition by kind, name, pid, tid, ts_ns, dur_ns, external_id
         order by event_id) as copy
     from _stage_ann
-    where exists (select 1 from _stage_ann group by ts_ns, dur_ns, tid, external_id, name having count(*) > 1)  -- the cheap probe
+    where event_id not in (select event_id from _stage_dropped where staged = 'ann')
+        and exists (select 1 from _stage_ann group by ts_ns, dur_ns, tid, external_id, name having count(*) > 1)  -- the cheap probe
 )
 where copy > 1;
-
-delete from _stage_ann where event_id in (select event_id from _stage_dropped where staged = 'ann' and problem = 'duplicate');
 
 insert into _stage_dropped
 select 'ops', 'bad_time', event_id from _stage_ops
 where not ($base::hugeint + ts_ns between -9223372036854775808 and 9223372036854775807
     and $base::hugeint + ts_ns + coalesce(dur_ns, 0) <= 9223372036854775807);
-
-delete from _stage_ops where event_id in (select event_id from _stage_dropped where staged = 'ops');
 
 insert into _stage_dropped
 select 'ops', 'duplicate', event_id from (
@@ -82,15 +72,13 @@ select 'ops', 'duplicate', event_id from (
         partition by name, pid, tid, ts_ns, dur_ns, external_id, input_dims
         order by event_id) as copy
     from _stage_ops
-    where exists (select 1 from _stage_ops group by ts_ns, dur_ns, tid, external_id having count(*) > 1)  -- the cheap probe
+    where event_id not in (select event_id from _stage_dropped where staged = 'ops')
+        and exists (select 1 from _stage_ops group by ts_ns, dur_ns, tid, external_id having count(*) > 1)  -- the cheap probe
 )
 where copy > 1;
-
-delete from _stage_ops where event_id in (select event_id from _stage_dropped where staged = 'ops' and problem = 'duplicate');
 
 insert into _stage_dropped
 select 'py', 'bad_time', event_id from _stage_py
 where not ($base::hugeint + ts_ns between -9223372036854775808 and 9223372036854775807
     and $base::hugeint + ts_ns + coalesce(dur_ns, 0) <= 9223372036854775807);
 
-delete from _stage_py where event_id in (select event_id from _stage_dropped where staged = 'py');

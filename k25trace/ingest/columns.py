@@ -190,6 +190,27 @@ EXTRA_COLUMNS: dict[str, dict[str, _ColumnFn]] = {
     "py": {},
 }
 TABLE_ORDER = ("gpu", "launch", "ann", "ops", "py")
+_TIMED_FIELDS = [("event_id", pa.int64()), ("name", pa.string()), ("pid", pa.int64()), ("tid", pa.int64()),
+                 ("ts_ns", pa.int64()), ("dur_ns", pa.int64())]
+# The staged tables as the loader registers them (_stage_<table>, read by queries/ingest_clean.sql,
+# ingest_stage_summary.sql and ingest_commit.sql): times still relative to the file's baseTimeNanoseconds; GPU
+# names already ids (the loader swaps the column name for name_id).
+STAGE_SCHEMAS: dict[str, pa.Schema] = {
+    "gpu": pa.schema([
+        ("event_id", pa.int64()), ("kind", pa.string()), ("device", pa.int32()), ("stream", pa.int64()),
+        ("ts_ns", pa.int64()), ("dur_ns", pa.int64()), ("correlation", pa.int64()), ("external_id", pa.int64()),
+        ("grid_x", pa.int32()), ("grid_y", pa.int32()), ("grid_z", pa.int32()), ("block_x", pa.int32()),
+        ("block_y", pa.int32()), ("block_z", pa.int32()), ("registers", pa.int32()), ("shared_mem_bytes", pa.int32()),
+        ("blocks_per_sm", pa.float64()), ("warps_per_sm", pa.float64()), ("occupancy_pct", pa.float64()),
+        ("bytes", pa.int64()), ("collective_name", pa.string()), ("msg_in_nelems", pa.int64()),
+        ("msg_out_nelems", pa.int64()), ("msg_dtype", pa.string()), ("group_size", pa.int32()),
+        ("pg_name", pa.string()), ("pg_ranks", pa.string()), ("name_id", pa.int32())]),
+    "launch": pa.schema(_TIMED_FIELDS + [("api", pa.string()), ("correlation", pa.int64()),
+                                         ("external_id", pa.int64()), ("cbid", pa.int32())]),
+    "ann": pa.schema(_TIMED_FIELDS + [("kind", pa.string()), ("external_id", pa.int64())]),
+    "ops": pa.schema(_TIMED_FIELDS + [("external_id", pa.int64()), ("input_dims", pa.string())]),
+    "py": pa.schema(_TIMED_FIELDS),
+}
 _TABLE_OF_CAT = {**{c: "gpu" for c in GPU_CATS}, **{c: "launch" for c in LAUNCH_CATS}, "cpu_op": "ops",
                  **{c: "ann" for c in ANNOTATION_CATS}}
 

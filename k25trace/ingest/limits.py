@@ -4,7 +4,6 @@ from __future__ import annotations
 
 BLOCK_SIZE = 8 << 20  # decompressed bytes per read
 PARALLEL_MIN_BYTES = 16 << 20  # files at least this large (on disk) are decoded by worker processes
-STAGE_BATCH_ROWS = 150_000  # buffered rows written to the staging tables at once
 RING_BUFFER_BYTES = 16 << 20  # shared-memory buffer per chunk in flight (a chunk is one block plus a remainder)
 MAX_PREFIX = 256 << 20  # metadata before traceEvents larger than this is not a Kineto trace
 MAX_PENDING = 256 << 20  # text without the end of an event beyond this is not a Kineto trace

@@ -1,5 +1,5 @@
-"""Loading files into the event tables: stage each file's chunks, then move them into the final tables, in
-one transaction per file."""
+"""Loading files into the event tables: stage each file's chunks (Arrow tables, in memory), then clean them and
+move them into the final tables, in one transaction per file."""
 
 from __future__ import annotations
 
@@ -19,9 +19,8 @@ from k25trace import __version__
 from k25trace.capture.files import sha256_file
 from k25trace.db import run_query
 from k25trace.errors import K25Error, TraceError
-from k25trace.ingest import limits
 from k25trace.ingest.chunks import _chunks
-from k25trace.ingest.columns import TABLE_ORDER, _Columns, _int_or_none
+from k25trace.ingest.columns import STAGE_SCHEMAS, TABLE_ORDER, _Columns, _int_or_none
 from k25trace.ingest.discover import discover, is_frontend_name
 from k25trace.ingest.events import _dumps
 from k25trace.ingest.messages import Chunk, End, Progress
@@ -48,9 +47,7 @@ class Loader:
         self.options = options or LoadOptions()
         self._executor: _Workers | None = None
         self._hashes: dict[tuple[str, int, int], str] = {}
-        self._pending: dict[str, list[pa.Table]] = {}
-        self._pending_rows = 0
-        self._empty: dict[str, pa.Table] = {}  # a zero-row table per staging table (ingest_stage.sql's columns)
+        self._staged: dict[str, list[pa.Table]] = {}  # this file's chunk tables per staging table, in file order
         self.progress = progress or (lambda n: None)
         self.names: dict[str, int] = dict(run_query(con, "ingest_names").fetchall())
         self.next_name_id = max(self.names.values(), default=0) + 1
@@ -123,7 +120,6 @@ class Loader:
             committing = True
             con.execute("commit")
         except BaseException as exc:
-            self._pending, self._pending_rows = {}, 0
             self._rollback()
             message = _failure(exc, shown, committing)
             if message is None:
@@ -131,10 +127,7 @@ class Loader:
             result.message = message
             return result
         finally:
-            try:
-                run_query(con, "ingest_stage_drop")
-            except K25Error:
-                pass
+            self._unstage()
         self.names.update(names.new)
         self.next_name_id = names.next_id
         result.status = "loaded"
@@ -175,7 +168,6 @@ class Loader:
                 self.progress(item.read)
             elif isinstance(item, End):
                 end = item
-        self._flush()
         if end is None:  # a stream always ends with End; anything else is a bug, not a bad file
             raise RuntimeError(f"{path}: the decode stream ended without its End message")
         meta_text, sha, read_bytes = end
@@ -216,39 +208,49 @@ class Loader:
                 names = table.column("name").combine_chunks().dictionary_encode()
                 ids = pa.array([name_id(v) for v in names.dictionary.to_pylist()], pa.int32())
                 table = table.drop_columns(["name"]).append_column("name_id", pc.take(ids, names.indices))
-            self._pending.setdefault(key, []).append(table)
-            self._pending_rows += table.num_rows
-        if self._pending_rows >= limits.STAGE_BATCH_ROWS:
-            self._flush()
+            self._staged.setdefault(key, []).append(table)
 
-    def _flush(self) -> None:
-        """Write the buffered chunk tables to the staging tables, one insert per table (per-call cost adds up)."""
-        if not self._pending:
-            return
-        con = self.con
+    def _stage(self, key: str, table: pa.Table) -> None:
+        """Register ``table`` as the view ``_stage_<key>`` that the ingest queries read (replacing the last one)."""
+        self.con.unregister(f"_stage_{key}")
+        self.con.register(f"_stage_{key}", table)
+        self._staged[key] = [table]  # referenced here while DuckDB may read it
+
+    def _register_staged(self) -> None:
+        """The file's staged events, one Arrow table per staging table (the chunks' tables concatenated, no copy;
+        an empty one where there is none), registered for ingest_clean.sql, ingest_stage_summary.sql and
+        ingest_commit.sql. Nothing is copied into DuckDB before the move into the final tables."""
         for key in TABLE_ORDER:
-            tables = self._pending.get(key)
-            if tables:
-                batch = pa.concat_tables(tables, promote_options="permissive")
-            else:  # nothing for this table in the batch: an empty table of its staging columns (asked once)
-                if key not in self._empty:
-                    self._empty[key] = con.table(f"_stage_{key}").limit(0).to_arrow_table()
-                batch = self._empty[key]
-            con.register(f"_chunk_{key}", batch)
+            schema = STAGE_SCHEMAS[key]
+            tables = self._staged.get(key)
+            table = pa.concat_tables(tables, promote_options="permissive") if tables else schema.empty_table()
+            if not table.schema.equals(schema):
+                table = table.select(schema.names).cast(schema)
+            self._stage(key, table)
+
+    def _unstage(self) -> None:
+        self._staged = {}
+        for key in TABLE_ORDER:
+            try:
+                self.con.unregister(f"_stage_{key}")
+            except duckdb.Error:
+                pass
         try:
-            run_query(con, "ingest_stage_append")
-        finally:
-            for key in TABLE_ORDER:
-                con.unregister(f"_chunk_{key}")
-        self._pending = {}
-        self._pending_rows = 0
+            run_query(self.con, "ingest_stage_drop")
+        except K25Error:
+            pass
 
     def _clean_staged(self, base: int, problems: Counter[str]) -> None:
         """Before the move into the final tables: drop rows whose absolute times would not fit in 64 bits (the
-        decoder already dropped what is no time on its own), and exact duplicate events (``ingest_clean.sql``)."""
+        decoder already dropped what is no time on its own), and exact duplicate events (``ingest_clean.sql``
+        lists them, they are filtered out of the staged tables here)."""
         run_query(self.con, "ingest_clean", {"base": base})
         for staged, problem, n in run_query(self.con, "ingest_dropped").fetchall():
             problems[f"{problem}:{staged}"] += n
+            table = self._staged[staged][0]
+            ids = pa.array([i for (i,) in run_query(self.con, "ingest_dropped_ids", {"staged": staged}).fetchall()],
+                           pa.int64())
+            self._stage(staged, table.filter(pc.invert(pc.is_in(table.column("event_id"), ids))))
 
     def _commit_file(self, tf: TraceFile, path: Path, sha: str, read_bytes: int, meta: dict[str, Any], counts: int,
                      cols: _Columns, new_names: dict[str, int]) -> tuple[int, list[str]]:
@@ -264,6 +266,7 @@ class Loader:
         rank, world, rank_source = _rank_of(dist, path.name)
         base = _base_time(meta, path)
         devices = meta.get("deviceProperties") if isinstance(meta.get("deviceProperties"), list) else None
+        self._register_staged()
         self._clean_staged(base, cols.problems)
         gpu_n, main_device, long_n, longest = run_query(con, "ingest_stage_summary",
                                                         {"long_ns": LONG_GPU_NS}).fetchall()[0]
