@@ -88,10 +88,10 @@ gaps as (
     select * from between_gaps
 ),
 
-calls as (  -- one launch call per correlation id
+calls as (  -- one launch call per correlation id (of the activities that end a gap)
     select correlation, arg_min(name, start_ns) as name, min(start_ns) as start_ns, arg_min(tid, start_ns) as tid
     from launches
-    where trace_id = $trace_id and correlation is not null
+    where trace_id = $trace_id and correlation in (select correlation from gaps)
     group by correlation
 ),
 
