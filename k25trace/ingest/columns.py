@@ -232,7 +232,7 @@ class _Routes:
         table_of = _table_of_type(keep_python)
         self.types = list(table_of)
         self.code_of = {t: i for i, t in enumerate(self.types)}
-        self.table_number = np.array([0 if table_of[t] is None else TABLE_ORDER.index(table_of[t]) + 1  # type: ignore[arg-type]
+        self.table_number = np.array([0 if table_of[t] is None else TABLE_ORDER.index(table_of[t]) + 1
                                       for t in self.types], dtype=np.int8)
 
 
@@ -293,7 +293,7 @@ class _Columns:
         if len(dropped) > 1:  # counted in the order they first appear (traces.skipped lists them so)
             dropped.sort(key=lambda code: int(np.argmax(codes == code)))
         for code in dropped:
-            self.skipped[routes.types[code].cat] += int(per_type[code])  # type: ignore[attr-defined]  # its tag
+            self.skipped[routes.types[code].cat] += int(per_type[code])  # a tagged struct type's tag
         routed: dict[str, tuple[list[Any], Any]] = {}
         for number in sorted(present):
             key = TABLE_ORDER[number - 1]
