@@ -7,6 +7,7 @@ import hashlib
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -296,9 +297,40 @@ def test_capture_directory_levels_and_invalid_files(tmp_path: Path) -> None:
         ("c1", 1, 41.0, 14.0), ("c64", 64, 41.0, 14.0)]
 
 
-@pytest.mark.parametrize("many", [False, True], ids=["one-file-shared", "many-files-prefetched"])
-def test_worker_processes_give_the_same_rows_and_isolate_bad_files(tmp_path: Path, many: bool) -> None:
-    """The multi-process decode path (used for big files) stores exactly what the in-process path stores."""
+@pytest.mark.parametrize("many,warm", [(False, False), (False, True), (True, False)],
+                         ids=["one-file-shared", "one-file-warm-start", "many-files-prefetched"])
+def test_worker_processes_give_the_same_rows_and_isolate_bad_files(tmp_path: Path, many: bool, warm: bool,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The multi-process decode path (used for big files) stores exactly what the in-process path stores. One
+    file: through the ring from the first block, or (warm start) with its first blocks decoded in this process
+    while the workers start: here the workers count as started after the parent has decoded 3 blocks of 1 MiB
+    (the rest go through the ring)."""
+    monkeypatch.setattr(ingest.limits, "WARM_START", warm)
+    if warm:
+        from k25trace.ingest import workers as workers_module
+
+        monkeypatch.setattr(ingest.limits, "BLOCK_SIZE", 1 << 20)
+        attached = workers_module._Workers._ring_attached
+        asked: list[int] = []
+
+        def late(self: Any) -> bool:  # not attached for 3 blocks, then attached (waiting for it if need be)
+            asked.append(1)
+            if len(asked) <= 3:
+                return False
+            while not attached(self):
+                self._wait_attached()
+            return True
+
+        monkeypatch.setattr(workers_module._Workers, "_ring_attached", late)
+        chunk_tasks: list[Any] = []
+        put = workers_module._Workers.feed
+
+        def counting_feed(self: Any, *args: Any) -> Any:
+            for item in put(self, *args):
+                yield item
+            chunk_tasks.append(len(self.ring))
+
+        monkeypatch.setattr(workers_module._Workers, "feed", counting_feed)
     bad = tmp_path / "bad.json.gz"
     bad.write_bytes(B200.read_bytes()[:300_000])
     files = [B200, bad, HTA_NCCL] if many else [B200]
@@ -319,3 +351,5 @@ def test_worker_processes_give_the_same_rows_and_isolate_bad_files(tmp_path: Pat
         assert serial.execute(q).fetchall() == parallel.execute(q).fetchall(), table
     assert serial.execute("select file_name, event_count, skipped from traces order by 1").fetchall() == \
         parallel.execute("select file_name, event_count, skipped from traces order by 1").fetchall()
+    if warm:
+        assert len(asked) == 4 and chunk_tasks == [6]  # 3 blocks here, then the ring (6 buffers) for the rest

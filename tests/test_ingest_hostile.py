@@ -32,6 +32,13 @@ SERIAL = ingest.LoadOptions(workers=1)
 PARALLEL = ingest.LoadOptions(workers=2, parallel_min_bytes=1)  # the shared-memory ring path, even for tiny files
 
 
+@pytest.fixture(autouse=True)
+def _ring_from_the_first_block(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Here the one-file parallel path uses the ring for every block: no block decoded in the parent while the
+    workers start (that warm start is tested in test_ingest.py), or a tiny file would never reach the ring."""
+    monkeypatch.setattr(ingest.limits, "WARM_START", False)
+
+
 def _connect(tmp_path: Path, name: str = "x.duckdb") -> duckdb.DuckDBPyConnection:
     return db.connect(tmp_path / name)
 
@@ -481,6 +488,7 @@ KILL_SCRIPT = textwrap.dedent("""
             def close(self):
                 pass
 
+        ingest.limits.WARM_START = False  # the first report comes once the workers have mapped the ring
         con = db.connect(Path(sys.argv[1]))
         pipeline.load_paths(con, [Path(p) for p in sys.argv[2:]], ingest.LoadOptions(workers=2, parallel_min_bytes=1),
                           progress_factory=lambda files: Pause())
@@ -569,6 +577,7 @@ def test_workers_end_with_a_parent_that_is_killed_while_they_decode(tmp_path: Pa
         def main():
             from k25trace import db, ingest, pipeline
             ingest.limits.BLOCK_SIZE = 1 << 16
+            ingest.limits.WARM_START = False
             con = db.connect(Path(sys.argv[1]))
             while True:
                 con.execute("delete from traces")

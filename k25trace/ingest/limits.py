@@ -7,4 +7,5 @@ PARALLEL_MIN_BYTES = 16 << 20  # files at least this large (on disk) are decoded
 RING_BUFFER_BYTES = 16 << 20  # shared-memory buffer per chunk in flight (a chunk is one block plus a remainder)
 MAX_PREFIX = 256 << 20  # metadata before traceEvents larger than this is not a Kineto trace
 MAX_PENDING = 256 << 20  # text without the end of an event beyond this is not a Kineto trace
+WARM_START = True  # a big file's first blocks are decoded in the parent while the decode workers start
 FAST_MISSES = 3  # guessed cuts that failed before a file is cut exactly to its end

@@ -162,6 +162,7 @@ class _Workers:
         self.next_task = 0
         self.planned: dict[str, tuple[int, int]] = {}  # path -> (task id, worker) of a whole-file prefetch
         self.ring: list[Any] = []  # shared-memory chunk buffers for feed()
+        self._attaching: tuple[int, list[Any], set[int]] | None = None  # (task id, segments, workers that mapped them)
         self.ring_failed = False
 
     def prefetch(self, paths: list[Path], keep_python: bool) -> None:
@@ -208,49 +209,106 @@ class _Workers:
         except (ImportError, OSError, ValueError):
             pass
         try:
-            self._ring_buffers()
+            self._ring_start()
         except OSError:
             self.ring_failed = True
             return False
         return True
 
     def _ring_buffers(self) -> list[Any]:
-        """The shared-memory ring, mapped by every worker, its names already unlinked."""
-        if self.ring:
-            return self.ring
+        """The shared-memory ring, mapped by every worker, its names already unlinked (waits for the workers)."""
+        self._ring_start()
+        while not self._ring_attached():
+            self._wait_attached()
+        return self.ring
+
+    def _ring_start(self) -> None:
+        """Make the ring's segments and ask every worker to map them; :meth:`_ring_attached` says when all have.
+        Meanwhile (workers still importing, ~1 s of a 2-core machine) the caller can decode in its own process."""
+        if self.ring or self._attaching is not None:
+            return
         from multiprocessing import shared_memory
 
         _remove_stale_segments()
         token = os.urandom(4).hex()
         ring: list[Any] = []
-        done = False
         try:
             for i in range(2 * self.count + 2):
                 ring.append(shared_memory.SharedMemory(name=f"{SHM_PREFIX}{os.getpid()}_{token}_{i}", create=True,
                                                        size=limits.RING_BUFFER_BYTES))
-            task_id = self._task_id()
-            names = [shm.name for shm in ring]
-            for worker in range(self.count):
-                self.tasks[worker].put(("attach", task_id, names))
-            for worker in range(self.count):
-                self._get(worker, task_id)
-            done = True
-        finally:
-            for shm in ring:  # mapped here and in every worker (or failed): the names can go now
-                shm.unlink()
-                if not done:
-                    shm.close()
+        except BaseException:
+            self._drop_segments(ring)
+            raise
+        task_id = self._task_id()
+        for worker in range(self.count):
+            self.tasks[worker].put(("attach", task_id, [shm.name for shm in ring]))
+        self._attaching = (task_id, ring, set())
+
+    def _ring_attached(self) -> bool:
+        """Whether every worker has mapped the ring (then its names are unlinked); does not wait."""
+        import queue
+
+        if self.ring:
+            return True
+        if self._attaching is None:
+            return False
+        task_id, ring, answered = self._attaching
+        for worker in range(self.count):
+            while worker not in answered:
+                try:
+                    got_id, _ = self.results[worker].get_nowait()
+                except queue.Empty:
+                    if not self.procs[worker].is_alive():
+                        self._drop_segments(ring)
+                        self._attaching = None
+                        raise K25Error(
+                            f"decode worker {worker} died (exit code {self.procs[worker].exitcode})") from None
+                    break
+                if got_id == task_id:
+                    answered.add(worker)  # else a stale item of an earlier task: dropped
+        if len(answered) < self.count:
+            return False
+        for shm in ring:  # mapped here and in every worker: the names can go now
+            shm.unlink()
         self.ring = ring
-        return ring
+        self._attaching = None
+        return True
+
+    def _wait_attached(self) -> None:
+        """Block until a worker that has not mapped the ring answers (or dies)."""
+        assert self._attaching is not None
+        task_id, _, answered = self._attaching
+        worker = next(w for w in range(self.count) if w not in answered)
+        try:
+            self._get(worker, task_id)
+        except BaseException:
+            self._drop_segments(self._attaching[1])
+            self._attaching = None
+            raise
+        answered.add(worker)
+
+    @staticmethod
+    def _drop_segments(ring: list[Any]) -> None:
+        for shm in ring:
+            try:
+                shm.unlink()
+            except OSError:
+                pass
+            try:
+                shm.close()
+            except BufferError:
+                pass
 
     def feed(self, path: Path, keep_python: bool, progress: Callable[[int], None]) -> Iterator[Message]:
         """One big file: this process decompresses it once, straight into the shared-memory buffers of a small
         ring (``[`` + the carried-over partial event + a block; the comma after the last complete event becomes
         ``]``), and the workers decode the buffers in turn; results come back in file order. The metadata, a cut
         that did not hold (re-cut exactly here, see :class:`_Splitter`) and events too large for a buffer are
-        handled in this process."""
+        handled in this process, and so are the first blocks while the workers are still starting (they import
+        numpy and pyarrow: ~1 s of a 2-core machine; ``limits.WARM_START``)."""
         task_id = self._task_id()
-        ring = self._ring_buffers()
+        self._ring_start()
+        ring: list[Any] = [] if limits.WARM_START else self._ring_buffers()
         in_flight: deque[tuple[int, int, int, bytes, int]] = deque()  # (worker, buffer, size, gap, offset), file order
         sent = 0
         reader = _Reader(path)
@@ -258,10 +316,13 @@ class _Workers:
         spath = str(path)
         try:
             while True:
-                if not splitter.fast or len(splitter.buf) + 1 + limits.BLOCK_SIZE > limits.RING_BUFFER_BYTES:
+                if not ring and self._ring_attached():
+                    ring = self.ring  # until then (workers still starting) blocks are decoded here
+                fits = len(splitter.buf) + 1 + limits.BLOCK_SIZE <= limits.RING_BUFFER_BYTES
+                if not ring or not splitter.fast or not fits:
                     while in_flight:  # keep the file order
                         yield from self._take_oldest(in_flight, ring, splitter, task_id, keep_python)
-                    if splitter.fast and len(splitter.buf) + 1 + limits.BLOCK_SIZE <= limits.RING_BUFFER_BYTES:
+                    if ring and splitter.fast and len(splitter.buf) + 1 + limits.BLOCK_SIZE <= limits.RING_BUFFER_BYTES:
                         continue
                     if not (yield from _one_block(reader, splitter, keep_python, progress)):
                         break
@@ -359,6 +420,9 @@ class _Workers:
         for proc in self.procs:
             proc.join(timeout=5)
         self.procs = []
+        if self._attaching is not None:  # workers never all mapped it: the names are still there
+            self._drop_segments(self._attaching[1])
+            self._attaching = None
         for shm in self.ring:  # the names were unlinked when the workers mapped them
             try:
                 shm.close()
