@@ -2,8 +2,9 @@
 -- Before one file's staged events move into the final tables: remove the rows whose absolute times would not fit
 -- in a 64-bit integer ns (problem 'bad_time'; the decoder already dropped what is no time on its own), and exact
 -- duplicate events: every stored column but event_id equal (problem 'duplicate'; the first in file order is
--- kept). Whole rows are compared only when a few probe columns already repeat, so a file without duplicates
--- costs one grouping per table (the probe) and no window. python_function rows are not de-duplicated: their ids
+-- kept). Whole rows are compared only when a few probe columns may repeat (their hash does: equal columns have
+-- equal hashes, a collision only costs the window), so a file without duplicates costs one distinct count of a
+-- hash per table (the probe) and no window. python_function rows are not de-duplicated: their ids
 -- (Python id, parent id) are not stored, so two real zero-length calls in the same µs would look alike. Each row
 -- to remove is listed in _stage_dropped (read by ingest_dropped.sql); the loader filters its staged tables (Arrow,
 -- read-only here) by that list before ingest_commit.sql.
@@ -25,7 +26,7 @@ select 'gpu', 'duplicate', event_id from (
         order by event_id) as copy
     from _stage_gpu
     where event_id not in (select event_id from _stage_dropped where staged = 'gpu')
-        and exists (select 1 from _stage_gpu group by ts_ns, dur_ns, device, stream, correlation having count(*) > 1)  -- the cheap probe
+        and (select count(*) <> count(distinct hash(ts_ns, dur_ns, device, stream, correlation)) from _stage_gpu)  -- the cheap probe
 )
 where copy > 1;
 
@@ -41,7 +42,7 @@ select 'launch', 'duplicate', event_id from (
         order by event_id) as copy
     from _stage_launch
     where event_id not in (select event_id from _stage_dropped where staged = 'launch')
-        and exists (select 1 from _stage_launch group by ts_ns, dur_ns, tid, correlation having count(*) > 1)  -- the cheap probe
+        and (select count(*) <> count(distinct hash(ts_ns, dur_ns, tid, correlation)) from _stage_launch)  -- the cheap probe
 )
 where copy > 1;
 
@@ -57,7 +58,7 @@ select 'ann', 'duplicate', event_id from (
         order by event_id) as copy
     from _stage_ann
     where event_id not in (select event_id from _stage_dropped where staged = 'ann')
-        and exists (select 1 from _stage_ann group by ts_ns, dur_ns, tid, external_id, name having count(*) > 1)  -- the cheap probe
+        and (select count(*) <> count(distinct hash(ts_ns, dur_ns, tid, external_id, name)) from _stage_ann)  -- the cheap probe
 )
 where copy > 1;
 
@@ -73,7 +74,7 @@ select 'ops', 'duplicate', event_id from (
         order by event_id) as copy
     from _stage_ops
     where event_id not in (select event_id from _stage_dropped where staged = 'ops')
-        and exists (select 1 from _stage_ops group by ts_ns, dur_ns, tid, external_id having count(*) > 1)  -- the cheap probe
+        and (select count(*) <> count(distinct hash(ts_ns, dur_ns, tid, external_id)) from _stage_ops)  -- the cheap probe
 )
 where copy > 1;
 
