@@ -313,13 +313,9 @@ def test_worker_processes_give_the_same_rows_and_isolate_bad_files(tmp_path: Pat
         attached = workers_module._Workers._ring_attached
         asked: list[int] = []
 
-        def late(self: Any) -> bool:  # not attached for 3 blocks, then attached (waiting for it if need be)
+        def late(self: Any, wait: bool = False) -> bool:  # not attached for 3 blocks, then attached (waiting)
             asked.append(1)
-            if len(asked) <= 3:
-                return False
-            while not attached(self):
-                self._wait_attached()
-            return True
+            return len(asked) > 3 and attached(self, wait=True)
 
         monkeypatch.setattr(workers_module._Workers, "_ring_attached", late)
         chunk_tasks: list[Any] = []

@@ -178,18 +178,26 @@ class _Workers:
         return self.next_task
 
     def _get(self, worker: int, task_id: int) -> Message:
+        while True:
+            item = self._poll(worker, task_id, 1.0)
+            if item is not None:
+                return item
+
+    def _poll(self, worker: int, task_id: int, timeout: float) -> Message | None:
+        """The worker's next item of this task, or None when none came within ``timeout`` seconds (0: none
+        waiting). Items of an earlier task that failed on another worker are dropped; a dead worker raises."""
         import queue
 
         while True:
             try:
-                got_id, item = self.results[worker].get(timeout=1.0)
+                got_id, item = (self.results[worker].get(timeout=timeout) if timeout
+                                else self.results[worker].get_nowait())
             except queue.Empty:
                 if not self.procs[worker].is_alive():
                     raise K25Error(f"decode worker {worker} died (exit code {self.procs[worker].exitcode})") from None
-                continue
+                return None
             if got_id == task_id:
                 return item
-            # a stale item of an earlier task that failed on another worker: drop it
 
     def ring_ok(self) -> bool:
         """Whether the shared-memory ring of :meth:`feed` exists or can be made. Not under a file-size limit
@@ -218,8 +226,7 @@ class _Workers:
     def _ring_buffers(self) -> list[Any]:
         """The shared-memory ring, mapped by every worker, its names already unlinked (waits for the workers)."""
         self._ring_start()
-        while not self._ring_attached():
-            self._wait_attached()
+        self._ring_attached(wait=True)
         return self.ring
 
     def _ring_start(self) -> None:
@@ -244,28 +251,22 @@ class _Workers:
             self.tasks[worker].put(("attach", task_id, [shm.name for shm in ring]))
         self._attaching = (task_id, ring, set())
 
-    def _ring_attached(self) -> bool:
-        """Whether every worker has mapped the ring (then its names are unlinked); does not wait."""
-        import queue
-
+    def _ring_attached(self, wait: bool = False) -> bool:
+        """Whether every worker has mapped the ring (then its names are unlinked); ``wait``: until they have."""
         if self.ring:
             return True
         if self._attaching is None:
             return False
         task_id, ring, answered = self._attaching
-        for worker in range(self.count):
-            while worker not in answered:
-                try:
-                    got_id, _ = self.results[worker].get_nowait()
-                except queue.Empty:
-                    if not self.procs[worker].is_alive():
-                        self._drop_segments(ring)
-                        self._attaching = None
-                        raise K25Error(
-                            f"decode worker {worker} died (exit code {self.procs[worker].exitcode})") from None
-                    break
-                if got_id == task_id:
-                    answered.add(worker)  # else a stale item of an earlier task: dropped
+        try:
+            for worker in range(self.count):
+                if worker not in answered and (self._get(worker, task_id) if wait
+                                               else self._poll(worker, task_id, 0)) is not None:
+                    answered.add(worker)
+        except BaseException:  # a worker died (or an interrupt): nobody will use these segments
+            self._drop_segments(ring)
+            self._attaching = None
+            raise
         if len(answered) < self.count:
             return False
         for shm in ring:  # mapped here and in every worker: the names can go now
@@ -273,19 +274,6 @@ class _Workers:
         self.ring = ring
         self._attaching = None
         return True
-
-    def _wait_attached(self) -> None:
-        """Block until a worker that has not mapped the ring answers (or dies)."""
-        assert self._attaching is not None
-        task_id, _, answered = self._attaching
-        worker = next(w for w in range(self.count) if w not in answered)
-        try:
-            self._get(worker, task_id)
-        except BaseException:
-            self._drop_segments(self._attaching[1])
-            self._attaching = None
-            raise
-        answered.add(worker)
 
     @staticmethod
     def _drop_segments(ring: list[Any]) -> None:
