@@ -2,9 +2,9 @@
 -- The list of staged rows that ingest_clean.sql removes, for one file's load (k25trace.ingest.loader). The staged
 -- events themselves are not copied into DuckDB: the loader keeps each file's decoded chunks as Arrow tables and
 -- registers them, concatenated, as the views _stage_gpu, _stage_launch, _stage_ann, _stage_ops and _stage_py
--- (columns: k25trace.ingest.columns.STAGE_SCHEMAS; times still relative to the file's baseTimeNanoseconds, GPU
--- names already ids), read by ingest_clean.sql, ingest_stage_summary.sql and ingest_commit.sql inside the file's
--- transaction; ingest_stage_drop.sql drops this table, whatever happened.
+-- (the columns k25trace.ingest.columns builds per chunk, GPU names swapped for name ids; times still relative
+-- to the file's baseTimeNanoseconds), read by ingest_clean.sql, ingest_stage_summary.sql and ingest_commit.sql
+-- inside the file's transaction; ingest_stage_drop.sql drops this table, whatever happened.
 -- creates: _stage_dropped (temp table)
 -- reads: none
 -- params: none

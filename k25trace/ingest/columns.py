@@ -190,27 +190,6 @@ EXTRA_COLUMNS: dict[str, dict[str, _ColumnFn]] = {
     "py": {},
 }
 TABLE_ORDER = ("gpu", "launch", "ann", "ops", "py")
-_TIMED_FIELDS = [("event_id", pa.int64()), ("name", pa.string()), ("pid", pa.int64()), ("tid", pa.int64()),
-                 ("ts_ns", pa.int64()), ("dur_ns", pa.int64())]
-# The staged tables as the loader registers them (_stage_<table>, read by queries/ingest_clean.sql,
-# ingest_stage_summary.sql and ingest_commit.sql): times still relative to the file's baseTimeNanoseconds; GPU
-# names already ids (the loader swaps the column name for name_id).
-STAGE_SCHEMAS: dict[str, pa.Schema] = {
-    "gpu": pa.schema([
-        ("event_id", pa.int64()), ("kind", pa.string()), ("device", pa.int32()), ("stream", pa.int64()),
-        ("ts_ns", pa.int64()), ("dur_ns", pa.int64()), ("correlation", pa.int64()), ("external_id", pa.int64()),
-        ("grid_x", pa.int32()), ("grid_y", pa.int32()), ("grid_z", pa.int32()), ("block_x", pa.int32()),
-        ("block_y", pa.int32()), ("block_z", pa.int32()), ("registers", pa.int32()), ("shared_mem_bytes", pa.int32()),
-        ("blocks_per_sm", pa.float64()), ("warps_per_sm", pa.float64()), ("occupancy_pct", pa.float64()),
-        ("bytes", pa.int64()), ("collective_name", pa.string()), ("msg_in_nelems", pa.int64()),
-        ("msg_out_nelems", pa.int64()), ("msg_dtype", pa.string()), ("group_size", pa.int32()),
-        ("pg_name", pa.string()), ("pg_ranks", pa.string()), ("name_id", pa.int32())]),
-    "launch": pa.schema(_TIMED_FIELDS + [("api", pa.string()), ("correlation", pa.int64()),
-                                         ("external_id", pa.int64()), ("cbid", pa.int32())]),
-    "ann": pa.schema(_TIMED_FIELDS + [("kind", pa.string()), ("external_id", pa.int64())]),
-    "ops": pa.schema(_TIMED_FIELDS + [("external_id", pa.int64()), ("input_dims", pa.string())]),
-    "py": pa.schema(_TIMED_FIELDS),
-}
 _TABLE_OF_CAT = {**{c: "gpu" for c in GPU_CATS}, **{c: "launch" for c in LAUNCH_CATS}, "cpu_op": "ops",
                  **{c: "ann" for c in ANNOTATION_CATS}}
 
@@ -256,21 +235,24 @@ class _Columns:
             routed = self._route_generic(events)
         out: dict[str, pa.Table] = {}
         for key in TABLE_ORDER:
-            if key not in routed:
-                continue
-            rows, idx = routed[key]
-            ids = pa.array(np.asarray(idx, dtype=np.int64) + first_event_id, pa.int64())
-            if key == "gpu":
-                out[key] = self._gpu_table(rows, ids)
-                continue
-            args = _args(rows, _EMPTY_ARGS) if EXTRA_COLUMNS[key] else []
-            ts, dur, bad = _times(rows)
-            columns = {"event_id": ids, "name": _names(rows), "pid": _ints(list(map(_PID, rows)), pa.int64(), _pid),
-                       "tid": _ints(list(map(_TID, rows)), pa.int64(), _pid), "ts_ns": ts, "dur_ns": dur}
-            for column, make in EXTRA_COLUMNS[key].items():
-                columns[column] = make(rows, args)
-            out[key] = self._checked(key, bad, columns)
+            if key in routed:
+                rows, idx = routed[key]
+                out[key] = self._table(key, rows, pa.array(np.asarray(idx, dtype=np.int64) + first_event_id,
+                                                           pa.int64()))
         return out
+
+    def _table(self, key: str, rows: list[Any], ids: pa.Array) -> pa.Table:
+        """One staging table's columns from its events (``ids``: their event ids)."""
+        if key == "gpu":
+            return self._gpu_table(rows, ids)
+        args = _args(rows, _EMPTY_ARGS) if EXTRA_COLUMNS[key] else []
+        ts, dur, bad = _times(rows)
+        columns = {"event_id": ids, "name": _names(rows), "pid": _ints(list(map(_PID, rows)), pa.int64(), _pid),
+                   "tid": _ints(list(map(_TID, rows)), pa.int64(), _pid), "ts_ns": ts, "dur_ns": dur}
+        for column, make in EXTRA_COLUMNS[key].items():
+            columns[column] = make(rows, args)
+        return self._checked(key, bad, columns)
+
 
     def _route_tagged(self, events: list[Any]) -> dict[str, tuple[list[Any], Any]] | None:
         """Tagged structs (the fast decoder): split by type with one pass at C speed (type -> code -> table);
@@ -406,3 +388,8 @@ class _Columns:
             "pg_name": pa.array([_str_or_none(a.pg_name) for a in args], pa.string()) if has_coll else nulls_s,
             "pg_ranks": pa.array([_str_or_none(a.pg_ranks) for a in args], pa.string()) if has_coll else nulls_s,
         })
+
+
+def empty_table(key: str) -> pa.Table:
+    """A staging table with no rows: the columns a chunk's table of ``key`` has (built by the same code)."""
+    return _Columns(False)._table(key, [], pa.array([], pa.int64()))

@@ -20,7 +20,7 @@ from k25trace.capture.files import sha256_file
 from k25trace.db import run_query
 from k25trace.errors import K25Error, TraceError
 from k25trace.ingest.chunks import _chunks
-from k25trace.ingest.columns import STAGE_SCHEMAS, TABLE_ORDER, _Columns, _int_or_none
+from k25trace.ingest.columns import TABLE_ORDER, _Columns, _int_or_none, empty_table
 from k25trace.ingest.discover import discover, is_frontend_name
 from k25trace.ingest.events import _dumps
 from k25trace.ingest.messages import Chunk, End, Progress
@@ -34,6 +34,7 @@ from k25trace.names import short_name
 _TABLE_WORDS = {"gpu": ("GPU activity", "GPU activities"), "launch": ("launch", "launches"),
                 "ann": ("annotation", "annotations"), "ops": ("CPU op", "CPU ops"),
                 "py": ("python function", "python functions")}
+_NO_NAMES: dict[str, int] = {}  # the name ids of a table without rows
 LONG_GPU_NS = 3_600 * 10**9  # a GPU activity longer than an hour is reported
 
 
@@ -47,7 +48,8 @@ class Loader:
         self.options = options or LoadOptions()
         self._executor: _Workers | None = None
         self._hashes: dict[tuple[str, int, int], str] = {}
-        self._staged: dict[str, list[pa.Table]] = {}  # this file's chunk tables per staging table, in file order
+        self._chunks: dict[str, list[pa.Table]] = {}  # this file's chunk tables per staging table, in file order
+        self._staged: dict[str, pa.Table] = {}  # the tables registered as the _stage_* views
         self.progress = progress or (lambda n: None)
         self.names: dict[str, int] = dict(run_query(con, "ingest_names").fetchall())
         self.next_name_id = max(self.names.values(), default=0) + 1
@@ -204,32 +206,29 @@ class Loader:
         for key, table in tables.items():
             if first_event_id:
                 table = table.set_column(0, "event_id", pc.add(table.column("event_id"), first_event_id))
-            if key == "gpu":
-                names = table.column("name").combine_chunks().dictionary_encode()
-                ids = pa.array([name_id(v) for v in names.dictionary.to_pylist()], pa.int32())
-                table = table.drop_columns(["name"]).append_column("name_id", pc.take(ids, names.indices))
-            self._staged.setdefault(key, []).append(table)
+            self._chunks.setdefault(key, []).append(_with_name_ids(table, name_id) if key == "gpu" else table)
 
     def _stage(self, key: str, table: pa.Table) -> None:
         """Register ``table`` as the view ``_stage_<key>`` that the ingest queries read (replacing the last one)."""
         self.con.unregister(f"_stage_{key}")
         self.con.register(f"_stage_{key}", table)
-        self._staged[key] = [table]  # referenced here while DuckDB may read it
+        self._staged[key] = table  # referenced here while DuckDB may read it
 
     def _register_staged(self) -> None:
         """The file's staged events, one Arrow table per staging table (the chunks' tables concatenated, no copy;
         an empty one where there is none), registered for ingest_clean.sql, ingest_stage_summary.sql and
         ingest_commit.sql. Nothing is copied into DuckDB before the move into the final tables."""
         for key in TABLE_ORDER:
-            schema = STAGE_SCHEMAS[key]
-            tables = self._staged.get(key)
-            table = pa.concat_tables(tables, promote_options="permissive") if tables else schema.empty_table()
-            if not table.schema.equals(schema):
-                table = table.select(schema.names).cast(schema)
-            self._stage(key, table)
+            tables = self._chunks.get(key)
+            if tables:
+                self._stage(key, pa.concat_tables(tables, promote_options="permissive"))
+            else:
+                empty = empty_table(key)
+                self._stage(key, _with_name_ids(empty, _NO_NAMES.__getitem__) if key == "gpu" else empty)
+        self._chunks = {}
 
     def _unstage(self) -> None:
-        self._staged = {}
+        self._chunks, self._staged = {}, {}
         for key in TABLE_ORDER:
             try:
                 self.con.unregister(f"_stage_{key}")
@@ -247,7 +246,7 @@ class Loader:
         run_query(self.con, "ingest_clean", {"base": base})
         for staged, problem, n in run_query(self.con, "ingest_dropped").fetchall():
             problems[f"{problem}:{staged}"] += n
-            table = self._staged[staged][0]
+            table = self._staged[staged]
             ids = pa.array([i for (i,) in run_query(self.con, "ingest_dropped_ids", {"staged": staged}).fetchall()],
                            pa.int64())
             self._stage(staged, table.filter(pc.invert(pc.is_in(table.column("event_id"), ids))))
@@ -457,6 +456,13 @@ def _rank_of(dist: dict[str, Any] | None, file_name: str) -> tuple[int, int | No
     if found and int(found[-1]) < (1 << 31):
         return int(found[-1]), world, "file_name"
     return 0, world if world is not None else 1, "default"
+
+
+def _with_name_ids(table: pa.Table, name_id: Callable[[str], int]) -> pa.Table:
+    """A GPU chunk table as staged: its ``name`` column swapped for ``name_id`` (the database's name ids)."""
+    names = table.column("name").combine_chunks().dictionary_encode()
+    ids = pa.array([name_id(v) for v in names.dictionary.to_pylist()], pa.int32())
+    return table.drop_columns(["name"]).append_column("name_id", pc.take(ids, names.indices))
 
 
 def _shown(path: Path | str) -> str:
