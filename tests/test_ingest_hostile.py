@@ -289,6 +289,58 @@ def test_negative_durations_long_kernels_and_duplicates_are_reported(tmp_path: P
     assert con.execute("select count(*) from gpu_events where step_index = 0 and dur_ns = 2250").fetchall() == [(1,)]
 
 
+def _collective_trace() -> dict:
+    """Kernels whose collective args are complete, partial (only a process group), loosely typed (numbers as
+    strings, a list where a string is expected) or out of range, among many kernels without any, plus kernels and
+    runtime calls that another phase or a missing ts keeps out of the tables."""
+    events: list[dict] = []
+    for i in range(400):
+        e: dict = {"ph": "X", "cat": "kernel", "name": f"k{i % 7}", "pid": 0, "tid": 7, "ts": 1000 + i, "dur": 0.5,
+                   "args": {"correlation": i, "device": 0, "stream": 7}}
+        if i == 5:
+            e["args"].update({"Collective name": "allreduce", "In msg nelems": 1024, "Out msg nelems": "1024",
+                              "Group size": 8, "dtype": "BFloat16", "Process Group Name": "0",
+                              "Process Group Ranks": "[0, 1, 2, 3, 4, 5, 6, 7]"})
+        elif i == 300:
+            e["args"].update({"Process Group Name": "tp"})
+        elif i == 350:
+            e["args"].update({"Collective name": ["all", "gather"], "Group size": 1 << 40, "In msg nelems": True,
+                              "dtype": 3})
+        elif i == 360:
+            e["ph"] = "i"
+        elif i == 370:
+            del e["ts"]
+        events.append(e)
+    events.append({"ph": "B", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 5})
+    return {"schemaVersion": 1, "traceEvents": events}
+
+
+@pytest.mark.parametrize("block", [256, 1 << 20])
+def test_collective_args_are_read_row_by_row(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, block: int) -> None:
+    """A kernel's collective columns are its own args, whatever else is in its chunk (a chunk with no complete
+    collective used to drop a lone process group name); loose values are read or NULL, never fatal; events that
+    are no timed complete event are skipped and counted whichever decoder takes their chunk."""
+    monkeypatch.setattr(ingest.limits, "BLOCK_SIZE", block)
+    path = tmp_path / "collectives.pt.trace.json"
+    path.write_text(json.dumps(_collective_trace(), indent=1))
+    con = _connect(tmp_path)
+    (result,), _ = pipeline.load_paths(con, [path], SERIAL)
+    assert result.status == "loaded", result.message
+    rows = con.execute(
+        "select event_id, collective_name, msg_in_nelems, msg_out_nelems, msg_dtype, group_size, pg_name, pg_ranks "
+        "from gpu_events where collective_name is not null or msg_in_nelems is not null or msg_out_nelems is not null "
+        "or msg_dtype is not null or group_size is not null or pg_name is not null or pg_ranks is not null "
+        "order by event_id").fetchall()
+    assert rows == [
+        (5, "allreduce", 1024, 1024, "BFloat16", 8, "0", "[0, 1, 2, 3, 4, 5, 6, 7]"),
+        (300, None, None, None, None, None, "tp", None),
+        (350, '["all","gather"]', None, None, "3", None, None, None),
+    ]
+    assert con.execute("select count(*) from gpu_events").fetchall() == [(398,)]
+    skipped = json.loads(con.execute("select skipped from traces").fetchall()[0][0])
+    assert skipped == {"kernel": 2, "cuda_runtime": 1}
+
+
 def test_kernels_without_ts_are_not_called_a_cpu_only_trace(tmp_path: Path) -> None:
     path = DATA / "kernels-without-ts.pt.trace.json"
     con = _connect(tmp_path)

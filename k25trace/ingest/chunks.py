@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import mmap
 from pathlib import Path
 from typing import Any, Callable, Generator, Iterator
 
@@ -10,7 +11,7 @@ from k25trace.ingest import limits
 from k25trace.ingest.columns import _Columns
 from k25trace.ingest.events import _decode_chunk, _GuessedCut
 from k25trace.ingest.messages import Chunk, End
-from k25trace.ingest.stream import _Reader, _Splitter
+from k25trace.ingest.stream import _Reader, _Splitter, last_event_boundary
 
 
 def _decode_and_build(path: str, chunk: Any, keep_python: bool, where: tuple[int, int, list[int]] | None = None,
@@ -33,7 +34,7 @@ def _decode_and_build(path: str, chunk: Any, keep_python: bool, where: tuple[int
     return Chunk(tables, count, cols.skipped, cols.unknown, cols.problems)
 
 
-def _decoded(splitter: _Splitter, chunk: bytearray, keep_python: bool) -> Iterator[Chunk]:
+def _decoded(splitter: _Splitter, chunk: bytearray | memoryview, keep_python: bool) -> Iterator[Chunk]:
     """Decode a chunk of the splitter in this process; a guessed cut that fails is re-cut exactly."""
     path = str(splitter.path)
     try:
@@ -60,18 +61,55 @@ def _one_block(reader: _Reader, splitter: _Splitter, keep_python: bool,
     return True
 
 
+def _reused_block(reader: _Reader, splitter: _Splitter, buf: mmap.mmap, keep_python: bool,
+                  progress: Callable[[int], None]) -> Generator[Chunk, None, bool]:
+    """:func:`_one_block` for a splitter cutting by guess, in a buffer used again for every block (``[`` + the
+    carried-over text + the block; the comma after the last complete event becomes ``]``, as in the workers' ring):
+    no fresh memory per block (a fresh process faulted in two 8 MB allocations per block: 0.6 s of system time for
+    an 80 MB trace, measured). False at the end of the file."""
+    carry = splitter.buf
+    start = len(carry)
+    buf[:start] = carry
+    with memoryview(buf) as view:
+        n = reader.readinto(view[start : start + limits.BLOCK_SIZE])
+    reader.report(progress)
+    if not n:
+        return False
+    total = start + n
+    last = last_event_boundary(buf, total)
+    if last is None:  # no complete event yet: carry everything over
+        splitter.buf = bytearray(buf[:total])
+        return True
+    cut, resume = last
+    splitter.cut_at(cut, resume, buf, total)
+    buf[cut + 1] = 0x5D  # ]
+    with memoryview(buf) as view, view[: cut + 2] as chunk:
+        yield from _decoded(splitter, chunk, keep_python)
+    return True
+
+
 def _chunks(path: Path, keep_python: bool, progress: Callable[[int], None]) -> Iterator[Chunk | End]:
     """Stream a file in this process: a :class:`Chunk` per chunk, then its :class:`End`."""
     splitter = _Splitter(path)
     reader = _Reader(path)
+    buf: mmap.mmap | None = None  # anonymous memory: a page is zero-filled when first written, not before
     try:
-        while (yield from _one_block(reader, splitter, keep_python, progress)):
-            pass
+        while True:
+            if splitter.fast and len(splitter.buf) + 1 + limits.BLOCK_SIZE <= limits.RING_BUFFER_BYTES:
+                if buf is None:
+                    buf = mmap.mmap(-1, limits.RING_BUFFER_BYTES)
+                more = yield from _reused_block(reader, splitter, buf, keep_python, progress)
+            else:
+                more = yield from _one_block(reader, splitter, keep_python, progress)
+            if not more:
+                break
         tail, meta_text = splitter.finish()
         if tail is not None:
             yield from _decoded(splitter, tail, keep_python)
         yield End(meta_text, reader.sha256, reader.count)
     finally:
         reader.close()
+        if buf is not None:
+            buf.close()
 
 

@@ -129,7 +129,7 @@ def _times(events: list[Any], gpu: bool = False) -> tuple[pa.Array, pa.Array, np
     return ts, dur, bad
 
 
-_TS, _DUR, _PH, _CAT = attrgetter("ts"), attrgetter("dur"), attrgetter("ph"), attrgetter("cat")
+_TS, _DUR, _CAT = attrgetter("ts"), attrgetter("dur"), attrgetter("cat")
 _NAME, _PID, _TID, _ARGS = attrgetter("name"), attrgetter("pid"), attrgetter("tid"), attrgetter("args")
 _OK_PH = frozenset(("X", None))
 
@@ -167,13 +167,34 @@ def _arg_ints(args: list[Any], field: str, typ: pa.DataType) -> pa.Array:
     return _ints(list(map(attrgetter(field), args)), typ)
 
 
+def _raw_texts(raws: list[Any]) -> pa.Array:
+    """A string column from raw JSON values (msgspec.Raw; empty: absent -> NULL). Invalid UTF-8 becomes U+FFFD."""
+    binary = pa.array(list(map(bytes, raws)), pa.binary())
+    try:
+        texts = binary.cast(pa.string())
+    except pa.ArrowInvalid:  # invalid UTF-8 somewhere: decode value by value
+        texts = pa.array([bytes(d).decode("utf-8", "replace") for d in raws], pa.string())
+    if not pc.any(pc.equal(pc.binary_length(binary), 0)).as_py():
+        return texts
+    return pc.if_else(pc.equal(pc.binary_length(binary), 0), pa.scalar(None, pa.string()), texts)
+
+
+_API_OF_CAT = {"cuda_runtime": "cuda_runtime", "Runtime": "cuda_runtime", "cuda_driver": "cuda_driver",
+               "Driver": "cuda_driver"}
+
+
+def _mapped(values: list[str], mapping: dict[str, str]) -> pa.Array:
+    """A string column of ``mapping[value]`` (every value is a key), mapped in Arrow."""
+    keys = pa.array(list(mapping), pa.string())
+    return pa.array(list(mapping.values()), pa.string()).take(pc.index_in(pa.array(values, pa.string()), keys))
+
+
 # One column spec per staging table: the timed columns every table has (event_id, name, pid, tid, ts_ns, dur_ns)
 # come from _timed_columns; these are the extras, each a function of (events, args).
 _ColumnFn = Callable[[list[Any], list[Any]], pa.Array]
 EXTRA_COLUMNS: dict[str, dict[str, _ColumnFn]] = {
     "launch": {
-        "api": lambda ev, a: pa.array(["cuda_driver" if c in ("cuda_driver", "Driver") else "cuda_runtime"
-                                       for c in map(_CAT, ev)], pa.string()),
+        "api": lambda ev, a: _mapped(list(map(_CAT, ev)), _API_OF_CAT),
         "correlation": lambda ev, a: _arg_ints(a, "correlation", pa.int64()),
         "external_id": lambda ev, a: _arg_ints(a, "external_id", pa.int64()),
         "cbid": lambda ev, a: _arg_ints(a, "cbid", pa.int32()),
@@ -184,8 +205,7 @@ EXTRA_COLUMNS: dict[str, dict[str, _ColumnFn]] = {
     },
     "ops": {
         "external_id": lambda ev, a: _arg_ints(a, "external_id", pa.int64()),
-        "input_dims": lambda ev, a: pa.array([bytes(d).decode("utf-8", "replace") if len(d) else None
-                                             for d in map(attrgetter("input_dims"), a)], pa.string()),
+        "input_dims": lambda ev, a: _raw_texts(list(map(attrgetter("input_dims"), a))),
     },
     "py": {},
 }
@@ -280,18 +300,10 @@ class _Columns:
         for number in sorted(present):
             key = TABLE_ORDER[number - 1]
             idx: Any = np.flatnonzero(tables == number)
+            # every kept tagged struct is a timed complete event: the decoder validated ph and ts (events._Timed)
             rows = list(itemgetter(*idx.tolist())(events)) if len(idx) > 1 else [events[int(idx[0])]]
-            if not _OK_PH.issuperset(map(_PH, rows)) or None in map(_TS, rows):
-                rows, idx = self._drop_untimed(rows, idx, key)
-                if not rows:
-                    continue
             routed[key] = (rows, idx)
         return routed
-
-    def _drop_untimed(self, rows: list[Any], idx: Any, key: str) -> tuple[list[Any], Any]:
-        """Events without ts, or of a phase other than a complete event ("X"), are skipped (counted)."""
-        keep = [i for i, e in enumerate(rows) if not self._untimed(e, key == "gpu")]
-        return [rows[i] for i in keep], np.asarray(idx)[keep]
 
     def _untimed(self, e: Any, gpu: bool) -> bool:
         """An event without ts, or of a phase other than a complete event ("X"): counted as skipped (for a GPU
@@ -349,10 +361,6 @@ class _Columns:
 
     def _gpu_table(self, gpu: list[Any], ids: pa.Array) -> pa.Table:
         args = _args(gpu, _EMPTY_ARGS)
-        n = len(gpu)
-        has_coll = any(a.collective_name is not None or a.in_nelems is not None for a in args)
-        nulls_i = pa.nulls(n, pa.int64())
-        nulls_s = pa.nulls(n, pa.string())
         devices = list(map(attrgetter("device"), args))
         streams = list(map(attrgetter("stream"), args))
         if None in devices:
@@ -362,7 +370,7 @@ class _Columns:
         ts, dur, bad = _times(gpu, gpu=True)
         return self._checked("gpu", bad, {
             "event_id": ids,
-            "kind": pa.array([GPU_CATS[c] for c in map(_CAT, gpu)], pa.string()),
+            "kind": _mapped(list(map(_CAT, gpu)), GPU_CATS),
             "name": _names(gpu),
             "device": _ints(devices, pa.int32()),
             "stream": _ints(streams, pa.int64()),
@@ -378,16 +386,42 @@ class _Columns:
             "warps_per_sm": pa.array(list(map(attrgetter("warps_per_sm"), args)), pa.float64()),
             "occupancy_pct": pa.array(list(map(attrgetter("occupancy"), args)), pa.float64()),
             "bytes": _ints(list(map(attrgetter("bytes"), args)), pa.int64()),  # some traces write it as a string
-            "collective_name": (pa.array([_str_or_none(a.collective_name) for a in args], pa.string()) if has_coll
-                                else nulls_s),
-            "msg_in_nelems": pa.array([_int_or_none(a.in_nelems) for a in args], pa.int64()) if has_coll else nulls_i,
-            "msg_out_nelems": pa.array([_int_or_none(a.out_nelems) for a in args], pa.int64()) if has_coll else nulls_i,
-            "msg_dtype": pa.array([_str_or_none(a.dtype) for a in args], pa.string()) if has_coll else nulls_s,
-            "group_size": (pa.array([_int_or_none(a.group_size) for a in args], pa.int32()) if has_coll
-                           else pa.nulls(n, pa.int32())),
-            "pg_name": pa.array([_str_or_none(a.pg_name) for a in args], pa.string()) if has_coll else nulls_s,
-            "pg_ranks": pa.array([_str_or_none(a.pg_ranks) for a in args], pa.string()) if has_coll else nulls_s,
+            **_collective_columns(args),
         })
+
+
+# A GPU activity's collective metadata (NCCL kernels): (column, args field, type); most rows have none of it.
+_COLLECTIVE_FIELDS = (("collective_name", "collective_name", pa.string()), ("msg_in_nelems", "in_nelems", pa.int64()),
+                      ("msg_out_nelems", "out_nelems", pa.int64()), ("msg_dtype", "dtype", pa.string()),
+                      ("group_size", "group_size", pa.int32()), ("pg_name", "pg_name", pa.string()),
+                      ("pg_ranks", "pg_ranks", pa.string()))
+_COLLECTIVE = attrgetter(*(field for _, field, _ in _COLLECTIVE_FIELDS))
+_NO_COLLECTIVE = (None,) * len(_COLLECTIVE_FIELDS)
+
+
+def _collective_columns(args: list[Any]) -> dict[str, pa.Array]:
+    """The collective columns, built from the rows that carry any of them (a number written as a string is read,
+    anything else that is no number is NULL; a value that is not a string is stored as its JSON text) and placed
+    back at their rows; NULL elsewhere."""
+    n = len(args)
+    values = list(map(_COLLECTIVE, args))
+    rows = [i for i, v in enumerate(values) if v != _NO_COLLECTIVE]
+    if not rows:
+        return {column: pa.nulls(n, typ) for column, _, typ in _COLLECTIVE_FIELDS}
+    at = np.zeros(n, dtype=np.int64)
+    at[rows] = np.arange(len(rows))
+    absent = np.ones(n, dtype=bool)
+    absent[rows] = False
+    positions = pa.array(at, pa.int64(), mask=absent)
+    out = {}
+    per_column = zip(*(values[i] for i in rows), strict=True)
+    for (column, _, typ), column_values in zip(_COLLECTIVE_FIELDS, per_column, strict=True):
+        if typ == pa.string():
+            dense = pa.array(list(map(_str_or_none, column_values)), typ)
+        else:
+            dense = _ints(list(map(_int_or_none, column_values)), typ)
+        out[column] = dense.take(positions)
+    return out
 
 
 def empty_table(key: str) -> pa.Table:

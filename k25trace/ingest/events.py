@@ -9,7 +9,7 @@ import json
 import math
 import re
 from pathlib import Path
-from typing import Any, ClassVar, Union
+from typing import Any, ClassVar, Literal, Union
 
 import msgspec
 import orjson
@@ -71,7 +71,8 @@ _DECODER = msgspec.json.Decoder(list[Event])
 
 # Fast path: a tagged union on "cat". Categories we don't store decode into empty structs, so their keys are
 # skipped in C without building strings (python_function events are 50-90 % of a default vLLM trace). A chunk
-# with a category outside this list (or an event without "cat") falls back to the generic Event decoder.
+# with a category outside this list, an event without "cat", or a kept event that is not a timed complete event
+# falls back to the generic Event decoder.
 
 
 class _Tagged(msgspec.Struct, tag_field="cat"):
@@ -89,12 +90,15 @@ class _OpArgs(msgspec.Struct):
     input_dims: msgspec.Raw = msgspec.field(name="Input Dims", default=msgspec.Raw(b""))
 
 
-class _Timed(_Tagged):
-    ph: str | None = None
+class _Timed(_Tagged, kw_only=True):
+    """A kept event: a complete event ("X", or no phase) with a time. Anything else (another phase, no ts, a null
+    ts) fails validation in C, and the chunk takes the generic decoder, which counts such events as skipped."""
+
+    ph: Literal["X"] | None = None
     name: str | None = None
     pid: int | str | None = None
     tid: int | str | None = None
-    ts: int | float | None = None
+    ts: int | float
     dur: int | float | None = None
 
 

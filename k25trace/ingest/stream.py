@@ -6,6 +6,7 @@ from __future__ import annotations
 import bisect
 import hashlib
 import io
+import mmap
 import os
 import re
 import zlib
@@ -34,7 +35,7 @@ _COMMA_RE = re.compile(rb"[ \t\r\n]*,")
 # Streaming reader
 
 
-def last_event_boundary(buf: bytes | bytearray | memoryview, end: int) -> tuple[int, int] | None:
+def last_event_boundary(buf: bytes | bytearray | memoryview | mmap.mmap, end: int) -> tuple[int, int] | None:
     """The last guessed event boundary ``}, {`` in ``buf[1:end]``: (position of its ``}``, position after its ``{``),
     or None. Searches the last MB first, then back 8 MB at a time (a chunk is cut near its end). A guess: the
     decoder proves it (see :class:`_Splitter`)."""
@@ -249,15 +250,21 @@ class _Splitter:
         if last is None:
             return None
         cut, resume = last
-        self.chunk_offset, self.chunk_starts = self.offset, None
-        self.gap = bytes(buf[cut + 1 : resume - 1])
-        self.offset += resume - 2
-        self.buf = bytearray(b"[") + buf[resume - 1:]
+        self.cut_at(cut, resume, buf, len(buf))
         del buf[cut + 1:]
         buf += b"]"
         return buf
 
-    def resplit(self, failed: bytearray) -> bytearray | None:
+    def cut_at(self, cut: int, resume: int, text: Any, end: int) -> None:
+        """Cut by guess at the boundary (``cut``, ``resume``) of ``text[:end]`` (``[`` + the pending text + a
+        block, in the caller's buffer): what follows it is the new pending text. The caller makes the chunk
+        (``text[:cut + 1]`` + ``]``)."""
+        self.chunk_offset, self.chunk_starts = self.offset, None
+        self.gap = bytes(text[cut + 1 : resume - 1])
+        self.offset += resume - 2
+        self.buf = bytearray(b"[") + text[resume - 1 : end]
+
+    def resplit(self, failed: bytearray | memoryview) -> bytearray | None:
         """The chunk just returned did not decode: its cut was a guess that may not hold. Go back to where it
         began and cut exactly; returns the exactly cut chunk, or None when no event ends in the text yet."""
         text = bytearray(failed[:-1])

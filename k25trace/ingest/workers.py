@@ -333,10 +333,8 @@ class _Workers:
                     splitter.buf = bytearray(buf[:total])
                     continue
                 cut, resume = last
-                gap = bytes(buf[cut + 1 : resume - 1])
-                offset = splitter.offset
-                splitter.offset += resume - 2
-                splitter.buf = bytearray(b"[") + buf[resume - 1 : total]
+                splitter.cut_at(cut, resume, buf, total)
+                gap, offset = splitter.gap, splitter.chunk_offset
                 buf[cut + 1] = 0x5D  # ]
                 worker = sent % self.count
                 self.tasks[worker].put(("chunk", task_id, spath, index, cut + 2, keep_python))
