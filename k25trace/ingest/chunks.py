@@ -11,7 +11,7 @@ from k25trace.ingest import limits
 from k25trace.ingest.columns import _Columns
 from k25trace.ingest.events import _decode_chunk, _GuessedCut
 from k25trace.ingest.messages import Chunk, End
-from k25trace.ingest.stream import _Reader, _Splitter, last_event_boundary
+from k25trace.ingest.stream import _Reader, _Splitter
 
 
 def _decode_and_build(path: str, chunk: Any, keep_python: bool, where: tuple[int, int, list[int]] | None = None,
@@ -63,29 +63,17 @@ def _one_block(reader: _Reader, splitter: _Splitter, keep_python: bool,
 
 def _reused_block(reader: _Reader, splitter: _Splitter, buf: mmap.mmap, keep_python: bool,
                   progress: Callable[[int], None]) -> Generator[Chunk, None, bool]:
-    """:func:`_one_block` for a splitter cutting by guess, in a buffer used again for every block (``[`` + the
-    carried-over text + the block; the comma after the last complete event becomes ``]``, as in the workers' ring):
-    no fresh memory per block (a block read fresh is decompressed into new memory and copied once more into the
-    splitter's text; on an 80 MB real-structure trace the reused buffer saved ~12 k page faults and 0.1-0.2 s of
-    system time, measured). False at the end of the file."""
-    carry = splitter.buf
-    start = len(carry)
-    buf[:start] = carry
-    with memoryview(buf) as view:
-        n = reader.readinto(view[start : start + limits.BLOCK_SIZE])
+    """:func:`_one_block` in a buffer used again for every block (:meth:`_Splitter.cut_in`, as the workers' ring
+    does): no fresh memory per block (a block read fresh is decompressed into new memory and copied once more into
+    the splitter's text; on an 80 MB real-structure trace the reused buffer saved ~12 k page faults and 0.1-0.2 s
+    of system time, measured). False at the end of the file."""
+    size = splitter.cut_in(reader, buf)
     reader.report(progress)
-    if not n:
+    if size == 0:
         return False
-    total = start + n
-    last = last_event_boundary(buf, total)
-    if last is None:  # no complete event yet: carry everything over
-        splitter.buf = bytearray(buf[:total])
-        return True
-    cut, resume = last
-    splitter.cut_at(cut, resume, buf, total)
-    buf[cut + 1] = 0x5D  # ]
-    with memoryview(buf) as view, view[: cut + 2] as chunk:
-        yield from _decoded(splitter, chunk, keep_python)
+    if size is not None:
+        with memoryview(buf) as view, view[:size] as chunk:
+            yield from _decoded(splitter, chunk, keep_python)
     return True
 
 
@@ -96,7 +84,7 @@ def _chunks(path: Path, keep_python: bool, progress: Callable[[int], None]) -> I
     buf: mmap.mmap | None = None  # anonymous memory: a page is zero-filled when first written, not before
     try:
         while True:
-            if splitter.fast and len(splitter.buf) + 1 + limits.BLOCK_SIZE <= limits.RING_BUFFER_BYTES:
+            if splitter.fits_buffer():
                 if buf is None:
                     buf = mmap.mmap(-1, limits.RING_BUFFER_BYTES)
                 more = yield from _reused_block(reader, splitter, buf, keep_python, progress)

@@ -273,7 +273,6 @@ class _Columns:
             columns[column] = make(rows, args)
         return self._checked(key, bad, columns)
 
-
     def _route_tagged(self, events: list[Any]) -> dict[str, tuple[list[Any], Any]] | None:
         """Tagged structs (the fast decoder): split by type with one pass at C speed (type -> code -> table);
         dropped categories are only counted."""

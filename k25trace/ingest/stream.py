@@ -257,12 +257,38 @@ class _Splitter:
 
     def cut_at(self, cut: int, resume: int, text: Any, end: int) -> None:
         """Cut by guess at the boundary (``cut``, ``resume``) of ``text[:end]`` (``[`` + the pending text + a
-        block, in the caller's buffer): what follows it is the new pending text. The caller makes the chunk
-        (``text[:cut + 1]`` + ``]``)."""
+        block): what follows it is the new pending text. The caller makes the chunk (``text[:cut + 1]`` + ``]``)."""
         self.chunk_offset, self.chunk_starts = self.offset, None
         self.gap = bytes(text[cut + 1 : resume - 1])
         self.offset += resume - 2
         self.buf = bytearray(b"[") + text[resume - 1 : end]
+
+    def fits_buffer(self) -> bool:
+        """Cutting by guess, and ``[`` + the pending text + a block fit in a buffer of ``limits.RING_BUFFER_BYTES``
+        (see :meth:`cut_in`)."""
+        return self.fast and len(self.buf) + 1 + limits.BLOCK_SIZE <= limits.RING_BUFFER_BYTES
+
+    def cut_in(self, reader: _Reader, buf: Any) -> int | None:
+        """:meth:`feed` in the caller's buffer, used again for every block (the workers' shared-memory ring, or
+        an in-process stream's reused buffer; :meth:`fits_buffer` must hold): ``[`` + the pending text + the next
+        block read straight into ``buf``, cut by guess, the comma after the last complete event turned into ``]``.
+        Returns the chunk's size (``buf[:size]``), 0 at the end of the file, or None when no event ends in the
+        text yet (it all stays pending)."""
+        start = len(self.buf)
+        buf[:start] = self.buf
+        with memoryview(buf) as view:
+            n = reader.readinto(view[start : start + limits.BLOCK_SIZE])
+        if not n:
+            return 0
+        total = start + n
+        last = last_event_boundary(buf, total)
+        if last is None:
+            self.buf = bytearray(buf[:total])
+            return None
+        cut, resume = last
+        self.cut_at(cut, resume, buf, total)
+        buf[cut + 1] = 0x5D  # ]
+        return cut + 2
 
     def resplit(self, failed: bytearray | memoryview) -> bytearray | None:
         """The chunk just returned did not decode: its cut was a guess that may not hold. Go back to where it

@@ -16,7 +16,7 @@ from k25trace.ingest import limits
 from k25trace.ingest.chunks import _chunks, _decode_and_build, _decoded, _one_block
 from k25trace.ingest.events import _GuessedCut
 from k25trace.ingest.messages import Attached, Chunk, End, Failed, Message, Progress, Resplit
-from k25trace.ingest.stream import _Reader, _Splitter, last_event_boundary
+from k25trace.ingest.stream import _Reader, _Splitter
 
 
 def _die_with_parent(pdeathsig: bool) -> None:
@@ -306,11 +306,10 @@ class _Workers:
             while True:
                 if not ring and self._ring_attached():
                     ring = self.ring  # until then (workers still starting) blocks are decoded here
-                fits = len(splitter.buf) + 1 + limits.BLOCK_SIZE <= limits.RING_BUFFER_BYTES
-                if not ring or not splitter.fast or not fits:
-                    while in_flight:  # keep the file order
+                if not ring or not splitter.fits_buffer():
+                    while in_flight:  # keep the file order (a re-cut here may change what fits)
                         yield from self._take_oldest(in_flight, ring, splitter, task_id, keep_python)
-                    if ring and splitter.fast and len(splitter.buf) + 1 + limits.BLOCK_SIZE <= limits.RING_BUFFER_BYTES:
+                    if ring and splitter.fits_buffer():
                         continue
                     if not (yield from _one_block(reader, splitter, keep_python, progress)):
                         break
@@ -319,26 +318,15 @@ class _Workers:
                     yield from self._take_oldest(in_flight, ring, splitter, task_id, keep_python)
                     continue
                 index = sent % len(ring)
-                buf = ring[index].buf
-                carry = splitter.buf  # "[" + the text after the last cut
-                start = len(carry)
-                buf[:start] = carry
-                n = reader.readinto(buf[start : start + limits.BLOCK_SIZE])
+                size = splitter.cut_in(reader, ring[index].buf)
                 reader.report(progress)
-                if not n:
+                if size == 0:
                     break
-                total = start + n
-                last = last_event_boundary(buf, total)
-                if last is None:  # no complete event yet: carry everything over
-                    splitter.buf = bytearray(buf[:total])
+                if size is None:  # no complete event yet: all of it is pending
                     continue
-                cut, resume = last
-                splitter.cut_at(cut, resume, buf, total)
-                gap, offset = splitter.gap, splitter.chunk_offset
-                buf[cut + 1] = 0x5D  # ]
                 worker = sent % self.count
-                self.tasks[worker].put(("chunk", task_id, spath, index, cut + 2, keep_python))
-                in_flight.append((worker, index, cut + 2, gap, offset))
+                self.tasks[worker].put(("chunk", task_id, spath, index, size, keep_python))
+                in_flight.append((worker, index, size, splitter.gap, splitter.chunk_offset))
                 sent += 1
             while in_flight:
                 yield from self._take_oldest(in_flight, ring, splitter, task_id, keep_python)
