@@ -57,24 +57,29 @@ def end_string(b, i):
 
 
 @nb.njit(cache=True)
+def close_of(b, i, depth):
+    """From b[i], ``depth`` brackets deep: the index after the bracket that closes the outermost one."""
+    while True:
+        c = b[i]
+        if c == 34:
+            i = end_string(b, i) + 1
+            continue
+        if c == 123 or c == 91:
+            depth += 1
+        elif c == 125 or c == 93:
+            depth -= 1
+            if depth == 0:
+                return i + 1
+        i += 1
+
+
+@nb.njit(cache=True)
 def skip_value(b, i):
     c = b[i]
     if c == 34:
         return end_string(b, i) + 1
     if c == 123 or c == 91:
-        depth = 0
-        while True:
-            c = b[i]
-            if c == 34:
-                i = end_string(b, i) + 1
-                continue
-            if c == 123 or c == 91:
-                depth += 1
-            elif c == 125 or c == 93:
-                depth -= 1
-                if depth == 0:
-                    return i + 1
-            i += 1
+        return close_of(b, i, 0)
     while not (c == 44 or c == 125 or c == 93 or c == 32 or c == 10 or c == 13 or c == 9):
         i += 1
         c = b[i]
@@ -99,18 +104,24 @@ def match(b, s, e, data, off):
 
 
 @nb.njit(cache=True, inline="always")
-def parse_ns(b, i):
-    """A JSON number of µs at b[i] -> (ns, next index, ok). ok False: exponent, > 3 decimals, or no number."""
-    neg = False
-    if b[i] == 45:
-        neg = True
+def parse_digits(b, i):
+    """An optional minus sign and decimal digits at b[i] -> (negative, value, digit count, next index)."""
+    neg = b[i] == 45
+    if neg:
         i += 1
-    whole = 0
+    v = 0
     digits = 0
     while 48 <= b[i] <= 57:
-        whole = whole * 10 + (b[i] - 48)
+        v = v * 10 + (b[i] - 48)
         i += 1
         digits += 1
+    return neg, v, digits, i
+
+
+@nb.njit(cache=True, inline="always")
+def parse_ns(b, i):
+    """A JSON number of µs at b[i] -> (ns, next index, ok). ok False: exponent, > 3 decimals, or no number."""
+    neg, whole, digits, i = parse_digits(b, i)
     ok = digits > 0 and digits < 16
     frac = 0
     nf = 0
@@ -135,16 +146,7 @@ def parse_ns(b, i):
 
 @nb.njit(cache=True, inline="always")
 def parse_int(b, i):
-    neg = False
-    if b[i] == 45:
-        neg = True
-        i += 1
-    v = 0
-    digits = 0
-    while 48 <= b[i] <= 57:
-        v = v * 10 + (b[i] - 48)
-        i += 1
-        digits += 1
+    neg, v, digits, i = parse_digits(b, i)
     ok = 0 < digits < 19 and not (b[i] == 46 or b[i] == 101 or b[i] == 69)
     return (-v if neg else v), i, ok
 
@@ -180,19 +182,7 @@ def scan(b, kd, ko, ad, ao, cd, co, cat, name_s, name_e, ts, dur, pid, tid, argv
                 cat[n] = match(b, i + 1, e, cd, co)
                 i = e + 1
                 if cat[n] >= 8:  # a dropped category: skip to the end of the event in one loop
-                    depth = 1
-                    while True:
-                        c = b[i]
-                        if c == 34:
-                            i = end_string(b, i) + 1
-                            continue
-                        if c == 123 or c == 91:
-                            depth += 1
-                        elif c == 125 or c == 93:
-                            depth -= 1
-                            if depth == 0:
-                                break
-                        i += 1
+                    i = close_of(b, i, 1) - 1  # at its closing brace
                     continue
             elif k == 2:  # name
                 e = end_string(b, i)
