@@ -36,9 +36,32 @@ def _as_float(v: Any) -> float:
         return math.inf
 
 
-def _ns(values: list[int | float | None]) -> tuple[pa.Array, np.ndarray | None]:
-    """µs -> integer ns, exactly, vectorised; returns (ns, mask of values that are no time) — the second is None
-    when every value is a time.
+def _us(events: list[Any], get: Callable[[Any], Any],
+        none_is_zero: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
+    """Each event's µs value (``get``) as float64, and the mask of the events that have none (None; None if no
+    event lacks one). ``none_is_zero``: a missing value is 0 instead (a GPU activity without dur lasts 0).
+
+    One pass at C speed (``np.fromiter``) when every value is a number (msgspec typed them); numpy would read a
+    None as NaN, so a NaN anywhere sends the column to the value-by-value path, which tells a None (no value) from
+    a NaN (a value that is no time). An integer beyond float range is infinite there (no time as well)."""
+    n = len(events)
+    try:
+        arr = np.fromiter(map(get, events), dtype=np.float64, count=n)
+        if not np.isnan(arr).any():
+            return arr, None
+    except (TypeError, OverflowError, ValueError):  # an integer beyond float range
+        pass
+    values = list(map(get, events))
+    if none_is_zero:
+        values = [0 if v is None else v for v in values]
+    mask = np.fromiter((v is None for v in values), dtype=bool, count=n)
+    arr = np.fromiter(map(_as_float, values), dtype=np.float64, count=n)  # None -> 0.0, beyond float range -> inf
+    return arr, mask if mask.any() else None
+
+
+def _ns(arr: np.ndarray, mask: np.ndarray | None) -> tuple[pa.Array, np.ndarray | None]:
+    """µs (float64, from :func:`_us`) -> integer ns, exactly, vectorised; returns (ns, mask of values that are no
+    time) — the second is None when every value is a time. A masked value (None) is NULL.
 
     A float µs value with ns resolution is split into its integer µs (exact in float64) and its fraction (exact by
     Sterbenz); the fraction's representation error stays below 0.25 ns while ts < 2**43 µs (101 days), so
@@ -46,21 +69,9 @@ def _ns(values: list[int | float | None]) -> tuple[pa.Array, np.ndarray | None]:
     2**53) convert to float64 exactly and have no fraction. NaN, ±Infinity and values whose ns do not fit in a
     64-bit integer (1e16 µs, 1e300, 2**70) are no time: they come back masked, as 0, never wrapped.
     """
-    try:
-        if None in values:
-            raise TypeError("a value is None")
-        arr = np.array(values, dtype=np.float64)
-        if arr.ndim != 1:
-            raise TypeError("not a flat list of numbers")
-        mask = None
-    except (TypeError, OverflowError, ValueError):  # None among the values, or an integer beyond float range
-        mask = np.fromiter((v is None for v in values), dtype=bool, count=len(values))
-        arr = np.fromiter(map(_as_float, values), dtype=np.float64, count=len(values))
-        if not mask.any():
-            mask = None
-    bad: np.ndarray | None = ~(np.abs(arr) < _NS_LIMIT_US)
+    bad: np.ndarray | None = ~(np.abs(arr) < _NS_LIMIT_US)  # a masked value is 0 in ``arr``
     if bad is not None and bad.any():
-        arr[bad] = 0.0
+        arr = np.where(bad, 0.0, arr)
     else:
         bad = None
     whole = np.floor(arr)
@@ -120,11 +131,8 @@ def _dim(values: list[int] | None, i: int) -> int | None:
 
 def _times(events: list[Any], gpu: bool = False) -> tuple[pa.Array, pa.Array, np.ndarray | None]:
     """(ts_ns, dur_ns, mask of rows whose ts or dur is no time, or None). A GPU activity without dur lasts 0."""
-    ts, bad_ts = _ns(list(map(_TS, events)))
-    durs = list(map(_DUR, events))
-    if gpu and None in durs:
-        durs = [0 if d is None else d for d in durs]
-    dur, bad_dur = _ns(durs)
+    ts, bad_ts = _ns(*_us(events, _TS))
+    dur, bad_dur = _ns(*_us(events, _DUR, none_is_zero=gpu))
     bad = bad_ts if bad_dur is None else bad_dur if bad_ts is None else bad_ts | bad_dur
     return ts, dur, bad
 
@@ -150,9 +158,19 @@ def _ints(values: list[Any], typ: pa.DataType, convert: Callable[[Any], Any] = _
                             typ)
 
 
+def _getter_ints(items: list[Any], get: Callable[[Any], Any], typ: pa.DataType,
+                 convert: Callable[[Any], Any] = _int_or_none) -> pa.Array:
+    """:func:`_ints` of ``get(item)`` for each item, read straight from the items when every value is an integer
+    that fits (no list in between)."""
+    try:
+        return pa.array(map(get, items), typ, size=len(items))
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError, ValueError):
+        return _ints(list(map(get, items)), typ, convert)
+
+
 def _names(events: list[Any]) -> pa.Array:
     """The ``name`` column: a missing name is the empty string."""
-    names = pa.array(list(map(_NAME, events)), pa.string())
+    names = pa.array(map(_NAME, events), pa.string(), size=len(events))
     return pc.fill_null(names, "") if names.null_count else names
 
 
@@ -164,19 +182,32 @@ def _args(events: list[Any], empty: Any) -> list[Any]:
 
 
 def _arg_ints(args: list[Any], field: str, typ: pa.DataType) -> pa.Array:
-    return _ints(list(map(attrgetter(field), args)), typ)
+    """An integer column of an args field every decoder types as ``int | None``: one pass at C speed when no value
+    is missing and every value fits the column (a bool or a float never reaches here: msgspec rejects them for an
+    int, the forgiving decoder makes them None); otherwise value by value (:func:`_ints`)."""
+    get = attrgetter(field)
+    try:
+        return pa.array(np.fromiter(map(get, args), dtype=np.int64, count=len(args)), typ)
+    except (TypeError, OverflowError, pa.ArrowInvalid):  # a None, a number beyond 64 bits or beyond the column
+        return _ints(list(map(get, args)), typ)
 
 
 def _raw_texts(raws: list[Any]) -> pa.Array:
-    """A string column from raw JSON values (msgspec.Raw; empty: absent -> NULL). Invalid UTF-8 becomes U+FFFD."""
-    binary = pa.array(list(map(bytes, raws)), pa.binary())
+    """A string column from raw JSON values (msgspec.Raw; empty: absent -> NULL). Invalid UTF-8 becomes U+FFFD.
+    The values are joined into one buffer and cut by their lengths (no bytes object per value)."""
+    n = len(raws)
+    lengths = np.fromiter(map(len, raws), dtype=np.int64, count=n)
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    binary = pa.Array.from_buffers(pa.large_binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(raws))])
     try:
         texts = binary.cast(pa.string())
     except pa.ArrowInvalid:  # invalid UTF-8 somewhere: decode value by value
         texts = pa.array([bytes(d).decode("utf-8", "replace") for d in raws], pa.string())
-    if not pc.any(pc.equal(pc.binary_length(binary), 0)).as_py():
+    absent = lengths == 0
+    if not absent.any():
         return texts
-    return pc.if_else(pc.equal(pc.binary_length(binary), 0), pa.scalar(None, pa.string()), texts)
+    return pc.if_else(pa.array(absent), pa.scalar(None, pa.string()), texts)
 
 
 _API_OF_CAT = {"cuda_runtime": "cuda_runtime", "Runtime": "cuda_runtime", "cuda_driver": "cuda_driver",
@@ -267,8 +298,8 @@ class _Columns:
             return self._gpu_table(rows, ids)
         args = _args(rows, _EMPTY_ARGS) if EXTRA_COLUMNS[key] else []
         ts, dur, bad = _times(rows)
-        columns = {"event_id": ids, "name": _names(rows), "pid": _ints(list(map(_PID, rows)), pa.int64(), _pid),
-                   "tid": _ints(list(map(_TID, rows)), pa.int64(), _pid), "ts_ns": ts, "dur_ns": dur}
+        columns = {"event_id": ids, "name": _names(rows), "pid": _getter_ints(rows, _PID, pa.int64(), _pid),
+                   "tid": _getter_ints(rows, _TID, pa.int64(), _pid), "ts_ns": ts, "dur_ns": dur}
         for column, make in EXTRA_COLUMNS[key].items():
             columns[column] = make(rows, args)
         return self._checked(key, bad, columns)
