@@ -11,6 +11,7 @@ from k25trace.ingest import limits
 from k25trace.ingest.columns import _Columns
 from k25trace.ingest.events import _decode_chunk, _GuessedCut
 from k25trace.ingest.messages import Chunk, End
+from k25trace.ingest.scan import scan_chunk
 from k25trace.ingest.stream import _Reader, _Splitter
 
 
@@ -23,11 +24,15 @@ def _decode_and_build(path: str, chunk: Any, keep_python: bool, where: tuple[int
     paused = gc.isenabled()
     gc.disable()
     try:
-        events = _decode_chunk(Path(path), chunk, keep_python, where)
         cols = _Columns(keep_python)
-        tables = cols.build(events, 0)
-        count = len(events)
-        del events  # raw JSON fields (Input Dims) point into the chunk's buffer until here
+        scanned = scan_chunk(chunk, cols)  # the compiled scanner, when it reads this chunk exactly
+        if scanned is not None:
+            tables, count = scanned
+        else:
+            events = _decode_chunk(Path(path), chunk, keep_python, where)
+            tables = cols.build(events, 0)
+            count = len(events)
+            del events  # raw JSON fields (Input Dims) point into the chunk's buffer until here
     finally:
         if paused:
             gc.enable()

@@ -312,8 +312,21 @@ class _Columns:
             codes = np.fromiter(map(routes.code_of.__getitem__, map(type, events)), dtype=np.int16, count=len(events))
         except KeyError:
             return None  # a struct of another decoder: route it event by event
-        per_type = np.bincount(codes, minlength=len(routes.types))
         tables = routes.table_number[codes]
+        routed: dict[str, tuple[list[Any], Any]] = {}
+        for number in self.count_dropped(codes):
+            key = TABLE_ORDER[number - 1]
+            idx: Any = np.flatnonzero(tables == number)
+            # every kept tagged struct is a timed complete event: the decoder validated ph and ts (events._Timed)
+            rows = list(itemgetter(*idx.tolist())(events)) if len(idx) > 1 else [events[int(idx[0])]]
+            routed[key] = (rows, idx)
+        return routed
+
+    def count_dropped(self, codes: np.ndarray) -> list[int]:
+        """Count the dropped categories among the events' type codes (:class:`_Routes`; in the order they first
+        appear, as traces.skipped lists them); returns the numbers of the staging tables present, in order."""
+        routes = _ROUTES[self.keep_python]
+        per_type = np.bincount(codes, minlength=len(routes.types))
         present = set()
         dropped = []
         for code in np.flatnonzero(per_type).tolist():
@@ -322,18 +335,11 @@ class _Columns:
                 present.add(number)
             else:
                 dropped.append(code)
-        if len(dropped) > 1:  # counted in the order they first appear (traces.skipped lists them so)
+        if len(dropped) > 1:
             dropped.sort(key=lambda code: int(np.argmax(codes == code)))
         for code in dropped:
             self.skipped[routes.types[code].cat] += int(per_type[code])  # a tagged struct type's tag
-        routed: dict[str, tuple[list[Any], Any]] = {}
-        for number in sorted(present):
-            key = TABLE_ORDER[number - 1]
-            idx: Any = np.flatnonzero(tables == number)
-            # every kept tagged struct is a timed complete event: the decoder validated ph and ts (events._Timed)
-            rows = list(itemgetter(*idx.tolist())(events)) if len(idx) > 1 else [events[int(idx[0])]]
-            routed[key] = (rows, idx)
-        return routed
+        return sorted(present)
 
     def _untimed(self, e: Any, gpu: bool) -> bool:
         """An event without ts, or of a phase other than a complete event ("X"): counted as skipped (for a GPU

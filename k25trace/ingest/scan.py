@@ -1,0 +1,198 @@
+"""The compiled chunk scanner: one chunk of a Kineto trace straight into the staging tables, no Python object per
+event (issue 17). ``_scan.c`` is compiled when k25trace is installed (``hatch_build.py``); it is a fast path only:
+a chunk it does not read exactly as msgspec would (see the C file's header: escapes, non-ASCII text, exponents,
+string pids, an unknown category, ...) comes back as None and is decoded by msgspec, as it is when the library
+is missing (a machine where it could not be compiled) or ``K25TRACE_NO_SCANNER`` is set. The tables it returns
+equal the msgspec path's, column for column (tests/test_scan.py checks every chunk of the real traces)."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+import pyarrow as pa
+
+from k25trace.ingest.columns import _API_OF_CAT, _ROUTES, TABLE_ORDER, _Columns, _ns, _table_of_type
+from k25trace.ingest.events import _FAST_DECODER
+
+LIBRARY = Path(__file__).with_name("_scan.so")
+DISABLE_ENV = "K25TRACE_NO_SCANNER"  # set (to anything but "" or "0"): every chunk goes to msgspec
+
+# the C side's layout (_scan.c)
+_KIND = {None: 0, "gpu": 1, "launch": 2, "ops": 3, "ann": 4}
+_I_EVENT, _I_PID, _I_TID, _I_EXT, _I_CORR, _I_CBID, _I_NAME_END, _I_DIMS_END, _NI = range(9)
+_N_DUR, _N_PID, _N_TID, _N_EXT, _N_CORR, _N_CBID, _N_NAME, _NN = range(8)
+_NAME_BUFFER = {"launch": 0, "ops": 1, "ann": 2}
+
+_P, _I64 = ctypes.c_void_p, ctypes.c_int64
+_ARGTYPES: list[Any] = [_P, _I64, _P, _P, _I64, _P, _P, _I64, _P, _P, _P, _P, _P, _I64, _P, _P, _P, _P, _P]
+
+
+class _Categories:
+    """The tagged union's categories as the scanner sees them: their names back to back, the end of each, and
+    each one's table kind; the launch ``api`` and annotation ``kind`` column values per category code."""
+
+    def __init__(self) -> None:
+        routes = _ROUTES[False]
+        table_of = _table_of_type(False)
+        cats: list[str] = [t.cat for t in routes.types]  # type: ignore[attr-defined]  # a tagged struct's tag
+        self.text = "".join(cats).encode()
+        self.ends = np.cumsum([len(c.encode()) for c in cats], dtype=np.int64)
+        self.kind = np.array([_KIND[table_of[t]] for t in routes.types], dtype=np.int8)
+        self.count = len(cats)
+        self.api = pa.array([_API_OF_CAT.get(c) for c in cats], pa.string())
+        self.cat = pa.array(cats, pa.string())
+
+
+_CATS = _Categories()
+_library: ctypes.CDLL | None | bool = False  # False: not tried yet in this process
+
+
+def library() -> ctypes.CDLL | None:
+    """The compiled scanner, loaded once per process; None when it is not installed, cannot be loaded, or
+    ``K25TRACE_NO_SCANNER`` is set."""
+    global _library
+    if os.environ.get(DISABLE_ENV, "") not in ("", "0"):
+        return None
+    if _library is False:
+        try:
+            lib = ctypes.CDLL(str(LIBRARY))
+            lib.k25_scan.restype = _I64
+            lib.k25_scan.argtypes = _ARGTYPES
+            _library = lib
+        except (OSError, AttributeError):
+            _library = None
+    return _library if isinstance(_library, ctypes.CDLL) else None
+
+
+class Scanned:
+    """What the scanner read from one chunk: its event count and the raw column buffers (``read`` fills them)."""
+
+    def __init__(self, n: int) -> None:
+        self.cap_events = n // 8 + 16  # an event with a category is at least {"cat":"x"} and a separator
+        self.cap_rows = n // 16 + 16  # a kept event is at least {"cat":"cpu_op","ts":0}
+        # np.empty: pages are mapped when written, so what a chunk does not use costs no memory
+        self.codes = np.empty(self.cap_events, dtype=np.int8)
+        self.gpu = np.empty(n + 16, dtype=np.uint8)
+        self.ints = np.empty((self.cap_rows, _NI), dtype=np.int64)
+        self.floats = np.empty((self.cap_rows, 2), dtype=np.float64)
+        self.nulls = np.empty((self.cap_rows, _NN), dtype=np.uint8)
+        self.kinds = np.empty(self.cap_rows, dtype=np.int8)
+        self.names = [np.empty(n + 1, dtype=np.uint8) for _ in range(3)]
+        self.dims = np.empty(n + 1, dtype=np.uint8)
+        self.out = np.zeros(10, dtype=np.int64)
+
+    def read(self, lib: ctypes.CDLL, data: np.ndarray) -> int:
+        """Run the scanner on ``data`` (uint8); the number of events, or -1 (``out[8]``: the C line that refused)."""
+        a = _address
+        return int(lib.k25_scan(
+            a(data), len(data), _CATS.text, a(_CATS.ends), _CATS.count, a(_CATS.kind), a(self.codes),
+            self.cap_events, a(self.gpu), a(self.ints), a(self.floats), a(self.nulls), a(self.kinds), self.cap_rows,
+            a(self.names[0]), a(self.names[1]), a(self.names[2]), a(self.dims), a(self.out)))
+
+
+def _address(array: np.ndarray) -> int:
+    return int(array.ctypes.data)
+
+
+def scan_chunk(chunk: Any, columns: _Columns) -> tuple[dict[str, pa.Table], int] | None:
+    """The staging tables of one chunk (event ids local to the chunk) and its event count, read by the compiled
+    scanner, with the dropped categories and problems counted in ``columns`` (as :meth:`_Columns.build` does);
+    None (and nothing counted) when the scanner is not available or does not read this chunk exactly."""
+    lib = library()
+    if lib is None or columns.keep_python:
+        return None
+    data = np.frombuffer(chunk, dtype=np.uint8)
+    scanned = Scanned(len(data))
+    events = scanned.read(lib, data)
+    if events < 0:
+        return None
+    out = scanned.out.tolist()
+    n_gpu, n_rows, gpu_bytes = out[1], out[2], out[3]
+    codes = scanned.codes[:events]
+    gpu_events: list[Any] = []
+    if n_gpu:
+        try:  # GPU activities (few, many args fields) through msgspec, as in the chunk
+            gpu_events = _FAST_DECODER.decode(scanned.gpu[:gpu_bytes].data)
+        except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
+            return None
+        if len(gpu_events) != n_gpu:
+            return None
+    # nothing below can refuse the chunk: counting starts here
+    tables: dict[str, pa.Table] = {}
+    for number in columns.count_dropped(codes):
+        key = TABLE_ORDER[number - 1]
+        if key == "gpu":
+            ids = np.flatnonzero(_CATS.kind[codes] == _KIND["gpu"])
+            tables[key] = columns._gpu_table(gpu_events, pa.array(ids, pa.int64()))
+        else:
+            tables[key] = _cpu_table(key, scanned, codes, n_rows, out, columns)
+    return tables, events
+
+
+def _int_column(values: np.ndarray, null: np.ndarray, typ: pa.DataType) -> pa.Array:
+    """An integer column from int64 values (0 under a null); beyond an int32 column's range: NULL, as msgspec's
+    path makes it."""
+    mask = null if null.any() else None
+    try:
+        return pa.array(values, typ, mask=mask)
+    except pa.ArrowInvalid:  # beyond int32
+        fits = (values >= -(1 << 31)) & (values < (1 << 31))
+        none = ~fits if mask is None else mask | ~fits
+        return pa.array(np.where(fits, values, 0), typ, mask=none)
+
+
+def _texts(data: np.ndarray, ends: np.ndarray, present: np.ndarray | None = None) -> pa.Array:
+    """A string column from texts back to back in ``data`` (ASCII: the scanner checked) and their ends; rows
+    where ``present`` is False are NULL."""
+    offsets = np.zeros(len(ends) + 1, dtype=np.int64)
+    offsets[1:] = ends
+    validity = None
+    nulls = 0
+    if present is not None and not present.all():
+        validity = pa.py_buffer(np.packbits(present, bitorder="little"))
+        nulls = int(len(present) - present.sum())
+    text = pa.py_buffer(data[: int(offsets[-1])])
+    return pa.Array.from_buffers(pa.large_string(), len(ends), [validity, pa.py_buffer(offsets), text],
+                                 null_count=nulls).cast(pa.string())
+
+
+def _cpu_table(key: str, scanned: Scanned, codes: np.ndarray, n_rows: int, out: list[int],
+               columns: _Columns) -> pa.Table:
+    """One CPU-side staging table (launch, ann, ops) from the scanner's rows of its kind."""
+    rows = np.flatnonzero(scanned.kinds[:n_rows] == _KIND[key])
+    ints = scanned.ints[rows]
+    nulls = scanned.nulls[rows].astype(bool)
+    events = ints[:, _I_EVENT]
+    buffer = _NAME_BUFFER[key]
+    ts, bad_ts = _ns(np.ascontiguousarray(scanned.floats[rows, 0]), None)
+    dur_null = np.ascontiguousarray(nulls[:, _N_DUR])
+    dur, bad_dur = _ns(np.ascontiguousarray(scanned.floats[rows, 1]), dur_null if dur_null.any() else None)
+    bad = bad_ts if bad_dur is None else bad_dur if bad_ts is None else bad_ts | bad_dur
+    cols: dict[str, Any] = {
+        "event_id": pa.array(events, pa.int64()),
+        "name": _texts(scanned.names[buffer][: out[4 + buffer]], ints[:, _I_NAME_END]),  # no name: ""
+        "pid": _int_column(ints[:, _I_PID], nulls[:, _N_PID], pa.int64()),
+        "tid": _int_column(ints[:, _I_TID], nulls[:, _N_TID], pa.int64()),
+        "ts_ns": ts,
+        "dur_ns": dur,
+    }
+    external = _int_column(ints[:, _I_EXT], nulls[:, _N_EXT], pa.int64())
+    if key == "launch":
+        cols["api"] = _CATS.api.take(pa.array(codes[events], pa.int8()))
+        cols["correlation"] = _int_column(ints[:, _I_CORR], nulls[:, _N_CORR], pa.int64())
+        cols["external_id"] = external
+        cols["cbid"] = _int_column(ints[:, _I_CBID], nulls[:, _N_CBID], pa.int32())
+    elif key == "ann":
+        cols["kind"] = _CATS.cat.take(pa.array(codes[events], pa.int8()))
+        cols["external_id"] = external
+    else:
+        ends = ints[:, _I_DIMS_END]
+        starts = np.concatenate(([0], ends[:-1]))
+        cols["external_id"] = external
+        cols["input_dims"] = _texts(scanned.dims[: out[7]], ends, ends > starts)  # absent: NULL
+    return columns._checked(key, bad, cols)

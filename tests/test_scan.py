@@ -1,0 +1,195 @@
+"""The compiled chunk scanner (k25trace/ingest/_scan.c, issue 17) reads a chunk exactly as the msgspec path does,
+or refuses it (then msgspec decodes it): every chunk of the real traces, hand-made edge cases, and thousands of
+mutated chunks (a chunk the scanner accepts must be one msgspec accepts, with the same tables and counters)."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import msgspec
+import pytest
+
+from helpers import ALL_REAL, B200, DATA, HTA_NCCL, SGLANG
+from k25trace import db, ingest, pipeline
+from k25trace.ingest import limits, scan
+from k25trace.ingest.columns import _Columns
+from k25trace.ingest.events import _FAST_DECODER, _decode_chunk
+from k25trace.ingest.stream import _Reader, _Splitter
+
+H200 = sorted((DATA / "h200-gaps").glob("*/*.json.gz")) + sorted((DATA / "h200x2-decode-loop").glob("eager/*.gz"))
+WHERE = (0, 0, [0])
+
+
+def _chunks(path: Path, block: int) -> list[bytes]:
+    """The chunks the loader would cut from ``path``, read ``block`` bytes at a time."""
+    splitter, reader, out = _Splitter(path), _Reader(path), []
+    try:
+        while block_data := reader.read(block):
+            chunk = splitter.feed(block_data)
+            if chunk:
+                out.append(bytes(chunk))
+        tail, _ = splitter.finish()
+        if tail is not None:
+            out.append(bytes(tail))
+    finally:
+        reader.close()
+    return out
+
+
+def _msgspec(chunk: bytes) -> tuple[dict[str, Any], int, _Columns] | None:
+    """The msgspec path's answer (None: it rejects the chunk)."""
+    columns = _Columns(False)
+    try:
+        events = _decode_chunk(Path("chunk.json"), chunk, False, WHERE)
+        return columns.build(events, 0), len(events), columns
+    except Exception:  # noqa: BLE001 - any failure: msgspec does not read this chunk
+        return None
+
+
+def _scanned(chunk: bytes) -> tuple[dict[str, Any], int, _Columns] | None:
+    columns = _Columns(False)
+    found = scan.scan_chunk(chunk, columns)
+    if found is None:
+        assert not columns.skipped and not columns.problems, "a refused chunk counted something"
+        return None
+    return found[0], found[1], columns
+
+
+def _assert_same(chunk: bytes) -> bool:
+    """The scanner's answer equals msgspec's whenever it gives one; True if it read the chunk."""
+    got = _scanned(chunk)
+    if got is None:
+        return False
+    want = _msgspec(chunk)
+    assert want is not None, f"the scanner read a chunk msgspec rejects: {chunk[:200]!r}"
+    (tables, count, columns), (ref_tables, ref_count, ref_columns) = got, want
+    assert count == ref_count
+    assert list(tables) == list(ref_tables)
+    for key, table in tables.items():
+        assert table.schema == ref_tables[key].schema, key
+        assert table.equals(ref_tables[key]), f"{key}: {table.to_pydict()} != {ref_tables[key].to_pydict()}"
+    assert list(columns.skipped.items()) == list(ref_columns.skipped.items())  # same counts, same order
+    assert columns.problems == ref_columns.problems and columns.unknown == ref_columns.unknown
+    return True
+
+
+def test_the_scanner_is_compiled_and_loaded() -> None:
+    """`pip install` compiled _scan.c (hatch_build.py); without it every load is the slower msgspec path."""
+    assert scan.library() is not None, (f"{scan.LIBRARY} is missing or does not load (or {scan.DISABLE_ENV} is "
+                                        "set): the install did not compile the scanner")
+
+
+@pytest.mark.parametrize("path", ALL_REAL + H200, ids=lambda p: f"{p.parent.name}/{p.name[:24]}")
+def test_every_chunk_of_the_real_traces_reads_as_msgspec_reads_it(path: Path) -> None:
+    """The scanner refuses only chunks msgspec's tagged union refuses too (events without "cat": a trace's
+    metadata at its end), and reads the others exactly as the msgspec path does."""
+    chunks = _chunks(path, 256 << 10)
+    for chunk in chunks:
+        if not _assert_same(chunk):
+            with pytest.raises(msgspec.ValidationError):
+                _FAST_DECODER.decode(chunk)
+
+
+def test_keep_python_is_left_to_msgspec() -> None:
+    chunk = _chunks(B200, 256 << 10)[0]
+    assert scan.scan_chunk(chunk, _Columns(True)) is None
+
+
+EDGE = [  # (name, chunk, read by the scanner?)
+    ("ints and nulls", b'[{"ph":"X","cat":"cpu_op","name":null,"pid":null,"tid":-3,"ts":9007199254740993,'
+                       b'"dur":null,"args":null},{"cat":"cpu_op","ts":-0,"dur":-0.0,"args":{"Input Dims":null}}]',
+     True),
+    ("int64 edges", b'[{"ph":"X","cat":"cuda_runtime","name":"c","pid":9223372036854775807,"tid":1,"ts":1.5,"dur":2,'
+                    b'"args":{"correlation":9223372036854775807,"External id":-9223372036854775807,'
+                    b'"cbid":2147483648}}]', True),
+    ("flow event fields before cat", b'[{"ph":"f","id":1,"pid":1,"tid":2,"ts":3.5,"cat":"ac2g","name":"ac2g",'
+                                     b'"bp":"e"},{"ph":"X","cat":"kernel","name":"k","pid":0,"tid":7,"ts":1,'
+                                     b'"dur":1,"args":{"device":0,"stream":7,"grid":[1,2,3]}}]', True),
+    ("22 decimals", b'[{"ph":"X","cat":"cpu_op","name":"a","pid":1,"tid":1,"ts":0.0000000000000000000001,'
+                    b'"dur":0.1234567890123456}]', True),
+    ("whitespace and empty args", b' [ \n{ "ph" : "X" , "cat" : "user_annotation" , "ts" : 1 , "args" : { } } \n] ',
+     True),
+    ("empty chunk", b"[]", True),
+    ("escape in a name", b'[{"ph":"X","cat":"cpu_op","name":"a\\"b","pid":1,"tid":1,"ts":1,"dur":1}]', False),
+    ("non-ASCII name", '[{"ph":"X","cat":"cpu_op","name":"\u00e9","pid":1,"tid":1,"ts":1,"dur":1}]'.encode(), False),
+    ("a tab", b'[{"ph":"X",\t"cat":"cpu_op","name":"a","pid":1,"tid":1,"ts":1,"dur":1}]', False),
+    ("CRLF", b'[{"ph":"X","cat":"cpu_op","name":"a","pid":1,"tid":1,"ts":1,"dur":1}\r\n]', False),
+    ("exponent", b'[{"ph":"X","cat":"cpu_op","name":"a","pid":1,"tid":1,"ts":1e3,"dur":1}]', False),
+    ("17 digits", b'[{"ph":"X","cat":"cpu_op","name":"a","pid":1,"tid":1,"ts":1234567890.1234567,"dur":1}]', False),
+    ("int beyond int64", b'[{"ph":"X","cat":"cpu_op","name":"a","pid":1,"tid":1,"ts":9223372036854775808}]', False),
+    ("string pid", b'[{"ph":"X","cat":"cpu_op","name":"a","pid":"7","tid":1,"ts":1,"dur":1}]', False),
+    ("unknown category", b'[{"ph":"X","cat":"mystery","name":"a","pid":1,"tid":1,"ts":1,"dur":1}]', False),
+    ("no category", b'[{"ph":"M","name":"process_name","pid":1,"args":{"name":"python"}}]', False),
+    ("twice ts", b'[{"ph":"X","cat":"cpu_op","name":"a","pid":1,"tid":1,"ts":1,"ts":2,"dur":1}]', False),
+    ("args before cat", b'[{"ph":"X","args":{},"cat":"cpu_op","name":"a","ts":1}]', False),
+    ("phase B", b'[{"ph":"B","cat":"cpu_op","name":"a","pid":1,"tid":1,"ts":1}]', False),
+    ("no ts", b'[{"ph":"X","cat":"cpu_op","name":"a","pid":1,"tid":1,"dur":1}]', False),
+    ("float correlation", b'[{"ph":"X","cat":"cuda_runtime","name":"a","ts":1,"args":{"correlation":1.0}}]', False),
+    ("newline in a string", b'[{"ph":"X","cat":"cpu_op","name":"a\nb","pid":1,"tid":1,"ts":1,"dur":1}]', False),
+    ("deep args", b'[{"ph":"X","cat":"cpu_op","name":"a","ts":1,"args":{"x":' + b"[" * 500 + b"]" * 500 + b"}}]",
+     False),
+    ("leading zero", b'[{"ph":"X","cat":"cpu_op","name":"a","ts":01}]', False),
+    ("trailing comma", b'[{"ph":"X","cat":"cpu_op","name":"a","ts":1},]', False),
+    ("not an object", b'[{"ph":"X","cat":"cpu_op","name":"a","ts":1},3]', False),
+]
+
+
+@pytest.mark.parametrize("name,chunk,read", EDGE, ids=[e[0] for e in EDGE])
+def test_edge_cases_are_read_exactly_or_left_to_msgspec(name: str, chunk: bytes, read: bool) -> None:
+    assert _assert_same(chunk) is read
+
+
+def test_mutated_chunks_are_never_read_differently() -> None:
+    """Thousands of one- and two-byte mutations of real chunks (JSON punctuation, digits, letters, quotes,
+    backslashes, control and non-ASCII bytes): whatever the scanner accepts, msgspec reads identically."""
+    rng = random.Random(17)
+    sources = [_chunks(path, 16 << 10)[1][:6000] for path in (B200, HTA_NCCL, SGLANG)]
+    seeds = []
+    for source in sources:  # whole events only: cut after the last event boundary, close the array
+        cut = source.rfind(b"},")
+        seeds.append(source[: cut + 1] + b"]")
+    alphabet = b'{}[]":,.-+eE0123456789 \nabnlrtu\\\t\x00\x7f\xc3\xa9X'
+    read = refused = 0
+    for round_ in range(3000):
+        chunk = bytearray(seeds[round_ % len(seeds)])
+        values = [i + 1 + (chunk[i + 1] == 0x20) for i in range(len(chunk) - 2) if chunk[i] == 0x3A]  # values' starts
+        for _ in range(1 + round_ % 2):
+            at = rng.choice(values) if rng.random() < 0.3 else rng.randrange(1, len(chunk) - 1)
+            if rng.random() < 0.8:
+                chunk[at] = alphabet[rng.randrange(len(alphabet))]
+            elif rng.random() < 0.5:
+                del chunk[at]
+            else:
+                chunk.insert(at, alphabet[rng.randrange(len(alphabet))])
+        if _assert_same(bytes(chunk)):
+            read += 1
+        else:
+            refused += 1
+    assert read > 100 and refused > 100  # both sides of the fast path were exercised
+
+
+def _rows(con: duckdb.DuckDBPyConnection) -> dict[str, list[tuple]]:
+    tables = ("gpu_events", "launches", "annotations", "cpu_ops", "steps", "gpu_gaps")
+    return {t: con.execute(f"select * exclude (trace_id) from {t} order by all").fetchall() for t in tables}
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_load_with_the_scanner_stores_what_a_load_without_it_stores(tmp_path: Path, workers: int,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whole loads (decode workers included: they inherit the environment) with and without the scanner."""
+    monkeypatch.setattr(limits, "BLOCK_SIZE", 1 << 20)
+    options = ingest.LoadOptions(workers=workers, parallel_min_bytes=1)
+    paths = [B200, HTA_NCCL, *H200[:1]]
+    with db.connect(tmp_path / "scanner.duckdb") as con:
+        pipeline.load_paths(con, paths, options)
+        with_scanner = _rows(con)
+    monkeypatch.setenv(scan.DISABLE_ENV, "1")
+    assert scan.library() is None
+    with db.connect(tmp_path / "msgspec.duckdb") as con:
+        pipeline.load_paths(con, paths, options)
+        without = _rows(con)
+    assert with_scanner == without
+    assert sum(map(len, with_scanner.values())) > 100_000
