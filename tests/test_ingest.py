@@ -304,8 +304,12 @@ def test_worker_processes_give_the_same_rows_and_isolate_bad_files(tmp_path: Pat
     """The multi-process decode path (used for big files) stores exactly what the in-process path stores. One
     file: through the ring from the first block, or (warm start) with its first blocks decoded in this process
     while the workers start: here the workers count as started after the parent has decoded 3 blocks of 1 MiB
-    (the rest go through the ring)."""
+    (the rest go through the ring). Many files: each worker may have only 2 messages unread, so the workers streaming
+    ahead wait for the parent (a bounded queue) many times, across the bad file's failure."""
     monkeypatch.setattr(ingest.limits, "WARM_START", warm)
+    if many:
+        monkeypatch.setattr(ingest.limits, "RESULTS_IN_FLIGHT", 2)
+        monkeypatch.setattr(ingest.limits, "BLOCK_SIZE", 1 << 20)
     if warm:
         from k25trace.ingest import workers as workers_module
 

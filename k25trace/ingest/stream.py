@@ -276,8 +276,8 @@ class _Splitter:
         text yet (it all stays pending)."""
         start = len(self.buf)
         buf[:start] = self.buf
-        with memoryview(buf) as view:
-            n = reader.readinto(view[start : start + limits.BLOCK_SIZE])
+        with memoryview(buf) as view, view[start : start + limits.BLOCK_SIZE] as target:  # released even when the
+            n = reader.readinto(target)  # read fails (a truncated gzip): the caller can then close ``buf``
         if not n:
             return 0
         total = start + n
