@@ -78,8 +78,9 @@ def _assert_same(chunk: bytes) -> bool:
 
 def test_the_scanner_is_compiled_and_loaded() -> None:
     """`pip install` compiled _scan.c (hatch_build.py); without it every load is the slower msgspec path."""
-    assert scan.library() is not None, (f"{scan.LIBRARY} is missing or does not load (or {scan.DISABLE_ENV} is "
-                                        "set): the install did not compile the scanner")
+    assert scan.library() is not None, (f"{scan.LIBRARY} is missing, does not load or is stale (or "
+                                        f"{scan.DISABLE_ENV} is set): the install did not compile the scanner "
+                                        "(after changing _scan.c: pip install -e . again)")
 
 
 @pytest.mark.parametrize("path", ALL_REAL + H200, ids=lambda p: f"{p.parent.name}/{p.name[:24]}")

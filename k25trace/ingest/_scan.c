@@ -339,6 +339,10 @@ static int precheck(const uint8_t *b, int64_t n, int64_t *nl) {
         seen |= (bit);           \
     } while (0)
 
+/* the interface version: scan.py loads a library only if it says the version it was written for (a stale
+ * library left by an older editable install is not called with arguments it does not take) */
+int64_t k25_scan_version(void) { return 1; }
+
 int64_t k25_scan(const uint8_t *b, int64_t n, const uint8_t *cat_text, const int64_t *cat_ends, int64_t ncats,
                  const int8_t *cat_kind, int8_t *codes, int64_t cap_events, uint8_t *gpu, int64_t *I, double *F,
                  uint8_t *N, int8_t *kinds, int64_t cap_rows, uint8_t *names0, uint8_t *names1, uint8_t *names2,

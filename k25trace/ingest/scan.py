@@ -22,6 +22,7 @@ from k25trace.ingest.events import _FAST_DECODER
 
 LIBRARY = Path(__file__).with_name("_scan.so")
 DISABLE_ENV = "K25TRACE_NO_SCANNER"  # set (to anything but "" or "0"): every chunk goes to msgspec
+INTERFACE = 1  # k25_scan_version() of the library this module calls (a stale build is not used: pip install again)
 
 # the C side's layout (_scan.c)
 _KIND = {None: 0, "gpu": 1, "launch": 2, "ops": 3, "ann": 4}
@@ -54,18 +55,19 @@ _library: ctypes.CDLL | None | bool = False  # False: not tried yet in this proc
 
 
 def library() -> ctypes.CDLL | None:
-    """The compiled scanner, loaded once per process; None when it is not installed, cannot be loaded, or
-    ``K25TRACE_NO_SCANNER`` is set."""
+    """The compiled scanner, loaded once per process; None when it is not installed, cannot be loaded, was built
+    from another version of ``_scan.c`` (an editable install not rebuilt), or ``K25TRACE_NO_SCANNER`` is set."""
     global _library
     if os.environ.get(DISABLE_ENV, "") not in ("", "0"):
         return None
     if _library is False:
         try:
             lib = ctypes.CDLL(str(LIBRARY))
+            lib.k25_scan_version.restype = _I64
             lib.k25_scan.restype = _I64
             lib.k25_scan.argtypes = _ARGTYPES
-            _library = lib
-        except (OSError, AttributeError):
+            _library = lib if lib.k25_scan_version() == INTERFACE else None
+        except (OSError, AttributeError):  # missing, not loadable, or too old to say its version
             _library = None
     return _library if isinstance(_library, ctypes.CDLL) else None
 
