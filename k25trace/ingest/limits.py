@@ -8,5 +8,5 @@ RING_BUFFER_BYTES = 16 << 20  # shared-memory buffer per chunk in flight (a chun
 MAX_PREFIX = 256 << 20  # metadata before traceEvents larger than this is not a Kineto trace
 MAX_PENDING = 256 << 20  # text without the end of an event beyond this is not a Kineto trace
 WARM_START = True  # a big file's first blocks are decoded in the parent while the decode workers start
-RESULTS_IN_FLIGHT = 128  # messages (a chunk's tables, or progress) a decode worker may have unread before it waits
+RESULTS_IN_FLIGHT = 256  # messages (a chunk's tables, or progress) a decode worker may have unread before it waits
 FAST_MISSES = 3  # guessed cuts that failed before a file is cut exactly to its end

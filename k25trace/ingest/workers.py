@@ -154,10 +154,10 @@ class _Workers:
         pdeathsig = threading.current_thread() is threading.main_thread()
         self.count = count
         self.tasks = [ctx.Queue() for _ in range(count)]
-        # bounded: a worker streaming whole files ahead of the parent waits when this many of its messages are not
-        # read yet (about half a real 80 MB rank: enough to keep it busy through the parent's commit and analysis
-        # of the file before). Unbounded, 8 real ranks peaked at 1.84 GB in 44.6 s; 128: 1.43 GB in 43.5 s; 64:
-        # 1.35 GB in 45.9 s (single runs, measured)
+        # bounded (limits.RESULTS_IN_FLIGHT): a worker streaming whole files ahead of the parent waits when that
+        # many of its messages are unread, about one real 80 MB rank (2 messages per 8 MB chunk): it can have its
+        # next file ready when the parent comes to it, not every later file. 8 real ranks on the 16-CPU device:
+        # unbounded 16.4-17.5 s, 256: 17.5 s, 128: 25-27 s (the parent waited on workers held back).
         self.results = [ctx.Queue(maxsize=limits.RESULTS_IN_FLIGHT) for _ in range(count)]
         self.procs = [ctx.Process(target=_worker_main, args=(i, self.tasks[i], self.results[i], pdeathsig), daemon=True)
                       for i in range(count)]
