@@ -223,7 +223,9 @@ def bench_input(label: str, traces: Path, args: argparse.Namespace) -> None:
               f"({events:,} events, {raw_mb * 1e6 / events:.0f} bytes/event, {gz_mb:.1f} MB gz)")
         if args.runs_all:
             log(f"[{label}] all {len(files)} ranks ...")
-            all_versions, db_all = measure_load(files, args.runs_all, tmp, env=env, warm=False)  # warm already
+            all_old = {"old": versions["old"]} if "old" in versions else {}  # interleaved too, run by run
+            all_versions, db_all = measure_load(files, args.runs_all, tmp, env=env, warm=False,  # warm already
+                                                versions={"bench": {}, **all_old})
             runs_all = all_versions["bench"]
             walls_all = [m.wall_s for m in runs_all]
             all_wall = statistics.median(walls_all)
@@ -233,6 +235,13 @@ def bench_input(label: str, traces: Path, args: argparse.Namespace) -> None:
                   f"{cpu_all:.1f} s CPU = {cpu_all / (len(files) * events / 1e6):.2f} s per M events, "
                   f"peak RSS {max(m.peak_mb for m in runs_all):.0f} MB, "
                   f"{len(files) * events / all_wall / 1e6:.2f} M events/s")
+            if all_old:
+                old_all = all_versions["old"]
+                old_all_wall = statistics.median(m.wall_s for m in old_all)
+                print(f"  k25trace {args.compare_rev}, {len(files)} ranks (interleaved): median {old_all_wall:.2f} s "
+                      f"wall ({', '.join(f'{m.wall_s:.2f}' for m in old_all)}), "
+                      f"{statistics.median(m.cpu_s for m in old_all):.1f} s CPU, peak RSS "
+                      f"{max(m.peak_mb for m in old_all):.0f} MB   ratio {old_all_wall / all_wall:5.2f} wall")
             report_timings(db_all, len(files))
         if args.compare_rev:
             old_runs = by_version["old"]
@@ -270,7 +279,8 @@ def main() -> None:
     parser.add_argument("--skip-baselines", action="store_true")
     parser.add_argument("--skip-duckdb", action="store_true", help="skip the DuckDB read_json baseline (slow, 5 GB)")
     parser.add_argument("--compare-rev", metavar="REV", help="also load one rank with k25trace at this git revision "
-                        "(a worktree in --work; the same file, the same run): the before/after of a change")
+                        "(a worktree in --work; the same files, the same run, one rank and all ranks): the "
+                        "before/after of a change")
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     if args.traces is not None:

@@ -128,7 +128,10 @@ def scan_chunk(chunk: Any, columns: _Columns) -> tuple[dict[str, pa.Table], int]
         return None
     data = np.frombuffer(chunk, dtype=np.uint8)
     scanned = _buffers(len(data))
-    events = scanned.read(lib, data)
+    try:
+        events = scanned.read(lib, data)
+    finally:  # everything read is in the scanner's buffers now: no export of the caller's buffer outlives this
+        del data  # line, even on an error (the caller may be about to release its view of a shared-memory ring)
     if events < 0:
         return None
     out = scanned.out.tolist()
