@@ -278,7 +278,7 @@ def main() -> None:
     parser.add_argument("--runs-all", type=int, default=1, help="runs of the all-ranks load (0: skip)")
     parser.add_argument("--skip-baselines", action="store_true")
     parser.add_argument("--skip-duckdb", action="store_true", help="skip the DuckDB read_json baseline (slow, 5 GB)")
-    parser.add_argument("--compare-rev", metavar="REV", help="also load one rank with k25trace at this git revision "
+    parser.add_argument("--compare-rev", metavar="REV", help="also load with k25trace at this git revision "
                         "(a worktree in --work; the same files, the same run, one rank and all ranks): the "
                         "before/after of a change")
     args = parser.parse_args()
