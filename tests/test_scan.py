@@ -194,3 +194,24 @@ def test_a_load_with_the_scanner_stores_what_a_load_without_it_stores(tmp_path: 
         without = _rows(con)
     assert with_scanner == without
     assert sum(map(len, with_scanner.values())) > 100_000
+
+
+def test_a_load_without_the_scanner_says_so_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A library that is missing (or not a library, or stale) is not used, and a load of big files notes it; the
+    user's own K25TRACE_NO_SCANNER is not noted."""
+    options = ingest.LoadOptions(workers=1, parallel_min_bytes=1)
+    not_a_library = tmp_path / "_scan.so"
+    not_a_library.write_text("not a shared library")
+    for library in (tmp_path / "missing.so", not_a_library):
+        monkeypatch.setattr(scan, "LIBRARY", library)
+        monkeypatch.setattr(scan, "_library", False)  # not tried yet in this process
+        assert scan.library() is None
+    with db.connect(tmp_path / "a.duckdb") as con:
+        results, notes = pipeline.load_paths(con, [SGLANG, HTA_NCCL], options)
+    assert [r.status for r in results] == ["loaded", "loaded"]
+    assert [n for n in notes if "scanner" in n] == [scanner_note := notes[-1]]
+    assert "not installed" in scanner_note and "_scan.so" in scanner_note
+    monkeypatch.setenv(scan.DISABLE_ENV, "1")
+    with db.connect(tmp_path / "b.duckdb") as con:
+        _, notes = pipeline.load_paths(con, [SGLANG], options)
+    assert not [n for n in notes if "scanner" in n]

@@ -25,6 +25,7 @@ from k25trace.ingest.discover import discover, is_frontend_name
 from k25trace.ingest.events import _dumps
 from k25trace.ingest.messages import Chunk, End, Progress
 from k25trace.ingest.model import FileResult, LoadOptions, TraceFile
+from k25trace.ingest.scan import scanner_note
 from k25trace.ingest.workers import _Workers
 from k25trace.names import short_name
 
@@ -530,6 +531,8 @@ def load_paths(
     options = options or LoadOptions()
     files, notes, errors = discover(paths, include_frontend=options.include_frontend)
     notes = [_shown(n) for n in notes]
+    if not options.keep_python and any(file_size(tf.path) >= options.parallel_min_bytes for tf in files):
+        notes.extend(scanner_note())
     results = [FileResult(_shown(e.split(":", 1)[0]), "failed", _shown(e)) for e in errors]
     for r in results:
         if on_result:
