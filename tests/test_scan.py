@@ -5,6 +5,8 @@ mutated chunks (a chunk the scanner accepts must be one msgspec accepts, with th
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -215,3 +217,11 @@ def test_a_load_without_the_scanner_says_so_once(tmp_path: Path, monkeypatch: py
     with db.connect(tmp_path / "b.duckdb") as con:
         _, notes = pipeline.load_paths(con, [SGLANG], options)
     assert not [n for n in notes if "scanner" in n]
+
+
+def test_importing_the_decode_path_does_not_import_pandas() -> None:
+    """A decode worker imports the scanner before it blocks pandas (workers._NoPandas): nothing on that import path
+    may make an Arrow array from a list (pyarrow would import pandas, when installed: ~0.5 s of CPU per worker)."""
+    code = "import sys, k25trace.ingest.workers; print('pandas' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"

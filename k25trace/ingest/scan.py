@@ -8,6 +8,7 @@ equal the msgspec path's, column for column (tests/test_scan.py checks every chu
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import threading
 from pathlib import Path
@@ -46,8 +47,18 @@ class _Categories:
         self.ends = np.cumsum([len(c.encode()) for c in cats], dtype=np.int64)
         self.kind = np.array([_KIND[table_of[t]] for t in routes.types], dtype=np.int8)
         self.count = len(cats)
-        self.api = pa.array([_API_OF_CAT.get(c) for c in cats], pa.string())
-        self.cat = pa.array(cats, pa.string())
+        self.names = cats
+
+    # Arrow arrays made on first use, not at import: pyarrow imports pandas (when installed) on its first
+    # pa.array() of a list, and a decode worker imports this module before it blocks that (workers._NoPandas):
+    # built at import, they cost each worker ~0.5 s of CPU (measured).
+    @functools.cached_property
+    def api(self) -> pa.Array:
+        return pa.array([_API_OF_CAT.get(c) for c in self.names], pa.string())
+
+    @functools.cached_property
+    def cat(self) -> pa.Array:
+        return pa.array(self.names, pa.string())
 
 
 _CATS = _Categories()
