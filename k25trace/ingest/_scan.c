@@ -65,6 +65,23 @@ static inline void ws(P *p) {
     }
 }
 
+/* after a value inside a container: 1 at a ',' (passed, and the whitespace after it), 2 at ``close`` (passed),
+ * 0 at anything else (not JSON) */
+static inline int after_value(P *p, uint8_t close) {
+    ws(p);
+    if (p->i >= p->n) return 0;
+    if (p->b[p->i] == ',') {
+        p->i++;
+        ws(p);
+        return 1;
+    }
+    if (p->b[p->i] == close) {
+        p->i++;
+        return 2;
+    }
+    return 0;
+}
+
 /* b[i] == '"': the index of the closing quote (there is no backslash in the chunk), -1 if none */
 static inline int64_t str_end(const P *p) {
     int64_t i = p->i + 1, n = p->n;
@@ -159,20 +176,10 @@ static int skip_container(P *p, uint8_t close) {
             ws(p);
         }
         if (!skip_value(p)) return 0;
-        ws(p);
-        if (p->i >= p->n) return 0;
-        uint8_t c = p->b[p->i];
-        if (c == ',') {
-            p->i++;
-            ws(p);
-            continue;
-        }
-        if (c == close) {
-            p->i++;
-            p->depth--;
-            return 1;
-        }
-        return 0;
+        int next = after_value(p, close);
+        if (next == 1) continue;
+        if (next == 2) p->depth--;
+        return next == 2;
     }
 }
 
@@ -277,19 +284,8 @@ static int args_obj(P *p, int kind, int64_t *I, uint8_t *N, uint8_t *dims, int64
         } else if (!skip_value(p)) {
             return 0;
         }
-        ws(p);
-        if (p->i >= p->n) return 0;
-        uint8_t c = p->b[p->i];
-        if (c == ',') {
-            p->i++;
-            ws(p);
-            continue;
-        }
-        if (c == '}') {
-            p->i++;
-            return 1;
-        }
-        return 0;
+        int next = after_value(p, '}');
+        if (next != 1) return next == 2;
     }
 }
 
@@ -442,18 +438,9 @@ int64_t k25_scan(const uint8_t *b, int64_t n, const uint8_t *cat_text, const int
             } else if (!skip_value(&p)) {
                 REFUSE;
             }
-            ws(&p);
-            if (p.i >= n) REFUSE;
-            if (b[p.i] == ',') {
-                p.i++;
-                ws(&p);
-                continue;
-            }
-            if (b[p.i] == '}') {
-                p.i++;
-                break;
-            }
-            REFUSE;
+            int next = after_value(&p, '}');
+            if (next == 2) break;
+            if (next != 1) REFUSE;
         }
         if (code < 0) REFUSE;
         codes[ne] = (int8_t)code;
@@ -476,18 +463,9 @@ int64_t k25_scan(const uint8_t *b, int64_t n, const uint8_t *cat_text, const int
             nr++;
         }
         ne++;
-        ws(&p);
-        if (p.i >= n) REFUSE;
-        if (b[p.i] == ',') {
-            p.i++;
-            ws(&p);
-            continue;
-        }
-        if (b[p.i] == ']') {
-            p.i++;
-            break;
-        }
-        REFUSE;
+        int next = after_value(&p, ']');
+        if (next == 2) break;
+        if (next != 1) REFUSE;
     }
 done:
     ws(&p);
