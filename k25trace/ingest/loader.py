@@ -187,9 +187,9 @@ class Loader:
             raise TraceError(str(path), "top-level JSON is not an object")
         return meta, total, cols, sha, read_bytes
 
-    def prefetch(self, files: list[TraceFile]) -> None:
-        """With several big files, start decoding them in the worker processes ahead of loading."""
-        big = [tf.path for tf in files if file_size(tf.path) >= self.options.parallel_min_bytes]
+    def prefetch(self, big: list[Path]) -> None:
+        """With several big files (not loaded yet, in load order), start decoding them in the worker processes ahead
+        of loading."""
         if len(big) < 2:
             return
         workers = self._workers()
@@ -531,7 +531,8 @@ def load_paths(
     options = options or LoadOptions()
     files, notes, errors = discover(paths, include_frontend=options.include_frontend)
     notes = [_shown(n) for n in notes]
-    if not options.keep_python and any(file_size(tf.path) >= options.parallel_min_bytes for tf in files):
+    big = [tf.path for tf in files if file_size(tf.path) >= options.parallel_min_bytes]  # decoded by the workers
+    if big and not options.keep_python:
         notes.extend(scanner_note())
     results = [FileResult(_shown(e.split(":", 1)[0]), "failed", _shown(e)) for e in errors]
     for r in results:
@@ -548,12 +549,11 @@ def load_paths(
         advance, start_file = progress_ctx.advance, progress_ctx.start_file
     loader = Loader(con, options, progress=lambda n: advance(n), after_file=after_file)
     try:
-        if any(file_size(tf.path) >= options.parallel_min_bytes for tf in files):
+        if big:
             loader._workers()  # start the processes now: their imports overlap the hashing below
-        pending = [tf for tf in files if not loader.already_loaded(tf.path)]
-        big = [tf.path for tf in pending if file_size(tf.path) >= options.parallel_min_bytes]
+        big = [path for path in big if not loader.already_loaded(path)]
         loader.workers_until = big[-1] if big else None
-        loader.prefetch(pending)
+        loader.prefetch(big)
         for tf in files:
             start_file(tf)
             result = loader.load(tf)
