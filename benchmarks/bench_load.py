@@ -165,12 +165,49 @@ def report_timings(db: Path, ranks: int) -> None:
 
 
 def worktree(rev: str, work: Path) -> Path:
-    """A checkout of ``rev`` (run from source with PYTHONPATH: its own code and queries, this Python's packages)."""
-    path = work / f"rev-{rev}"
+    """A checkout of ``rev`` (run from source with PYTHONPATH: its own code and queries, this Python's packages),
+    named by its commit (``HEAD`` moves), with its compiled scanner built as its install would build it."""
+    commit = subprocess.run(["git", "-C", str(HERE.parent), "rev-parse", "--short=12", f"{rev}^{{commit}}"],
+                            check=True, capture_output=True, text=True).stdout.strip()
+    path = work / f"rev-{commit}"
     if not path.exists():
-        subprocess.run(["git", "-C", str(HERE.parent), "worktree", "add", "--detach", str(path), rev], check=True,
+        subprocess.run(["git", "-C", str(HERE.parent), "worktree", "add", "--detach", str(path), commit], check=True,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    build_scanner(path)
     return path
+
+
+def build_scanner(tree: Path) -> None:
+    """Compile a checkout's scanner (``k25trace/ingest/_scan.c``, where the revision has one) with that revision's
+    own build hook, as ``pip install`` would; without it the old revision would be measured on its slow path.
+    hatchling is only needed by pip: a stand-in base class is enough to import the hook's module."""
+    import importlib.util
+    import types
+
+    source = tree / "k25trace" / "ingest" / "_scan.c"
+    target = source.with_suffix(".so")
+    if not source.exists() or target.exists():
+        return
+    stubs = {}
+    for name in ("hatchling", "hatchling.builders", "hatchling.builders.hooks", "hatchling.builders.hooks.plugin",
+                 "hatchling.builders.hooks.plugin.interface"):
+        stubs[name] = sys.modules.get(name)
+        sys.modules[name] = types.ModuleType(name)
+    sys.modules["hatchling.builders.hooks.plugin.interface"].BuildHookInterface = object  # type: ignore[attr-defined]
+    try:
+        spec = importlib.util.spec_from_file_location(f"_hatch_build_{tree.name}", tree / "hatch_build.py")
+        assert spec is not None and spec.loader is not None
+        hook = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(hook)
+        log(f"building the scanner of {tree.name} ...")
+        if hook.compile_scanner(source, target) is None:
+            log(f"  {tree.name}: the scanner did not build: that revision is measured without it")
+    finally:
+        for name, module in stubs.items():
+            if module is None:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = module
 
 
 def ensure_input(kind: str, work: Path, ranks: int, gz_mb: float) -> Path:
