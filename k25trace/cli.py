@@ -139,7 +139,9 @@ def run_load(db_path: Path | None, paths: list[Path], *, keep_python: bool = Fal
              quiet: bool = False, con: Any = None) -> tuple[Any, int]:
     """Load paths into a database, reporting each file on stderr; returns (connection, number of failures)."""
     from k25trace import pipeline  # deferred: start-up time
+    from k25trace.ingest import pyarrow_skips_pandas
 
+    pyarrow_skips_pandas()  # this process is ours: pyarrow need not import pandas to ask whether it exists
     con = con or pipeline.connect(db_path)
     options = pipeline.LoadOptions(keep_python=keep_python, include_frontend=include_frontend)
 

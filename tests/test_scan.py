@@ -4,6 +4,7 @@ mutated chunks (a chunk the scanner accepts must be one msgspec accepts, with th
 
 from __future__ import annotations
 
+import os
 import random
 import subprocess
 import sys
@@ -225,3 +226,30 @@ def test_importing_the_decode_path_does_not_import_pandas() -> None:
     code = "import sys, k25trace.ingest.workers; print('pandas' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
+
+
+def test_a_command_line_load_does_not_import_pandas(tmp_path: Path) -> None:
+    """pyarrow imports pandas (when installed) on the first Arrow array a process builds, only to ask whether it
+    exists: 0.5-1.4 s on the load's critical path. The command line answers for it (a stand-in pandas package
+    on the path shows whether anything imported it)."""
+    fake = tmp_path / "site" / "pandas"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("import sys\nsys.stderr.write('PANDAS WAS IMPORTED\\n')\n__version__ = '9.9'\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), *sys.path])}
+    samples = [B200, SGLANG]
+    done = subprocess.run([sys.executable, "-m", "k25trace", "load", *map(str, samples), "--db",
+                           str(tmp_path / "t.duckdb"), "-q"], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "PANDAS WAS IMPORTED" not in done.stderr
+    probe = "import pyarrow as pa; pa.array([1])"  # the stand-in is seen when nothing answers for pyarrow
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert "PANDAS WAS IMPORTED" in done.stderr
+
+
+def test_pandas_still_works_after_pyarrow_was_told_it_is_not_there() -> None:
+    pytest.importorskip("pandas")
+    code = ("from k25trace.ingest import pyarrow_skips_pandas; pyarrow_skips_pandas(); import sys; "
+            "print('pandas' in sys.modules); import pyarrow as pa; "
+            "print(type(pa.table({'a': [1]}).to_pandas()).__name__)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["False", "DataFrame"]

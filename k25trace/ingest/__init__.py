@@ -31,6 +31,7 @@ from k25trace.ingest.model import FileResult, LoadOptions, TraceFile
 
 if TYPE_CHECKING:
     from k25trace.ingest.loader import Loader, db_problem, file_size, load_paths
+    from k25trace.ingest.workers import pyarrow_skips_pandas
 
 # The package's modules, in pipeline order:
 #   limits (tunables), model (LoadOptions, TraceFile, FileResult), discover (finding files), stream (reading and
@@ -38,10 +39,11 @@ if TYPE_CHECKING:
 #   back), chunks (one file in this process), workers (decode processes), loader (DuckDB; the only module that
 #   imports it).
 # The loader's names load lazily (PEP 562): a decode worker process imports the decode modules, not DuckDB.
-_PUBLIC = {"Loader": "loader", "db_problem": "loader", "file_size": "loader", "load_paths": "loader"}
+_PUBLIC = {"Loader": "loader", "db_problem": "loader", "file_size": "loader", "load_paths": "loader",
+           "pyarrow_skips_pandas": "workers"}
 __all__ = [
     "FileResult", "LoadOptions", "Loader", "TraceFile", "db_problem",
-    "discover", "file_size", "is_frontend_name", "load_paths",
+    "discover", "file_size", "is_frontend_name", "load_paths", "pyarrow_skips_pandas",
 ]
 
 

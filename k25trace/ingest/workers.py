@@ -56,6 +56,27 @@ class _NoPandas(importlib.abc.MetaPathFinder):
         return None
 
 
+def pyarrow_skips_pandas() -> None:
+    """For a process k25trace runs itself (the command line): pyarrow asks once whether pandas is installed, on its
+    first Arrow array, and imports pandas to answer (0.5-1.4 s of CPU measured on the load's critical path, for a
+    load that never holds a pandas object). Here it asks while pandas cannot be imported, and remembers "no".
+
+    pandas still works afterwards: what needs it (``to_pandas``, ``from_pandas``) imports it then. What changes is
+    that ``pa.array`` no longer recognises a pandas object as one (a categorical Series would convert as plain
+    values): fine where no caller passes one, which is why this is not done in the library (:func:`load_paths`
+    may run in a user's notebook) and nothing is done once pandas is imported."""
+    if "pandas" in sys.modules:
+        return
+    blocker = _NoPandas()
+    sys.meta_path.insert(0, blocker)
+    try:
+        import pyarrow as pa
+
+        pa.array([0])  # the probe: pyarrow's pandas shim tries the import once and keeps the answer
+    finally:
+        sys.meta_path.remove(blocker)
+
+
 def _worker_main(index: int, tasks: Any, results: Any, pdeathsig: bool = False) -> None:
     """A decode process. Tasks: ``(task_id, path, keep_python)`` streams a whole file (decompress, cut, decode);
     ``("attach", task_id, names)`` maps the parent's shared-memory ring (the parent unlinks the names once every
