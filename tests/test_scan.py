@@ -146,18 +146,74 @@ def test_edge_cases_are_read_exactly_or_left_to_msgspec(name: str, chunk: bytes,
     assert _assert_same(chunk) is read
 
 
+def _kernel(args: str, top: str = '"pid":0,"tid":7,"ts":1.5,"dur":2') -> str:
+    return '{"ph":"X","cat":"kernel","name":"k<1>",' + top + (',"args":' + args if args else "") + "}"
+
+
+_FULL = ('{"device":0,"context":1,"stream":7,"correlation":5,"registers per thread":32,"shared memory":0,'
+         '"blocks per SM":0.5,"warps per SM":4.0,"grid":[1,2,3],"block":[128,1,1],"est. achieved occupancy %":25,'
+         '"External id":9,"queued":0}')
+_NCCL = ('{"device":0,"stream":9,"correlation":6,"Collective name":"allreduce","In msg nelems":4096,'
+         '"Out msg nelems":4096,"Group size":2,"dtype":"BFloat16","Process Group Name":"0",'
+         '"Process Group Ranks":"[0, 1]"}')
+GPU_EDGE = [  # (name, events, GPU rows the scanner reads, GPU activities it copies out for msgspec; None: refused)
+    ("every field", [_kernel(_FULL)], (1, 0)),
+    ("no args: device and stream from pid and tid", [_kernel("")], (1, 0)),
+    ("null args", [_kernel("null")], (1, 0)),
+    ("null fields", [_kernel('{"device":null,"stream":null,"grid":null,"blocks per SM":null,"bytes":null}')], (1, 0)),
+    ("a memcpy with bytes", ['{"ph":"X","cat":"gpu_memcpy","name":"Memcpy DtoD","pid":1,"tid":2,"ts":3,"dur":1,'
+                            '"args":{"device":1,"stream":2,"correlation":3,"bytes":1048576,'
+                            '"memory bandwidth (GB/s)":1.5}}'], (1, 0)),
+    ("integers in float fields", [_kernel('{"blocks per SM":8,"warps per SM":-0,"est. achieved occupancy %":100}')],
+     (1, 0)),
+    ("beyond int32: NULL", [_kernel('{"device":4294967296,"registers per thread":-2147483649,'
+                                    '"shared memory":2147483648}')], (1, 0)),
+    ("no dur, null dur, negative dur, no name",
+     [_kernel("", '"pid":0,"tid":7,"ts":1'), _kernel("", '"pid":0,"tid":7,"ts":1,"dur":null'),
+      _kernel("", '"pid":0,"tid":7,"ts":1,"dur":-1'), '{"ph":"X","cat":"gpu_memset","ts":4,"args":{}}'], (4, 0)),
+    ("NCCL collective fields, between plain ones", [_kernel(_FULL), _kernel(_NCCL), _kernel(_FULL)], (2, 1)),
+    ("null collective name", [_kernel('{"Collective name":null}')], (0, 1)),
+    ("an integer beyond 2**53 in a float field", [_kernel('{"warps per SM":9007199254740993}')], (0, 1)),
+    ("short grid", [_kernel('{"grid":[1,2]}'), _kernel('{"block":[]}'), _kernel('{"grid":[1,2,3,4]}')], (0, 3)),
+    ("bytes as a string", [_kernel('{"bytes":"1024"}')], (0, 1)),
+    ("a field twice", [_kernel('{"device":0,"device":1}')], (0, 1)),
+    ("a float where an integer goes", [_kernel('{"stream":7.0}')], None),
+    ("a string in the grid", [_kernel('{"grid":["1",2,3]}')], None),
+    ("a float cbid", [_kernel('{"cbid":1.5}')], None),
+    ("phase i", ['{"ph":"i","cat":"kernel","name":"k","pid":0,"tid":7,"ts":1}'], None),
+    ("no ts", [_kernel("", '"pid":0,"tid":7,"dur":1')], None),
+    ("string pid", [_kernel("", '"pid":"0","tid":7,"ts":1')], None),
+]
+
+
+@pytest.mark.parametrize("name,events,split", GPU_EDGE, ids=[e[0] for e in GPU_EDGE])
+def test_gpu_activities_are_read_exactly_or_left_to_msgspec(name: str, events: list[str],
+                                                           split: tuple[int, int] | None) -> None:
+    """GPU activities: the scanner reads the plain ones into columns and copies the others out for msgspec (put
+    back in event order); the table equals the msgspec path's either way."""
+    chunk = ("[" + ",".join(['{"ph":"X","cat":"cpu_op","name":"op","pid":0,"tid":1,"ts":1,"dur":1}', *events])
+             + "]").encode()
+    assert _assert_same(chunk) is (split is not None)
+    if split is not None:
+        out = scan._buffers(len(chunk)).out
+        assert (int(out[10]), int(out[1])) == split
+
+
 def test_mutated_chunks_are_never_read_differently() -> None:
     """Thousands of one- and two-byte mutations of real chunks (JSON punctuation, digits, letters, quotes,
     backslashes, control and non-ASCII bytes): whatever the scanner accepts, msgspec reads identically."""
     rng = random.Random(17)
-    sources = [_chunks(path, 16 << 10)[1][:6000] for path in (B200, HTA_NCCL, SGLANG)]
+    sources = [_chunks(path, 16 << 10)[index][:6000]  # CPU events; kernels; NCCL kernels with collective args
+               for path, index in ((B200, 1), (HTA_NCCL, 1), (SGLANG, 1), (SGLANG, 28), (H200[0], 1117),
+                                   (HTA_NCCL, 494))]
+    assert sum(source.count(b'"cat":"kernel"') + source.count(b'"cat": "kernel"') for source in sources) > 20
     seeds = []
     for source in sources:  # whole events only: cut after the last event boundary, close the array
         cut = source.rfind(b"},")
         seeds.append(source[: cut + 1] + b"]")
     alphabet = b'{}[]":,.-+eE0123456789 \nabnlrtu\\\t\x00\x7f\xc3\xa9X'
     read = refused = 0
-    for round_ in range(3000):
+    for round_ in range(4000):
         chunk = bytearray(seeds[round_ % len(seeds)])
         values = [i + 1 + (chunk[i + 1] == 0x20) for i in range(len(chunk) - 2) if chunk[i] == 0x3A]  # values' starts
         for _ in range(1 + round_ % 2):

@@ -15,7 +15,12 @@
  *     correctly rounded, Clinger's fast path; anything else, exponents included, is not handled), dur the same
  *     or null, pid/tid an int64 or null (a string pid is left to msgspec), name a string or null, args an object
  *     or null whose integer fields are int64 or null; no field twice;
- *   - GPU activities are copied out, as "[e1,e2,...]", for msgspec to decode (few, with many args fields).
+ *   - a GPU activity (kernel, memcpy, memset) is read into the GPU columns under the same rules, its args fields
+ *     as msgspec types them (device, stream, correlation, External id, registers, shared memory, cbid: int64
+ *     or null; bytes an int64 or null; grid and block [x, y, z] of int32 or null; blocks/warps per SM and
+ *     occupancy a number read exactly, an integer up to 2**53, or null). One with anything else there (the
+ *     NCCL collective fields, a field twice, a string, a float where an integer goes, a short grid, ...) is
+ *     copied out, as "[e1,e2,...]", for msgspec to decode: the caller puts both together in event order.
  *
  * Outputs (arrays sized by the caller; a row of kept event k is rows[k]):
  *   codes[e]            category code of event e (index into the caller's category table)
@@ -27,8 +32,16 @@
  *   kinds[r]            the row's table (K_LAUNCH, K_OP, K_ANN)
  *   names[t]            per table (0 launch, 1 op, 2 annotation): names, back to back
  *   dims                cpu_ops' Input Dims, raw JSON text, back to back
- *   out                 [0] events, [1] GPU events, [2] rows, [3] gpu bytes, [4..6] name bytes per table,
- *                       [7] dims bytes, [8] the source line that refused the chunk (for tests), [9] its byte
+ *   GI[g * NGI + j]     int64 columns of GPU row g: event index, device (else pid), stream (else tid),
+ *                       correlation, External id, grid x y z, block x y z, registers, shared memory, bytes,
+ *                       end of its name in gnames
+ *   GF[g * NGF + j]     ts, dur (µs; a GPU activity without dur lasts 0), blocks per SM, warps per SM, occupancy
+ *   GN[g * NGN + j]     1 where a column is null: device, stream, correlation, External id, grid, block,
+ *                       registers, shared memory, blocks per SM, warps per SM, occupancy, bytes
+ *   gnames              GPU activities' names, back to back
+ *   out                 [0] events, [1] GPU events copied out, [2] rows, [3] gpu bytes, [4..6] name bytes per
+ *                       table, [7] dims bytes, [8] the source line that refused the chunk (for tests), [9] its
+ *                       byte, [10] GPU rows, [11] gnames bytes
  */
 #include <stdint.h>
 #include <string.h>
@@ -40,6 +53,11 @@
 enum { K_SKIP = 0, K_GPU = 1, K_LAUNCH = 2, K_OP = 3, K_ANN = 4 };
 enum { I_EVENT, I_PID, I_TID, I_EXT, I_CORR, I_CBID, I_NAME_END, I_DIMS_END, NI };
 enum { N_DUR, N_PID, N_TID, N_EXT, N_CORR, N_CBID, N_NAME, NN };
+enum { G_EVENT, G_DEVICE, G_STREAM, G_CORR, G_EXT, G_GRID, G_BLOCK = G_GRID + 3, G_REG = G_BLOCK + 3, G_SHM, G_BYTES,
+       G_NAME_END, NGI };
+enum { GF_TS, GF_DUR, GF_BPSM, GF_WPSM, GF_OCC, NGF };
+enum { GN_DEVICE, GN_STREAM, GN_CORR, GN_EXT, GN_GRID, GN_BLOCK, GN_REG, GN_SHM, GN_BPSM, GN_WPSM, GN_OCC, GN_BYTES,
+       NGN };
 #define MAX_DEPTH 400 /* deeper nesting is left to msgspec (which goes to ~1,000) */
 
 typedef struct {
@@ -289,6 +307,127 @@ static int args_obj(P *p, int kind, int64_t *I, uint8_t *N, uint8_t *dims, int64
     }
 }
 
+/* a float field of GPU args at b[i]: null, a decimal read exactly, or an integer up to 2**53 (msgspec's float
+ * of it is then exact too); 0: anything else */
+static inline int float_field(P *p, double *v, uint8_t *nul) {
+    if (literal(p, "null", 4)) {
+        *nul = 1;
+        *v = 0;
+        return 1;
+    }
+    int64_t iv;
+    int k = number(p, &iv, v);
+    if (k == 2 || (k == 1 && iv <= (1LL << 53) && iv >= -(1LL << 53))) {
+        *nul = 0;
+        return 1;
+    }
+    return 0;
+}
+
+/* grid or block at b[i]: null, or exactly three integers within int32; 0: anything else */
+static inline int dims3(P *p, int64_t *v, uint8_t *nul) {
+    if (literal(p, "null", 4)) {
+        *nul = 1;
+        v[0] = v[1] = v[2] = 0;
+        return 1;
+    }
+    if (p->i >= p->n || p->b[p->i] != '[') return 0;
+    p->i++;
+    ws(p);
+    for (int k = 0; k < 3; k++) {
+        double d;
+        if (number(p, &v[k], &d) != 1 || v[k] < INT32_MIN || v[k] > INT32_MAX) return 0;
+        if (after_value(p, ']') != (k < 2 ? 1 : 2)) return 0;
+    }
+    *nul = 0;
+    return 1;
+}
+
+/* The args object of a GPU activity, at b[i] == '{', into its GPU row. 0: not JSON; 1: read; 2: valid JSON with
+ * something msgspec reads differently or that is not read here (the event is then copied out for msgspec). */
+static int gpu_args(P *p, int64_t *G, double *F, uint8_t *N) {
+    unsigned seen = 0;
+    int plain = 1;
+    p->i++;
+    ws(p);
+    if (p->i < p->n && p->b[p->i] == '}') {
+        p->i++;
+        return 1;
+    }
+    for (;;) {
+        if (p->i >= p->n || p->b[p->i] != '"') return 0;
+        int64_t e = str_end(p);
+        if (e < 0) return 0;
+        const uint8_t *key = p->b + p->i + 1;
+        int64_t klen = e - p->i - 1;
+        p->i = e + 1;
+        ws(p);
+        if (p->i >= p->n || p->b[p->i] != ':') return 0;
+        p->i++;
+        ws(p);
+        int64_t s = p->i, cbid;
+        unsigned bit = 0;
+        int ok = 1;
+        uint8_t dummy;
+        if (KEY("device")) {
+            bit = 1;
+            ok = int_field(p, &G[G_DEVICE], &N[GN_DEVICE]);
+        } else if (KEY("stream")) {
+            bit = 2;
+            ok = int_field(p, &G[G_STREAM], &N[GN_STREAM]);
+        } else if (KEY("correlation")) {
+            bit = 4;
+            ok = int_field(p, &G[G_CORR], &N[GN_CORR]);
+        } else if (KEY("External id")) {
+            bit = 8;
+            ok = int_field(p, &G[G_EXT], &N[GN_EXT]);
+        } else if (KEY("grid")) {
+            bit = 16;
+            ok = dims3(p, &G[G_GRID], &N[GN_GRID]);
+        } else if (KEY("block")) {
+            bit = 32;
+            ok = dims3(p, &G[G_BLOCK], &N[GN_BLOCK]);
+        } else if (KEY("registers per thread")) {
+            bit = 64;
+            ok = int_field(p, &G[G_REG], &N[GN_REG]);
+        } else if (KEY("shared memory")) {
+            bit = 128;
+            ok = int_field(p, &G[G_SHM], &N[GN_SHM]);
+        } else if (KEY("blocks per SM")) {
+            bit = 256;
+            ok = float_field(p, &F[GF_BPSM], &N[GN_BPSM]);
+        } else if (KEY("warps per SM")) {
+            bit = 512;
+            ok = float_field(p, &F[GF_WPSM], &N[GN_WPSM]);
+        } else if (KEY("est. achieved occupancy %")) {
+            bit = 1024;
+            ok = float_field(p, &F[GF_OCC], &N[GN_OCC]);
+        } else if (KEY("bytes")) {
+            bit = 2048;
+            ok = int_field(p, &G[G_BYTES], &N[GN_BYTES]);
+        } else if (KEY("cbid")) { /* not stored for a GPU activity, but msgspec checks it is an integer */
+            bit = 4096;
+            ok = int_field(p, &cbid, &dummy);
+        } else if (KEY("Collective name") || KEY("In msg nelems") || KEY("Out msg nelems") || KEY("Group size") ||
+                   KEY("dtype") || KEY("Process Group Name") || KEY("Process Group Ranks")) {
+            ok = 0; /* the collective columns are built from msgspec's values */
+        } else if (!skip_value(p)) {
+            return 0;
+        }
+        if (bit) {
+            if (seen & bit) ok = 0;
+            seen |= bit;
+        }
+        if (!ok) { /* not read here: skip the value (checked) and leave the event to msgspec */
+            plain = 0;
+            p->i = s;
+            if (!skip_value(p)) return 0;
+        }
+        int next = after_value(p, '}');
+        if (next != 1) return next == 2 ? (plain ? 1 : 2) : 0;
+    }
+}
+
 /* every byte printable ASCII (0x20-0x7E) or a newline, and no backslash: 1 (newlines counted in *nl), else 0 */
 static int precheck(const uint8_t *b, int64_t n, int64_t *nl) {
     int64_t k = 0, count = 0;
@@ -337,14 +476,14 @@ static int precheck(const uint8_t *b, int64_t n, int64_t *nl) {
 
 /* the interface version: scan.py loads a library only if it says the version it was written for (a stale
  * library left by an older editable install is not called with arguments it does not take) */
-int64_t k25_scan_version(void) { return 1; }
+int64_t k25_scan_version(void) { return 2; }
 
 int64_t k25_scan(const uint8_t *b, int64_t n, const uint8_t *cat_text, const int64_t *cat_ends, int64_t ncats,
                  const int8_t *cat_kind, int8_t *codes, int64_t cap_events, uint8_t *gpu, int64_t *I, double *F,
                  uint8_t *N, int8_t *kinds, int64_t cap_rows, uint8_t *names0, uint8_t *names1, uint8_t *names2,
-                 uint8_t *dims, int64_t *out) {
+                 uint8_t *dims, int64_t *GI, double *GF, uint8_t *GN, uint8_t *gnames, int64_t *out) {
     P p = {b, 0, n, 0, 0};
-    int64_t nl_total = 0, ne = 0, ng = 0, nr = 0, gpu_used = 0, dims_used = 0;
+    int64_t nl_total = 0, ne = 0, ng = 0, nr = 0, gpu_used = 0, dims_used = 0, ngr = 0, gnames_used = 0;
     int64_t names_used[3] = {0, 0, 0};
     uint8_t *names[3] = {names0, names1, names2};
     out[8] = out[9] = 0;
@@ -359,13 +498,16 @@ int64_t k25_scan(const uint8_t *b, int64_t n, const uint8_t *cat_text, const int
         goto done;
     }
     for (;;) {
-        if (p.i >= n || b[p.i] != '{' || ne >= cap_events || nr >= cap_rows) REFUSE;
+        if (p.i >= n || b[p.i] != '{' || ne >= cap_events || nr >= cap_rows || ngr >= cap_rows) REFUSE;
         int64_t start = p.i;
         int64_t *Ir = I + nr * NI;
         uint8_t *Nr = N + nr * NN;
         double *Fr = F + nr * 2;
-        int code = -1, kind = -1, ph_ok = 1;
+        int code = -1, kind = -1, ph_ok = 1, gpu_plain = 1;
         unsigned seen = 0;
+        int64_t *G = GI + ngr * NGI; /* this event's GPU row, if it is a GPU activity (at most one per row) */
+        double *GFr = GF + ngr * NGF;
+        uint8_t *GNr = GN + ngr * NGN;
         int64_t name_start = -1, name_len = 0;
         memset(Ir, 0, sizeof(int64_t) * NI); /* a null or absent value is 0 under its null flag */
         memset(Fr, 0, sizeof(double) * 2);
@@ -397,7 +539,12 @@ int64_t k25_scan(const uint8_t *b, int64_t n, const uint8_t *cat_text, const int
                 }
                 if (code < 0) REFUSE; /* outside the tagged union: msgspec's generic decoder */
                 kind = cat_kind[code];
-            } else if (kind == K_SKIP || kind == K_GPU) {
+                if (kind == K_GPU) {
+                    memset(G, 0, sizeof(int64_t) * NGI);
+                    memset(GFr, 0, sizeof(double) * NGF);
+                    memset(GNr, 1, NGN);
+                }
+            } else if (kind == K_SKIP) {
                 if (!skip_value(&p)) REFUSE;
             } else if (KEY("ph")) {
                 ONCE(2);
@@ -432,6 +579,10 @@ int64_t k25_scan(const uint8_t *b, int64_t n, const uint8_t *cat_text, const int
                     /* no args */
                 } else if (kind < 0 || p.i >= n || b[p.i] != '{') { /* args before cat, or not an object */
                     REFUSE;
+                } else if (kind == K_GPU) {
+                    int got = gpu_args(&p, G, GFr, GNr);
+                    if (!got) REFUSE;
+                    gpu_plain = got == 1;
                 } else if (!args_obj(&p, kind, Ir, Nr, dims, &dims_used)) {
                     REFUSE;
                 }
@@ -444,13 +595,32 @@ int64_t k25_scan(const uint8_t *b, int64_t n, const uint8_t *cat_text, const int
         }
         if (code < 0) REFUSE;
         codes[ne] = (int8_t)code;
-        if (kind == K_GPU) {
+        if (kind != K_SKIP && (!ph_ok || !(seen & 32))) REFUSE; /* not a timed complete event: msgspec's generic
+                                                                    decoder */
+        if (kind == K_GPU && !gpu_plain) { /* copied out for msgspec */
             if (ng) gpu[gpu_used++] = ',';
             memcpy(gpu + gpu_used, b + start, (size_t)(p.i - start));
             gpu_used += p.i - start;
             ng++;
+        } else if (kind == K_GPU) {
+            G[G_EVENT] = ne;
+            if (GNr[GN_DEVICE]) { /* no device in args: the pid */
+                G[G_DEVICE] = Ir[I_PID];
+                GNr[GN_DEVICE] = Nr[N_PID];
+            }
+            if (GNr[GN_STREAM]) { /* no stream: the tid */
+                G[G_STREAM] = Ir[I_TID];
+                GNr[GN_STREAM] = Nr[N_TID];
+            }
+            GFr[GF_TS] = Fr[0];
+            GFr[GF_DUR] = Fr[1]; /* 0 when null or absent */
+            if (name_start >= 0) {
+                memcpy(gnames + gnames_used, b + name_start, (size_t)name_len);
+                gnames_used += name_len;
+            }
+            G[G_NAME_END] = gnames_used;
+            ngr++;
         } else if (kind != K_SKIP) {
-            if (!ph_ok || !(seen & 32)) REFUSE; /* not a timed complete event: msgspec's generic decoder */
             int t = kind == K_LAUNCH ? 0 : kind == K_OP ? 1 : 2;
             if (name_start >= 0) {
                 memcpy(names[t] + names_used[t], b + name_start, (size_t)name_len);
@@ -480,5 +650,7 @@ done:
     out[5] = names_used[1];
     out[6] = names_used[2];
     out[7] = dims_used;
+    out[10] = ngr;
+    out[11] = gnames_used;
     return ne;
 }

@@ -18,21 +18,37 @@ import msgspec
 import numpy as np
 import pyarrow as pa
 
-from k25trace.ingest.columns import _API_OF_CAT, _ROUTES, TABLE_ORDER, _Columns, _ns, _table_of_type
-from k25trace.ingest.events import _FAST_DECODER
+from k25trace.ingest.columns import (
+    _API_OF_CAT,
+    _COLLECTIVE_FIELDS,
+    _ROUTES,
+    TABLE_ORDER,
+    _Columns,
+    _ns,
+    _table_of_type,
+)
+from k25trace.ingest.events import _FAST_DECODER, GPU_CATS
 
 LIBRARY = Path(__file__).with_name("_scan.so")
 DISABLE_ENV = "K25TRACE_NO_SCANNER"  # set (to anything but "" or "0"): every chunk goes to msgspec
-INTERFACE = 1  # k25_scan_version() of the library this module calls (a stale build is not used: pip install again)
+INTERFACE = 2  # k25_scan_version() of the library this module calls (a stale build is not used: pip install again)
 
 # the C side's layout (_scan.c)
 _KIND = {None: 0, "gpu": 1, "launch": 2, "ops": 3, "ann": 4}
 _I_EVENT, _I_PID, _I_TID, _I_EXT, _I_CORR, _I_CBID, _I_NAME_END, _I_DIMS_END, _NI = range(9)
 _N_DUR, _N_PID, _N_TID, _N_EXT, _N_CORR, _N_CBID, _N_NAME, _NN = range(8)
 _NAME_BUFFER = {"launch": 0, "ops": 1, "ann": 2}
+# GPU rows: int64 columns, float64 columns, null flags
+_G_EVENT, _G_DEVICE, _G_STREAM, _G_CORR, _G_EXT, _G_GRID = range(6)
+_G_BLOCK = _G_GRID + 3
+_G_REG, _G_SHM, _G_BYTES, _G_NAME_END, _NGI = range(_G_BLOCK + 3, _G_BLOCK + 8)
+_GF_TS, _GF_DUR, _GF_BPSM, _GF_WPSM, _GF_OCC, _NGF = range(6)
+(_GN_DEVICE, _GN_STREAM, _GN_CORR, _GN_EXT, _GN_GRID, _GN_BLOCK, _GN_REG, _GN_SHM, _GN_BPSM, _GN_WPSM, _GN_OCC,
+ _GN_BYTES, _NGN) = range(13)
 
 _P, _I64 = ctypes.c_void_p, ctypes.c_int64
-_ARGTYPES: list[Any] = [_P, _I64, _P, _P, _I64, _P, _P, _I64, _P, _P, _P, _P, _P, _I64, _P, _P, _P, _P, _P]
+_ARGTYPES: list[Any] = [_P, _I64, _P, _P, _I64, _P, _P, _I64, _P, _P, _P, _P, _P, _I64, _P, _P, _P, _P,
+                        _P, _P, _P, _P, _P]
 
 
 class _Categories:
@@ -59,6 +75,10 @@ class _Categories:
     @functools.cached_property
     def cat(self) -> pa.Array:
         return pa.array(self.names, pa.string())
+
+    @functools.cached_property
+    def gpu_kind(self) -> pa.Array:
+        return pa.array([GPU_CATS.get(c) for c in self.names], pa.string())
 
 
 _CATS = _Categories()
@@ -111,7 +131,11 @@ class Scanned:
         self.kinds = np.empty(self.cap_rows, dtype=np.int8)
         self.names = [np.empty(n + 1, dtype=np.uint8) for _ in range(3)]
         self.dims = np.empty(n + 1, dtype=np.uint8)
-        self.out = np.zeros(10, dtype=np.int64)
+        self.gints = np.empty((self.cap_rows, _NGI), dtype=np.int64)
+        self.gfloats = np.empty((self.cap_rows, _NGF), dtype=np.float64)
+        self.gnulls = np.empty((self.cap_rows, _NGN), dtype=np.uint8)
+        self.gnames = np.empty(n + 1, dtype=np.uint8)
+        self.out = np.zeros(12, dtype=np.int64)
 
     def read(self, lib: ctypes.CDLL, data: np.ndarray) -> int:
         """Run the scanner on ``data`` (uint8); the number of events, or -1 (``out[8]``: the C line that refused)."""
@@ -119,7 +143,8 @@ class Scanned:
         return int(lib.k25_scan(
             a(data), len(data), _CATS.text, a(_CATS.ends), _CATS.count, a(_CATS.kind), a(self.codes),
             self.cap_events, a(self.gpu), a(self.ints), a(self.floats), a(self.nulls), a(self.kinds), self.cap_rows,
-            a(self.names[0]), a(self.names[1]), a(self.names[2]), a(self.dims), a(self.out)))
+            a(self.names[0]), a(self.names[1]), a(self.names[2]), a(self.dims), a(self.gints), a(self.gfloats),
+            a(self.gnulls), a(self.gnames), a(self.out)))
 
 
 def _address(array: np.ndarray) -> int:
@@ -160,7 +185,7 @@ def scan_chunk(chunk: Any, columns: _Columns) -> tuple[dict[str, pa.Table], int]
     codes = scanned.codes[:events].copy()
     gpu_events: list[Any] = []
     if n_gpu:
-        try:  # GPU activities (few, many args fields) through msgspec, as in the chunk
+        try:  # the GPU activities the scanner copied out (collective metadata, odd values): msgspec, as in the chunk
             gpu_events = _FAST_DECODER.decode(scanned.gpu[:gpu_bytes].data)
         except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
             return None
@@ -171,8 +196,7 @@ def scan_chunk(chunk: Any, columns: _Columns) -> tuple[dict[str, pa.Table], int]
     for number in columns.count_dropped(codes):
         key = TABLE_ORDER[number - 1]
         if key == "gpu":
-            ids = np.flatnonzero(_CATS.kind[codes] == _KIND["gpu"])
-            tables[key] = columns._gpu_table(gpu_events, pa.array(ids, pa.int64()))
+            tables[key] = _gpu_table(scanned, codes, out, gpu_events, columns)
         else:
             tables[key] = _cpu_table(key, scanned, codes, n_rows, out, columns)
     return tables, events
@@ -240,3 +264,61 @@ def _cpu_table(key: str, scanned: Scanned, codes: np.ndarray, n_rows: int, out: 
         cols["external_id"] = external
         cols["input_dims"] = _texts(scanned.dims[: out[7]], ends, ends > starts)  # absent: NULL
     return columns._checked(key, bad, cols)
+
+
+def _gpu_table(scanned: Scanned, codes: np.ndarray, out: list[int], copied: list[Any], columns: _Columns) -> pa.Table:
+    """The GPU staging table: the scanner's GPU rows, and the activities it copied out (decoded by msgspec,
+    ``copied``) built as the msgspec path builds them, put back in event order."""
+    n = out[10]
+    table = _gpu_rows(scanned, codes, n, out[11], columns) if n else None
+    if not copied:
+        assert table is not None  # a chunk with GPU activities has rows or copied ones
+        return table
+    gpu_ids = np.flatnonzero(_CATS.kind[codes] == _KIND["gpu"])
+    copied_ids = np.setdiff1d(gpu_ids, scanned.gints[:n, _G_EVENT], assume_unique=True) if n else gpu_ids
+    rest = columns._gpu_table(copied, pa.array(copied_ids, pa.int64()))
+    if table is None:
+        return rest
+    both = pa.concat_tables([table, rest])
+    return both.take(np.argsort(both.column("event_id").to_numpy(), kind="stable"))
+
+
+def _gpu_rows(scanned: Scanned, codes: np.ndarray, n: int, name_bytes: int, columns: _Columns) -> pa.Table:
+    """The GPU activities the scanner read, as the msgspec path's ``_Columns._gpu_table`` builds them (same
+    columns, types, NULLs and dropped rows)."""
+    ints = scanned.gints[:n]
+    floats = scanned.gfloats[:n]
+    nulls = scanned.gnulls[:n].astype(bool)
+    events = ints[:, _G_EVENT]
+    ts, bad_ts = _ns(np.ascontiguousarray(floats[:, _GF_TS]), None)
+    dur, bad_dur = _ns(np.ascontiguousarray(floats[:, _GF_DUR]), None)  # no dur: 0 (the scanner wrote it)
+    bad = bad_ts if bad_dur is None else bad_dur if bad_ts is None else bad_ts | bad_dur
+
+    def ints_of(column: int, null: int, typ: pa.DataType) -> pa.Array:
+        return _int_column(np.ascontiguousarray(ints[:, column]), np.ascontiguousarray(nulls[:, null]), typ)
+
+    def floats_of(column: int, null: int) -> pa.Array:
+        mask = np.ascontiguousarray(nulls[:, null])
+        return pa.array(np.ascontiguousarray(floats[:, column]), pa.float64(), mask=mask if mask.any() else None)
+
+    cols: dict[str, Any] = {
+        "event_id": pa.array(events, pa.int64()),
+        "kind": _CATS.gpu_kind.take(pa.array(codes[events], pa.int8())),
+        "name": _texts(scanned.gnames[:name_bytes], ints[:, _G_NAME_END]),  # no name: ""
+        "device": ints_of(_G_DEVICE, _GN_DEVICE, pa.int32()),
+        "stream": ints_of(_G_STREAM, _GN_STREAM, pa.int64()),
+        "ts_ns": ts,
+        "dur_ns": dur,
+        "correlation": ints_of(_G_CORR, _GN_CORR, pa.int64()),
+        "external_id": ints_of(_G_EXT, _GN_EXT, pa.int64()),
+        **{f"grid_{axis}": ints_of(_G_GRID + i, _GN_GRID, pa.int32()) for i, axis in enumerate("xyz")},
+        **{f"block_{axis}": ints_of(_G_BLOCK + i, _GN_BLOCK, pa.int32()) for i, axis in enumerate("xyz")},
+        "registers": ints_of(_G_REG, _GN_REG, pa.int32()),
+        "shared_mem_bytes": ints_of(_G_SHM, _GN_SHM, pa.int32()),
+        "blocks_per_sm": floats_of(_GF_BPSM, _GN_BPSM),
+        "warps_per_sm": floats_of(_GF_WPSM, _GN_WPSM),
+        "occupancy_pct": floats_of(_GF_OCC, _GN_OCC),
+        "bytes": ints_of(_G_BYTES, _GN_BYTES, pa.int64()),
+        **{column: pa.nulls(n, typ) for column, _, typ in _COLLECTIVE_FIELDS},
+    }
+    return columns._checked("gpu", bad, cols)
