@@ -138,12 +138,23 @@ class _Progress:
 def run_load(db_path: Path | None, paths: list[Path], *, keep_python: bool = False, include_frontend: bool = False,
              quiet: bool = False, con: Any = None) -> tuple[Any, int]:
     """Load paths into a database, reporting each file on stderr; returns (connection, number of failures)."""
+    from k25trace.ingest import LoadOptions, start_workers  # deferred: start-up time (both light)
+
+    options = LoadOptions(keep_python=keep_python, include_frontend=include_frontend)
+    early = start_workers(paths, options)  # decode processes boot while this process imports DuckDB and the rest
+    try:
+        return _load(db_path, paths, options, quiet, con, early)
+    finally:
+        if early is not None:
+            early.close()  # already closed by the load, unless it failed before it started
+
+
+def _load(db_path: Path | None, paths: list[Path], options: Any, quiet: bool, con: Any, early: Any) -> tuple[Any, int]:
     from k25trace import pipeline  # deferred: start-up time
     from k25trace.ingest import pyarrow_skips_pandas
 
     pyarrow_skips_pandas()  # this process is ours: pyarrow need not import pandas to ask whether it exists
     con = con or pipeline.connect(db_path)
-    options = pipeline.LoadOptions(keep_python=keep_python, include_frontend=include_frontend)
 
     def on_result(r: pipeline.FileResult) -> None:
         for warning in r.warnings:
@@ -158,6 +169,7 @@ def run_load(db_path: Path | None, paths: list[Path], *, keep_python: bool = Fal
 
     results, notes = pipeline.load_paths(
         con, paths, options, on_result=on_result, progress_factory=lambda files: _Progress(files, quiet),
+        workers=early,
     )
     for note in notes:
         err.print(f"[dim]note:[/] {esc(note)}", soft_wrap=True)

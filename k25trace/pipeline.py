@@ -40,18 +40,25 @@ def load_paths(
     analyze: bool = True,
     on_result: Callable[[FileResult], None] | None = None,
     progress_factory: Callable[[list[TraceFile]], Any] | None = None,
+    workers: Any = None,
 ) -> tuple[list[FileResult], list[str]]:
     """Load every trace under ``paths`` and run the later stages; returns (per-file results, notes).
 
     Never raises for a bad file: each file is loaded, classified and split into steps in one transaction, or
     not at all, and reported in its :class:`FileResult`. ``analyze=False`` loads the events only (no classes,
-    steps or cross-rank tables; ``k25trace classify`` builds them later).
+    steps or cross-rank tables; ``k25trace classify`` builds them later). ``workers``: decode processes started
+    earlier for this load (:func:`k25trace.ingest.start_workers`), closed when it ends.
     """
-    if analyze and not classify.rules_installed(con):
-        with db.transaction(con):
-            classify.install_rules(con, classify.load_rules())
+    try:
+        if analyze and not classify.rules_installed(con):
+            with db.transaction(con):
+                classify.install_rules(con, classify.load_rules())
+    except BaseException:
+        if workers is not None:
+            workers.close()
+        raise
     results, notes = ingest.load_paths(con, paths, options, on_result=on_result, progress_factory=progress_factory,
-                                       after_file=analyze_file if analyze else None)
+                                       after_file=analyze_file if analyze else None, workers=workers)
     if analyze and any(r.status == "loaded" for r in results):
         try:
             crossrank.build(con)

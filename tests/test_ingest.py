@@ -23,6 +23,7 @@ from helpers import (
     read_exact,
 )
 from k25trace import db, ingest, pipeline
+from k25trace.errors import K25Error
 
 
 @pytest.fixture(scope="module")
@@ -295,6 +296,36 @@ def test_capture_directory_levels_and_invalid_files(tmp_path: Path) -> None:
     assert con.execute(
         "select level, requests, ttft_p90_ms, itl_p99_ms from capture_levels order by level").fetchall() == [
         ("c1", 1, 41.0, 14.0), ("c64", 64, 41.0, 14.0)]
+
+
+def test_workers_started_before_the_load_are_used_and_closed(tmp_path: Path) -> None:
+    """The command line starts the decode processes first (they boot while it imports DuckDB): a load handed them
+    uses them, stores what an in-process load stores, and closes them; none are started for small files, and a
+    load that fails before it starts closes them too."""
+    import multiprocessing
+
+    from k25trace.ingest import start_workers
+
+    options = ingest.LoadOptions(workers=2, parallel_min_bytes=1)
+    assert start_workers([B200], ingest.LoadOptions(workers=2)) is None  # below the size the workers take
+    assert start_workers([B200], ingest.LoadOptions(workers=1, parallel_min_bytes=1)) is None
+    assert start_workers([tmp_path / "nothing"], options) is None
+    early = start_workers([B200], options)
+    assert early is not None and len(early.procs) == 2
+    con = db.connect(tmp_path / "early.duckdb")
+    results, _ = pipeline.load_paths(con, [B200], options, workers=early)
+    assert [r.status for r in results] == ["loaded"]
+    assert early.procs == [] and not multiprocessing.active_children()
+    serial = db.connect(tmp_path / "serial.duckdb")
+    pipeline.load_paths(serial, [B200], ingest.LoadOptions(workers=1))
+    query = "select event_id, name_id, start_ns, dur_ns, category, step_index from gpu_events order by event_id"
+    assert con.execute(query).fetchall() == serial.execute(query).fetchall()
+    closed = db.connect(tmp_path / "closed.duckdb")
+    closed.close()
+    early = start_workers([B200], options)
+    with pytest.raises(K25Error, match="Connection already closed"):
+        pipeline.load_paths(closed, [B200], options, workers=early)
+    assert early is not None and early.procs == [] and not multiprocessing.active_children()
 
 
 @pytest.mark.parametrize("many,warm", [(False, False), (False, True), (True, False)],

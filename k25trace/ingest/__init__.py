@@ -26,12 +26,12 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from k25trace.ingest.discover import discover, is_frontend_name  # the function (it shadows its module's name)
+from k25trace.ingest.discover import discover, file_size, is_frontend_name  # discover: the function, not the module
 from k25trace.ingest.model import FileResult, LoadOptions, TraceFile
 
 if TYPE_CHECKING:
-    from k25trace.ingest.loader import Loader, db_problem, file_size, load_paths
-    from k25trace.ingest.workers import pyarrow_skips_pandas
+    from k25trace.ingest.loader import Loader, db_problem, load_paths
+    from k25trace.ingest.workers import pyarrow_skips_pandas, start_workers
 
 # The package's modules, in pipeline order:
 #   limits (tunables), model (LoadOptions, TraceFile, FileResult), discover (finding files), stream (reading and
@@ -39,11 +39,11 @@ if TYPE_CHECKING:
 #   back), chunks (one file in this process), workers (decode processes), loader (DuckDB; the only module that
 #   imports it).
 # The loader's names load lazily (PEP 562): a decode worker process imports the decode modules, not DuckDB.
-_PUBLIC = {"Loader": "loader", "db_problem": "loader", "file_size": "loader", "load_paths": "loader",
-           "pyarrow_skips_pandas": "workers"}
+_PUBLIC = {"Loader": "loader", "db_problem": "loader", "load_paths": "loader",
+           "pyarrow_skips_pandas": "workers", "start_workers": "workers"}
 __all__ = [
     "FileResult", "LoadOptions", "Loader", "TraceFile", "db_problem",
-    "discover", "file_size", "is_frontend_name", "load_paths", "pyarrow_skips_pandas",
+    "discover", "file_size", "is_frontend_name", "load_paths", "pyarrow_skips_pandas", "start_workers",
 ]
 
 

@@ -106,3 +106,9 @@ def _capture_info_for(path: Path, notes: list[str] | None = None
     return None, None, None, None, None
 
 
+def file_size(path: Path) -> int:
+    """The file's size on disk (0 when it cannot be read: the load reports that file)."""
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0

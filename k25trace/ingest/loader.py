@@ -21,7 +21,7 @@ from k25trace.db import run_query
 from k25trace.errors import K25Error, TraceError
 from k25trace.ingest.chunks import _chunks
 from k25trace.ingest.columns import TABLE_ORDER, _Columns, _int_or_none, empty_table
-from k25trace.ingest.discover import discover, is_frontend_name
+from k25trace.ingest.discover import discover, file_size, is_frontend_name
 from k25trace.ingest.events import _dumps
 from k25trace.ingest.messages import Chunk, End, Progress
 from k25trace.ingest.model import FileResult, LoadOptions, TraceFile
@@ -44,10 +44,11 @@ class Loader:
 
     def __init__(self, con: duckdb.DuckDBPyConnection, options: LoadOptions | None = None,
                  progress: Callable[[int], None] | None = None,
-                 after_file: Callable[[duckdb.DuckDBPyConnection, int], None] | None = None) -> None:
+                 after_file: Callable[[duckdb.DuckDBPyConnection, int], None] | None = None,
+                 workers: _Workers | None = None) -> None:
         self.con = con
         self.options = options or LoadOptions()
-        self._executor: _Workers | None = None
+        self._executor: _Workers | None = workers  # decode processes started before (start_workers); closed here
         self._hashes: dict[tuple[str, int, int], str] = {}
         self._chunks: dict[str, list[pa.Table]] = {}  # this file's chunk tables per staging table, in file order
         self._staged: dict[str, pa.Table] = {}  # the tables registered as the _stage_* views
@@ -521,10 +522,12 @@ def load_paths(
     on_result: Callable[[FileResult], None] | None = None,
     progress_factory: Callable[[list[TraceFile]], Any] | None = None,
     after_file: Callable[[duckdb.DuckDBPyConnection, int], None] | None = None,
+    workers: _Workers | None = None,
 ) -> tuple[list[FileResult], list[str]]:
     """Load every trace under ``paths`` into the event tables; returns (per-file results, notes). Never raises
     for a bad file. ``after_file(con, trace_id)`` runs inside each file's transaction (the pipeline's later
-    stages: a failure there rolls the file back like a bad event would).
+    stages: a failure there rolls the file back like a bad event would). ``workers``: decode processes started
+    earlier for this load (:func:`~k25trace.ingest.workers.start_workers`); they are closed when it ends.
 
     Past a file-size limit (``ulimit -f``; CPython ignores SIGXFSZ) a write to the database fails and the file's
     transaction reports it; the shared-memory ring is not used under a limit smaller than its buffers."""
@@ -547,7 +550,7 @@ def load_paths(
     start_file: Callable[[TraceFile], None] = _nothing
     if progress_ctx is not None:
         advance, start_file = progress_ctx.advance, progress_ctx.start_file
-    loader = Loader(con, options, progress=lambda n: advance(n), after_file=after_file)
+    loader = Loader(con, options, progress=lambda n: advance(n), after_file=after_file, workers=workers)
     try:
         if big:
             loader._workers()  # start the processes now: their imports overlap the hashing below
@@ -566,9 +569,3 @@ def load_paths(
         progress_ctx.close()
     return results, notes
 
-
-def file_size(path: Path) -> int:
-    try:
-        return os.stat(path).st_size
-    except OSError:
-        return 0

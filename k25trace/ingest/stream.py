@@ -37,9 +37,12 @@ _COMMA_RE = re.compile(rb"[ \t\r\n]*,")
 
 def last_event_boundary(buf: bytes | bytearray | memoryview | mmap.mmap, end: int) -> tuple[int, int] | None:
     """The last guessed event boundary ``}, {`` in ``buf[1:end]``: (position of its ``}``, position after its ``{``),
-    or None. Searches the last MB first, then back 8 MB at a time (a chunk is cut near its end). A guess: the
-    decoder proves it (see :class:`_Splitter`)."""
-    start = max(1, end - (1 << 20))
+    or None. Searches the last 64 KB first, then windows eight times larger, back to the start (a chunk is cut near
+    its end; every match of the whole 1 MB window was 5-7 % of the parent's time in a real rank's load, measured).
+    Matches cannot overlap (each starts with ``}`` and ends with ``{``), so the last one inside a window is the
+    last one in the text. A guess: the decoder proves it (see :class:`_Splitter`)."""
+    size = 64 << 10
+    start = max(1, end - size)
     while True:
         last = None
         for match in _BOUNDARY_RE.finditer(buf, start, end):
@@ -48,7 +51,8 @@ def last_event_boundary(buf: bytes | bytearray | memoryview | mmap.mmap, end: in
             return last.start(), last.end()
         if start == 1:
             return None
-        start = max(1, start - (8 << 20))
+        size *= 8
+        start = max(1, end - size)
 
 
 class _HashingFile(io.RawIOBase):
