@@ -146,21 +146,24 @@ print(n)
 
 
 def report_timings(db: Path, ranks: int) -> None:
-    """The cross-rank reports over all ranks: median of 5 in-process runs each."""
+    """The cross-rank reports over all ranks: median of 5 in-process runs each, over the decode steps, or every step
+    when the input has no decode step (the real-structure input's sources are prefill and mixed traces)."""
     import time
 
     from k25trace import db as k25db
     from k25trace import report
+    from k25trace.vocab import ALL
 
     con = k25db.connect(db, read_only=True)
+    phase = "decode" if report.breakdown(con, by="batch", phase="decode").height else ALL
     for view in ("batch", "comm", "rank-comm", "idle"):
         times = []
         for _ in range(5):
             start = time.perf_counter()
-            frame = report.breakdown(con, by=view, phase="decode")
+            frame = report.breakdown(con, by=view, phase=phase)
             times.append(time.perf_counter() - start)
-        print(f"report --by {view:9s} over {ranks} ranks: median {statistics.median(times) * 1000:.0f} ms "
-              f"(5 runs, {frame.height} rows)")
+        print(f"report --by {view:9s} --phase {phase} over {ranks} ranks: median "
+              f"{statistics.median(times) * 1000:.0f} ms (5 runs, {frame.height} rows)")
     con.close()
 
 
