@@ -298,6 +298,18 @@ def test_capture_directory_levels_and_invalid_files(tmp_path: Path) -> None:
         ("c1", 1, 41.0, 14.0), ("c64", 64, 41.0, 14.0)]
 
 
+def test_starting_the_workers_imports_nothing_heavy() -> None:
+    """The command line starts the decode processes before it imports the loader: that import must stay cheap
+    (no numpy, pyarrow, msgspec or DuckDB; ~0.5 s of a 2-core machine otherwise comes before the workers start)."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from k25trace.ingest import LoadOptions, start_workers; "
+            "print([m for m in ('numpy', 'pyarrow', 'msgspec', 'duckdb', 'polars') if m in sys.modules])")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
+
+
 def test_workers_started_before_the_load_are_used_and_closed(tmp_path: Path) -> None:
     """The command line starts the decode processes first (they boot while it imports DuckDB): a load handed them
     uses them, stores what an in-process load stores, and closes them; none are started for small files, and a

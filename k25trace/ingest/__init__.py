@@ -3,9 +3,10 @@
 The only module that reads trace JSON. Invariants:
 
 * Streaming. A trace is decompressed block by block (isal) and its ``traceEvents`` array is cut at event
-  boundaries into chunks of a few MB; each chunk is decoded by msgspec into slim typed structs (unknown keys
-  are skipped in C), turned into columns and appended to DuckDB staging tables. Memory is bounded by the chunk
-  size, never by the file size, and no Python object outlives its chunk.
+  boundaries into chunks of a few MB; each chunk is read into Arrow columns by the compiled scanner (``scan``,
+  ``_scan.c``), or, when it cannot read a chunk exactly as msgspec would, decoded by msgspec into slim typed
+  structs (unknown keys are skipped in C) and turned into columns. Memory is bounded by the chunks in flight and
+  one file's kept columns, never by the JSON size, and no Python object outlives its chunk.
 * Exact cuts. The fast cut is a guess (the last ``}, {``); a chunk that decodes proves it, one that does not is
   cut again exactly (:class:`_Scan`), so valid JSON always loads and an error names its event and byte.
 * Exact times. ``start_ns = baseTimeNanoseconds + ts * 1000`` in integer arithmetic: integer ``ts`` (old
@@ -35,10 +36,11 @@ if TYPE_CHECKING:
 
 # The package's modules, in pipeline order:
 #   limits (tunables), model (LoadOptions, TraceFile, FileResult), discover (finding files), stream (reading and
-#   cutting), events (structs and decoding), columns (events -> Arrow tables), messages (what decode steps hand
-#   back), chunks (one file in this process), workers (decode processes), loader (DuckDB; the only module that
-#   imports it).
-# The loader's names load lazily (PEP 562): a decode worker process imports the decode modules, not DuckDB.
+#   cutting), events (structs and decoding), columns (events -> Arrow tables), scan (the compiled scanner: a chunk
+#   straight into Arrow tables), messages (what decode steps hand back), chunks (one file in this process), workers
+#   (decode processes), loader (DuckDB; the only module that imports it).
+# The loader's and the workers' names load lazily (PEP 562): a decode worker process imports the decode modules,
+# not DuckDB; importing this package (or start_workers) imports neither numpy nor pyarrow.
 _PUBLIC = {"Loader": "loader", "db_problem": "loader", "load_paths": "loader",
            "pyarrow_skips_pandas": "workers", "start_workers": "workers"}
 __all__ = [
