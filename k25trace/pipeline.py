@@ -16,13 +16,16 @@ the benchmarks and the tests load through :func:`load_paths`; nothing here print
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import duckdb
 
 from k25trace import classify, crossrank, db, ingest, steps
 from k25trace.errors import K25Error
 from k25trace.ingest import FileResult, LoadOptions, TraceFile
+
+if TYPE_CHECKING:
+    from k25trace.ingest.workers import _Workers
 
 __all__ = ["FileResult", "LoadOptions", "analyze_file", "connect", "load_paths", "rebuild", "reclassify", "upgrade"]
 
@@ -40,7 +43,7 @@ def load_paths(
     analyze: bool = True,
     on_result: Callable[[FileResult], None] | None = None,
     progress_factory: Callable[[list[TraceFile]], Any] | None = None,
-    workers: Any = None,
+    workers: _Workers | None = None,
 ) -> tuple[list[FileResult], list[str]]:
     """Load every trace under ``paths`` and run the later stages; returns (per-file results, notes).
 
