@@ -119,6 +119,33 @@ static inline int64_t str_end(const P *p) {
 #endif
 }
 
+/* an object's key at b[i] == '"', the colon after it and the whitespace around: 1 (*key, *klen: the key's text),
+ * 0 when that is not there (not JSON) */
+static inline int object_key(P *p, const uint8_t **key, int64_t *klen) {
+    if (p->i >= p->n || p->b[p->i] != '"') return 0;
+    int64_t e = str_end(p);
+    if (e < 0) return 0;
+    *key = p->b + p->i + 1;
+    *klen = e - p->i - 1;
+    p->i = e + 1;
+    ws(p);
+    if (p->i >= p->n || p->b[p->i] != ':') return 0;
+    p->i++;
+    ws(p);
+    return 1;
+}
+
+/* b[i] == '{': past it and the whitespace after it; 0 when the object is empty (then past its '}' too) */
+static inline int object_open(P *p) {
+    p->i++;
+    ws(p);
+    if (p->i < p->n && p->b[p->i] == '}') {
+        p->i++;
+        return 0;
+    }
+    return 1;
+}
+
 /* A JSON number at b[i] (grammar checked). 0: invalid; 1: an integer within int64 (*iv, and *dv exactly as
  * (double)); 2: a decimal read exactly (*dv); 3: valid JSON but not read here (exponent, too many digits). */
 static inline int number(P *p, int64_t *iv, double *dv) {
@@ -183,16 +210,9 @@ static int skip_container(P *p, uint8_t close) {
         return 1;
     }
     for (;;) {
-        if (close == '}') {
-            if (p->i >= p->n || p->b[p->i] != '"') return 0;
-            int64_t e = str_end(p);
-            if (e < 0) return 0;
-            p->i = e + 1;
-            ws(p);
-            if (p->i >= p->n || p->b[p->i] != ':') return 0;
-            p->i++;
-            ws(p);
-        }
+        const uint8_t *key;
+        int64_t klen;
+        if (close == '}' && !object_key(p, &key, &klen)) return 0;
         if (!skip_value(p)) return 0;
         int next = after_value(p, close);
         if (next == 1) continue;
@@ -267,23 +287,11 @@ static inline int str_or_null(P *p, int64_t *start, int64_t *len) {
 /* the args object of a kept CPU-side event, at b[i] == '{' */
 static int args_obj(P *p, int kind, int64_t *I, uint8_t *N, uint8_t *dims, int64_t *dims_used) {
     unsigned seen = 0;
-    p->i++;
-    ws(p);
-    if (p->i < p->n && p->b[p->i] == '}') {
-        p->i++;
-        return 1;
-    }
+    if (!object_open(p)) return 1;
     for (;;) {
-        if (p->i >= p->n || p->b[p->i] != '"') return 0;
-        int64_t e = str_end(p);
-        if (e < 0) return 0;
-        const uint8_t *key = p->b + p->i + 1;
-        int64_t klen = e - p->i - 1;
-        p->i = e + 1;
-        ws(p);
-        if (p->i >= p->n || p->b[p->i] != ':') return 0;
-        p->i++;
-        ws(p);
+        const uint8_t *key;
+        int64_t klen;
+        if (!object_key(p, &key, &klen)) return 0;
         if (KEY("External id")) {
             ONCE(1);
             if (!int_field(p, &I[I_EXT], &N[N_EXT])) return 0;
@@ -348,23 +356,11 @@ static inline int dims3(P *p, int64_t *v, uint8_t *nul) {
 static int gpu_args(P *p, int64_t *G, double *F, uint8_t *N) {
     unsigned seen = 0;
     int plain = 1;
-    p->i++;
-    ws(p);
-    if (p->i < p->n && p->b[p->i] == '}') {
-        p->i++;
-        return 1;
-    }
+    if (!object_open(p)) return 1;
     for (;;) {
-        if (p->i >= p->n || p->b[p->i] != '"') return 0;
-        int64_t e = str_end(p);
-        if (e < 0) return 0;
-        const uint8_t *key = p->b + p->i + 1;
-        int64_t klen = e - p->i - 1;
-        p->i = e + 1;
-        ws(p);
-        if (p->i >= p->n || p->b[p->i] != ':') return 0;
-        p->i++;
-        ws(p);
+        const uint8_t *key;
+        int64_t klen;
+        if (!object_key(p, &key, &klen)) return 0;
         int64_t s = p->i, cbid;
         unsigned bit = 0;
         int ok = 1;
@@ -516,16 +512,9 @@ int64_t k25_scan(const uint8_t *b, int64_t n, const uint8_t *cat_text, const int
         p.i++;
         ws(&p);
         for (;;) {
-            if (p.i >= n || b[p.i] != '"') REFUSE; /* also an event without any field: no cat */
-            int64_t e = str_end(&p);
-            if (e < 0) REFUSE;
-            const uint8_t *key = b + p.i + 1;
-            int64_t klen = e - p.i - 1;
-            p.i = e + 1;
-            ws(&p);
-            if (p.i >= n || b[p.i] != ':') REFUSE;
-            p.i++;
-            ws(&p);
+            const uint8_t *key;
+            int64_t klen;
+            if (!object_key(&p, &key, &klen)) REFUSE; /* also an event without any field: no cat */
             if (KEY("cat")) {
                 ONCE(1);
                 int64_t s, len;
