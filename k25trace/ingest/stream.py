@@ -38,7 +38,7 @@ _COMMA_RE = re.compile(rb"[ \t\r\n]*,")
 def last_event_boundary(buf: bytes | bytearray | memoryview | mmap.mmap, end: int) -> tuple[int, int] | None:
     """The last guessed event boundary ``}, {`` in ``buf[1:end]``: (position of its ``}``, position after its ``{``),
     or None. Searches the last 64 KB first, then windows eight times larger, back to the start (a chunk is cut near
-    its end; every match of the whole 1 MB window was 5-7 % of the parent's time in a real rank's load, measured).
+    its end; going through every match of the last MB took 1.33 ms per 9 MB chunk, this 0.08 ms, measured).
     Matches cannot overlap (each starts with ``}`` and ends with ``{``), so the last one inside a window is the
     last one in the text. A guess: the decoder proves it (see :class:`_Splitter`)."""
     size = 64 << 10
