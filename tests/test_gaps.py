@@ -276,6 +276,7 @@ async def test_the_tui_step_screen_flags_the_blocking_copy_step(tmp_path: Path) 
     from k25trace.tui.app import K25TraceApp
     from k25trace.tui.messages import OpenStep
     from k25trace.tui.screens.step import StepScreen
+    from k25trace.tui.widgets import LineTable
 
     path = tmp_path / "sg.duckdb"
     c = db.connect(path)
@@ -293,7 +294,6 @@ async def test_the_tui_step_screen_flags_the_blocking_copy_step(tmp_path: Path) 
         assert isinstance(app.screen, StepScreen)
         status = str(app.screen.query_one("#status").render())
         assert "suspicious: one sync gap is 98 % of the step" in status
-        categories = app.screen.query_one("#categories")
-        names = [str(getattr(categories.get_row_at(i)[0], "plain", categories.get_row_at(i)[0]))
-                 for i in range(categories.row_count)]
-        assert any(n.split("  ")[0].strip() == "idle: after sync" for n in names), names  # one cell per row: the line
+        categories = app.screen.query_one("#categories", LineTable)
+        names = [categories.line(i).plain for i in range(categories.row_count)]
+        assert any(n.split("  ")[0].strip() == "idle: after sync" for n in names), names  # one line per row

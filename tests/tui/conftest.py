@@ -18,6 +18,7 @@ from textual.widgets import DataTable, Label, Static
 from textual.worker import Worker, WorkerCancelled, WorkerFailed, WorkerState
 
 from k25trace import pipeline
+from k25trace.tui.widgets import LineTable
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "tests" / "data"
@@ -138,6 +139,11 @@ def text_of(app: Any, selector: str) -> str:
 
 def table(app: Any, selector: str) -> DataTable:
     return app.screen.query_one(selector, DataTable)
+
+
+def lines_of(app: Any, selector: str) -> LineTable:
+    """The step screen's tables of pre-drawn lines (#kernels, #categories)."""
+    return app.screen.query_one(selector, LineTable)
 
 
 def rows_of(app: Any, selector: str) -> list[dict[str, str]]:

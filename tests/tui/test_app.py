@@ -20,7 +20,18 @@ from k25trace.tui.screens.sql import SqlScreen
 from k25trace.tui.screens.step import StepScreen
 from k25trace.tui.screens.steps import StepsScreen
 
-from .conftest import KIMI, SIZE, Posted, load_database, navigate, table, text_of, wait_for_workers, wait_until
+from .conftest import (
+    KIMI,
+    SIZE,
+    Posted,
+    lines_of,
+    load_database,
+    navigate,
+    table,
+    text_of,
+    wait_for_workers,
+    wait_until,
+)
 
 pytestmark = pytest.mark.asyncio
 
@@ -89,9 +100,12 @@ async def test_enter_posts_navigation_messages_with_the_row_ids(trace_db: Path) 
         assert posted.messages[1:] == [OpenStep(6, 3)]
         screen = app.screen
         assert isinstance(screen, StepScreen) and (screen.trace_id, screen.step_index) == (6, 3)
-        kernels = table(app, "#kernels")
-        kernels.move_cursor(row=1)
-        event_id = kernels.coordinate_to_cell_key(kernels.cursor_coordinate).row_key.value
+        kernels = lines_of(app, "#kernels")
+        assert kernels.has_focus and kernels.cursor_row == 0
+        await pilot.press("down")  # the kernel table has the keyboard
+        assert kernels.cursor_row == 1
+        event_id = kernels.key(kernels.cursor_row)
+        assert event_id is not None
         await pilot.press("enter")
         await wait_for_workers(pilot)
         assert posted.messages[2:] == [OpenKernel(6, int(event_id), screen.kernel_start_ns[event_id])]
@@ -105,12 +119,12 @@ async def test_step_screen_moves_between_steps_and_ranks(trace_db: Path) -> None
         await navigate(pilot, OpenStep(5, 1))
         screen = app.screen
         assert isinstance(screen, StepScreen)
-        assert table(app, "#kernels").row_count == 92
+        assert lines_of(app, "#kernels").row_count == 92
         assert "showing 92 of 92" in text_of(app, "#kernel-count")
         assert "Step 1 of 117" in text_of(app, "#title")
         assert "comm_other" in text_of(app, "#timeline")
-        categories = table(app, "#categories")
-        assert categories.get_row_at(0)[0].plain.split()[0] == "comm_other"  # one cell per row: the columns laid out
+        categories = lines_of(app, "#categories")
+        assert categories.line(0).plain.split()[0] == "comm_other"  # one cell per row: the columns laid out
         assert "1: 0.273 ms" in text_of(app, "#ranks")
         await pilot.press("n")
         await wait_for_workers(pilot)
@@ -128,17 +142,17 @@ async def test_big_step_shows_a_page_and_loads_more(trace_db: Path) -> None:
     async with app.run_test(size=SIZE) as pilot:
         await wait_for_workers(pilot)
         await navigate(pilot, OpenStep(2, 0))  # the eager prefill step: 929 GPU activities
-        assert table(app, "#kernels").row_count == 100
+        assert lines_of(app, "#kernels").row_count == 100
         assert "showing 100 of 929" in text_of(app, "#kernel-count")
         await pilot.press("m")
         await wait_for_workers(pilot)
-        assert table(app, "#kernels").row_count == 200
+        assert lines_of(app, "#kernels").row_count == 200
         for _ in range(8):
             await pilot.press("m")
             await wait_for_workers(pilot)
-        assert table(app, "#kernels").row_count == 929
+        assert lines_of(app, "#kernels").row_count == 929
         assert "showing 929 of 929" in text_of(app, "#kernel-count")
-        offsets = [table(app, "#kernels").get_row_at(i)[0].plain.split()[0] for i in (0, 99, 100, 928)]
+        offsets = [lines_of(app, "#kernels").line(i).plain.split()[0] for i in (0, 99, 100, 928)]
         values = [float(o.replace(",", "")) for o in offsets]
         assert values == sorted(values)  # the second page continues the time order
 

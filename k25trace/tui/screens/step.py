@@ -19,23 +19,24 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
-from textual.widgets import DataTable, Footer, Header, Label
+from textual.widgets import Footer, Header, Label
 
 from k25trace import browse
 from k25trace.tui.cells import LineText, cell
 from k25trace.tui.messages import KernelPageLoaded, OpenKernel, StepLoaded, StepsPrefetched
 from k25trace.tui.screens.base import BrowseScreen
-from k25trace.tui.widgets import CategoryBars, PaintTable, Timeline, category_text, one_cell_rows
+from k25trace.tui.widgets import CategoryBars, LineTable, Timeline, category_text, one_cell_rows
 
 if TYPE_CHECKING:
     import duckdb
 
 KERNEL_HEADER = f"{'offset_us':>11} {'dur_us':>9}  {'category':<12} {'stream':>6} {'kind':<6} short_name"
-"""The kernel table has one pre-formatted column: Textual's DataTable pays per cell when it paints, and a step
-move repaints the whole visible list, so one cell per row keeps moving between steps fast."""
+"""The kernel table's columns, laid out in one line per kernel (:func:`kernel_line`): a step move refills and
+repaints the whole visible list, and a :class:`LineTable` paints a line drawn in advance for far less than a
+DataTable paints its cells."""
 
 CATEGORY_COLUMNS = ["category", "busy_ms", "pct", "kernel_ms", "calls"]
-"""The category table's columns, drawn in one cell per row too (:func:`one_cell_rows`)."""
+"""The category table's columns, laid out in one line per row too (:func:`one_cell_rows`)."""
 
 StepKey = tuple[int, int]
 """(trace_id, step_index)."""
@@ -107,9 +108,9 @@ class StepScreen(BrowseScreen):
             with Horizontal(id="step-body"):
                 with Vertical(id="kernel-pane"):
                     yield Label("", id="kernel-count")
-                    yield PaintTable(id="kernels", cursor_type="row")
+                    yield LineTable(id="kernels")
                 with Vertical(id="category-pane"):
-                    yield PaintTable(id="categories", cursor_type="row")
+                    yield LineTable(id="categories")
                     yield CategoryBars(id="category-bar")
                     yield Label("", id="ranks")
         yield Footer()
@@ -140,7 +141,7 @@ class StepScreen(BrowseScreen):
             return  # the user has moved on
         self.show_step(message.result)
         self.shown = key
-        self.query_one("#kernels", DataTable).focus()
+        self.query_one("#kernels", LineTable).focus()
         self.call_after_refresh(self.read_ahead)  # after the paint: the worker would compete with it for the CPU
 
     @on(StepsPrefetched)
@@ -180,13 +181,11 @@ class StepScreen(BrowseScreen):
 
     def show_step(self, detail: browse.StepDetail | None) -> None:
         self.detail = detail
-        kernels = self.query_one("#kernels", DataTable)
-        kernels.clear(columns=True)
-        kernels.add_column(KERNEL_HEADER, key="kernel")
+        self.query_one("#kernels", LineTable).set_lines(Text(KERNEL_HEADER), [])
         self.kernel_rows = 0
         self.kernel_start_ns = {}
-        categories = self.query_one("#categories", DataTable)
-        categories.clear(columns=True)
+        categories = self.query_one("#categories", LineTable)
+        categories.set_lines(Text(), [])
         if detail is None:
             self.query_one("#title", Label).update(f"[b]Step {self.step_index}[/b] of trace {self.trace_id}")
             self.set_status(f"Trace {self.trace_id} has no step {self.step_index}.", error=True)
@@ -218,9 +217,7 @@ class StepScreen(BrowseScreen):
         header_line, lines = one_cell_rows(CATEGORY_COLUMNS, [
             [category_text(row["category"]), cell(row["busy_ms"]), cell(row["pct_of_step"]), cell(row["kernel_ms"]),
              cell(row["calls"])] for row in detail.categories.iter_rows(named=True)])
-        categories.add_column(header_line, key="categories")
-        for line in lines:
-            categories.add_row(line)
+        categories.set_lines(header_line, lines)
         shares = [(r["category"], float(r["pct_of_step"] or 0)) for r in detail.categories.iter_rows(named=True)
                   if not r["category"].startswith("idle: ") and r["category"] != "gap before step"]  # parts of idle
         self.query_one("#category-bar", CategoryBars).show_bars([("", shares, "")] if wall_ms else [], width=40,
@@ -243,13 +240,13 @@ class StepScreen(BrowseScreen):
     def append_kernels(self, page: pl.DataFrame, lines: list[Text] | None = None) -> None:
         """Add a page of kernels (drawn as ``lines``, when they are already) to the table and update the
         ``showing N of M`` label."""
-        table = self.query_one("#kernels", DataTable)
         if lines is None or len(lines) != page.height:
             lines = kernel_lines(page)
-        for row, line in zip(page.select("event_id", "start_ns").iter_rows(), lines, strict=True):
-            key = str(row[0])
-            self.kernel_start_ns[key] = row[1]
-            table.add_row(line, key=key)
+        keys: list[str | None] = []
+        for event_id, start_ns in page.select("event_id", "start_ns").iter_rows():
+            keys.append(str(event_id))
+            self.kernel_start_ns[str(event_id)] = start_ns
+        self.query_one("#kernels", LineTable).add_lines(lines, keys)
         self.kernel_rows += page.height
         total = self.detail.kernel_total if self.detail else 0
         if total == 0:
@@ -303,9 +300,9 @@ class StepScreen(BrowseScreen):
         if self.shown is not None and message.request == (*self.shown, self.kernel_rows):
             self.append_kernels(message.result)
 
-    @on(DataTable.RowSelected, "#kernels")
-    def open_kernel(self, event: DataTable.RowSelected) -> None:
-        key = event.row_key.value
+    @on(LineTable.RowSelected, "#kernels")
+    def open_kernel(self, event: LineTable.RowSelected) -> None:
+        key = event.key
         if key is not None and key in self.kernel_start_ns:
             self.post_message(OpenKernel(self.trace_id, int(key), self.kernel_start_ns[key]))
 

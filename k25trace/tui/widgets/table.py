@@ -1,13 +1,9 @@
-"""Filling a DataTable: from a query's frame, or several columns drawn in one cell per row."""
+"""Filling a table: a DataTable from a query's frame, or several columns laid out in one line per row."""
 
 from __future__ import annotations
 
 import polars as pl
-from rich.style import Style
 from rich.text import Text
-from textual.color import Color
-from textual.geometry import Region
-from textual.strip import Strip
 from textual.widgets import DataTable
 
 from k25trace.tui.cells import LineText, cell
@@ -26,8 +22,8 @@ def fill_table(table: DataTable, frame: pl.DataFrame, *, key_column: str | None 
 
 def one_cell_rows(labels: list[str], rows: list[list[Text]]) -> tuple[LineText, list[LineText]]:
     """Columns laid out in one cell per row, looking as a DataTable of those columns would (each column as wide as
-    its widest cell or label, cells justified as they ask, two spaces between columns): for tables refilled on
-    every key press, since a DataTable pays per cell when it paints. Returns the header label and the lines."""
+    its widest cell or label, cells justified as they ask, two spaces between columns): for a :class:`LineTable`,
+    which the step screen refills on every key press. Returns the header line and the lines."""
     widths = [max([len(label), *(row[i].cell_len for row in rows)]) for i, label in enumerate(labels)]
 
     def line(cells: list[Text]) -> LineText:
@@ -44,29 +40,3 @@ def one_cell_rows(labels: list[str], rows: list[list[Text]]) -> tuple[LineText, 
         return out
 
     return line([Text(label) for label in labels]), [line(row) for row in rows]
-
-
-class PaintTable(DataTable):
-    """A DataTable that works out its own style once per paint instead of once per line.
-
-    DataTable asks for ``rich_style`` (and ``background_colors``) for every line it draws, and each time Textual
-    walks the widget's ancestors to compute it; nothing they depend on changes in the middle of a paint, and on
-    the step screen, repainted on every key press, these walks were a quarter of drawing a table."""
-
-    _paint_style: Style | None = None
-    _paint_backgrounds: tuple[Color, Color] | None = None
-
-    def render_lines(self, crop: Region) -> list[Strip]:
-        self._paint_style, self._paint_backgrounds = super().rich_style, super().background_colors
-        try:
-            return super().render_lines(crop)
-        finally:
-            self._paint_style = self._paint_backgrounds = None
-
-    @property
-    def rich_style(self) -> Style:
-        return super().rich_style if self._paint_style is None else self._paint_style
-
-    @property
-    def background_colors(self) -> tuple[Color, Color]:
-        return super().background_colors if self._paint_backgrounds is None else self._paint_backgrounds

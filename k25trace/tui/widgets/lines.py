@@ -1,0 +1,236 @@
+"""A table of lines drawn in advance: for the tables the step screen refills on every key press."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from rich.segment import Segment
+from rich.text import Text
+from textual import events
+from textual.binding import Binding, BindingType
+from textual.geometry import Size
+from textual.message import Message
+from textual.reactive import reactive
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+
+PAD = 1
+"""Blank cells on each side of a line, as a DataTable pads its cells."""
+
+
+class LineTable(ScrollView, can_focus=True):
+    """A header line and one line per row, each row with an optional key; a row cursor; Enter (or a click on the
+    cursor's row) posts :class:`LineTable.RowSelected`.
+
+    It looks and moves as a one-column DataTable with ``cursor_type="row"``, but draws far less: a DataTable
+    re-measures and re-renders every visible cell through Rich's pipeline on each refill, which was a third of
+    the step screen's time per step move. Here a row is turned into a :class:`Strip` the first time it is
+    visible, and painting is cropping that strip and laying the cursor's style over it. The lines are Rich
+    :class:`Text` (one line each, never wrapped); keys are strings (or None).
+    """
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("enter", "select_cursor", "Select", show=False),
+        Binding("up", "cursor_up", "Cursor up", show=False),
+        Binding("down", "cursor_down", "Cursor down", show=False),
+        Binding("pageup", "page_up", "Page up", show=False),
+        Binding("pagedown", "page_down", "Page down", show=False),
+        Binding("home,ctrl+home", "first", "First row", show=False),
+        Binding("end,ctrl+end", "last", "Last row", show=False),
+        Binding("left", "scroll_left", "Scroll left", show=False),
+        Binding("right", "scroll_right", "Scroll right", show=False),
+    ]
+
+    COMPONENT_CLASSES: ClassVar[set[str]] = {"line-table--header", "line-table--cursor"}
+
+    DEFAULT_CSS = """
+    LineTable {
+        background: $surface;
+        color: $foreground;
+        height: auto;
+        max-height: 100%;
+        &:focus {
+            background-tint: $foreground 5%;
+            & > .line-table--cursor {
+                background: $block-cursor-background;
+                color: $block-cursor-foreground;
+                text-style: $block-cursor-text-style;
+            }
+            & > .line-table--header {
+                background-tint: $foreground 5%;
+            }
+        }
+        & > .line-table--header {
+            text-style: bold;
+            background: $panel;
+            color: $foreground;
+        }
+        &:ansi > .line-table--header {
+            background: ansi_bright_blue;
+            color: ansi_default;
+        }
+        & > .line-table--cursor {
+            background: $block-cursor-blurred-background;
+            color: $block-cursor-blurred-foreground;
+            text-style: $block-cursor-blurred-text-style;
+        }
+    }
+    """
+
+    cursor_row: reactive[int] = reactive(0, always_update=True)
+    """The row under the cursor (0 when the table is empty)."""
+
+    class RowSelected(Message):
+        """Enter on a row, or a click on the cursor's row."""
+
+        def __init__(self, table: LineTable, row: int, key: str | None) -> None:
+            super().__init__()
+            self.table = table
+            self.row = row
+            self.key = key
+
+        @property
+        def control(self) -> LineTable:
+            return self.table
+
+    def __init__(self, **kwargs: Any) -> None:
+        """``name``, ``id``, ``classes`` and ``disabled`` as for any widget."""
+        super().__init__(**kwargs)
+        self._header = Text()
+        self._lines: list[Text] = []
+        self._keys: list[str | None] = []
+        self._strips: dict[int, Strip] = {}
+        """Rows drawn so far (row -> its strip: padded, the line's own styles only; the widget's and the cursor's
+        are laid over it when painted, so a theme change needs no new strips), dropped on a refill."""
+        self._header_strip: Strip | None = None
+        self._width = 0
+        """Cells of the widest line, the header included, padding included."""
+
+    # contents
+
+    @property
+    def row_count(self) -> int:
+        return len(self._lines)
+
+    def line(self, row: int) -> Text:
+        """The line of a row."""
+        return self._lines[row]
+
+    def key(self, row: int) -> str | None:
+        """The key of a row."""
+        return self._keys[row]
+
+    def set_lines(self, header: Text, lines: list[Text], keys: list[str | None] | None = None) -> None:
+        """Replace the header and every row; the cursor goes back to the first row, the view to the top left."""
+        self._header = header
+        self._header_strip = None
+        self._lines, self._keys, self._strips = [], [], {}
+        self._width = header.cell_len + 2 * PAD
+        self.scroll_to(0, 0, animate=False)
+        self.add_lines(lines, keys)
+        self.cursor_row = 0
+
+    def add_lines(self, lines: list[Text], keys: list[str | None] | None = None) -> None:
+        """Append rows (``keys`` as long as ``lines``, when given)."""
+        if keys is not None and len(keys) != len(lines):
+            raise ValueError(f"{len(lines)} lines but {len(keys)} keys")
+        self._lines.extend(lines)
+        self._keys.extend(keys if keys is not None else [None] * len(lines))
+        width = max([self._width, *(line.cell_len + 2 * PAD for line in lines)])
+        if width != self._width:  # a wider line widens every row
+            self._width, self._strips, self._header_strip = width, {}, None
+        self.virtual_size = Size(self._width, len(self._lines) + 1)  # a new size lays the screen out again
+        self.refresh()
+
+    # drawing
+
+    def _strip(self, text: Text) -> Strip:
+        """A line as a strip ``self._width`` cells wide: padded, its own styles only."""
+        segments = list(text.render(self.app.console, end=""))
+        blank = " " * PAD
+        line = Strip([Segment(blank), *segments, Segment(blank)])
+        return line.extend_cell_length(self._width)
+
+    def render_line(self, y: int) -> Strip:
+        width = self.size.width
+        scroll_x, scroll_y = self.scroll_offset
+        base = self.rich_style
+        if y == 0:
+            if self._header_strip is None:
+                self._header_strip = self._strip(self._header)
+            strip = self._header_strip.apply_style(base + self.get_component_rich_style("line-table--header"))
+        else:
+            row = y - 1 + scroll_y
+            if row >= len(self._lines):
+                return Strip.blank(width, base)
+            strip = self._strips.get(row)
+            if strip is None:
+                strip = self._strips[row] = self._strip(self._lines[row])
+            if row == self.cursor_row:  # over the line's own colours, as a DataTable draws its cursor
+                cursor = self.get_component_rich_style("line-table--cursor")
+                strip = Strip(Segment.apply_style(iter(strip), base, post_style=cursor), strip.cell_length)
+            else:
+                strip = strip.apply_style(base)
+        return strip.crop_extend(scroll_x, scroll_x + width, base)
+
+    # the cursor
+
+    def validate_cursor_row(self, row: int) -> int:
+        return max(0, min(row, len(self._lines) - 1))
+
+    def watch_cursor_row(self) -> None:
+        self.scroll_to_cursor()
+        self.refresh()
+
+    def scroll_to_cursor(self) -> None:
+        """Scroll so that the cursor's row is visible below the header."""
+        visible = max(1, self.scrollable_content_region.height - 1)
+        row, top = self.cursor_row, round(self.scroll_y)
+        if row < top:
+            self.scroll_to(y=row, animate=False)
+        elif row >= top + visible:
+            self.scroll_to(y=row - visible + 1, animate=False)
+
+    def move_cursor(self, row: int) -> None:
+        self.cursor_row = row
+
+    def action_cursor_up(self) -> None:
+        self.cursor_row -= 1
+
+    def action_cursor_down(self) -> None:
+        self.cursor_row += 1
+
+    def action_page_up(self) -> None:
+        self.cursor_row -= max(1, self.scrollable_content_region.height - 1)
+
+    def action_page_down(self) -> None:
+        self.cursor_row += max(1, self.scrollable_content_region.height - 1)
+
+    def action_first(self) -> None:
+        self.cursor_row = 0
+
+    def action_last(self) -> None:
+        self.cursor_row = len(self._lines) - 1
+
+    def action_select_cursor(self) -> None:
+        if self._lines:
+            self.post_message(self.RowSelected(self, self.cursor_row, self._keys[self.cursor_row]))
+
+    def on_focus(self) -> None:
+        self.refresh()
+
+    def on_blur(self) -> None:
+        self.refresh()
+
+    def on_click(self, event: events.Click) -> None:
+        """A click moves the cursor to its row; a click on the cursor's row selects it."""
+        if event.y < 1:
+            return
+        row = event.y - 1 + round(self.scroll_y)
+        if row >= len(self._lines):
+            return
+        event.stop()
+        if row == self.cursor_row:
+            self.action_select_cursor()
+        else:
+            self.cursor_row = row

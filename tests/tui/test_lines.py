@@ -1,0 +1,135 @@
+"""LineTable: the step screen's table of pre-drawn lines, driven in a small app by real key presses and clicks."""
+
+from __future__ import annotations
+
+import pytest
+from rich.text import Text
+from textual.app import App, ComposeResult
+
+from k25trace.tui.widgets import LineTable
+
+pytestmark = pytest.mark.asyncio
+
+ROWS = 50
+VISIBLE = 9
+"""Rows visible below the header: the table is 10 lines high."""
+
+
+class LinesApp(App[None]):
+    CSS = "LineTable { height: 10; width: 40; }"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.selected: list[tuple[int, str | None]] = []
+
+    def compose(self) -> ComposeResult:
+        yield LineTable(id="table")
+
+    def on_mount(self) -> None:
+        table = self.query_one(LineTable)
+        table.set_lines(Text("row   name"), [Text(f"{i:>3}   name-{i}") for i in range(ROWS)],
+                        [f"k{i}" for i in range(ROWS)])
+        table.focus()
+
+    def on_line_table_row_selected(self, event: LineTable.RowSelected) -> None:
+        self.selected.append((event.row, event.key))
+
+
+def screen_lines(app: App[None]) -> list[str]:
+    """What the table shows, line by line (the header first)."""
+    table = app.query_one(LineTable)
+    return [table.render_line(y).text.strip() for y in range(table.scrollable_content_region.height)]
+
+
+async def test_keys_move_the_cursor_and_the_view_follows_it() -> None:
+    app = LinesApp()
+    async with app.run_test(size=(60, 12)) as pilot:
+        table = app.query_one(LineTable)
+        assert table.row_count == ROWS and table.cursor_row == 0
+        assert screen_lines(app)[:2] == ["row   name", "0   name-0"]
+        await pilot.press("down", "down")
+        assert table.cursor_row == 2 and table.scroll_y == 0
+        await pilot.press(*["down"] * 10)  # past the bottom of the view: it scrolls, the header stays
+        assert table.cursor_row == 12
+        lines = screen_lines(app)
+        assert lines[0] == "row   name" and lines[-1] == "12   name-12" and len(lines) == VISIBLE + 1
+        await pilot.press("pagedown")
+        assert table.cursor_row == 12 + VISIBLE
+        await pilot.press("end")
+        assert table.cursor_row == ROWS - 1 and screen_lines(app)[-1] == f"{ROWS - 1}   name-{ROWS - 1}"
+        await pilot.press("down")  # clamped
+        assert table.cursor_row == ROWS - 1
+        await pilot.press("pageup")
+        assert table.cursor_row == ROWS - 1 - VISIBLE
+        await pilot.press("home")
+        assert table.cursor_row == 0 and screen_lines(app)[1] == "0   name-0"
+        await pilot.press("up")
+        assert table.cursor_row == 0
+
+
+async def test_enter_and_a_click_on_the_cursor_row_select_it_with_its_key() -> None:
+    app = LinesApp()
+    async with app.run_test(size=(60, 12)) as pilot:
+        table = app.query_one(LineTable)
+        await pilot.press("down", "enter")
+        await pilot.pause()
+        assert app.selected == [(1, "k1")]
+        await pilot.click(LineTable, offset=(2, 4))  # line 4 = row 3: moves the cursor there, selects nothing
+        await pilot.pause()
+        assert table.cursor_row == 3 and app.selected == [(1, "k1")]
+        await pilot.click(LineTable, offset=(2, 4))  # again: selects it
+        await pilot.pause()
+        assert app.selected == [(1, "k1"), (3, "k3")]
+        await pilot.click(LineTable, offset=(2, 0))  # the header selects nothing
+        await pilot.pause()
+        assert table.cursor_row == 3 and len(app.selected) == 2
+
+
+async def test_refill_resets_cursor_and_view_and_add_lines_keeps_them() -> None:
+    app = LinesApp()
+    async with app.run_test(size=(60, 12)) as pilot:
+        table = app.query_one(LineTable)
+        await pilot.press("end")
+        assert table.scroll_y > 0
+        table.add_lines([Text("extra")], ["x"])
+        await pilot.pause()
+        assert table.row_count == ROWS + 1 and table.cursor_row == ROWS - 1 and table.key(ROWS) == "x"
+        table.set_lines(Text("h"), [Text("a"), Text("b")])
+        await pilot.pause()
+        assert (table.cursor_row, table.scroll_y, table.row_count, table.key(1)) == (0, 0, 2, None)
+        assert screen_lines(app)[:3] == ["h", "a", "b"]
+        await pilot.press("enter")
+        await pilot.pause()
+        assert app.selected == [(0, None)]
+        table.set_lines(Text("h"), [])
+        await pilot.press("enter", "down")  # nothing to select or move to
+        await pilot.pause()
+        assert table.row_count == 0 and table.cursor_row == 0 and app.selected == [(0, None)]
+        with pytest.raises(ValueError, match="2 lines but 1 keys"):
+            table.add_lines([Text("a"), Text("b")], ["only one"])
+
+
+async def test_a_wide_line_scrolls_sideways_under_a_header_that_scrolls_with_it() -> None:
+    app = LinesApp()
+    async with app.run_test(size=(60, 12)) as pilot:
+        table = app.query_one(LineTable)
+        table.set_lines(Text("header-" + "h" * 80), [Text("x" * 70 + "END")])
+        await pilot.pause()
+        assert table.virtual_size.width == 7 + 80 + 2 and table.max_scroll_x > 0
+        assert "END" not in table.render_line(1).text
+        await pilot.press(*["right"] * 60)
+        assert "END" in table.render_line(1).text and table.render_line(0).text.strip().startswith("h")
+
+
+async def test_the_cursor_row_is_drawn_over_the_lines_own_colours() -> None:
+    app = LinesApp()
+    async with app.run_test(size=(60, 12)) as pilot:
+        table = app.query_one(LineTable)
+        table.set_lines(Text("h"), [Text.assemble(("red", "red"), " plain"), Text.assemble(("red", "red"))])
+        await pilot.pause()
+        cursor = table.get_component_rich_style("line-table--cursor")
+        on_cursor = [s for s in table.render_line(1) if s.text.strip()]
+        assert on_cursor and all(s.style is not None and s.style.color == cursor.color for s in on_cursor)
+        other = [s for s in table.render_line(2) if s.text == "red"]
+        assert other and other[0].style is not None and other[0].style.color is not None
+        assert other[0].style.color.name == "red"
