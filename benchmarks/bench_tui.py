@@ -9,6 +9,10 @@ sizes (1, 64, 256), each with a prefill step, ``--steps`` decode steps and an em
 activities per decode step and rank. ``--db PATH`` measures that database instead (it is built there from the
 generator when the file does not exist).
 
+``--compare-rev REV`` also measures k25trace at that git revision (a worktree, as ``bench_load.py --compare-rev``
+makes) on the same database in the same run: every run of either version is then its own process, the two
+alternating, and the figures of both are printed with their ratio.
+
 Each run starts the real app headless (Textual's ``run_test``), opens a decode step of the first trace and then
 presses ``n`` ``--moves`` times and ``p`` as often. The latency of a move is from the key press to the step screen
 painted with that step's data: the app is not instrumented; a Textual *message hook* (:class:`PaintClock`, here)
@@ -22,6 +26,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
+import os
 import statistics
 import subprocess
 import sys
@@ -31,7 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
 sys.path.insert(0, str(REPO))
 
 STEP_TARGET_P90_MS = 100.0
@@ -202,6 +209,42 @@ def describe(db_path: Path) -> str:
             f"(up to {per_step:,} activities per step), {db_path.stat().st_size / 1e6:.0f} MB")
 
 
+def run_in_process(tree: Path, db_path: Path, moves: int, *, back_to_back: bool) -> RunResult:
+    """One run in a new process with the k25trace of ``tree`` (this script's own measuring code)."""
+    command = [sys.executable, str(Path(__file__).resolve()), "--db", str(db_path), "--moves", str(moves),
+               "--one-run", str(tree)] + (["--back-to-back"] if back_to_back else [])
+    out = subprocess.run(command, check=True, capture_output=True, text=True, env=dict(os.environ)).stdout
+    fields = json.loads(out.splitlines()[-1])
+    if Path(fields.pop("k25trace")).resolve() != (tree / "k25trace").resolve():
+        raise SystemExit(f"the run meant for {tree} imported another k25trace")
+    return RunResult(**fields)
+
+
+def print_figures(runs: list[RunResult], label: str, back_to_back: bool) -> None:
+    first = [r.first_paint_s for r in runs]
+    nexts = [m for r in runs for m in r.next_ms]
+    prevs = [m for r in runs for m in r.prev_ms]
+    both = nexts + prevs
+    run_medians = [statistics.median(r.next_ms + r.prev_ms) for r in runs]
+    run_p90s = [p90(r.next_ms + r.prev_ms) for r in runs]
+    mode = "back to back" if back_to_back else "paced: idle between keys"
+    print(f"{label}first paint (overview), median of {len(first)} runs: {statistics.median(first):.3f} s "
+          f"(min {min(first):.3f}, max {max(first):.3f})   target < {FIRST_PAINT_TARGET_S:.0f} s")
+    print(f"{label}step moves ({mode}), key → step painted with its data, {len(both)} moves over {len(runs)} runs:")
+    for what, values in (("next (n)", nexts), ("previous (p)", prevs), ("both", both)):
+        print(f"  {what:<13} median {statistics.median(values):6.1f} ms   p90 {p90(values):6.1f} ms   "
+              f"max {max(values):6.1f} ms")
+    print(f"  per run: medians {', '.join(f'{m:.1f}' for m in run_medians)} ms; p90s "
+          f"{', '.join(f'{m:.1f}' for m in run_p90s)} ms; median of the runs' p90s {statistics.median(run_p90s):.1f} ms"
+          f"   target p90 ≤ {STEP_TARGET_P90_MS:.0f} ms")
+    cpus = [m for r in runs for m in r.cpu_ms]
+    print(f"  UI-thread CPU per move: median {statistics.median(cpus):.1f} ms, p90 {p90(cpus):.1f} ms "
+          f"(the latency on an idle machine; the rest of the wall time is waiting for a core)")
+    kernels = [r.kernel_ms for r in runs]
+    print(f"{label}open kernel (enter → details painted), median of {len(kernels)} runs: "
+          f"{statistics.median(kernels):.1f} ms")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--db", type=Path, default=None,
@@ -212,7 +255,18 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--moves", type=int, default=20, help="presses of n, then as many of p, per run")
     parser.add_argument("--back-to-back", action="store_true", help="press the next key as soon as the step is painted")
+    parser.add_argument("--compare-rev", metavar="REV", help="also measure k25trace at this git revision, runs "
+                        "interleaved (a worktree in --work)")
+    parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "k25trace-bench")
+    parser.add_argument("--one-run", type=Path, metavar="TREE", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.one_run:  # a run of --compare-rev: the k25trace of TREE, one run, its figures as a JSON line
+        sys.path.insert(0, str(args.one_run))
+        import k25trace
+
+        result = asyncio.run(measure(args.db, args.moves, back_to_back=args.back_to_back))
+        print(json.dumps({**result.__dict__, "k25trace": str(Path(k25trace.__file__).parent)}))
+        return
     db_path = args.db or Path(tempfile.gettempdir()) / f"k25trace-bench-tui-synth-tp{args.ranks}-s{args.steps}.duckdb"
     if not db_path.exists():
         started = time.perf_counter()
@@ -223,35 +277,38 @@ def main() -> None:
 
         pipeline.connect(db_path).close()  # brings a database an older k25trace wrote to the current schema
     print(describe(db_path), flush=True)
-    runs = []
+    old_tree = None
+    if args.compare_rev:
+        from bench_load import worktree
+
+        old_tree = worktree(args.compare_rev, args.work)
+    runs, old_runs = [], []
     for i in range(args.runs):
-        result = asyncio.run(measure(db_path, args.moves, back_to_back=args.back_to_back))
+        if old_tree is None:
+            result = asyncio.run(measure(db_path, args.moves, back_to_back=args.back_to_back))
+        else:
+            result = run_in_process(REPO, db_path, args.moves, back_to_back=args.back_to_back)
+            old = run_in_process(old_tree, db_path, args.moves, back_to_back=args.back_to_back)
+            old_runs.append(old)
         runs.append(result)
         moves = result.next_ms + result.prev_ms
         print(f"  run {i + 1}: first paint {result.first_paint_s:.3f} s; step move median "
               f"{statistics.median(moves):.1f} ms, p90 {p90(moves):.1f} ms (UI-thread CPU median "
-              f"{statistics.median(result.cpu_ms):.1f} ms); kernel {result.kernel_ms:.1f} ms", flush=True)
-    first = [r.first_paint_s for r in runs]
-    nexts = [m for r in runs for m in r.next_ms]
-    prevs = [m for r in runs for m in r.prev_ms]
-    both = nexts + prevs
-    run_medians = [statistics.median(r.next_ms + r.prev_ms) for r in runs]
-    run_p90s = [p90(r.next_ms + r.prev_ms) for r in runs]
-    mode = "back to back" if args.back_to_back else "paced: idle between keys"
-    print(f"first paint (overview), median of {len(first)} runs: {statistics.median(first):.3f} s "
-          f"(min {min(first):.3f}, max {max(first):.3f})   target < {FIRST_PAINT_TARGET_S:.0f} s")
-    print(f"step moves ({mode}), key → step painted with its data, {len(both)} moves over {len(runs)} runs:")
-    for label, values in (("next (n)", nexts), ("previous (p)", prevs), ("both", both)):
-        print(f"  {label:<13} median {statistics.median(values):6.1f} ms   p90 {p90(values):6.1f} ms   "
-              f"max {max(values):6.1f} ms")
-    print(f"  per run: medians {', '.join(f'{m:.1f}' for m in run_medians)} ms; p90s "
-          f"{', '.join(f'{m:.1f}' for m in run_p90s)} ms; median of the runs' p90s {statistics.median(run_p90s):.1f} ms"
-          f"   target p90 ≤ {STEP_TARGET_P90_MS:.0f} ms")
-    cpus = [m for r in runs for m in r.cpu_ms]
-    print(f"  UI-thread CPU per move: median {statistics.median(cpus):.1f} ms, p90 {p90(cpus):.1f} ms "
-          f"(the latency on an idle machine; the rest of the wall time is waiting for a core)")
-    kernels = [r.kernel_ms for r in runs]
-    print(f"open kernel (enter → details painted), median of {len(kernels)} runs: {statistics.median(kernels):.1f} ms")
+              f"{statistics.median(result.cpu_ms):.1f} ms); kernel {result.kernel_ms:.1f} ms"
+              + (f"   | {args.compare_rev}: median {statistics.median(old.next_ms + old.prev_ms):.1f} ms, p90 "
+                 f"{p90(old.next_ms + old.prev_ms):.1f} ms" if old_tree is not None else ""), flush=True)
+    print_figures(runs, "", args.back_to_back)
+    if old_runs:
+        print()
+        print_figures(old_runs, f"k25trace {args.compare_rev}, interleaved: ", args.back_to_back)
+        new = [m for r in runs for m in r.next_ms + r.prev_ms]
+        old = [m for r in old_runs for m in r.next_ms + r.prev_ms]
+        new_cpu = [m for r in runs for m in r.cpu_ms]
+        old_cpu = [m for r in old_runs for m in r.cpu_ms]
+        print(f"ratio {args.compare_rev} / this tree: step move median "
+              f"{statistics.median(old) / statistics.median(new):.2f}, p90 {p90(old) / p90(new):.2f}, "
+              f"UI-thread CPU median "
+              f"{statistics.median(old_cpu) / statistics.median(new_cpu):.2f}")
 
 
 if __name__ == "__main__":
