@@ -279,6 +279,7 @@ def main() -> None:
     print(describe(db_path), flush=True)
     old_tree = None
     if args.compare_rev:
+        sys.path.insert(0, str(HERE))
         from bench_load import worktree
 
         old_tree = worktree(args.compare_rev, args.work)
@@ -287,8 +288,9 @@ def main() -> None:
         if old_tree is None:
             result = asyncio.run(measure(db_path, args.moves, back_to_back=args.back_to_back))
         else:
-            result = run_in_process(REPO, db_path, args.moves, back_to_back=args.back_to_back)
-            old = run_in_process(old_tree, db_path, args.moves, back_to_back=args.back_to_back)
+            order = [REPO, old_tree] if i % 2 == 0 else [old_tree, REPO]  # neither always goes first
+            got = {tree: run_in_process(tree, db_path, args.moves, back_to_back=args.back_to_back) for tree in order}
+            result, old = got[REPO], got[old_tree]
             old_runs.append(old)
         runs.append(result)
         moves = result.next_ms + result.prev_ms
@@ -301,12 +303,13 @@ def main() -> None:
     if old_runs:
         print()
         print_figures(old_runs, f"k25trace {args.compare_rev}, interleaved: ", args.back_to_back)
-        new = [m for r in runs for m in r.next_ms + r.prev_ms]
-        old = [m for r in old_runs for m in r.next_ms + r.prev_ms]
+        new_moves = [m for r in runs for m in r.next_ms + r.prev_ms]
+        old_moves = [m for r in old_runs for m in r.next_ms + r.prev_ms]
         new_cpu = [m for r in runs for m in r.cpu_ms]
         old_cpu = [m for r in old_runs for m in r.cpu_ms]
         print(f"ratio {args.compare_rev} / this tree: step move median "
-              f"{statistics.median(old) / statistics.median(new):.2f}, p90 {p90(old) / p90(new):.2f}, "
+              f"{statistics.median(old_moves) / statistics.median(new_moves):.2f}, "
+              f"p90 {p90(old_moves) / p90(new_moves):.2f}, "
               f"UI-thread CPU median "
               f"{statistics.median(old_cpu) / statistics.median(new_cpu):.2f}")
 
