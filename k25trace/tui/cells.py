@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 from rich.console import Console, ConsoleOptions
@@ -23,6 +24,20 @@ def cell(value: object) -> object:
     if isinstance(value, int):
         return LineText(str(value), justify="right")
     return LineText(str(value))
+
+
+NAME_CELL_CAP = 300
+"""Characters of a kernel name drawn in a table cell (a trace may hold a 20 MB name: drawn whole, it froze the step
+screen for seconds per key press)."""
+
+_LINE_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def name_cell(name: str, cap: int = NAME_CELL_CAP) -> str:
+    """A name for one line of a table: control characters as ``\\xHH`` (an escape sequence must not reach the
+    terminal, a newline must not break the line), cut at ``cap`` characters with how many were left out."""
+    shown = _LINE_CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", name[:cap])
+    return shown if len(name) <= cap else f"{shown}… ({len(name) - cap:,} more characters)"
 
 
 class LineText(Text):

@@ -14,11 +14,13 @@ from textual.widgets import DataTable, Label, Static
 
 from k25trace import pipeline
 from k25trace.tui.app import K25TraceApp
-from k25trace.tui.messages import OpenKernel
+from k25trace.tui.cells import NAME_CELL_CAP, name_cell
+from k25trace.tui.messages import OpenKernel, OpenStep
 from k25trace.tui.screens.kernel import NAME_CAP, PAGE_CHARS, KernelScreen, LongTextScreen, describe_kernel, printable
 from k25trace.tui.screens.sql import CELL_CHARS, SqlScreen
+from k25trace.tui.screens.step import StepScreen
 
-from .conftest import DATA, SIZE, load_database, navigate, wait_for_workers
+from .conftest import DATA, SIZE, lines_of, load_database, navigate, wait_for_workers
 
 HOSTILE = DATA / "hostile-sql"
 LONG = 20_000_000
@@ -212,3 +214,35 @@ def test_long_name_fixture_is_what_the_loader_made(long_name_db: Path) -> None:
     lengths = sorted(n for (n,) in con.execute("select length(name) from kernel_names").fetchall())
     con.close()
     assert lengths[-1] == len("void hostile<") + LONG + len("\x1b[31m>(int)") and len(lengths) == 3
+
+
+def test_name_cell_is_one_printable_line_cut_at_its_cap() -> None:
+    assert name_cell("gemm<[/x]>") == "gemm<[/x]>"
+    assert name_cell("a\x1b[31mb\tc\nd\x7f") == "a\\x1b[31mb\\x09c\\x0ad\\x7f"
+    assert name_cell("s" * (NAME_CELL_CAP + 7)) == "s" * NAME_CELL_CAP + "… (7 more characters)"
+    assert name_cell("x" * NAME_CELL_CAP) == "x" * NAME_CELL_CAP
+
+
+@pytest.mark.asyncio
+async def test_step_screen_and_search_draw_a_20_mb_short_name_cut(long_name_db: Path) -> None:
+    """The step screen drew the whole 20 MB short name in the kernel's line (seconds per key press)."""
+    app = K25TraceApp(long_name_db)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for_workers(pilot)
+        cursor = app.con.cursor()
+        (trace_id, step_index), = cursor.execute(
+            "select trace_id, step_index from gpu_events join kernel_names using (name_id) "
+            "where length(short_name) > 1000").fetchall()
+        cursor.close()
+        await navigate(pilot, OpenStep(trace_id, step_index))
+        assert isinstance(app.screen, StepScreen)
+        kernels = lines_of(app, "#kernels")
+        lines = [kernels.line(i).plain for i in range(kernels.row_count)]
+        long = [line for line in lines if "more characters" in line]
+        assert len(long) == 1 and long[0].endswith(f"{'s' * NAME_CELL_CAP}… ({LONG - NAME_CELL_CAP:,} more characters)")
+        assert max(len(line) for line in lines) < NAME_CELL_CAP + 100
+        await pilot.press("escape", "escape", "slash", *"sss", "enter")
+        await wait_for_workers(pilot)
+        results = app.screen.query_one("#results", DataTable)
+        cells = [str(getattr(results.get_row_at(i)[0], "plain", "")) for i in range(results.row_count)]
+        assert cells == [f"{'s' * NAME_CELL_CAP}… ({LONG - NAME_CELL_CAP:,} more characters)"]

@@ -11,7 +11,7 @@ from textual.containers import Vertical
 from textual.widgets import DataTable, Footer, Header, Input, Label
 
 from k25trace import browse
-from k25trace.tui.cells import cell
+from k25trace.tui.cells import cell, name_cell
 from k25trace.tui.messages import FirstRunLoaded, OpenKernel, SearchLoaded
 from k25trace.tui.screens.base import BrowseScreen
 from k25trace.tui.widgets import category_text
@@ -54,8 +54,8 @@ class SearchScreen(BrowseScreen):
         table.clear(columns=True)
         table.add_columns("short_name", "category", "calls", "total_ms")
         for row in frame.iter_rows(named=True):
-            table.add_row(cell(row["short_name"]), category_text(row["category"] or "other"), cell(row["calls"]),
-                          cell(row["total_ms"]), key=str(row["name_id"]))
+            table.add_row(cell(name_cell(row["short_name"])), category_text(row["category"] or "other"),
+                          cell(row["calls"]), cell(row["total_ms"]), key=str(row["name_id"]))
         if frame.is_empty():
             self.set_status("No kernel name matches.")
         else:

@@ -22,7 +22,7 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Footer, Header, Label
 
 from k25trace import browse
-from k25trace.tui.cells import LineText, cell
+from k25trace.tui.cells import LineText, cell, name_cell
 from k25trace.tui.messages import KernelPageLoaded, OpenKernel, StepLoaded, StepsPrefetched
 from k25trace.tui.screens.base import BrowseScreen
 from k25trace.tui.widgets import CategoryBars, LineTable, Timeline, category_text, one_cell_rows
@@ -49,13 +49,14 @@ READ_AHEAD = 2
 
 
 def kernel_line(row: dict[str, object]) -> Text:
-    """One kernel as a fixed-width line: offset, duration, category (in colour), stream, kind, short name."""
+    """One kernel as a fixed-width line: offset, duration, category (in colour), stream, kind, short name (made
+    printable and cut: :func:`name_cell`)."""
     category = str(row["category"])
     line = LineText(f"{row['offset_us']:>11,.1f} {row['dur_us']:>9,.1f}  ", no_wrap=True)
     line.append_text(category_text(category))
     line.append(" " * max(1, 13 - len(category)))
     stream = "" if row["stream"] is None else str(row["stream"])
-    line.append(f"{stream:>6} {str(row['kind']):<6} {row['short_name']}")
+    line.append(f"{stream:>6} {str(row['kind']):<6} {name_cell(str(row['short_name']))}")
     return line
 
 
