@@ -30,13 +30,20 @@ NAME_CELL_CAP = 300
 """Characters of a kernel name drawn in a table cell (a trace may hold a 20 MB name: drawn whole, it froze the step
 screen for seconds per key press)."""
 
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 _LINE_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
+def printable(text: str, *, one_line: bool = False) -> str:
+    """Control characters (an escape sequence in a name would reach the terminal) as ``\\xHH``; tab and newline
+    too when ``one_line``."""
+    return (_LINE_CONTROL if one_line else _CONTROL).sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
 def name_cell(name: str, cap: int = NAME_CELL_CAP) -> str:
-    """A name for one line of a table: control characters as ``\\xHH`` (an escape sequence must not reach the
-    terminal, a newline must not break the line), cut at ``cap`` characters with how many were left out."""
-    shown = _LINE_CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", name[:cap])
+    """A name for one line of a table: :func:`printable` on one line (a newline must not break it), cut at ``cap``
+    characters with how many were left out."""
+    shown = printable(name[:cap], one_line=True)
     return shown if len(name) <= cap else f"{shown}… ({len(name) - cap:,} more characters)"
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import tempfile
 from typing import Any, ClassVar
 
@@ -16,6 +15,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Label, Sparkline, Static
 
 from k25trace import browse
+from k25trace.tui.cells import printable
 from k25trace.tui.messages import KernelLoaded, KernelRanksLoaded
 from k25trace.tui.screens.base import BrowseScreen
 from k25trace.tui.widgets import fill_table
@@ -26,14 +26,6 @@ NAME_CAP = 4096
 froze the screen for half a minute: Textual wraps and measures all of it)."""
 PAGE_CHARS = 8192
 """Characters per page of the full-name view."""
-
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
-
-
-def printable(text: str) -> str:
-    """Control characters (an escape sequence in a name would reach the terminal) as ``\\xHH``."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
-
 
 def capped(text: str, cap: int = NAME_CAP) -> tuple[str, int]:
     """The first ``cap`` characters of ``text`` (printable) and how many were left out."""

@@ -186,8 +186,8 @@ class StepScreen(BrowseScreen):
         self.kernel_rows = 0
         self.kernel_start_ns = {}
         categories = self.query_one("#categories", LineTable)
-        categories.set_lines(Text(), [])
         if detail is None:
+            categories.set_lines(Text(), [])
             self.query_one("#title", Label).update(f"[b]Step {self.step_index}[/b] of trace {self.trace_id}")
             self.set_status(f"Trace {self.trace_id} has no step {self.step_index}.", error=True)
             self.query_one("#timeline", Timeline).show_slices([])
