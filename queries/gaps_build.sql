@@ -17,6 +17,9 @@
 --   unknown: no launch call found for the activity.
 -- host and sync gaps split at the launch call's start: before it host_ns / sync_ns (the GPU waits for the host to
 -- issue the launch), after it launch_ns (the launch path itself: call start -> GPU start, launch overhead).
+-- A gap after a sync on the launching thread splits again where that sync returned (sync_end_ns, host clock):
+-- gap start -> sync return is sync_ns, sync return -> launch call is host_ns (the host was free and still late);
+-- its cause is the larger of the two (ties: sync). Behind a blocking call the whole gap up to the GPU start is sync.
 -- host_ns + sync_ns + launch_ns + device_ns + unknown_ns = dur_ns for every gap.
 -- creates: gpu_gaps (rows for one trace)
 -- reads: gpu_events, launches, steps, traces
@@ -152,19 +155,32 @@ classified as (
     left join blocked using (start_ns, next_event_id)
 ),
 
-decided as (
+cut as (
     select *,
         case
             when behind_blocking then 'sync'
             when launch_start_ns is null then 'unknown'
             when launch_start_ns <= start_ns then 'device'
-            when sync_end_ns is not null and sync_end_ns >= start_ns then 'sync'
+            when sync_end_ns is not null and sync_end_ns >= start_ns then 'after_sync'
             else 'host'
-        end as cause,
+        end as kind,
         case when behind_blocking then end_ns
             else least(greatest(coalesce(launch_start_ns, start_ns), start_ns), end_ns)
         end as launch_cut_ns
     from classified
+),
+
+decided as (  -- after a sync the gap splits where the sync returned: sync before, host-bound after (the host was
+              -- free then and still took that long to launch); the gap is called by the larger of the two
+    select * exclude (kind),
+        case when kind = 'after_sync' then least(sync_end_ns, launch_cut_ns)
+             when kind = 'sync' then launch_cut_ns else start_ns end as sync_cut_ns,
+        case when kind != 'after_sync' then kind
+             when least(sync_end_ns, launch_cut_ns) - start_ns >= launch_cut_ns - least(sync_end_ns, launch_cut_ns)
+                 then 'sync'
+             else 'host' end as cause,
+        kind in ('host', 'sync', 'after_sync') as launched_late
+    from cut
 )
 
 select
@@ -176,9 +192,9 @@ select
     end_ns,
     end_ns - start_ns as dur_ns,
     cause,
-    case when cause = 'host' then launch_cut_ns - start_ns else 0 end as host_ns,
-    case when cause = 'sync' then launch_cut_ns - start_ns else 0 end as sync_ns,
-    case when cause in ('host', 'sync') then end_ns - launch_cut_ns else 0 end as launch_ns,
+    case when launched_late then launch_cut_ns - sync_cut_ns else 0 end as host_ns,
+    case when launched_late then sync_cut_ns - start_ns else 0 end as sync_ns,
+    case when launched_late then end_ns - launch_cut_ns else 0 end as launch_ns,
     case when cause = 'device' then end_ns - start_ns else 0 end as device_ns,
     case when cause = 'unknown' then end_ns - start_ns else 0 end as unknown_ns,
     next_event_id,

@@ -90,35 +90,49 @@ def test_gaps_add_up_to_the_idle_and_the_span_exactly(con, path: Path) -> None:
 
 @pytest.mark.parametrize("path", [EAGER, GRAPH], ids=["eager", "graph"])
 def test_every_gap_matches_an_independent_reading(con, path: Path) -> None:
-    """Idle gaps of the union of all GPU activity, and their cause, computed here from the raw JSON."""
+    """Idle gaps of the union of all GPU activity, their cause and their parts in ns, computed here from the raw
+    JSON: a gap after a host sync is sync up to the moment the sync returned (its CPU event's end), host-bound from
+    then to the launch call, launch overhead from the call to the GPU start."""
     raw = _raw(path)
     tid = _trace_id(con, path)
     first, last = con.execute("select min(gpu_start_ns), max(gpu_end_ns) from steps where trace_id = ?",
                               [tid]).fetchone()
     base = con.execute("select base_time_ns from traces where trace_id = ?", [tid]).fetchone()[0]
+    blocking = _blocking_calls(path)
     sync_ends = [t for t, _ in raw["syncs"]]
     expected = {}
     prev_end = None
     for start, end, corr in raw["gpu"]:
         if prev_end is not None and start > prev_end:
-            g0, g1 = prev_end + base, start + base
-            if first <= g0 and g1 <= last:
+            g0, g1 = prev_end, start
+            if first <= g0 + base and g1 + base <= last:
                 launch = raw["runtime"].get(corr)
-                launch = None if launch is None else launch + base
                 if launch is None:
-                    cause = "unknown"
+                    parts = ("unknown", 0, 0, 0)
                 elif launch <= g0:
-                    cause = "device"
+                    parts = ("device", 0, 0, 0)
+                elif _blocking_ends(blocking, g0, g1):  # the GPU sat behind a blocking call: all of it is sync
+                    parts = ("sync", 0, g1 - g0, 0)
                 else:
-                    i = bisect.bisect_right(sync_ends, launch - base) - 1
-                    cause = "sync" if i >= 0 and sync_ends[i] + base >= g0 else "host"
-                expected[(g0, g1)] = cause
+                    cut = min(launch, g1)
+                    i = bisect.bisect_right(sync_ends, launch) - 1
+                    returned = sync_ends[i] if i >= 0 and sync_ends[i] >= g0 else None
+                    if returned is None:
+                        parts = ("host", cut - g0, 0, g1 - cut)
+                    else:
+                        sync, host = returned - g0, cut - returned
+                        parts = ("sync" if sync >= host else "host", host, sync, g1 - cut)
+                expected[(g0 + base, g1 + base)] = parts
         prev_end = end if prev_end is None else max(prev_end, end)
     # k25trace's in-step gaps are per step's own activities; here the steps hold all the GPU work, so they are
     # the same gaps as the whole trace's
-    got = dict(((s, e), c) for s, e, c in con.execute(
-        "select start_ns, end_ns, cause from gpu_gaps where trace_id = ?", [tid]).fetchall())
+    got = {(s, e): (c, h, y, la) for s, e, c, h, y, la in con.execute(
+        "select start_ns, end_ns, cause, host_ns, sync_ns, launch_ns from gpu_gaps where trace_id = ?",
+        [tid]).fetchall()}
     assert got == expected
+    # the sync-split gaps exist on these traces (the host sync returned inside the gap, then the host was late)
+    split = [p for p in expected.values() if p[1] > 0 and p[2] > 0]
+    assert split and any(p[0] == "host" for p in split)
 
 
 BLOCKING = SYNCS + ("cudaMemcpy2D", "cuStreamSynchronize", "cuCtxSynchronize", "cuEventSynchronize", "cuMemcpyDtoH_v2",
@@ -145,16 +159,22 @@ def _check_blocking_rule(con, trace_id: int, calls: list[tuple[int, int]]) -> di
     return {(start, end): (cause, sync_end) for start, end, cause, sync_end, _ in gaps}
 
 
+def _blocking_calls(path: Path, *, absolute: bool = False) -> list[tuple[int, int]]:
+    """Every blocking call's (start, end) in ns from the raw JSON: relative to the file's base, or absolute."""
+    with gzip.open(path, "rt", encoding="utf-8") as fh:
+        trace = json.load(fh, parse_float=Decimal)
+    events = trace["traceEvents"]
+    base = int(trace.get("baseTimeNanoseconds", 0)) if absolute else 0
+    return [(_ns(e["ts"]) + base, _ns(e["ts"]) + _ns(e["dur"]) + base) for e in events
+            if e.get("cat") in ("cuda_runtime", "cuda_driver") and e.get("name") in BLOCKING and "ts" in e]
+
+
 @pytest.mark.parametrize("path", [EAGER, GRAPH, SGLANG, B200], ids=["h200-eager", "h200-graph", "sglang", "b200"])
 def test_the_blocking_call_rule_matches_every_call_against_every_gap(con, path: Path) -> None:
     """A gap at least half covered by one blocking call (any thread) waited behind it: brute force over every
     (call, gap) pair from the raw JSON, against the SQL, which looks only at the call that can cover the gap's
     midpoint on each thread (nested calls, cudaMemcpy around cuMemcpyDtoH_v2, merged)."""
-    with gzip.open(path, "rt", encoding="utf-8") as fh:
-        events = json.load(fh, parse_float=Decimal)["traceEvents"]
-    calls = [(_ns(e["ts"]), _ns(e["ts"]) + _ns(e["dur"])) for e in events
-             if e.get("cat") in ("cuda_runtime", "cuda_driver") and e.get("name") in BLOCKING and "ts" in e]
-    _check_blocking_rule(con, _trace_id(con, path), calls)
+    _check_blocking_rule(con, _trace_id(con, path), _blocking_calls(path, absolute=True))
 
 
 def test_the_blocking_call_rule_on_nested_and_overlapping_calls(tmp_path: Path) -> None:
@@ -194,7 +214,7 @@ def test_the_blocking_call_rule_on_nested_and_overlapping_calls(tmp_path: Path) 
     c.close()
 
 
-def test_the_injected_host_sleep_is_host_bound_and_the_blocking_copy_is_sync(con) -> None:
+def test_the_injected_host_sleep_is_host_bound_and_the_blocking_copy_splits_at_the_sync_return(con) -> None:
     raw = _raw(EAGER)
     tid = _trace_id(con, EAGER)
     base = con.execute("select base_time_ns from traces where trace_id = ?", [tid]).fetchone()[0]
@@ -224,8 +244,14 @@ def test_the_injected_host_sleep_is_host_bound_and_the_blocking_copy_is_sync(con
     for c0, c1 in copies:  # the gap after the D2H copy: the host waited in cudaStreamSynchronize, then relaunched
         (sync_end, _), = [(t, tid_) for t, tid_ in raw["syncs"] if c0 <= t <= c1]
         assert not gpu_busy_at(sync_end)  # a sync returns when the GPU has drained: it is idle then, always
-        cause, _, sync, launch, dur, g0, g1 = gap_at(sync_end + base)
-        assert cause == "sync" and sync + launch == dur and sync > 0
+        cause, host, sync, launch, dur, g0, g1 = gap_at(sync_end + base)
+        # split where the sync returned: before it the host waited (sync), after it the host was free and late
+        # (host-bound), then the launch call itself
+        nxt = min((a, corr) for a, _, corr in raw["gpu"] if a >= g1 - base)
+        call = raw["runtime"][nxt[1]]
+        assert sync == sync_end + base - g0 > 0
+        assert host == call - sync_end and launch == g1 - base - call and host + sync + launch == dur
+        assert cause == ("sync" if sync >= host else "host")
     # clean steps hold no sync gap; the report's per-step rows say the same
     timeline = report.breakdown(con, by="timeline", phase="decode", trace_id=tid)
     by_step = {r["step_index"]: r for r in timeline.iter_rows(named=True)}
