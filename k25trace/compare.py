@@ -19,9 +19,12 @@ compared:
 **The test**: Welch's two-sample t-test (unequal variances) on the per-step values of A against those of B,
 two-sided; the p-values of one table are Holm-adjusted (the table is one family of tests, so a noise-only pair
 has at most ``alpha`` chance of any false "changed" row). A row is *within noise* when the adjusted p ≥ ``alpha``;
-*negligible* when the delta is real but smaller than ``min_change_pct`` % of A's value (run-to-run differences
-the step-to-step noise cannot show, such as another GPU's clock, are of that order); else *slower* or *faster*
-(B against A). ``ci95_ms`` is the half-width of the delta's 95 % Welch confidence interval (not adjusted).
+*negligible* when the delta is real but smaller than ``min_change_pct`` % of the row's value or ``min_step_pct`` %
+of the step time (run-to-run differences the step-to-step noise cannot show, such as another GPU's clock, are of
+that order); else *slower* or *faster* (B against A). Both bases are the smaller side's (the row's smaller value,
+the group's shorter mean step wall), so the test is symmetric: ``compare B A`` gives the same rows with the
+delta's sign, the A/B columns and only-in-A/B swapped and every verdict mirrored. ``delta_pct`` alone stays
+relative to A. ``ci95_ms`` is the half-width of the delta's 95 % Welch confidence interval (not adjusted).
 Fewer than two steps on a side: *untested*.
 """
 
@@ -167,8 +170,10 @@ def verdict(p_adjusted: float | None, delta: float, base: float | None, step: fl
             alpha: float, min_change_pct: float, min_step_pct: float = 0.0) -> str:
     """within noise / negligible / slower / faster (B against A), or untested without a p-value.
 
-    ``base`` is A's value of the row, ``step`` A's mean step wall time (same unit): a delta smaller than
-    ``min_change_pct`` % of the one or ``min_step_pct`` % of the other is negligible."""
+    ``base`` is the row's value, ``step`` the mean step wall time (same unit): a delta smaller than
+    ``min_change_pct`` % of the one or ``min_step_pct`` % of the other is negligible. :func:`compare` passes the
+    smaller of A's and B's value and the shorter of the two sides' mean step (:func:`symmetric_base`), so that
+    swapping the sides mirrors every verdict."""
     if p_adjusted is None:
         return UNTESTED
     if p_adjusted >= alpha or delta == 0:
@@ -178,6 +183,17 @@ def verdict(p_adjusted: float | None, delta: float, base: float | None, step: fl
     if step and abs(delta) < min_step_pct / 100.0 * abs(step):
         return NEGLIGIBLE
     return "slower" if delta > 0 else "faster"
+
+
+def symmetric_base(a: float | None, b: float | None) -> float | None:
+    """The base of a relative threshold: the smaller of the two sides' values (the same either way round; a
+    value missing on one side counts as 0). A delta below ``min_change_pct`` % of the smaller value is a ratio
+    larger/smaller below 1 + ``min_change_pct``/100, whichever side is larger; ``compare A B`` and ``compare B A``
+    test each row against the same base and differ only in the sign of the delta. The smaller side, not the
+    mean: a 0.6 ms slower transfer is 1.3 % of a 44 ms step and should not vanish in 0.5 % of a 160 ms mean."""
+    if a is None and b is None:
+        return None
+    return min(abs(a or 0.0), abs(b or 0.0))
 
 
 # ------------------------------------------------------------------------------------------------- sides
@@ -404,7 +420,8 @@ class Comparison:
     def summary(self) -> str:
         """One line: the verdict and the test it rests on."""
         return (f"{self.verdict} (matched by {self.match}; {self.TEST}; changed = adjusted p < {self.alpha:g}, "
-                f"|delta| ≥ {self.min_change_pct:g} % of A's value and ≥ {self.min_step_pct:g} % of A's step)")
+                f"|delta| ≥ {self.min_change_pct:g} % of the smaller side's value and ≥ {self.min_step_pct:g} % of "
+                f"the shorter side's step: swapping A and B mirrors every verdict; delta_pct is relative to A)")
 
     def as_dict(self) -> dict[str, Any]:
         """Every table as a list of rows, with the verdict, the test and the notes (``--format json``)."""
@@ -562,7 +579,8 @@ def _finish(rows: list[dict[str, Any]], columns: list[str], *, alpha: float, min
     for row, p in zip(rows, adjusted, strict=True):
         row["p_value"] = p
         if row.get("verdict") is None:
-            row["verdict"] = verdict(p, row["delta_ms"] or 0.0, row["ms_a"], row.get("step_ms_a"), alpha=alpha,
+            row["verdict"] = verdict(p, row["delta_ms"] or 0.0, symmetric_base(row["ms_a"], row["ms_b"]),
+                                     symmetric_base(row.get("step_ms_a"), row.get("step_ms_b")), alpha=alpha,
                                      min_change_pct=min_change_pct, min_step_pct=min_step_pct)
         for k in ("ms_a", "ms_b", "delta_ms", "ci95_ms"):
             if row.get(k) is not None:
@@ -609,7 +627,8 @@ def _categories(da: _Data, db: _Data, matched: list[tuple[str, str]], **kw: Any)
         for cat in cats:
             xa, xb = sa.get(cat, zeros_a), sb.get(cat, zeros_b)
             group_rows.append({"phase": group[0], "group": group[1], "category": cat, "steps_a": oa.height,
-                               "steps_b": ob.height, "step_ms_a": _step_ms(oa), **_row_stats(xa, xb)})
+                               "steps_b": ob.height, "step_ms_a": _step_ms(oa), "step_ms_b": _step_ms(ob),
+                               **_row_stats(xa, xb)})
         group_rows.sort(key=lambda r: (r["category"] in PSEUDO_CATEGORIES, -max(r["ms_a"], r["ms_b"]), r["category"]))
         rows.extend(group_rows)
     return _finish(rows, CATEGORY_COLUMNS, schema=_SCHEMA, **kw)
@@ -664,6 +683,7 @@ def _kernels(da: _Data, db: _Data, matched: list[tuple[str, str]], **kw: Any) ->
             cb = sum((calls_b[i] for i in ids_b), zeros_b)
             row: dict[str, Any] = {
                 "phase": group[0], "group": group[1], "match": how, "step_ms_a": _step_ms(oa),
+                "step_ms_b": _step_ms(ob),
                 "category": _join_categories([cat_a.get(i) for i in ids_a] + [cat_b.get(i) for i in ids_b]),
                 "name_a": " | ".join(shown(names_a[i]["name"], names_a[i]["short_name"]) for i in ids_a) or None,
                 "name_b": " | ".join(shown(names_b[i]["name"], names_b[i]["short_name"]) for i in ids_b) or None,
@@ -713,7 +733,7 @@ def _steps(da: _Data, db: _Data, matched: list[tuple[str, str]], groups_a: dict,
         base = {"phase": group[0], "group": group[1], "steps_a": oa.height if in_a else None,
                 "steps_b": ob.height if in_b else None,
                 "ranks_a": _rank_count(oa) if in_a else None, "ranks_b": _rank_count(ob) if in_b else None,
-                "step_ms_a": _step_ms(oa) if in_a else None}
+                "step_ms_a": _step_ms(oa) if in_a else None, "step_ms_b": _step_ms(ob) if in_b else None}
         if not (in_a and in_b):
             o = oa if in_a else ob
             assert o is not None
@@ -773,6 +793,7 @@ def _comm(da: _Data, db: _Data, matched: list[tuple[str, str]], **kw: Any) -> tu
             pa = ca.filter(pl.col("category") == category).sort("i")
             pb = cb.filter(pl.col("category") == category).sort("i")
             base = {"phase": group[0], "group": group[1], "category": category, "step_ms_a": _step_ms(oa),
+                    "step_ms_b": _step_ms(ob),
                     "ranks_a": int(pa["ranks"].max() or 0) if pa.height else None,
                     "ranks_b": int(pb["ranks"].max() or 0) if pb.height else None,
                     "calls_a": round(float(pa["calls"].mean()), 2) if pa.height else None,

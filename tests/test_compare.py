@@ -362,6 +362,67 @@ def test_two_runs_in_one_database_graph_against_eager(tp2: Path) -> None:
     assert any("no step group is on both sides" in n for n in none.notes)
 
 
+MIRROR = {"slower": "faster", "faster": "slower", "only in A": "only in B", "only in B": "only in A"}
+SWAP = {"only-A": "only-B", "only-B": "only-A"}
+
+
+def mirrored(frame: pl.DataFrame, groups: dict[str, str]) -> pl.DataFrame:
+    """A B-against-A table turned into the A-against-B one it must equal: the _a and _b columns swapped, the
+    delta's sign flipped, slower/faster and only-in-A/B exchanged; delta_pct (relative to A) left out."""
+    renames = {c: c[:-2] + ("_b" if c.endswith("_a") else "_a") for c in frame.columns if c[-2:] in ("_a", "_b")}
+    out = frame.rename(renames).with_columns(
+        -pl.col("delta_ms"),
+        pl.col("verdict").replace(MIRROR),
+        pl.col("group").replace(groups),
+        *([pl.col("match").replace(SWAP)] if "match" in frame.columns else []))
+    return out.select(frame.columns)
+
+
+def same_rows(a: pl.DataFrame, b: pl.DataFrame) -> None:
+    keep = [c for c in a.columns if c != "delta_pct"]
+    a, b = a.select(keep), b.select(keep)
+    assert a.height == b.height
+    assert a.sort(keep, nulls_last=True).to_dicts() == b.sort(keep, nulls_last=True).to_dicts()
+
+
+@pytest.mark.parametrize("pair", ["graph-eager", "batch1-batch64"])
+def test_swapping_the_sides_mirrors_every_row(tp2: Path, gaps: dict[str, Path], pair: str) -> None:
+    """compare A B and compare B A: the same rows, opposite deltas, mirrored verdicts, the same number of changes.
+    The real pairs are ones where the old rule (thresholds on A's value and A's step alone) was asymmetric: the
+    2×H200 eager run against the CUDA-graph run (106 changes one way, 53 the other: the eager step is ~5× the
+    graph step, so 0.5 % of it hid kernel deltas the other way round) and batch 1 against batch 64 of the
+    single-H200 CUDA-graph run (26 against 19)."""
+    if pair == "graph-eager":
+        a, b = side("A", tp2, run="eager (TP2)"), side("B", tp2, run="graph")
+        ra, rb = side("A", tp2, run="graph"), side("B", tp2, run="eager (TP2)")
+        groups: dict[str, str] = {}
+    else:
+        a, b = side("A", gaps["graph"], batch=1), side("B", gaps["graph"], batch=64)
+        ra, rb = side("A", gaps["graph"], batch=64), side("B", gaps["graph"], batch=1)
+        groups = {"A batch=64 ↔ B batch=1": "A batch=1 ↔ B batch=64"}
+    ab, ba = compare(a, b), compare(ra, rb)
+    assert ab.groups == ba.groups >= 1
+    assert len(ab.changes()) == len(ba.changes()) > 0
+    for name in ("category", "kernel", "step", "comm"):
+        same_rows(ab.section(name), mirrored(ba.section(name), groups))
+    # the rule is exercised: some significant rows are below 0.5 % of one side's step and above it for the other,
+    # or below 5 % of one side's value and not of the other's (read from the rows, not from compare's verdicts)
+    def base_matters(frame: pl.DataFrame, step_a: dict[str, float], step_b: dict[str, float]) -> int:
+        n = 0
+        for r in frame.filter(pl.col("p_value") < 0.05).iter_rows(named=True):
+            if r["ms_a"] is None or r["ms_b"] is None or r["delta_ms"] == 0:
+                continue
+            d = abs(r["delta_ms"])
+            by_a = d < 0.05 * r["ms_a"] or d < 0.005 * step_a[r["group"]]
+            by_b = d < 0.05 * r["ms_b"] or d < 0.005 * step_b[r["group"]]
+            n += by_a != by_b
+        return n
+    walls = ab.steps.filter(pl.col("metric") == "wall mean")
+    step_a = dict(zip(walls["group"], walls["ms_a"], strict=True))
+    step_b = dict(zip(walls["group"], walls["ms_b"], strict=True))
+    assert base_matters(ab.kernels, step_a, step_b) + base_matters(ab.categories, step_a, step_b) > 0
+
+
 def capture_dir(root: Path, name: str, stats: dict[str, dict]) -> Path:
     """A `k25trace capture` directory built from the real single-H200 traces: level c1 holds the eager run, c64
     the CUDA-graph run, with the given request statistics per level."""
