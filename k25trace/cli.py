@@ -206,8 +206,14 @@ def load(paths: tuple[Path, ...], db_path: Path, keep_python: bool, include_fron
 
     if model_config is not None:
         models.load_config(model_config)  # a config the bound cannot read is refused before anything is loaded
-    con, failed = run_load(db_path, list(paths), keep_python=keep_python, include_frontend=include_frontend,
-                           quiet=quiet)
+    try:
+        con, failed = run_load(db_path, list(paths), keep_python=keep_python, include_frontend=include_frontend,
+                               quiet=quiet)
+    except BaseException as exc:  # Ctrl-C (SIGTERM: pipeline.Stopped): the file being loaded was rolled back
+        if not _is_interrupt(exc):
+            raise
+        _interrupted("the file being loaded was rolled back; the files loaded before it are kept (with their "
+                     "cross-rank tables): run the same command again to load the rest")
     if model_config is not None:
         models.store_config(con, model_config)
         err.print(f"model config {model_config} kept in {db_path} (report --by sol uses it)")

@@ -11,12 +11,20 @@ the ones after it:
 This module owns the order. Per file, classification and steps run inside the file's own transaction (a
 failure rolls the whole file back); the cross-rank tables are rebuilt once after all files. The CLI, the TUI,
 the benchmarks and the tests load through :func:`load_paths`; nothing here prints.
+
+The cross-rank tables span every trace, so they cannot be part of a file's transaction: each file's commit marks
+them stale (``meta.crossrank_stale``), their rebuild marks them fresh. A load that is stopped (Ctrl-C, SIGTERM)
+rebuilds them for the files that committed before it stops; after a stop nothing can catch (kill -9, power) the
+flag stays set and :func:`connect` rebuilds them when the database is next opened.
 """
 
 from __future__ import annotations
 
+import contextlib
+import signal
+import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import duckdb
 
@@ -27,12 +35,64 @@ from k25trace.ingest import FileResult, LoadOptions, TraceFile
 if TYPE_CHECKING:
     from k25trace.ingest.workers import _Workers
 
-__all__ = ["FileResult", "LoadOptions", "analyze_file", "connect", "load_paths", "rebuild", "reclassify", "upgrade"]
+__all__ = ["FileResult", "LoadOptions", "Stopped", "analyze_file", "build_runs", "connect", "load_paths", "rebuild",
+           "reclassify", "runs_stale", "upgrade"]
+
+
+class Stopped(KeyboardInterrupt):
+    """SIGTERM during :func:`load_paths`, raised where Ctrl-C's KeyboardInterrupt would be, so that a terminated load
+    ends the same clean way (file rolled back, cross-rank tables rebuilt, workers gone). ``signum``: the signal."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"stopped by signal {signum}")
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def _sigterm_raises() -> Iterator[None]:
+    """While a load runs in the main thread, SIGTERM raises :class:`Stopped` instead of ending the process on the
+    spot (which would skip the rebuild of the cross-rank tables). Only where nobody else handles SIGTERM."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
+        yield
+        return
+
+    def stop(signum: int, _frame: Any) -> None:
+        raise Stopped(signum)
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def analyze_file(con: duckdb.DuckDBPyConnection, trace_id: int) -> None:
-    """The stages after ingest for one freshly loaded trace: classify its new kernel names, build its steps."""
+    """The stages after ingest for one freshly loaded trace: classify its new kernel names, build its steps; and
+    mark the cross-rank tables stale (they do not hold this trace until :func:`build_runs`), in the same
+    transaction."""
     steps.analyze_trace(con, trace_id)
+    _mark_runs(con, stale=True)
+
+
+def _mark_runs(con: duckdb.DuckDBPyConnection, *, stale: bool) -> None:
+    db.run_query(con, "ingest_runs_stale", {"stale": "true" if stale else "false"})
+
+
+def runs_stale(con: duckdb.DuckDBPyConnection) -> bool:
+    """Whether the cross-rank tables miss a trace committed (or steps rebuilt) since they were last built."""
+    try:
+        rows = db.run_query(con, "meta_get", {"prefix": "crossrank_stale"}).fetchall()
+    except K25Error:
+        return False
+    return dict(rows).get("crossrank_stale") == "true"
+
+
+def build_runs(con: duckdb.DuckDBPyConnection) -> None:
+    """Rebuild the cross-rank tables (:func:`k25trace.crossrank.build`, one transaction), then mark them fresh (a
+    second one: a stop between the two leaves them marked stale, and they are only rebuilt once more)."""
+    crossrank.build(con)
+    with db.transaction(con):
+        _mark_runs(con, stale=False)
 
 
 def load_paths(
@@ -52,33 +112,53 @@ def load_paths(
     steps or cross-rank tables; ``k25trace classify`` builds them later). ``workers``: decode processes started
     earlier for this load (:func:`k25trace.ingest.start_workers`), closed when it ends.
     """
-    try:
-        if analyze and not classify.rules_installed(con):
-            with db.transaction(con):
-                classify.install_rules(con, classify.load_rules())
-    except BaseException:
-        if workers is not None:
-            workers.close()
-        raise
-    results, notes = ingest.load_paths(con, paths, options, on_result=on_result, progress_factory=progress_factory,
-                                       after_file=analyze_file if analyze else None, workers=workers)
-    if analyze and any(r.status == "loaded" for r in results):
+    with _sigterm_raises():
         try:
-            crossrank.build(con)
-        except (duckdb.Error, K25Error) as exc:
-            result = FileResult("cross-rank analysis", "failed", f"cross-rank analysis not rebuilt: "
-                                f"{ingest.db_problem(exc)} (the traces are loaded; `k25trace steps` rebuilds it)")
-            results.append(result)
-            if on_result:
-                on_result(result)
+            if analyze and not classify.rules_installed(con):
+                with db.transaction(con):
+                    classify.install_rules(con, classify.load_rules())
+        except BaseException:
+            if workers is not None:
+                workers.close()
+            raise
+        try:
+            results, notes = ingest.load_paths(con, paths, options, on_result=on_result,
+                                               progress_factory=progress_factory,
+                                               after_file=analyze_file if analyze else None, workers=workers)
+        except BaseException:  # Ctrl-C, SIGTERM (or a bug): the files that committed get their cross-rank tables
+            if analyze:
+                _build_runs_after_stop(con)
+            raise
+        if analyze and (any(r.status == "loaded" for r in results) or runs_stale(con)):
+            try:
+                build_runs(con)
+            except (duckdb.Error, K25Error) as exc:
+                result = FileResult("cross-rank analysis", "failed", f"cross-rank analysis not rebuilt: "
+                                    f"{ingest.db_problem(exc)} (the traces are loaded; `k25trace steps` rebuilds it)")
+                results.append(result)
+                if on_result:
+                    on_result(result)
     return results, notes
+
+
+def _build_runs_after_stop(con: duckdb.DuckDBPyConnection) -> None:
+    """After a stopped load: rebuild the cross-rank tables if a file committed before the stop. Whatever goes wrong
+    here (the database gave up, another Ctrl-C) leaves them marked stale, for the next :func:`connect`; the stop
+    itself is what the caller reports."""
+    try:
+        if runs_stale(con):
+            build_runs(con)
+    except (duckdb.Error, K25Error, KeyboardInterrupt):
+        pass
 
 
 def rebuild(con: duckdb.DuckDBPyConnection, *, gap_ns: int = steps.DEFAULT_GAP_NS) -> int:
     """Rebuild every trace's steps (one transaction per trace), then the cross-rank tables; returns the number of
     traces. After a re-classification, or with another ``gap_ns`` for traces without step markers."""
+    with db.transaction(con):
+        _mark_runs(con, stale=True)  # a rebuild stopped half-way leaves every trace's old or new steps: runs stale
     n = steps.rebuild(con, gap_ns=gap_ns)
-    crossrank.build(con)
+    build_runs(con)
     return n
 
 
@@ -87,6 +167,7 @@ def reclassify(con: duckdb.DuckDBPyConnection, rules: Path | None = None, *, rep
     then stale: call :func:`rebuild`."""
     with db.transaction(con):
         classify.classify(con, rules, replace=replace)
+        _mark_runs(con, stale=True)
 
 
 def upgrade(con: duckdb.DuckDBPyConnection, version: int) -> None:
@@ -97,9 +178,28 @@ def upgrade(con: duckdb.DuckDBPyConnection, version: int) -> None:
             steps.build_steps(con, trace_id)
 
     db.upgrade_schema(con, version, rebuild=rebuild_every_trace)
-    crossrank.build(con)
+    build_runs(con)
 
 
 def connect(path: str | Path | None, *, read_only: bool = False, create: bool = True) -> duckdb.DuckDBPyConnection:
-    """:func:`k25trace.db.connect`, upgrading a database an older k25trace wrote (when opened for writing)."""
-    return db.connect(path, read_only=read_only, create=create, upgrade=upgrade)
+    """:func:`k25trace.db.connect`, upgrading a database an older k25trace wrote (when opened for writing), and
+    rebuilding cross-rank tables left stale by a load that was killed (:func:`runs_stale`). Read-only, that rebuild
+    goes through a short write connection first; where the file cannot be written it is an error that says so."""
+    con = db.connect(path, read_only=read_only, create=create, upgrade=upgrade)
+    if path is None or not runs_stale(con):
+        return con
+    if not read_only:
+        build_runs(con)
+        return con
+    con.close()
+    try:
+        writer = db.connect(path, create=False, upgrade=upgrade)
+    except K25Error as exc:
+        raise K25Error(f"{path}: its cross-rank run tables are out of date (a load was stopped before it rebuilt "
+                       f"them) and cannot be rebuilt here ({exc}); run `k25trace steps --db {path}` where the "
+                       "database can be written") from exc
+    try:
+        build_runs(writer)
+    finally:
+        writer.close()
+    return db.connect(path, read_only=True, create=False, upgrade=upgrade)

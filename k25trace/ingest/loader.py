@@ -380,6 +380,8 @@ class _NameIds:
 def _failure(exc: BaseException, shown: str, committing: bool) -> str | None:
     """The one-line message of a file that failed to load with ``exc``; None for what is no problem of the file
     (Ctrl-C, a bug): re-raised. The file's transaction is rolled back in both cases."""
+    if isinstance(exc, duckdb.InterruptException) or _interrupted(exc):  # Ctrl-C while DuckDB or Arrow ran
+        return None
     if isinstance(exc, TraceError):
         return f"{_shown(exc.path)}: {exc.problem}"
     if isinstance(exc, K25Error):
@@ -395,6 +397,16 @@ def _failure(exc: BaseException, shown: str, committing: bool) -> str | None:
     if isinstance(exc, (MemoryError, UnicodeError, ValueError, OverflowError)):
         return f"{shown}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
     return None
+
+
+def _interrupted(exc: BaseException) -> bool:
+    """Whether ``exc`` is an interrupt (Ctrl-C, SIGTERM) as a library reports it (DuckDB: "INTERRUPT Error: …",
+    pyarrow: ``ArrowCancelled``), or has one as its cause."""
+    while exc is not None:
+        if isinstance(exc, KeyboardInterrupt) or type(exc).__name__ in ("ArrowCancelled", "InterruptException"):
+            return True
+        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
+    return False
 
 
 def _span(ns: int) -> str:
@@ -565,7 +577,7 @@ def load_paths(
                 on_result(result)
     finally:
         loader.close()
-    if progress_ctx is not None:
-        progress_ctx.close()
+        if progress_ctx is not None:
+            progress_ctx.close()  # also when interrupted: a terminal's progress display is ended (cursor shown)
     return results, notes
 

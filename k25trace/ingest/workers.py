@@ -90,6 +90,7 @@ def _worker_main(index: int, tasks: Any, results: Any, pdeathsig: bool = False) 
     size, keep_python)`` decodes one chunk the parent put in ring buffer ``index``. Every message it puts
     (:mod:`k25trace.ingest.messages`) is paired with the task id; a failure is reported as :class:`Failed`, a guessed
     cut that does not hold as :class:`Resplit`, and the worker goes on."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it ends the workers
     _die_with_parent(pdeathsig)
     sys.meta_path.insert(0, _NoPandas())
     from k25trace.ingest.chunks import _chunks, _decode_and_build
@@ -153,6 +154,30 @@ def start_workers(paths: list[Path], options: LoadOptions | None = None) -> "_Wo
     return _Workers(options.workers)
 
 
+def _start_ignoring_sigint(procs: list[Any]) -> None:
+    """Start the decode processes with SIGINT ignored from their first instruction: Ctrl-C at a terminal signals the
+    whole process group, and a worker still importing (before :func:`_worker_main` ignores it) would print a
+    KeyboardInterrupt traceback. SIGINT is blocked here meanwhile, so one that comes while they start is delivered to
+    this process (its own handler restored) right after, not lost. Outside the main thread (no signal handling
+    there) the processes are simply started; their own ``signal.signal`` then ignores it."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        for proc in procs:
+            proc.start()
+        return
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # inherited through fork and exec
+        try:
+            for proc in procs:
+                proc.start()
+        finally:
+            signal.signal(signal.SIGINT, previous)
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 SHM_PREFIX = "k25trace_"
 
 
@@ -204,8 +229,7 @@ class _Workers:
         self.results = [ctx.Queue(maxsize=limits.RESULTS_IN_FLIGHT) for _ in range(count)]
         self.procs = [ctx.Process(target=_worker_main, args=(i, self.tasks[i], self.results[i], pdeathsig), daemon=True)
                       for i in range(count)]
-        for proc in self.procs:
-            proc.start()
+        _start_ignoring_sigint(self.procs)
         self.next_task = 0
         self.planned: dict[str, tuple[int, int]] = {}  # path -> (task id, worker) of a whole-file prefetch
         self.ring: list[Any] = []  # shared-memory chunk buffers for feed()
@@ -445,7 +469,16 @@ class _Workers:
                 proc.terminate()
         for proc in self.procs:
             proc.join(timeout=5)
+            if proc.is_alive():  # a worker stuck past SIGTERM (it never should be)
+                proc.kill()
+                proc.join(timeout=5)
         self.procs = []
+        for q in [*self.tasks, *self.results]:
+            # the workers are gone: a task still buffered in a queue's feeder thread will never be read, and joining
+            # that thread at exit (multiprocessing's Queue._finalize_join) could wait forever on a full pipe
+            q.cancel_join_thread()
+            q.close()
+        self.tasks, self.results = [], []
         if self._attaching is not None:  # workers never all mapped it: the names are still there
             self._drop_segments(self._attaching[1])
             self._attaching = None
