@@ -84,8 +84,10 @@ Server side (vLLM 0.13+), settings that keep /stop_profile short:
               help="Output tokens per request.")
 @click.option("--ignore-eos/--no-ignore-eos", default=True, show_default=True,
               help="Generate exactly --max-tokens per request (keeps the decode batch at C).")
-@click.option("--temperature", default=0.0, show_default=True, type=float)
-@click.option("--endpoint", type=click.Choice(["completions", "chat"]), default="completions", show_default=True)
+@click.option("--temperature", default=0.0, show_default=True, type=float,
+              help="Sampling temperature of every request (0: greedy, so runs repeat).")
+@click.option("--endpoint", type=click.Choice(["completions", "chat"]), default="completions", show_default=True,
+              help="The OpenAI API the requests use: /v1/completions or /v1/chat/completions.")
 @click.option("--warmup", default=2, show_default=True, type=click.IntRange(min=0),
               help="Unprofiled requests before each level's window.")
 @click.option("--name", help="Capture name [default: <model>-<date>-<time>].")

@@ -77,25 +77,28 @@ def parse_renames(specs: Iterable[str]) -> dict[str, str]:
 @click.command("synth")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Output directory (trace files + truth.json).")
-@click.option("--ranks", default=8, show_default=True, type=int)
+@click.option("--ranks", default=8, show_default=True, type=int, help="Tensor-parallel ranks: one trace file each.")
 @click.option("--batch-sizes", default="1,64,256", show_default=True, help="Comma list of decode batch sizes.")
 @click.option("--steps", "steps", default="20", show_default=True,
               help="Decode steps per batch size (one number or a comma list).")
-@click.option("--layers", default=61, show_default=True, type=int)
-@click.option("--first-k-dense", default=1, show_default=True, type=int)
+@click.option("--layers", default=61, show_default=True, type=int, help="Transformer layers per step (Kimi-K2.5: 61).")
+@click.option("--first-k-dense", default=1, show_default=True, type=int,
+              help="Leading dense (non-MoE) layers (Kimi-K2.5: 1).")
 @click.option("--prefill/--no-prefill", default=True, show_default=True,
               help="A piecewise prefill step before each batch-size group.")
 @click.option("--empty-steps", default=1, show_default=True, type=int,
               help="execute_context_0(0)_generation_0(0) steps after each group.")
-@click.option("--context-len", default=1024, show_default=True, type=int)
-@click.option("--allreduce", type=click.Choice(["nccl", "custom"]), default="nccl", show_default=True)
+@click.option("--context-len", default=1024, show_default=True, type=int,
+              help="Tokens in each request's KV cache (sets attention times).")
+@click.option("--allreduce", type=click.Choice(["nccl", "custom"]), default="nccl", show_default=True,
+              help="All-reduce kernels to write: NCCL's or vLLM's custom all-reduce.")
 @click.option("--delay", "delays", multiple=True, help="RANK:US[:STEPS[:ORDINALS|%K]] (repeatable).")
 @click.option("--clock-offset-us", default=None,
               help="Max random per-rank clock offset (one number) or a comma list of per-rank offsets (µs).")
 @click.option("--target-gz-mb", type=float, default=None, help="Pad each rank file to about this size (MB).")
-@click.option("--gzip/--no-gzip", default=True, show_default=True)
+@click.option("--gzip/--no-gzip", default=True, show_default=True, help="Write .pt.trace.json.gz (else plain JSON).")
 @click.option("--workers", default=1, show_default=True, type=int, help="Processes writing rank files.")
-@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--seed", default=0, show_default=True, type=int, help="Random seed of the kernel times (same seed, same files).")
 @click.option("--scale", "scales", multiple=True, metavar="CATEGORY=FACTOR",
               help="Every op of a category takes FACTOR x its time (attention=1.2: 20 % slower; repeatable).")
 @click.option("--rename", "renames", multiple=True, metavar="OLD=NEW",

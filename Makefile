@@ -1,0 +1,18 @@
+# The checks. `make check` is the fast inner loop (everything but the real-vLLM-server test, ~6 min on 2 cores);
+# `make check-all` is what CI runs (.ci/run runs the README's test command, which is the same list).
+.PHONY: check check-all docs
+
+check:
+	ruff check .
+	lint-imports
+	mypy
+	pytest -q -m "not vllm"
+
+check-all:
+	ruff check .
+	lint-imports
+	mypy
+	pytest
+
+docs:  # regenerate docs/commands.md from the commands' --help (tests/test_docs.py checks it is current)
+	python3 .ci/commands_doc.py
