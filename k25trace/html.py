@@ -16,8 +16,10 @@ Colours are the TUI's (:mod:`k25trace.tui.colors`).
 
 from __future__ import annotations
 
+import hashlib
 import html as _html
 import math
+import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -210,9 +212,22 @@ def attr(value: Any) -> str:
     return esc(value)
 
 
+KNOWN_CLASSES = frozenset([*CATEGORY_COLORS, "idle", *(f"idle:{k}" for k in IDLE_CAUSE_COLORS)])
+"""Categories and idle causes whose class name is their own name (``attention`` → ``c-attention``)."""
+
+
 def css_class(category: str | None) -> str:
-    """CSS class of a category or an idle cause (``idle:host`` → ``c-idle-host``)."""
-    return "c-" + (category or "other").replace(":", "-").replace("_", "-")
+    """A safe CSS class token for a category or an idle cause: ``c-attention``, ``idle:host`` → ``c-idle-host``.
+
+    Only the built-in categories keep their name; any other category (a user's rules, a database someone sent)
+    gets ``c-u-<its letters and digits, at most 24>-<8 hex digits of its SHA-256>``: one token of ``[a-z0-9-]``,
+    the same on every chart of every page, distinct for distinct names. The raw name never reaches a ``class``."""
+    name = category or "other"
+    if name in KNOWN_CLASSES:
+        return "c-" + name.replace(":", "-").replace("_", "-")
+    slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")[:24].strip("-")
+    digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    return f"c-u-{slug + '-' if slug else ''}{digest}"
 
 
 def nice_ticks(vmax: float, n: int = 5) -> list[float]:
@@ -531,7 +546,7 @@ def _scaling_chart(title: str, unit: str, points: _Points, batches: list[int]) -
                     + (f' stroke-dasharray="{dash}"' if dash else "") + "/>")
         for b, v, tip in pts:
             svg.add(f'<circle class="pt" cx="{xpos(b):.1f}" cy="{y1 - v * scale:.1f}" r="4" fill="{color}" '
-                    f'data-series="{esc(kind)}" data-batch="{b}" data-value="{attr(v)}"><title>{esc(tip)}</title>'
+                    f'data-series="{esc(kind)}" data-batch="{attr(b)}" data-value="{attr(v)}"><title>{esc(tip)}</title>'
                     f"</circle>")
     return svg.render()
 
@@ -769,16 +784,16 @@ def section_distribution(data: ReportData) -> str:
                 fill = OUTLIER_COLOR if outlier else RUN_COLORS[slot % len(RUN_COLORS)]
                 svg.add(f'<circle class="step{" outlier" if outlier else ""}" cx="{x:.1f}" cy="{ypos(v):.1f}" '
                         f'r="{4 if outlier else 3}" fill="{fill}" data-run="{attr(run_id)}" data-batch="{attr(batch)}" '
-                        f'data-rank="{r["rank"]}" data-step="{r["step_index"]}" data-ms="{attr(v)}"><title>rank '
-                        f"{r['rank']}, step {r['step_index']}: {num(v)} ms" + (" (outlier)" if outlier else "")
-                        + "</title></circle>")
+                        f'data-rank="{attr(r["rank"])}" data-step="{attr(r["step_index"])}" data-ms="{attr(v)}">'
+                        f"<title>rank {esc(r['rank'])}, step {esc(r['step_index'])}: {num(v)} ms"
+                        + (" (outlier)" if outlier else "") + "</title></circle>")
                 if outlier:  # labelled on the side of the dot that stays inside the panel
                     right = x - px < pw / 2
                     svg.text(x + 6 if right else x - 6, ypos(v) + 3, f"{num(v)} ms (r{r['rank']} s{r['step_index']})",
                              "start" if right else "end", "outlier")
         svg.text(12, ph / 2, "ms per step", "middle", "unit", f' transform="rotate(-90 12 {ph / 2:.1f})"')
         leg = ('<ul class="legend">' + "".join(
-            f'<li><span class="sw dot" style="background:{RUN_COLORS[i % len(RUN_COLORS)]}"></span>rank {r}</li>'
+            f'<li><span class="sw dot" style="background:{RUN_COLORS[i % len(RUN_COLORS)]}"></span>rank {esc(r)}</li>'
             for i, r in enumerate(ranks)) + f'<li><span class="sw dot" style="background:{OUTLIER_COLOR}"></span>'
             "outlier (beyond 1.5 × the interquartile range)</li></ul>")
         parts.append(figure(f"Step wall time per batch size — {data.run_name(run_id)}",
@@ -850,17 +865,18 @@ def section_timeline(data: ReportData) -> str:
                     d = "".join(f"M{_g(x0 + a * px)} {y}h{_g((b - a) * px)}v{lane_h}h-{_g((b - a) * px)}z"
                                 for a, b in spans)
                     marks.append(f'<path class="{css_class(cat)}" d="{d}" data-category="{esc(cat)}" '
-                                 f'data-columns="{columns}"><title>rank {lane.rank} · {esc(_slice_label(cat))}: '
+                                 f'data-columns="{columns}"><title>rank {esc(lane.rank)} · {esc(_slice_label(cat))}: '
                                  f"{columns} of {t.buckets} columns (≈ {num(columns * span_ms / t.buckets)} ms)"
                                  "</title></path>")
                 start_x = x0 + (lane.start_ns - t.start_ns) / 1e6 * scale
                 end_x = x0 + (lane.end_ns - t.start_ns) / 1e6 * scale
                 svg.add(f'<g class="lane" data-run="{attr(run_id)}" data-batch="{attr(t.batch_size)}" '
-                        f'data-step="{t.step_index}" data-rank="{lane.rank}" data-wall-ns="{lane.wall_ns}" '
-                        f'data-start-ns="{lane.start_ns}" data-end-ns="{lane.end_ns}" '
-                        f'data-offset-ns="{lane.offset_ns}" '
-                        f'data-window-start-ns="{t.start_ns}" data-window-end-ns="{t.end_ns}" '
-                        f'data-x-start="{start_x:.2f}" data-x-end="{end_x:.2f}" data-wait-ns="{lane.wait_ns}">'
+                        f'data-step="{attr(t.step_index)}" data-rank="{attr(lane.rank)}" '
+                        f'data-wall-ns="{attr(lane.wall_ns)}" '
+                        f'data-start-ns="{attr(lane.start_ns)}" data-end-ns="{attr(lane.end_ns)}" '
+                        f'data-offset-ns="{attr(lane.offset_ns)}" '
+                        f'data-window-start-ns="{attr(t.start_ns)}" data-window-end-ns="{attr(t.end_ns)}" '
+                        f'data-x-start="{start_x:.2f}" data-x-end="{end_x:.2f}" data-wait-ns="{attr(lane.wait_ns)}">'
                         + "".join(marks) + "</g>")
                 note = f"{num(lane.wall_ns / 1e6)} ms"
                 if lane.collectives:
@@ -884,8 +900,9 @@ def section_timeline(data: ReportData) -> str:
                 f"{esc(why)}; {esc(clock)}. Each pixel column shows the category that ran longest there, or why the "
                 f"GPU was idle; blank before a rank's first and after its last GPU activity of the step. "
                 + (f"Collective wait in this step: {num(caught / 1e6)} ms over all ranks. " if caught else "")
-                + "Open it in Perfetto: <code>k25trace export perfetto --db " + esc(data.source or "FILE")
-                + f" --run {esc(_shell_quote(data.run_name(run_id)))} --steps {t.step_index} -o step.json</code>.",
+                + "Open it in Perfetto: <code>k25trace export perfetto --db "
+                + esc(_shell_quote(data.source) if data.source else "FILE")
+                + f" --run {esc(_shell_quote(data.run_name(run_id)))} --steps {esc(t.step_index)} -o step.json</code>.",
                 svg.render()))
     parts.append(legend([(css_class(c), _slice_label(c)) for c in _legend_order(seen)]))
     parts.append("</section>")
@@ -937,7 +954,7 @@ def section_kernels(data: ReportData) -> str:
     return ('<section id="kernels"><h2>Top kernels</h2>'
             + figure(f"The {len(rows)} kernels that take the most time",
                      "Summed kernel time per step over the selected steps of every run and rank, by short name "
-                     f"(<code>report --by kernel --top {data.top}</code>).",
+                     f"(<code>report --by kernel --top {esc(data.top)}</code>).",
                      table([("#", "r"), ("category", "l"), ("kernel", "l"), ("ms/step", "r"), ("", "l"),
                             ("% of step", "r"), ("calls/step", "r"), ("mean µs", "r"), ("min µs", "r"),
                             ("max µs", "r")], trs, "numbers kernels"))
@@ -1167,7 +1184,8 @@ def _compare_categories(comparison: Any) -> str:
         dsvg.add(f'<line class="axisline" x1="{zero:.1f}" x2="{zero:.1f}" y1="2" '
                  f'y2="{len(ranked) * (row_h + gap) + 6}"/>')
         parts.append(figure(f"{group} ({phase}): A {num(totals['a'])} ms → B {num(totals['b'])} ms per step",
-                            f"{by_cat[order[0]]['steps_a']} steps in A, {by_cat[order[0]]['steps_b']} in B. Top: each "
+                            f"{esc(by_cat[order[0]]['steps_a'])} steps in A, {esc(by_cat[order[0]]['steps_b'])} in B. "
+                            "Top: each "
                             "side's step by category. Bottom: the change per category, largest first; bright bars "
                             "changed (Welch's t-test, Holm-adjusted), faint ones are within noise or negligible.",
                             svg.render() + dsvg.render()))
