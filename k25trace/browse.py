@@ -92,8 +92,8 @@ def collective_split(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
         return frame
     return _with_run_label(frame, report.run_labels(con)).select(
         ["run", "level", "batch_size", "category", "ranks", "calls_per_step", "ms_per_step", "transfer_ms_per_step",
-         "wait_ms_per_step", "wait_pct", "launch_wait_ms_per_step", "gpu_wait_ms_per_step", "skew_p90_us",
-         "straggler_rank", "straggler_wait_pct", "last_rank", "last_pct"])
+         "wait_ms_per_step", "wait_pct", "wait_host_ms_per_step", "wait_gpu_work_ms_per_step", "skew_p90_us",
+         "straggler_rank", "straggler_wait_pct", "last_rank", "last_pct", "why_late"])
 
 
 def idle_split(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:

@@ -7,9 +7,18 @@
 -- the wait it imposed on the others, per step, and its share of all wait) and, apart from it, the rank most
 -- often last to arrive with how often; and how much to trust it all (comm_alignment: the clock alignment's p90
 -- residual and 'good' | 'poor' | 'unpaired').
+-- Why the late rank was late (collective_causes, comm_lateness.sql): each collective's mean wait is split in the
+-- proportions of its lateness parts (wait x part / lateness): host launched late (host-bound idle and launch
+-- overhead), sync (idle after a host sync, up to its return), longer GPU work, waited on the device (a stream,
+-- event or graph edge), other (no earlier collective to compare with, clocks, or no lateness); the five add up to
+-- wait_ms_per_step (to rounding). In why_late, other is "at the first collective (none before it)" for the run's
+-- first collective, else "unexplained". why_late says it in words, largest first, with the share of the wait and,
+-- for longer GPU work, the kernel categories that ran longer (each collective's longest, weighted by its part).
+-- launch_wait/gpu_wait split the same wait by position only: at the step's first collective, or at a later one.
 -- Runs without step markers pair their collectives over the whole trace (pairing = 'whole trace'; batch_size
 -- NULL; wait_kind unknown, so launch + gpu wait is 0 there).
--- reads: phase_collectives (macro: collectives of selected_steps), trace_runs, traces, comm_alignment
+-- reads: phase_collectives (macro: collectives of selected_steps), collective_causes, trace_runs, traces,
+--   comm_alignment
 -- params: $phase
 -- grain: one row per (run, batch_size, category)
 with selected as (
@@ -18,12 +27,37 @@ with selected as (
 ),
 
 per_collective as (
-    select run_id, batch_size, min(step_index) as step_index, category, any_value(transfer_ns) as transfer_ns,
+    select run_id, batch_size, min(step_index) as step_index, pair_step, category, ordinal,
+        any_value(transfer_ns) as transfer_ns,
         any_value(skew_ns) as skew_ns, avg(wait_ns) as mean_wait_ns, any_value(wait_kind) as wait_kind,
         pair_step < 0 as whole_trace,
         arg_max(rank, is_late::int) as late_rank, count(*) as ranks
     from selected
     group by run_id, batch_size, pair_step, category, ordinal
+),
+
+per_collective_why as (  -- the mean wait split in the proportions of the lateness parts
+    select per_collective.*,
+        coalesce(mean_wait_ns * (c.host_ns + c.launch_ns) / nullif(c.lateness_ns, 0), 0) as host_wait_ns,
+        coalesce(mean_wait_ns * c.sync_ns / nullif(c.lateness_ns, 0), 0) as sync_wait_ns,
+        coalesce(mean_wait_ns * c.gpu_ns / nullif(c.lateness_ns, 0), 0) as gpu_work_wait_ns,
+        coalesce(mean_wait_ns * c.device_ns / nullif(c.lateness_ns, 0), 0) as device_wait_ns,
+        case when not c.has_interval then mean_wait_ns else 0 end as first_wait_ns,
+        split_part(c.longer_work, ', ', 1) as longest_category
+    from per_collective
+    left join collective_causes as c using (run_id, pair_step, category, ordinal)
+),
+
+longer_categories as (
+    select run_id, batch_size, category,
+        string_agg(longest_category, ', ' order by ns desc, longest_category) filter (where ns * 10 >= total_ns)
+            as longer_work
+    from (select run_id, batch_size, category, longest_category, sum(gpu_work_wait_ns) as ns,
+              sum(sum(gpu_work_wait_ns)) over (partition by run_id, batch_size, category) as total_ns
+          from per_collective_why
+          where gpu_work_wait_ns > 0 and longest_category != ''
+          group by run_id, batch_size, category, longest_category)
+    group by run_id, batch_size, category
 ),
 
 per_step as (
@@ -32,9 +66,13 @@ per_step as (
         count(*) as calls, sum(transfer_ns) as transfer_ns, sum(mean_wait_ns) as mean_wait_ns,
         sum(mean_wait_ns) filter (where wait_kind = 'launch') as launch_wait_ns,
         sum(mean_wait_ns) filter (where wait_kind = 'gpu') as gpu_wait_ns,
+        sum(host_wait_ns) as host_wait_ns, sum(sync_wait_ns) as sync_wait_ns,
+        sum(gpu_work_wait_ns) as gpu_work_wait_ns, sum(device_wait_ns) as device_wait_ns,
+        sum(mean_wait_ns - host_wait_ns - sync_wait_ns - gpu_work_wait_ns - device_wait_ns) as other_wait_ns,
+        sum(first_wait_ns) as first_wait_ns,
         bool_or(whole_trace) as whole_trace,
         any_value(ranks) as ranks
-    from per_collective
+    from per_collective_why
     group by all
 ),
 
@@ -68,6 +106,31 @@ stragglers as (
     group by all
 ),
 
+why_parts as (  -- one row per (run, batch size, category, kind of lateness) with its share of the wait
+    select per_step.run_id, per_step.batch_size, per_step.category, kinds.kind, kinds.words,
+        case kinds.kind when 'host' then sum(host_wait_ns) when 'sync' then sum(sync_wait_ns)
+            when 'gpu' then sum(gpu_work_wait_ns) when 'device' then sum(device_wait_ns)
+            when 'first' then sum(first_wait_ns) else sum(other_wait_ns - first_wait_ns) end
+            * 100.0 / nullif(sum(mean_wait_ns), 0) as share
+    from per_step
+    cross join (values ('host', 'host launched late'), ('sync', 'sync'), ('gpu', 'longer GPU work'),
+                       ('device', 'waited on the device'), ('first', 'at the first collective (none before it)'),
+                       ('other', 'unexplained')) as kinds(kind, words)
+    group by per_step.run_id, per_step.batch_size, per_step.category, kinds.kind, kinds.words
+),
+
+why as (
+    select why_parts.run_id, why_parts.batch_size, why_parts.category,
+        string_agg(why_parts.words
+                || case when why_parts.words = 'longer GPU work'
+                        then coalesce(' (' || longer_categories.longer_work || ')', '') else '' end
+                || ' ' || round(why_parts.share)::integer || ' %', ', ' order by why_parts.share desc, why_parts.words)
+            filter (where why_parts.share >= 0.5) as why_late
+    from why_parts
+    left join longer_categories using (run_id, batch_size, category)
+    group by why_parts.run_id, why_parts.batch_size, why_parts.category
+),
+
 skews as (
     select run_id, batch_size, category,
         quantile_cont(skew_ns, 0.5) as skew_p50_ns, quantile_cont(skew_ns, 0.9) as skew_p90_ns,
@@ -91,6 +154,12 @@ select
     round(sum(per_step.mean_wait_ns) * 100.0 / nullif(sum(per_step.transfer_ns + per_step.mean_wait_ns), 0), 2) as wait_pct,
     round(avg(coalesce(per_step.launch_wait_ns, 0)) / 1e6, 4) as launch_wait_ms_per_step,
     round(avg(coalesce(per_step.gpu_wait_ns, 0)) / 1e6, 4) as gpu_wait_ms_per_step,
+    round(avg(per_step.host_wait_ns) / 1e6, 4) as wait_host_ms_per_step,
+    round(avg(per_step.sync_wait_ns) / 1e6, 4) as wait_sync_ms_per_step,
+    round(avg(per_step.gpu_work_wait_ns) / 1e6, 4) as wait_gpu_work_ms_per_step,
+    round(avg(per_step.device_wait_ns) / 1e6, 4) as wait_device_ms_per_step,
+    round(avg(per_step.other_wait_ns) / 1e6, 4) as wait_other_ms_per_step,
+    any_value(why.why_late) as why_late,
     round(any_value(skews.skew_p50_ns) / 1e3, 2) as skew_p50_us,
     round(any_value(skews.skew_p90_ns) / 1e3, 2) as skew_p90_us,
     round(any_value(skews.skew_max_ns) / 1e3, 2) as skew_max_us,
@@ -105,6 +174,7 @@ from per_step
 join skews using (run_id, batch_size, category)
 join stragglers using (run_id, batch_size, category)
 join last_ranks using (run_id, batch_size, category)
+left join why using (run_id, batch_size, category)
 left join comm_alignment using (run_id)
 group by per_step.run_id, per_step.batch_size, per_step.category
 order by per_step.run_id, per_step.batch_size, per_step.category

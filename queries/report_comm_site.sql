@@ -5,7 +5,11 @@
 -- share of all the wait of that batch size, the wait kind (launch at the step's first collective, else gpu), the
 -- rank that caused the most wait there and how often it was the last to arrive. Sites with no wait at all are
 -- kept (wait 0) so that the rows of a batch size add up. Only runs with paired steps (markers) have sites.
--- reads: phase_collectives (macro: collectives of selected_steps)
+-- why_late: what made the late ranks late there (collective_causes: the lateness parts summed over the site's
+-- steps), the largest kind in words with its share of the site's lateness: host launched late | sync | longer GPU
+-- work (the categories, and the kernel that ran longest beyond) | waited on the device | at the first collective
+-- (none before it) | unexplained.
+-- reads: phase_collectives (macro: collectives of selected_steps), collective_causes
 -- params: $phase
 -- grain: one row per (run, batch_size, category, site)
 with selected as (
@@ -37,6 +41,34 @@ site_stragglers as (
     group by all
 ),
 
+site_causes as (
+    select c.run_id, steps.batch_size, c.category, c.ordinal as site,
+        sum(c.host_ns + c.launch_ns) as host_ns, sum(c.sync_ns) as sync_ns, sum(c.gpu_ns) as gpu_ns,
+        sum(c.device_ns) as device_ns, sum(c.other_ns) filter (where not c.has_interval) as first_ns,
+        sum(c.other_ns) filter (where c.has_interval) as other_ns, sum(c.lateness_ns) as lateness_ns,
+        arg_max(c.longer_work, c.gpu_ns) filter (where c.gpu_ns > 0) as longer_work,
+        arg_max(c.longer_kernel, c.gpu_ns) filter (where c.gpu_ns > 0) as longer_kernel
+    from collective_causes as c
+    join (select distinct run_id, pair_step, category, ordinal, batch_size from selected) as steps
+        using (run_id, pair_step, category, ordinal)
+    group by all
+),
+
+site_why as (
+    select run_id, batch_size, category, site,
+        case greatest(host_ns, sync_ns, gpu_ns, device_ns, coalesce(first_ns, 0), coalesce(other_ns, 0))
+            when host_ns then 'host launched late'
+            when gpu_ns then 'longer GPU work' || coalesce(' (' || longer_work || coalesce(': ' || longer_kernel, '')
+                || ')', '')
+            when sync_ns then 'sync'
+            when device_ns then 'waited on the device'
+            when first_ns then 'at the first collective (none before it)'
+            else 'unexplained' end
+        || ' ' || round(100.0 * greatest(host_ns, sync_ns, gpu_ns, device_ns, coalesce(first_ns, 0),
+                                         coalesce(other_ns, 0)) / nullif(lateness_ns, 0))::integer || ' %' as why_late
+    from site_causes
+),
+
 per_site as (
     select run_id, batch_size, category, site,
         count(*) as steps,
@@ -63,7 +95,9 @@ select
         / nullif(sum(per_site.total_wait_ns) over (partition by per_site.run_id, per_site.batch_size, per_site.category), 0), 2)
         as wait_share_pct,
     site_stragglers.late_rank,
-    round(site_stragglers.late_rank_times_last * 100.0 / per_site.steps, 1) as late_rank_last_pct
+    round(site_stragglers.late_rank_times_last * 100.0 / per_site.steps, 1) as late_rank_last_pct,
+    site_why.why_late
 from per_site
 join site_stragglers using (run_id, batch_size, category, site)
+left join site_why using (run_id, batch_size, category, site)
 order by per_site.run_id, per_site.batch_size, per_site.category, per_site.site

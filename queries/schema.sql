@@ -1,6 +1,6 @@
 -- name: schema
 -- The public schema of a k25trace database (see README "Schema"). Idempotent: creates what is missing.
--- creates: meta, dtype_bytes (macro), traces, kernel_names, kernel_rules, kernel_classes, gpu_events, launches, annotations, cpu_ops, python_functions, captures, capture_levels, steps, step_categories, phase_steps (table macro), selected_steps (table macro), gpu_gaps, trace_runs, run_labels (view), rank_offsets, collectives, phase_collectives (table macro), comm_alignment, allreduce_bench, kernels (view)
+-- creates: meta, dtype_bytes (macro), traces, kernel_names, kernel_rules, kernel_classes, gpu_events, launches, annotations, cpu_ops, python_functions, captures, capture_levels, steps, step_categories, phase_steps (table macro), selected_steps (table macro), gpu_gaps, trace_runs, run_labels (view), rank_offsets, collectives, phase_collectives (table macro), comm_alignment, collective_causes, allreduce_bench, kernels (view)
 -- reads: none
 -- params: none
 -- grain: traces = one row per loaded trace file; gpu_events = one row per GPU activity; launches = one row per CUDA runtime/driver call; annotations = one row per user annotation; cpu_ops = one row per CPU operator
@@ -250,10 +250,12 @@ create table if not exists trace_runs (
     duplicate_of_rank boolean,        -- another file of the same directory/level claims this trace's rank
     file_name varchar,
     session integer,                  -- k for the k-th session of a group whose files claim the same rank; else NULL
+    session_label varchar,            -- what tells that session apart: 'graph' | 'eager' (cudaGraphLaunch calls or
+                                      -- none), else the file name's distinguishing part; NULL outside sessions
     run_name varchar,                 -- the capture directory's name, else the name of the folder the file came from
     group_label varchar,              -- run_name + '#<level>' (capture level) + ' (TP<world size>)' (multi-rank run)
     run_label varchar                 -- the run's name as reports print it: group_label with the session,
-                                      -- e.g. 'graph (TP2)', 'cap#c64 (TP8)', 'both (TP2#s2)'
+                                      -- e.g. 'graph (TP2)', 'cap#c64 (TP8)', 'both (TP2#s2 eager)'
 );
 
 -- databases made before trace_runs had sessions, then labels (collectives.sql rebuilds the table with them; a
@@ -264,11 +266,12 @@ alter table trace_runs add column if not exists session integer;
 alter table trace_runs add column if not exists run_name varchar;
 alter table trace_runs add column if not exists group_label varchar;
 alter table trace_runs add column if not exists run_label varchar;
+alter table trace_runs add column if not exists session_label varchar;
 
 -- The name of each run as reports, warnings and the TUI print it, one row per run: the label columns of
 -- trace_runs (collectives.sql defines them; nothing parses run_id for them).
 create or replace view run_labels as
-select distinct run_id, run_name, session, group_label, run_label
+select distinct run_id, run_name, session, session_label, group_label, run_label
 from trace_runs;
 
 create table if not exists rank_offsets (
@@ -328,6 +331,43 @@ create table if not exists comm_alignment (
     residual_p50_us double, residual_p90_us double, residual_max_us double,  -- |aligned end - mean aligned end|
     transfer_p50_us double,
     alignment varchar                 -- good | poor | unpaired: how much to trust this run's wait/straggler figures
+);
+
+-- Why each late rank was late (queries/comm_lateness.sql): one row per paired collective with a late rank, its
+-- lateness split by what the late rank did since the previous paired collective, against the on-time rank.
+create table if not exists collective_causes (
+    run_id varchar,
+    step_index integer,
+    pair_step integer,
+    category varchar,                 -- of the collective (allreduce | comm_other)
+    ordinal bigint,                   -- its call site
+    step_ordinal bigint,
+    trace_id integer,                 -- the late rank's trace
+    rank integer,                     -- the late rank
+    early_trace_id integer,           -- the on-time rank (earliest aligned start) it is compared with
+    early_rank integer,
+    lateness_ns bigint,               -- = collectives.lateness_ns of the late rank = the sum of the six parts below
+    host_ns bigint,                   -- more host-bound idle (the host issued the launches late)
+    launch_ns bigint,                 -- more launch overhead (launch call -> GPU start, GPU idle)
+    sync_ns bigint,                   -- more idle right after a host sync, up to its return
+    device_ns bigint,                 -- more device-bound (and unknown) idle: waits on a stream, event, graph edge
+    gpu_ns bigint,                    -- more GPU busy time: longer GPU work
+    other_ns bigint,                  -- not explained by the interval (the previous collective ended apart, no
+                                      -- earlier paired collective)
+    cause varchar,                    -- the largest part: host | launch | sync | device | gpu | other | unknown
+    longer_work varchar,              -- when gpu_ns > 0: the kernel categories that ran longer, longest first
+    longer_kernel varchar,            -- when gpu_ns > 0: the kernel (short name) that ran longest beyond
+    has_interval boolean,             -- every rank had the same previous paired collective
+    late_from_ns bigint,              -- the interval's start (previous collective's end) on the late rank's clock
+    early_from_ns bigint,             -- likewise on the on-time rank's
+    late_span_ns bigint,              -- interval lengths
+    early_span_ns bigint,
+    host_diff_ns bigint,              -- late rank's minus on-time rank's time of each kind in the interval
+    launch_diff_ns bigint,            -- (signed; with edge_ns they add up to lateness_ns exactly)
+    sync_diff_ns bigint,
+    device_diff_ns bigint,
+    gpu_diff_ns bigint,
+    edge_ns bigint                    -- the previous collective's aligned end, late minus on-time (clock alignment)
 );
 
 create table if not exists gpu_gaps (

@@ -18,12 +18,13 @@ from k25trace.tui.screens.base import BrowseScreen
 from k25trace.tui.widgets import fill_table
 
 BATCH_COLUMNS = ["run", "batch_size", "category", "ranks", "calls_per_step", "ms_per_step", "transfer_ms_per_step",
-                 "wait_ms_per_step", "launch_wait_ms_per_step", "gpu_wait_ms_per_step", "straggler_rank",
-                 "straggler_wait_ms_per_step", "straggler_wait_pct", "last_rank", "last_pct", "alignment"]
+                 "wait_ms_per_step", "wait_host_ms_per_step", "wait_sync_ms_per_step", "wait_gpu_work_ms_per_step",
+                 "straggler_rank", "straggler_wait_ms_per_step", "straggler_wait_pct", "last_rank", "last_pct",
+                 "alignment", "why_late"]
 RANK_COLUMNS = ["run", "rank", "category", "steps", "wait_ms_per_step", "caused_wait_ms_per_step", "caused_wait_pct",
                 "late_pct", "clock_offset_us"]
 SITE_COLUMNS = ["site", "wait_kind", "steps", "transfer_us", "wait_us", "max_wait_us", "wait_share_pct", "late_rank",
-                "late_rank_last_pct"]
+                "late_rank_last_pct", "why_late"]
 
 
 class CommScreen(BrowseScreen):
@@ -43,7 +44,8 @@ class CommScreen(BrowseScreen):
         with VerticalScroll(id="comm-screen"):
             yield Label("loading…", id="status")
             yield Label("[b]Per run and batch size[/b] (decode; straggler = the rank whose lateness caused the most "
-                        "wait; last = the rank most often last to arrive) — Enter: call sites", classes="section")
+                        "wait; last = the rank most often last to arrive; why late = what the late rank did since "
+                        "the previous collective, against the on-time rank) — Enter: call sites", classes="section")
             yield DataTable(id="comm-batches", cursor_type="row", zebra_stripes=True)
             yield Label("[b]Per rank[/b]: wait suffered and wait caused", classes="section")
             yield DataTable(id="comm-ranks", cursor_type="row")
