@@ -13,7 +13,7 @@
 -- inferred (no markers) pair their collectives over the whole trace (pair_step = -1; wait_kind 'unknown').
 -- creates: trace_runs (table), _collective_calls (temp table, dropped at the end), rank_offsets (table), collectives (table),
 --   comm_alignment (table: how much to trust the figures of each run, see below)
--- reads: traces, gpu_events, steps
+-- reads: traces, launches, gpu_events, steps
 -- params: none
 -- grain: trace_runs = one row per trace; rank_offsets = one row per trace in a multi-rank run; collectives = one row per paired collective per rank;
 --   comm_alignment = one row per multi-rank run with collectives
@@ -24,8 +24,11 @@
 -- What a run is called is defined here too, once, as columns (nothing parses run_id for it): run_name is the
 -- capture directory's name, else the name of the folder the files came from; group_label is run_name with
 -- '#<level>' for a capture level and ' (TP<world size>)' for a multi-rank run; session is k for the k-th session
--- of a group whose files claim the same rank (NULL otherwise); run_label is group_label with the session, e.g.
--- 'graph (TP2)', 'cap#c64 (TP8)', 'both (TP2#s2)'.
+-- of a group whose files claim the same rank (NULL otherwise); session_label says what tells the sessions apart:
+-- 'graph' or 'eager' (the trace has cudaGraphLaunch/hipGraphLaunch calls, or none) when that alone does, else the
+-- part of the file name the files of a rank do not share (vLLM's timestamp), after the mode when modes differ;
+-- run_label is group_label with the session and its label, e.g. 'graph (TP2)', 'cap#c64 (TP8)',
+-- 'both (TP2#s2 eager)'.
 create or replace table trace_runs as
 with base as (
     select
@@ -41,7 +44,10 @@ with base as (
             || coalesce(world_size::varchar, '?') as base_run,
         row_number() over (partition by
             coalesce(capture_dir || '#' || coalesce(level, ''), regexp_replace(path, '/[^/]*$', '')),
-            world_size, rank order by first_ns nulls last, trace_id) as session
+            world_size, rank order by first_ns nulls last, trace_id) as session,
+        -- the trace replays CUDA/HIP graphs (vLLM's CUDA-graph mode, full or piecewise), else it ran eager
+        trace_id in (select trace_id from launches where name in ('cudaGraphLaunch', 'hipGraphLaunch', 'cuGraphLaunch'))
+            as uses_graphs
     from traces
     where not is_frontend
 ),
@@ -49,6 +55,73 @@ with base as (
 sessions as (
     select *, max(session) over (partition by base_run) as sessions
     from base
+),
+
+-- What tells the sessions of a group apart, for their labels. Each file name of a duplicated rank is cut into
+-- tokens (runs of characters other than . _ -, and those separators); the tokens that all files of that rank
+-- share at the start and at the end are dropped, and the rest (e.g. vLLM's timestamp
+-- 'dp0_pp0_tp0_dcp0_ep0_rank0.<ns>.pt.trace.json.gz') is the file's distinguishing part.
+name_tokens as (
+    select trace_id, base_run, rank, regexp_extract_all(file_name, '[^._-]+|[._-]') as tok,
+        count(*) over (partition by base_run, rank) as files
+    from sessions
+    where sessions > 1
+),
+
+common_prefix as (  -- the most leading tokens every file of the rank shares
+    select base_run, rank, max(i) as prefix_len
+    from (
+        select name_tokens.base_run, name_tokens.rank, i
+        from name_tokens, unnest(range(0, len(name_tokens.tok) + 1)) as r(i)
+        group by name_tokens.base_run, name_tokens.rank, i, name_tokens.files
+        having count(*) = name_tokens.files and count(distinct list_slice(name_tokens.tok, 1, i)) = 1
+    )
+    group by all
+),
+
+common_suffix as (  -- the most trailing tokens every file of the rank shares
+    select base_run, rank, max(i) as suffix_len
+    from (
+        select name_tokens.base_run, name_tokens.rank, i
+        from name_tokens, unnest(range(0, len(name_tokens.tok) + 1)) as r(i)
+        group by name_tokens.base_run, name_tokens.rank, i, name_tokens.files
+        having count(*) = name_tokens.files
+            and count(distinct list_slice(name_tokens.tok, len(name_tokens.tok) - i + 1, len(name_tokens.tok))) = 1
+    )
+    group by all
+),
+
+name_parts as (
+    select name_tokens.trace_id,
+        nullif(trim(array_to_string(list_slice(name_tokens.tok, common_prefix.prefix_len + 1,
+            len(name_tokens.tok) - least(common_suffix.suffix_len,
+                min(len(name_tokens.tok)) over (partition by name_tokens.base_run, name_tokens.rank)
+                - common_prefix.prefix_len)), ''), '._-'), '') as name_part
+    from name_tokens
+    join common_prefix using (base_run, rank)
+    join common_suffix using (base_run, rank)
+),
+
+session_modes as (  -- per session: CUDA graphs or eager, and the distinguishing file-name part of its lowest rank
+    select sessions.base_run, sessions.session,
+        case when bool_or(sessions.uses_graphs) then 'graph' else 'eager' end as mode,
+        arg_min(name_parts.name_part, sessions.rank) as name_part
+    from sessions
+    left join name_parts using (trace_id)
+    where sessions.sessions > 1
+    group by all
+),
+
+session_labels as (
+    -- graph / eager when that alone tells every session of the group apart; else the file-name part (after the
+    -- mode when the modes differ at all); NULL when nothing tells them apart (then only #s<k> does)
+    select base_run, session,
+        case
+            when count(distinct mode) over (partition by base_run) = count(*) over (partition by base_run) then mode
+            else nullif(concat_ws(' ',
+                case when count(distinct mode) over (partition by base_run) > 1 then mode end, name_part), '')
+        end as session_label
+    from session_modes
 )
 
 select
@@ -59,12 +132,17 @@ select
     sessions > 1 as duplicate_of_rank,   -- another file of the same directory/level claims this rank
     file_name,
     (case when sessions > 1 then session end)::integer as session,
+    session_labels.session_label,
     run_name,
     label_name || case when world_size is null or world_size = 1 then '' else ' (TP' || world_size || ')' end as group_label,
     label_name || case when (world_size is null or world_size = 1) and sessions = 1 then ''
-        else ' (TP' || coalesce(world_size::varchar, '?') || case when sessions > 1 then '#s' || session else '' end || ')'
+        else ' (TP' || coalesce(world_size::varchar, '?')
+            || case when sessions > 1 then '#s' || session || coalesce(' ' || session_labels.session_label, '') else '' end
+            || ')'
     end as run_label
-from sessions;
+from sessions
+left join session_labels using (base_run, session)
+order by trace_id;
 
 create or replace temp table _collective_calls as
 with trace_inferred as (
