@@ -214,3 +214,105 @@ def test_floor_report_on_the_real_traces(loaded, truth, mode: str) -> None:
         # like with like: kernel floor vs observed kernel time; the real traces wait far more than they transfer
         assert 0 < row["efficiency"] < row["transfer_efficiency"] <= 1.0
         assert row["wait_ms"] > row["transfer_ms"]
+
+
+def _intervals(path: Path) -> dict:
+    """Per rank from the raw JSON: every collective kernel (AllReduce, AllGather) in time order and the union of all
+    GPU activity, to measure each rank's GPU busy time between two collectives."""
+    with gzip.open(path, "rt", encoding="utf-8") as fh:
+        events = json.load(fh, parse_float=Decimal)["traceEvents"]
+
+    def ns(v) -> int:
+        return int(Decimal(v) * 1000)
+
+    gpu = sorted((ns(e["ts"]), ns(e["ts"]) + ns(e["dur"])) for e in events
+                 if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and "ts" in e)
+    union: list[list[int]] = []
+    for s, e in gpu:
+        if union and s <= union[-1][1]:
+            union[-1][1] = max(union[-1][1], e)
+        else:
+            union.append([s, e])
+    colls = sorted((ns(e["ts"]), ns(e["ts"]) + ns(e["dur"])) for e in events
+                   if e.get("cat") == "kernel" and ("AllReduce" in e["name"] or "AllGather" in e["name"]))
+    spins = sorted(ns(e["ts"]) for e in events if e.get("cat") == "kernel" and "spin_kernel" in e["name"])
+    return {"union": union, "colls": colls, "spins": spins}
+
+
+def _busy(union: list[list[int]], a: int, b: int) -> int:
+    return sum(max(0, min(e, b) - max(s, a)) for s, e in union if s < b and e > a)
+
+
+def test_why_the_late_rank_was_late_matches_the_raw_json(loaded, mode: str) -> None:
+    """Each late collective's lateness splits into parts that add up to it exactly; the late rank's GPU busy and
+    idle time since the previous collective, minus the on-time rank's, are the raw JSON's to the ns; and the
+    injected delays are named by their kind: rank 1's host sleep before the graph replay is "host launched late",
+    rank 0's spin kernel before call site 9 is "longer GPU work" naming the spin kernel; the eager pair's straggler
+    (rank 0) is late because its host launched late, not because its GPU work took longer."""
+    run_id = _run_id(loaded, mode)
+    files = sorted((FIXTURE / mode).glob("*.pt.trace.json.gz"))
+    raw = [_intervals(f) for f in files]
+    base = {r: loaded.execute("select base_time_ns from traces join trace_runs using (trace_id) "
+                              "where run_id = ? and traces.rank = ?", [run_id, r]).fetchone()[0] for r in (0, 1)}
+    rows = loaded.execute(
+        "select c.*, s.batch_size from collective_causes c join steps s using (trace_id, step_index) "
+        "where c.run_id = ? order by c.step_index, c.step_ordinal", [run_id]).fetchall()
+    cols = [d[0] for d in loaded.description]
+    rows = [dict(zip(cols, r, strict=True)) for r in rows]
+    assert rows
+    checked = 0
+    for r in rows:
+        parts = r["host_ns"] + r["launch_ns"] + r["sync_ns"] + r["device_ns"] + r["gpu_ns"] + r["other_ns"]
+        assert parts == r["lateness_ns"] and min(r["host_ns"], r["launch_ns"], r["sync_ns"], r["device_ns"],
+                                                 r["gpu_ns"], r["other_ns"]) >= 0, r
+        if not r["has_interval"]:
+            assert r["other_ns"] == r["lateness_ns"] and r["cause"] == "unknown"
+            continue
+        diffs = (r["host_diff_ns"] + r["launch_diff_ns"] + r["sync_diff_ns"] + r["device_diff_ns"]
+                 + r["gpu_diff_ns"] + r["edge_ns"])
+        assert diffs == r["lateness_ns"], r
+        # the raw JSON: each rank's interval [previous collective's end, this collective's start] and its GPU busy
+        spans = {}
+        for side, rank, start in (("late", r["rank"], r["late_from_ns"]),
+                                  ("early", r["early_rank"], r["early_from_ns"])):
+            rel = start - base[rank]
+            k = next(i for i, (_, e) in enumerate(raw[rank]["colls"]) if e == rel)  # the previous collective
+            a, b = raw[rank]["colls"][k][1], raw[rank]["colls"][k + 1][0]
+            spans[side] = (b - a, _busy(raw[rank]["union"], a, b))
+        assert r["late_span_ns"] == spans["late"][0] and r["early_span_ns"] == spans["early"][0]
+        assert r["gpu_diff_ns"] == spans["late"][1] - spans["early"][1], r
+        idle_diff = (spans["late"][0] - spans["late"][1]) - (spans["early"][0] - spans["early"][1])
+        assert r["host_diff_ns"] + r["launch_diff_ns"] + r["sync_diff_ns"] + r["device_diff_ns"] == idle_diff
+        checked += 1
+    assert checked == len(rows) - 1  # all but the run's first collective
+    runs = json.loads((FIXTURE / f"decode_loop_{mode}.json").read_text())
+    by_key = {(r["step_index"], r["category"], r["ordinal"]): r for r in rows}
+    if mode == "graph":
+        # rank 1 slept 0.3 ms on the CPU before the replay of these steps: the step's first all-reduce waits for it
+        for step in runs[1]["cpu_delayed_steps"][1:]:  # (step 0's is the run's first collective: nothing before)
+            r = by_key[(step, "allreduce", 0)]
+            assert (r["rank"], r["cause"]) == (1, "host") and r["host_ns"] + r["launch_ns"] > 250_000, r
+        # rank 0 ran a ~300 µs spin kernel before call site 9 of these steps
+        site = runs[0]["gpu_delay_site"]
+        for step in runs[0]["gpu_delayed_steps"]:
+            r = by_key[(step, "allreduce", site)]
+            assert (r["rank"], r["cause"]) == (0, "gpu") and r["gpu_ns"] > 250_000, r
+            assert r["longer_kernel"] == "at::cuda::spin_kernel"
+    else:
+        # the eager straggler, rank 0: over the collectives it was late for, the raw JSON's GPU busy time differs
+        # little from rank 1's; its extra idle (its host launching late) is most of its lateness
+        mine = [r for r in rows if r["rank"] == 0 and r["has_interval"]]
+        late = sum(r["lateness_ns"] for r in mine)
+        assert sum(r["host_ns"] + r["launch_ns"] for r in mine) > 0.75 * late
+        assert sum(r["gpu_ns"] for r in mine) < 0.2 * late
+    # the report says it in words, largest first
+    comm = report.breakdown(loaded, by="comm").filter(
+        (pl.col("run_id") == run_id) & (pl.col("category") == "allreduce"))
+    for row in comm.iter_rows(named=True):
+        parts = (row["wait_host_ms_per_step"] + row["wait_sync_ms_per_step"] + row["wait_gpu_work_ms_per_step"]
+                 + row["wait_device_ms_per_step"] + row["wait_other_ms_per_step"])
+        assert parts == pytest.approx(row["wait_ms_per_step"], abs=5e-4)
+        if mode == "eager" and row["batch_size"] in (1, 8):
+            assert "host launched late" in row["why_late"]
+        if mode == "graph" and row["batch_size"] in (8, 64):
+            assert row["why_late"].startswith("longer GPU work (gemm")
