@@ -212,8 +212,13 @@ create table if not exists steps (
     overlap_ns bigint,                -- time two or more categories ran at once
     kernel_count integer,             -- GPU activities (kernels, memcpys, memsets) in the step
     kernel_ns bigint,                 -- their summed durations
+    far_activities integer,           -- activities launched in the step's window but timestamped more than 1 s outside
+                                      -- the trace's CPU-side span: kept out of the step (step_index NULL)
     primary key (trace_id, step_index)
 );
+
+-- databases made before far_activities existed
+alter table steps add column if not exists far_activities integer;
 
 create table if not exists step_categories (
     trace_id integer not null,

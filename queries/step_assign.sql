@@ -3,13 +3,34 @@
 -- call with that correlation (for CUDA-graph kernels the cudaGraphLaunch they share) -> the latest step marker
 -- that started at or before the launch. Steps from GPU annotations or inferred from gaps match on GPU start.
 -- Every activity of the trace is unassigned first (a rebuild may find fewer or other steps).
--- creates: gpu_events.step_index (reset, then updated for one trace)
--- reads: _step_markers, gpu_events, launches
+-- Two kinds of activity belong to no step: those launched inside a process-group barrier (the launch call within
+-- a `c10d::barrier` / `c10d::monitored_barrier` CPU op on its thread: a barrier after the last step's marker is
+-- no step's work, and neither is one between steps), and those whose GPU time lies more than 1 s outside the
+-- trace's CPU-side span (first to last runtime call, CPU op or annotation: a timestamp no step can hold; the
+-- GPU runs only what the host launched during the trace). _far_events lists the latter for steps_build.sql,
+-- which counts them per step (steps.far_activities) and drops it.
+-- creates: gpu_events.step_index (reset, then updated for one trace), _far_events (temp table)
+-- reads: _step_markers, gpu_events, launches, cpu_ops, annotations
 -- params: $trace_id
 -- grain: one row per GPU activity of the trace (update)
 update gpu_events
 set step_index = null
 where trace_id = $trace_id and step_index is not null;
+
+create or replace temp table _far_events as
+with cpu_span as (
+    select min(first_ns) as first_ns, max(last_ns) as last_ns
+    from (select min(start_ns) as first_ns, max(end_ns) as last_ns from launches where trace_id = $trace_id
+          union all
+          select min(start_ns), max(end_ns) from cpu_ops where trace_id = $trace_id
+          union all
+          select min(start_ns), max(end_ns) from annotations where trace_id = $trace_id and kind = 'user_annotation')
+)
+
+select gpu_events.event_id
+from gpu_events, cpu_span
+where gpu_events.trace_id = $trace_id
+    and (gpu_events.start_ns > cpu_span.last_ns + 1000000000 or gpu_events.end_ns < cpu_span.first_ns - 1000000000);
 
 update gpu_events
 set step_index = assigned.step_index
@@ -21,6 +42,20 @@ from (
         group by correlation
     ),
 
+    barriers as (
+        select tid, start_ns, end_ns
+        from cpu_ops
+        where trace_id = $trace_id and name in ('c10d::barrier', 'c10d::monitored_barrier')
+    ),
+
+    in_barrier as (  -- launch calls made inside a barrier op on the same thread
+        select launches.correlation
+        from launches
+        join barriers on launches.tid = barriers.tid and launches.start_ns >= barriers.start_ns
+            and launches.end_ns <= barriers.end_ns
+        where launches.trace_id = $trace_id and launches.correlation is not null
+    ),
+
     activity as (
         select
             gpu_events.event_id,
@@ -29,6 +64,8 @@ from (
         from gpu_events
         left join launch_times using (correlation)
         where gpu_events.trace_id = $trace_id
+            and gpu_events.event_id not in (select event_id from _far_events)
+            and (gpu_events.correlation is null or gpu_events.correlation not in (select correlation from in_barrier))
     ),
 
     matched as (

@@ -5,10 +5,12 @@
 -- busy = sum(exclusive) + overlap.
 -- The sweep: the GPU activities of each step are cut into elementary time intervals (_step_intervals) and, for
 -- each, how many distinct categories were running and (when exactly one) which (_category_codes numbers them).
--- The last reader of the step temp tables: it drops _step_intervals, _category_codes and _step_markers at the end.
+-- The last reader of the step temp tables: it drops _step_intervals, _category_codes, _step_markers and _far_events
+-- at the end. far_activities: the activities launched in the step's window whose GPU time lies more than 1 s outside
+-- the trace's CPU-side span (step_assign.sql), kept out of the step.
 -- creates: _category_codes (temp table, dropped), _step_intervals (temp table, dropped), steps (rows for one
 --   trace), step_categories (rows for one trace)
--- reads: _step_markers, gpu_events, launches, traces
+-- reads: _step_markers, _far_events, gpu_events, launches, traces
 -- params: $trace_id
 -- grain: steps = one row per step; step_categories = one row per step per category present; _step_intervals = one
 --   row per elementary interval between consecutive category on/off points within a step
@@ -104,6 +106,19 @@ graph_launch_steps as (
         and launches.name in ('cudaGraphLaunch', 'hipGraphLaunch', 'cudaGraphLaunch_v10000', 'cuGraphLaunch')
         and launches.start_ns < _step_markers.window_end_ns
     group by _step_markers.step_index
+),
+
+far_steps as (  -- the step whose window holds the far activity's launch (or its GPU start when it has none)
+    select _step_markers.step_index, count(*) as far_activities
+    from (select coalesce(min(launches.start_ns), any_value(gpu_events.start_ns)) as anchor_ns
+          from gpu_events
+          left join launches on launches.trace_id = gpu_events.trace_id
+              and launches.correlation = gpu_events.correlation
+          where gpu_events.trace_id = $trace_id and gpu_events.event_id in (select event_id from _far_events)
+          group by gpu_events.event_id) as far
+    asof join _step_markers on far.anchor_ns >= _step_markers.window_start_ns
+    where far.anchor_ns < _step_markers.window_end_ns
+    group by _step_markers.step_index
 )
 
 select
@@ -132,11 +147,13 @@ select
     coalesce(a.gpu_end_ns - a.gpu_start_ns, 0) - coalesce(s.busy_ns, 0) as idle_ns,
     coalesce(s.overlap_ns, 0) as overlap_ns,
     coalesce(a.kernel_count, 0) as kernel_count,
-    coalesce(a.kernel_ns, 0) as kernel_ns
+    coalesce(a.kernel_ns, 0) as kernel_ns,
+    coalesce(f.far_activities, 0) as far_activities
 from _step_markers as m
 left join activity as a using (step_index)
 left join sweep as s using (step_index)
-left join graph_launch_steps as g using (step_index);
+left join graph_launch_steps as g using (step_index)
+left join far_steps as f using (step_index);
 
 insert into step_categories by name
 with summed as (
@@ -170,3 +187,5 @@ drop table _step_intervals;
 drop table _category_codes;
 
 drop table _step_markers;
+
+drop table _far_events;
