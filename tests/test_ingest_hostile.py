@@ -25,6 +25,7 @@ import pytest
 
 from helpers import B200, HTA_NCCL, HTA_RANK0, HTA_RANK1, SGLANG, expected_ns
 from k25trace import db, ingest, pipeline
+from k25trace.ingest import scan
 
 DATA = Path(__file__).parent / "data" / "hostile-ingest"
 ROOT = Path(__file__).resolve().parent.parent
@@ -90,6 +91,55 @@ def test_valid_json_with_a_false_boundary_loads_exactly(tmp_path: Path, name: st
     assert row[4] == len(trace["traceEvents"])
     if name == "metadata-after-events":  # the metadata after the events is read, not taken for events
         assert row[:4] == (1, 2, "GPU one", 2)
+
+
+@pytest.mark.parametrize("scanner", ["scanner", "msgspec"])
+@pytest.mark.parametrize("options", [SERIAL, PARALLEL], ids=["serial", "parallel"])
+def test_only_the_top_level_trace_events_key_counts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   options: ingest.LoadOptions, scanner: str) -> None:
+    """Issue 34, 4a: `{"meta": {"traceEvents": []}, "traceEvents": [...]}` loaded as 0 events ("CPU-only trace"):
+    the first `"traceEvents": [` anywhere was taken for the array. The compiled scanner and msgspec read the same."""
+    if scanner == "msgspec":
+        monkeypatch.setenv(scan.DISABLE_ENV, "1")
+    path = DATA / "traceEvents-key-nested-first.pt.trace.json"
+    con = _connect(tmp_path)
+    results, _ = pipeline.load_paths(con, [path], options)
+    assert [r.status for r in results] == ["loaded"], [r.message for r in results]
+    assert not [w for w in results[0].warnings if "CPU-only" in w or "no GPU events" in w], results[0].warnings
+    trace = _read(path)
+    assert _stored_of(con, results[0].trace_id) == _expected(trace)
+    assert len(_expected(trace)["gpu"]) == 1
+    (event_count, metadata), = con.execute("select event_count, metadata from traces").fetchall()
+    assert event_count == 3
+    assert json.loads(metadata)["meta"] == {"traceEvents": []}  # the nested key is metadata, as written
+
+
+@pytest.mark.parametrize("text, problem", [
+    ('{"meta": {"traceEvents": [{"ph": "X"}]}, "other": 1}', "no traceEvents array: not a Kineto/Chrome trace"),
+    ('[{"traceEvents": []}]', "top-level JSON is a list, not an object with traceEvents"),
+    ('{"note": "\\"traceEvents\\": [", "x": 1}', "no traceEvents array: not a Kineto/Chrome trace"),
+    ('{"traceEvents": {"ph": "X"}}', "the top-level traceEvents is not an array: not a Kineto trace"),
+], ids=["only-nested", "top-level-list", "in-a-string", "not-an-array"])
+def test_a_trace_events_key_that_is_not_the_top_level_array_is_an_error(tmp_path: Path, text: str,
+                                                                        problem: str) -> None:
+    path = tmp_path / "t.pt.trace.json"
+    path.write_text(text)
+    con = _connect(tmp_path)
+    results, _ = pipeline.load_paths(con, [path, HTA_RANK0], SERIAL)
+    assert [r.status for r in results] == ["failed", "loaded"]
+    assert results[0].message == f"{path}: {problem}"
+
+
+@pytest.mark.parametrize("cut", [1, 7, 13, 19, 40])
+def test_the_top_level_key_is_found_across_block_boundaries(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                            cut: int) -> None:
+    """The prefix is read block by block: a key, its colon or a nested key cut between two blocks."""
+    monkeypatch.setattr(ingest.limits, "BLOCK_SIZE", cut)
+    path = DATA / "traceEvents-key-nested-first.pt.trace.json"
+    con = _connect(tmp_path)
+    results, _ = pipeline.load_paths(con, [path], SERIAL)
+    assert [r.status for r in results] == ["loaded"], [r.message for r in results]
+    assert _stored_of(con, results[0].trace_id) == _expected(_read(path))
 
 
 def _stored_of(con: duckdb.DuckDBPyConnection, trace_id: int) -> dict[str, list[tuple]]:

@@ -25,7 +25,10 @@ try:  # isal: ~4x faster gzip decompression than zlib
 except ImportError:  # pragma: no cover - isal is a dependency, zlib is the fallback
     import gzip as _gzip  # type: ignore[no-redef]
 
-_TRACE_EVENTS_RE = re.compile(rb'"traceEvents"\s*:\s*\[')
+_PLAIN_RE = re.compile(rb'[^"\[\]{}]*+')  # text up to the next string or bracket
+_STRING_RE = re.compile(rb'"(?:[^"\\]++|\\.)*+"', re.DOTALL)  # one whole string, escapes included
+_KEY_VALUE_RE = re.compile(rb"[ \t\r\n]*:[ \t\r\n]*(?=[^ \t\r\n])")  # after a key: the colon, up to its value
+_KEY_PENDING_RE = re.compile(rb"[ \t\r\n]*(?::[ \t\r\n]*)?\Z")  # the text ends before a key's value begins
 _BOUNDARY_RE = re.compile(rb"\}\s*,\s*\{")  # a guess at an event boundary (see _Splitter)
 # exact structure (see _Scan): skip everything but brackets and quotes, and whole strings (escapes included), then
 # take the next bracket (group 1), or the quote of a string that does not end in the text so far
@@ -191,6 +194,69 @@ class _Scan:
         self.pos, self.depth = pos, depth
 
 
+class _TopLevelKey:
+    """Finds the ``traceEvents`` array of the top-level object in the text before it, resumable as text is appended
+    (the prefix is read block by block). Only a key of the top-level object counts: the same key in a nested object
+    (``{"meta": {"traceEvents": []}, "traceEvents": [...]}``) or inside a string is skipped, as a JSON parser
+    reads it. The text scanned is the metadata before the events: a few KB in a Kineto trace."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.pos = 0  # where the scan resumes (the start of a string or key not complete yet)
+        self.depth = 0  # bracket depth at ``pos``: 1 = between the keys of the top-level object
+        self.over = False  # the top-level value ended, or is not an object: no key to find (finish() says what)
+
+    def find(self, text: bytearray) -> int | None:
+        """The position just after the ``[`` that opens the top-level ``traceEvents`` array, or None (not in
+        ``text`` yet, or never: the caller's end of input tells)."""
+        if self.over:
+            return None
+        pos, depth, end = self.pos, self.depth, len(text)
+        while True:
+            pos = _PLAIN_RE.match(text, pos).end()  # type: ignore[union-attr]
+            if pos >= end:
+                break
+            c = text[pos]
+            if c != 0x22:  # a bracket
+                if depth == 0 and c != 0x7B:  # the top level is not an object
+                    self.over = True
+                    return None
+                depth += 1 if c in (0x5B, 0x7B) else -1
+                pos += 1
+                if depth <= 0:  # the top-level object ended without the key
+                    self.over = True
+                    return None
+                continue
+            m = _STRING_RE.match(text, pos)
+            if m is None:
+                break  # the string goes on in the next block
+            if depth == 1 and _is_trace_events(m.group()):
+                value = _KEY_VALUE_RE.match(text, m.end())
+                if value is None:
+                    if _KEY_PENDING_RE.match(text, m.end()):
+                        break  # the colon or the value is in the next block
+                    pos = m.end()  # a string value, not a key ("x": "traceEvents")
+                    continue
+                if text[value.end()] == 0x5B:
+                    return value.end() + 1
+                raise TraceError(str(self.path), "the top-level traceEvents is not an array: not a Kineto trace")
+            pos = m.end()
+        self.pos, self.depth = pos, depth
+        return None
+
+
+def _is_trace_events(token: bytes) -> bool:
+    """Whether a JSON string token (quotes included) is the text ``traceEvents`` (an escaped spelling included)."""
+    if token == b'"traceEvents"':
+        return True
+    if b"\\" not in token or len(token) > 200:
+        return False
+    try:
+        return orjson.loads(token) == "traceEvents"
+    except orjson.JSONDecodeError:
+        return False
+
+
 class _Splitter:
     """Cuts the decompressed text into (metadata text, chunks of complete event objects).
 
@@ -208,6 +274,7 @@ class _Splitter:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.prefix = bytearray()
+        self._key = _TopLevelKey(path)
         self.in_array = False
         self.ended = False  # the closing "]" of traceEvents was found; what follows is metadata (``after``)
         self.after = bytearray()
@@ -233,14 +300,14 @@ class _Splitter:
         """Add a block; return ``[`` + complete events + ``]`` as a bytearray, or None."""
         if not self.in_array:
             self.prefix += block
-            m = _TRACE_EVENTS_RE.search(self.prefix)
-            if m is None:
+            start = self._key.find(self.prefix)
+            if start is None:
                 if len(self.prefix) > limits.MAX_PREFIX:
                     raise TraceError(str(self.path), "no traceEvents array in the first 256 MB: not a Kineto trace")
                 return None
-            self.buf += self.prefix[m.end():]
-            self.offset = m.end()
-            del self.prefix[m.end() - 1:]  # keep up to the key and colon
+            self.buf += self.prefix[start:]
+            self.offset = start
+            del self.prefix[start - 1:]  # keep up to the key and colon
             self.in_array = True
         elif self.ended:
             self.after += block
