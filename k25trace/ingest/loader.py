@@ -3,12 +3,15 @@ move them into the final tables, in one transaction per file."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import os
 import re
+import signal
+import threading
 from collections import Counter
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import duckdb
 import orjson
@@ -553,8 +556,53 @@ def load_paths(
     for r in results:
         if on_result:
             on_result(r)
-    progress_ctx = progress_factory(files) if progress_factory else None
+    progress_ctx = None
+    try:
+        if progress_factory is not None:
+            with _interrupts_deferred():  # a display started is one this function closes, whenever Ctrl-C comes
+                progress_ctx = progress_factory(files)
+        _load_files(con, files, big, options, results, on_result, progress_ctx, after_file, workers)
+    finally:
+        if workers is not None:
+            workers.close()  # closed by the loader already, unless it stopped before it took them (idempotent)
+        if progress_ctx is not None:
+            progress_ctx.close()  # also when interrupted: a terminal's progress display is ended (cursor shown)
+    return results, notes
 
+
+@contextlib.contextmanager
+def _interrupts_deferred() -> Iterator[None]:
+    """Ctrl-C (and SIGTERM where Python handles it) held back for a moment and raised right after: what is made
+    meanwhile is made whole before the interrupt can be raised. In the main thread only (the only one Python's
+    signal handlers run in; a blocked signal mask would not do: another thread would take the signal)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+
+    def hold(signum: int, _frame: Any) -> None:
+        held.append(signum)
+
+    previous = {}
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        handler = signal.getsignal(signum)
+        if callable(handler):  # Python's own (KeyboardInterrupt, pipeline.Stopped); not SIG_DFL or SIG_IGN
+            previous[signum] = handler
+            signal.signal(signum, hold)
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        if held:
+            signal.raise_signal(held[0])  # through the handler just restored
+
+
+def _load_files(con: duckdb.DuckDBPyConnection, files: list[TraceFile], big: list[Path], options: LoadOptions,
+                results: list[FileResult], on_result: Callable[[FileResult], None] | None, progress_ctx: Any,
+                after_file: Callable[[duckdb.DuckDBPyConnection, int], None] | None, workers: _Workers | None) -> None:
+    """:func:`load_paths`'s loop over the files, appending to ``results``; the decode workers are closed at its end,
+    however it ends."""
     def _nothing(_: object) -> None:
         return None
 
@@ -562,8 +610,9 @@ def load_paths(
     start_file: Callable[[TraceFile], None] = _nothing
     if progress_ctx is not None:
         advance, start_file = progress_ctx.advance, progress_ctx.start_file
-    loader = Loader(con, options, progress=lambda n: advance(n), after_file=after_file, workers=workers)
+    loader: Loader | None = None
     try:
+        loader = Loader(con, options, progress=lambda n: advance(n), after_file=after_file, workers=workers)
         if big:
             loader._workers()  # start the processes now: their imports overlap the hashing below
         big = [path for path in big if not loader.already_loaded(path)]
@@ -576,8 +625,5 @@ def load_paths(
             if on_result:
                 on_result(result)
     finally:
-        loader.close()
-        if progress_ctx is not None:
-            progress_ctx.close()  # also when interrupted: a terminal's progress display is ended (cursor shown)
-    return results, notes
-
+        if loader is not None:
+            loader.close()

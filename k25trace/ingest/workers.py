@@ -90,7 +90,8 @@ def _worker_main(index: int, tasks: Any, results: Any, pdeathsig: bool = False) 
     size, keep_python)`` decodes one chunk the parent put in ring buffer ``index``. Every message it puts
     (:mod:`k25trace.ingest.messages`) is paired with the task id; a failure is reported as :class:`Failed`, a guessed
     cut that does not hold as :class:`Resplit`, and the worker goes on."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it ends the workers
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle (it ends the workers)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # blocked since the start; a pending one is dropped
     _die_with_parent(pdeathsig)
     sys.meta_path.insert(0, _NoPandas())
     from k25trace.ingest.chunks import _chunks, _decode_and_build
@@ -155,25 +156,14 @@ def start_workers(paths: list[Path], options: LoadOptions | None = None) -> "_Wo
 
 
 def _start_ignoring_sigint(procs: list[Any]) -> None:
-    """Start the decode processes with SIGINT ignored from their first instruction: Ctrl-C at a terminal signals the
-    whole process group, and a worker still importing (before :func:`_worker_main` ignores it) would print a
-    KeyboardInterrupt traceback. SIGINT is blocked here meanwhile, so one that comes while they start is delivered to
-    this process (its own handler restored) right after, not lost. Outside the main thread (no signal handling
-    there) the processes are simply started; their own ``signal.signal`` then ignores it."""
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        for proc in procs:
-            proc.start()
-        return
+    """Start the decode processes with SIGINT blocked from their first instruction: Ctrl-C at a terminal signals the
+    whole process group, and a worker still importing (before :func:`_worker_main` ignores it, which also drops one
+    pending) would print a KeyboardInterrupt traceback. The mask is this thread's, inherited through fork and exec;
+    a SIGINT meanwhile still reaches this process (another thread takes it, or it waits for the unblock)."""
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # inherited through fork and exec
-        try:
-            for proc in procs:
-                proc.start()
-        finally:
-            signal.signal(signal.SIGINT, previous)
+        for proc in procs:
+            proc.start()
     finally:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
