@@ -462,6 +462,32 @@ def test_an_unreadable_subdirectory_is_an_error(tmp_path: Path) -> None:
     assert len(lines) == 2
 
 
+def test_a_symlinked_subdirectory_is_followed_once(tmp_path: Path) -> None:
+    """Issue 34, 4c: a symlinked folder next to real trace files was skipped in silence (exit 0). It is followed;
+    a link back up (a loop) and a second link to the same folder are searched once, with a note."""
+    run, elsewhere = tmp_path / "run", tmp_path / "elsewhere"
+    run.mkdir()
+    (elsewhere / "deeper").mkdir(parents=True)
+    shutil.copy(HTA_RANK0, run / "dp0_pp0_tp0_dcp0_ep0_rank0.1.pt.trace.json.gz")
+    shutil.copy(HTA_RANK1, elsewhere / "deeper" / "dp0_pp0_tp1_dcp0_ep1_rank1.2.pt.trace.json.gz")
+    (run / "linked").symlink_to(elsewhere)
+    (run / "again").symlink_to(elsewhere / "deeper")  # the same folder through a second link
+    (elsewhere / "deeper" / "loop").symlink_to(run)  # back up: a symlink loop
+    out = subprocess.run([sys.executable, "-m", "k25trace", "load", str(run), "--db", str(tmp_path / "x.duckdb")],
+                         capture_output=True, text=True, cwd=ROOT, timeout=300, env={**os.environ, "COLUMNS": "300"})
+    assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
+    assert "2 loaded, 0 already there, 0 failed" in out.stderr
+    con = _connect(tmp_path)
+    assert con.execute("select path, rank from traces order by rank").fetchall() == [
+        (str(run / "dp0_pp0_tp0_dcp0_ep0_rank0.1.pt.trace.json.gz"), 0),
+        (str(elsewhere / "deeper" / "dp0_pp0_tp1_dcp0_ep1_rank1.2.pt.trace.json.gz"), 1)]
+    files, notes, errors = ingest.discover([run])
+    assert len(files) == 2 and not errors
+    why = "already searched (a symlink loop or a second link to it)"
+    assert sorted(notes) == [f"{run / 'again' / 'loop'}: skipped: the same folder as {run}, {why}",
+                             f"{run / 'linked' / 'deeper'}: skipped: the same folder as {run / 'again'}, {why}"]
+
+
 # ------------------------------------------------------------------------------------------ 3: rank of one process
 
 

@@ -39,7 +39,7 @@ def discover(paths: list[Path], *, include_frontend: bool = False) -> tuple[list
         if arg.is_file():
             add(TraceFile(arg, *_capture_info_for(arg, notes)[:3]))
             continue
-        found = _walk_traces(arg, errors)
+        found = _walk_traces(arg, errors, notes)
         skipped_frontend = [p for p in found if is_frontend_name(p.name)]
         skipped_capture = [p for p in found if "capture_traces" in p.relative_to(arg).parts]
         if skipped_frontend and not include_frontend:
@@ -60,15 +60,39 @@ def discover(paths: list[Path], *, include_frontend: bool = False) -> tuple[list
     return files, notes, errors
 
 
-def _walk_traces(root: Path, errors: list[str]) -> list[Path]:
-    """Trace files under a directory, recursively (symlinked folders are not followed); a folder that cannot be
-    read is an error (its traces would be missing without a word)."""
+def _walk_traces(root: Path, errors: list[str], notes: list[str] | None = None) -> list[Path]:
+    """Trace files under a directory, recursively. Symlinked folders are followed (each real folder once: a link
+    back to a folder already searched, a symlink loop, is skipped with a note); a folder that cannot be read is an
+    error (its traces would be missing without a word)."""
     found: list[Path] = []
+    seen: dict[tuple[int, int], str] = {}  # (device, inode) of each folder searched -> the path it was searched as
 
     def unreadable(exc: OSError) -> None:
         errors.append(f"{exc.filename}: cannot read directory: {exc.strerror}; trace files in it are not loaded")
 
-    for folder, _dirs, names in os.walk(root, onerror=unreadable):
+    try:
+        st = os.stat(root)
+        seen[(st.st_dev, st.st_ino)] = str(root)
+    except OSError:
+        pass
+    for folder, dirs, names in os.walk(root, onerror=unreadable, followlinks=True):
+        kept = []
+        for name in sorted(dirs):
+            sub = os.path.join(folder, name)
+            try:
+                st = os.stat(sub)
+            except OSError as exc:  # a link to a folder that went away
+                errors.append(f"{sub}: cannot read directory: {exc.strerror}; trace files in it are not loaded")
+                continue
+            key = (st.st_dev, st.st_ino)
+            if key in seen:
+                if notes is not None:
+                    notes.append(f"{sub}: skipped: the same folder as {seen[key]}, already searched (a symlink loop "
+                                 "or a second link to it)")
+                continue
+            seen[key] = sub
+            kept.append(name)
+        dirs[:] = kept
         for name in names:
             if is_trace_name(name):
                 path = Path(folder) / name
