@@ -159,7 +159,7 @@ calls as (
     from gpu_events
     join trace_runs using (trace_id)
     left join trace_inferred using (trace_id)
-    where gpu_events.category in ('allreduce', 'comm_other')
+    where gpu_events.category in ('allreduce', 'all2all', 'comm_other')
         and (gpu_events.step_index is not null or coalesce(trace_inferred.inferred, true))
 )
 

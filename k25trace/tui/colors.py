@@ -4,6 +4,7 @@ from __future__ import annotations
 
 CATEGORY_COLORS: dict[str, str] = {
     "allreduce": "#d64545",
+    "all2all": "#b5482a",
     "comm_other": "#e08a2e",
     "marlin_gemm": "#2e6fd1",
     "quant_gemm": "#4f9ce0",
@@ -13,6 +14,8 @@ CATEGORY_COLORS: dict[str, str] = {
     "norm": "#c9a227",
     "rotary": "#17a2b8",
     "activation": "#7cb342",
+    "quantize": "#5c8a8a",
+    "embedding": "#8d6e63",
     "elementwise": "#a1887f",
     "sampling": "#e056a0",
     "memcpy": "#78909c",
