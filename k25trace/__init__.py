@@ -2,6 +2,28 @@
 
 Pipeline (one module per stage, all headless and importable):
 capture (``capture/``, installed as ``k25trace.capture``) -> ingest -> classify -> steps -> report / sql / tui.
+
+The notebook API (:mod:`k25trace.api`): ``k25trace.open(db)``, ``k25trace.load(paths, db=...)``,
+``k25trace.compare(a, b)``. They are imported on first use, so ``import k25trace`` stays cheap (the loader's
+decode processes import this package).
 """
 
+from __future__ import annotations
+
+from typing import Any
+
 __version__ = "0.1.0"
+
+_API = ("open", "load", "compare", "Run", "LoadSummary")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _API:
+        from k25trace import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'k25trace' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_API])
