@@ -76,29 +76,83 @@ class ModelConfig:
 
 _DTYPES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float32": "fp32", "float": "fp32"}
 
+#: The ranges a config value must lie in (inclusive): what the field means, with headroom over every public model
+#: (hidden sizes up to 16,384, 126 layers, vocabularies up to 262,144, 384 routed experts, head dims up to 256).
+#: A value outside is refused with the field's name: it is a typo, or not the traced model.
+LIMITS: dict[str, tuple[int, int]] = {
+    "hidden_size": (1, 1 << 17),
+    "num_hidden_layers": (1, 1024),
+    "vocab_size": (1, 1 << 23),
+    "num_attention_heads": (1, 4096),
+    "num_key_value_heads": (1, 4096),
+    "head_dim": (1, 4096),
+    "intermediate_size": (0, 1 << 20),
+    "moe_intermediate_size": (0, 1 << 20),
+    "shared_expert_intermediate_size": (0, 1 << 20),
+    "n_routed_experts": (0, 1 << 16),
+    "num_experts": (0, 1 << 16),
+    "num_local_experts": (0, 1 << 16),
+    "num_experts_per_tok": (0, 1 << 16),
+    "moe_topk": (0, 1 << 16),
+    "top_k": (0, 1 << 16),
+    "n_shared_experts": (0, 1024),
+    "q_lora_rank": (1, 1 << 17),
+    "kv_lora_rank": (1, 1 << 17),
+    "qk_nope_head_dim": (0, 4096),
+    "qk_rope_head_dim": (0, 4096),
+    "v_head_dim": (0, 4096),
+    "first_k_dense_replace": (0, 1024),
+    "moe_layer_freq": (1, 1024),
+    "decoder_sparse_step": (1, 1024),
+}
+
+
+def _shown(value: Any) -> str:
+    """A config value as the message quotes it (JSON, at most 60 characters)."""
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= 60 else text[:59] + "…"
+
 
 def load_config(path: Path) -> ModelConfig:
-    """Read a Hugging Face ``config.json`` (DeepSeek-V3 / Kimi-K2 MLA MoE, Qwen/Mixtral MoE, Llama/Qwen/Mistral
-    dense; a multimodal config's ``text_config`` is used)."""
+    """Read and check a Hugging Face ``config.json`` (DeepSeek-V3 / Kimi-K2 MLA MoE, Qwen/Mixtral MoE,
+    Llama/Qwen/Mistral dense; a multimodal config's ``text_config`` is used): :func:`parse_config`."""
+    return parse_config(read_config(path), source=str(path))
+
+
+def read_config(path: Path) -> dict[str, Any]:
+    """The JSON object of a config file (UTF-8), or a K25Error naming the file and what is wrong."""
     try:
-        raw = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise K25Error(f"{path}: cannot read the model config: {getattr(exc, 'strerror', None) or exc}") from exc
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise K25Error(f"{path}: cannot read the model config: {exc.strerror or exc}") from exc
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise K25Error(f"{path}: the model config is not UTF-8 text: byte 0x{data[exc.start]:02x} at offset "
+                       f"{exc.start} (line {line}); save it as UTF-8") from exc
+    try:
+        raw = json.loads(text)
     except ValueError as exc:
         raise K25Error(f"{path}: the model config is not JSON: {exc}") from exc
+    except RecursionError:
+        raise K25Error(f"{path}: the model config is not JSON k25trace can read: nested too deeply") from None
     if not isinstance(raw, dict):
         raise K25Error(f"{path}: the model config is not a JSON object")
-    return parse_config(raw, source=str(path))
+    return raw
 
 
 def store_config(con: Any, path: Path) -> None:
-    """Keep a model config in the database (``meta``: ``model_config``, ``model_config_source``), replacing one
-    stored before; ``report --by sol`` uses it when no --model-config is given."""
-    from k25trace.db import run_query
+    """Check a model config (:func:`load_config`) and keep it in the database (``meta``: ``model_config``,
+    ``model_config_source``), replacing one stored before; ``report --by sol`` uses it when no --model-config is
+    given. Nothing is stored when the config is refused."""
+    from k25trace.db import run_query, transaction
 
-    text = Path(path).read_text(encoding="utf-8")
-    run_query(con, "meta_set", {"key": "model_config", "value": text})
-    run_query(con, "meta_set", {"key": "model_config_source", "value": str(Path(path).resolve())})
+    raw = read_config(path)
+    parse_config(raw, source=str(path))
+    with transaction(con):
+        run_query(con, "meta_set", {"key": "model_config", "value": json.dumps(raw, ensure_ascii=False)})
+        run_query(con, "meta_set", {"key": "model_config_source", "value": str(Path(path).resolve())})
 
 
 def stored_config(con: Any) -> ModelConfig | None:
@@ -109,70 +163,139 @@ def stored_config(con: Any) -> ModelConfig | None:
             for r in query_frame(con, "meta_get", {"prefix": "model_config"}).iter_rows(named=True)}
     if "model_config" not in rows:
         return None
+    source = f"{rows.get('model_config_source', 'the database')} (kept by k25trace load)"
     try:
         raw = json.loads(rows["model_config"])
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise K25Error(f"the model config kept in the database is not JSON ({exc}); load it again") from exc
-    return parse_config(raw, source=f"{rows.get('model_config_source', 'the database')} (kept by k25trace load)")
+    if not isinstance(raw, dict):
+        raise K25Error(f"{source}: not a JSON object; load it again")
+    return parse_config(raw, source=source)
+
+
+class _Fields:
+    """Typed, range-checked reads of a config's fields; every refusal names the field and what it must be."""
+
+    def __init__(self, cfg: dict[str, Any], source: str) -> None:
+        self.cfg, self.source = cfg, source
+
+    def fail(self, key: str, problem: str) -> K25Error:
+        return K25Error(f"{self.source}: {key} {_shown(self.cfg.get(key))}: {problem}")
+
+    def whole(self, key: str, default: int | None = None, *, low: int | None = None, high: int | None = None) -> int:
+        """The field as an int in its range (:data:`LIMITS`, or ``low``/``high``); ``default`` when absent or
+        null; an error when absent without a default, or of another type (``true`` is not a number)."""
+        value = self.cfg.get(key)
+        if value is None:
+            if default is None:
+                raise K25Error(f"{self.source}: the model config lacks {key}")
+            return default
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.fail(key, "must be a whole number")
+        lo, hi = LIMITS.get(key, (0, 1 << 20))
+        lo, hi = lo if low is None else low, hi if high is None else high
+        if not lo <= value <= hi:
+            raise self.fail(key, f"must be from {lo:,} to {hi:,}")
+        return value
+
+    def first(self, *keys: str) -> tuple[str, int] | None:
+        """The first of ``keys`` present (not null), checked, with its name."""
+        for key in keys:
+            if self.cfg.get(key) is not None:
+                return key, self.whole(key)
+        return None
 
 
 def parse_config(raw: dict[str, Any], *, source: str = "config") -> ModelConfig:
+    """The model dimensions of a config object, each field checked against what it means: a whole number (not a
+    bool) in its range (:data:`LIMITS`), heads that divide the hidden size's budget (heads <= hidden, KV heads
+    dividing heads), top-k <= experts, a known ``torch_dtype``, ``mlp_only_layers`` a list of layer indices, a
+    ``quantization_config`` that is an object. One parser for ``load --model-config`` and ``report --by sol``."""
     prefix = "model."
     cfg = raw
-    if "hidden_size" not in cfg and isinstance(raw.get("text_config"), dict):
+    if "hidden_size" not in cfg and raw.get("text_config") is not None:
+        if not isinstance(raw["text_config"], dict):
+            raise K25Error(f"{source}: text_config {_shown(raw['text_config'])}: must be an object")
         cfg = {**raw["text_config"]}
-        cfg.setdefault("quantization_config", raw.get("quantization_config"))
-        cfg.setdefault("torch_dtype", raw.get("torch_dtype") or raw.get("dtype"))
+        for key in ("quantization_config", "torch_dtype", "dtype"):
+            if cfg.get(key) is None and raw.get(key) is not None:
+                cfg[key] = raw[key]
         prefix = "language_model.model."
+    f = _Fields(cfg, source)
 
-    def need(*keys: str) -> int:
-        for key in keys:
-            if isinstance(cfg.get(key), int) and cfg[key] > 0:
-                return int(cfg[key])
-        raise K25Error(f"{source}: the model config lacks {' / '.join(keys)}")
-
-    def opt(key: str, default: int = 0) -> int:
-        value = cfg.get(key)
-        return int(value) if isinstance(value, int) and value > 0 else default
-
-    hidden, layers, vocab = need("hidden_size"), need("num_hidden_layers"), need("vocab_size")
-    heads = need("num_attention_heads")
-    kv_heads = opt("num_key_value_heads", heads)
-    head_dim = opt("head_dim", hidden // heads)
-    dtype = _DTYPES.get(str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16").lower().replace("torch.", ""),
-                        "bf16")
-    experts = opt("n_routed_experts") or opt("num_experts") or opt("num_local_experts")
-    top_k = opt("num_experts_per_tok") or opt("moe_topk") or (opt("top_k") if experts else 0)
-    moe_inter = opt("moe_intermediate_size") or (opt("intermediate_size") if opt("num_local_experts") else 0)
+    hidden, layers, vocab = f.whole("hidden_size"), f.whole("num_hidden_layers"), f.whole("vocab_size")
+    heads = f.whole("num_attention_heads", high=min(LIMITS["num_attention_heads"][1], hidden))
+    kv_heads = f.whole("num_key_value_heads", heads, high=heads)
+    if heads % kv_heads:
+        raise f.fail("num_key_value_heads", f"must divide num_attention_heads ({heads})")
+    head_dim = f.whole("head_dim", max(hidden // heads, 1))
+    dtype_key = "torch_dtype" if cfg.get("torch_dtype") is not None else "dtype"
+    dtype_value = cfg.get(dtype_key) or "bfloat16"
+    if not isinstance(dtype_value, str) or dtype_value.lower().replace("torch.", "") not in _DTYPES:
+        raise f.fail(dtype_key, f"is not a model dtype: one of {', '.join(_DTYPES)}")
+    dtype = _DTYPES[dtype_value.lower().replace("torch.", "")]
+    expert_key = f.first("n_routed_experts", "num_experts", "num_local_experts")
+    experts = expert_key[1] if expert_key else 0
+    topk_key = f.first("num_experts_per_tok", "moe_topk", *(("top_k",) if experts else ()))
+    top_k = topk_key[1] if topk_key else 0
+    if experts and topk_key and top_k > experts:
+        raise f.fail(topk_key[0], f"must be at most the number of experts ({expert_key[0] if expert_key else ''} "
+                                  f"{experts})")
+    intermediate = f.whole("intermediate_size", 0)
+    moe_inter = f.whole("moe_intermediate_size", 0) or (intermediate if f.cfg.get("num_local_experts") else 0)
     if experts and not (top_k and moe_inter):
         raise K25Error(f"{source}: a MoE config ({experts} experts) needs num_experts_per_tok and "
                        "moe_intermediate_size")
     if experts and ("first_k_dense_replace" in cfg or "n_routed_experts" in cfg):
-        first_dense = opt("first_k_dense_replace")
-        freq = opt("moe_layer_freq", 1)
-        moe_layers = tuple(i for i in range(layers) if i >= first_dense and i % freq == 0) if experts else ()
-        shared = opt("n_shared_experts") * moe_inter
+        first_dense = f.whole("first_k_dense_replace", 0, high=layers)
+        freq = f.whole("moe_layer_freq", 1)
+        moe_layers = tuple(i for i in range(layers) if i >= first_dense and i % freq == 0)
+        shared = f.whole("n_shared_experts", 0) * moe_inter
     elif experts:
-        step = opt("decoder_sparse_step", 1)
-        only_mlp = set(cfg.get("mlp_only_layers") or [])
-        moe_layers = tuple(i for i in range(layers) if i not in only_mlp and (i + 1) % step == 0)
-        shared = opt("shared_expert_intermediate_size")
+        step = f.whole("decoder_sparse_step", 1)
+        only = cfg.get("mlp_only_layers")
+        if only is None:
+            only = []
+        if not isinstance(only, list) or any(isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < layers
+                                             for i in only):
+            raise f.fail("mlp_only_layers", f"must be a list of layer indices from 0 to {layers - 1}")
+        moe_layers = tuple(i for i in range(layers) if i not in set(only) and (i + 1) % step == 0)
+        shared = f.whole("shared_expert_intermediate_size", 0)
     else:
         moe_layers, shared = (), 0
-    mla = isinstance(cfg.get("kv_lora_rank"), int)
-    return ModelConfig(
-        name=str(cfg.get("model_type") or (cfg.get("architectures") or ["?"])[0]),
+    mla = cfg.get("kv_lora_rank") is not None
+    q_lora = f.whole("q_lora_rank", 0, low=0) if mla else 0
+    quantization = cfg.get("quantization_config")
+    if quantization is not None and not isinstance(quantization, dict):
+        raise f.fail("quantization_config", "must be an object (the checkpoint's quantization_config), or null")
+    tie = cfg.get("tie_word_embeddings", False)
+    if tie is not None and not isinstance(tie, bool):
+        raise f.fail("tie_word_embeddings", "must be true or false")
+    name = cfg.get("model_type")
+    if name is None:
+        arch = cfg.get("architectures")
+        name = arch[0] if isinstance(arch, list) and arch else "?"
+    parsed = ModelConfig(
+        name=str(name),
         hidden=hidden, layers=layers, vocab=vocab, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
-        intermediate=opt("intermediate_size"), dtype=dtype,
-        q_lora_rank=cfg.get("q_lora_rank") if mla and isinstance(cfg.get("q_lora_rank"), int) else None,
-        kv_lora_rank=int(cfg["kv_lora_rank"]) if mla else None,
-        qk_nope_dim=opt("qk_nope_head_dim") if mla else 0, qk_rope_dim=opt("qk_rope_head_dim") if mla else 0,
-        v_head_dim=opt("v_head_dim") if mla else 0,
+        intermediate=intermediate, dtype=dtype,
+        q_lora_rank=q_lora or None,
+        kv_lora_rank=f.whole("kv_lora_rank") if mla else None,
+        qk_nope_dim=f.whole("qk_nope_head_dim", 0) if mla else 0,
+        qk_rope_dim=f.whole("qk_rope_head_dim", 0) if mla else 0,
+        v_head_dim=f.whole("v_head_dim", 0) if mla else 0,
         experts=experts, top_k=top_k if experts else 0, moe_intermediate=moe_inter if experts else 0,
         shared_intermediate=shared, moe_layers=moe_layers,
-        tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-        quantization=cfg.get("quantization_config") or {}, module_prefix=prefix,
+        tie_embeddings=bool(tie),
+        quantization=quantization or {}, module_prefix=prefix,
     )
+    try:
+        plan_from_config(parsed)  # the quantization_config's fields are checked here too (one parser)
+    except QuantNotModelled:
+        pass  # well-formed, only not modelled: --quant can say what the weights are
+    except K25Error as exc:
+        raise K25Error(f"{source}: {exc}") from None
+    return parsed
 
 
 # ----------------------------------------------------------------------------------------------- quantization
@@ -204,6 +327,15 @@ class Scheme:
         return total
 
 
+MAX_GROUP = 1 << 16
+"""The largest quantization group (and fp8 block side) taken: real checkpoints use 16 to 256."""
+
+
+def _whole(digits: str) -> int:
+    """Decimal digits as an int (more than 12 digits: a value above every limit, without converting it)."""
+    return int(digits) if len(digits) <= 12 else 10**12
+
+
 def scheme(spec: str) -> Scheme:
     """A scheme name: bf16, fp16, fp32, fp8 (per-channel scales), fp8-block128 (128x128 blocks), wNa16-gG (e.g.
     w4a16-g32; -zp adds zero points; g0 = per channel), mxfp4, nvfp4."""
@@ -218,11 +350,16 @@ def scheme(spec: str) -> Scheme:
         return Scheme("fp8", 8, channel_scale=True, compute="fp8")
     m = re.fullmatch(r"fp8-block(\d+)(?:x(\d+))?", s)
     if m:
-        a = int(m.group(1))
-        return Scheme(s, 8, block=(a, int(m.group(2) or a)), compute="fp8")
+        a, b = _whole(m.group(1)), _whole(m.group(2) or m.group(1))
+        if not (1 <= a <= MAX_GROUP and 1 <= b <= MAX_GROUP):
+            raise K25Error(f"quantization scheme {spec!r}: the block sides must be from 1 to {MAX_GROUP:,}")
+        return Scheme(s, 8, block=(a, b), compute="fp8")
     m = re.fullmatch(r"w(4|8)a16-g(\d+)(-zp)?", s)
     if m:
-        group = int(m.group(2)) or None
+        group = _whole(m.group(2)) or None
+        if group is not None and group > MAX_GROUP:
+            raise K25Error(f"quantization scheme {spec!r}: the group size must be from 1 to {MAX_GROUP:,} "
+                           "(g0: one scale per output channel)")
         return Scheme(s, int(m.group(1)), group=group, channel_scale=group is None, zero_point=bool(m.group(3)),
                       compute="bf16")
     if s == "mxfp4":
@@ -255,10 +392,6 @@ class QuantPlan:
             return self.base
         return chosen
 
-    def describe(self) -> str:
-        parts = ", ".join(f"{p}={s.name}" for p, s in self.per_part.items() if s != self.base)
-        return f"{parts or 'all ' + self.base.name}; KV cache {self.kv_bytes} B/elem ({self.source})"
-
 
 def _module_matches(pattern: str, module: str) -> bool:
     """compressed-tensors / HF ignore semantics: ``re:`` regex, glob with ``*``, else the module or a parent."""
@@ -269,54 +402,103 @@ def _module_matches(pattern: str, module: str) -> bool:
     return module == pattern or module.startswith(pattern + ".") or f".{pattern}." in f".{module}."
 
 
+class QuantNotModelled(K25Error):
+    """A well-formed quantization_config whose scheme the bound does not model (``--quant`` then says it)."""
+
+
+def _quant_int(q: dict[str, Any], where: str, key: str, default: int, allowed: tuple[int, ...] | None = None) -> int:
+    """A whole-number field of a quantization_config (``where`` names its place), checked."""
+    value = q.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise K25Error(f"quantization_config {where}{key} {_shown(value)}: must be a whole number")
+    if allowed is not None and value not in allowed:
+        raise K25Error(f"quantization_config {where}{key} {_shown(value)}: one of {', '.join(map(str, allowed))}")
+    if not -1 <= value <= MAX_GROUP:
+        raise K25Error(f"quantization_config {where}{key} {_shown(value)}: must be from -1 to {MAX_GROUP:,}")
+    return value
+
+
+def _quant_list(q: dict[str, Any], key: str) -> tuple[str, ...]:
+    """A list-of-names field of a quantization_config (``ignore``, ``modules_to_not_convert``), checked."""
+    value = q.get(key)
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
+        raise K25Error(f"quantization_config {key} {_shown(value)}: must be a list of module names")
+    for x in value:
+        if x.startswith("re:"):
+            try:
+                re.compile(x[3:])
+            except re.error as exc:
+                raise K25Error(f"quantization_config {key} {_shown(x)}: not a regular expression: {exc}") from None
+    return tuple(value)
+
+
+def _block(value: Any, where: str) -> Scheme:
+    if value is None:
+        return scheme("fp8")
+    if not (isinstance(value, list) and len(value) == 2
+            and all(isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= MAX_GROUP for v in value)):
+        raise K25Error(f"quantization_config {where} {_shown(value)}: must be two whole numbers [K, N] from 1 to "
+                       f"{MAX_GROUP:,}")
+    return scheme(f"fp8-block{value[0]}x{value[1]}")
+
+
 def plan_from_config(cfg: ModelConfig) -> QuantPlan:
-    """The quantization the checkpoint declares (its ``quantization_config``); none: everything in its dtype."""
+    """The quantization the checkpoint declares (its ``quantization_config``); none: everything in its dtype.
+    Every field read is checked (a K25Error names it)."""
     base = scheme(cfg.dtype)
     q = cfg.quantization or {}
-    method = str(q.get("quant_method") or "").lower()
     if not q:
         return QuantPlan(base, {}, KV_BYTES.get(cfg.dtype, 2), source="config: unquantized")
+    if not isinstance(q.get("quant_method", ""), str):
+        raise K25Error(f"quantization_config quant_method {_shown(q.get('quant_method'))}: must be a string")
+    method = str(q.get("quant_method") or "").lower()
     linear = ALIASES["linear"]
     if method == "compressed-tensors":
-        groups = [g for g in (q.get("config_groups") or {}).values() if isinstance(g, dict)]
+        groups_value = q.get("config_groups") or {}
+        if not isinstance(groups_value, dict):
+            raise K25Error(f"quantization_config config_groups {_shown(groups_value)}: must be an object")
+        groups = [g for g in groups_value.values() if isinstance(g, dict)]
         if not groups:
-            raise K25Error("compressed-tensors quantization_config without config_groups: give --quant")
+            raise QuantNotModelled("compressed-tensors quantization_config without config_groups: give --quant")
         w = groups[0].get("weights") or {}
+        if not isinstance(w, dict):
+            raise K25Error(f"quantization_config config_groups weights {_shown(w)}: must be an object")
         acts = groups[0].get("input_activations")
-        bits = int(w.get("num_bits") or 0)
+        bits = _quant_int(w, "config_groups weights ", "num_bits", 0, (4, 8, 16))
         fmt = str(q.get("format") or "")
         if "nvfp4" in fmt:
             chosen = scheme("nvfp4")
         elif w.get("type") == "float" and bits == 8:
-            block = w.get("block_structure")
-            chosen = scheme(f"fp8-block{block[0]}x{block[1]}") if isinstance(block, list) and len(block) == 2 \
-                else scheme("fp8")
+            chosen = _block(w.get("block_structure"), "config_groups weights block_structure")
         elif bits in (4, 8) and not acts:
-            group = int(w.get("group_size") or 0) if w.get("strategy", "group") == "group" else 0
-            chosen = scheme(f"w{bits}a16-g{group}" + ("" if w.get("symmetric", True) else "-zp"))
+            group = _quant_int(w, "config_groups weights ", "group_size", 0) if w.get("strategy", "group") == \
+                "group" else 0
+            chosen = scheme(f"w{bits}a16-g{max(group, 0)}" + ("" if w.get("symmetric", True) else "-zp"))
         else:
-            raise K25Error(f"compressed-tensors scheme {w} with activations {acts} is not modelled: give --quant")
+            raise QuantNotModelled(f"compressed-tensors scheme {_shown(w)} with activations {_shown(acts)} is not "
+                                   "modelled: give --quant")
         return QuantPlan(base, {p: chosen for p in linear}, KV_BYTES.get(cfg.dtype, 2),
-                         ignored=tuple(str(x) for x in q.get("ignore") or []), source="config: compressed-tensors")
+                         ignored=_quant_list(q, "ignore"), source="config: compressed-tensors")
     if method == "fp8":
-        block = q.get("weight_block_size")
-        chosen = scheme(f"fp8-block{block[0]}x{block[1]}") if isinstance(block, list) and len(block) == 2 \
-            else scheme("fp8")
-        ignored = tuple(str(x) for x in (q.get("modules_to_not_convert") or q.get("ignored_layers") or []))
+        chosen = _block(q.get("weight_block_size"), "weight_block_size")
+        ignored = _quant_list(q, "modules_to_not_convert") or _quant_list(q, "ignored_layers")
         return QuantPlan(base, {p: chosen for p in linear}, KV_BYTES.get(cfg.dtype, 2), ignored=ignored,
                          source="config: fp8")
     if method in ("gptq", "awq", "gptq_marlin", "awq_marlin"):
-        bits = int(q.get("bits") or q.get("w_bit") or 4)
-        group = int(q.get("group_size") or q.get("q_group_size") or 128)
+        bits = _quant_int(q, "", "bits", 0, (4, 8)) or _quant_int(q, "", "w_bit", 4, (4, 8))
+        group = _quant_int(q, "", "group_size", 0) or _quant_int(q, "", "q_group_size", 128)
         zero = bool(q.get("zero_point")) if method.startswith("awq") else not q.get("sym", True)
         chosen = scheme(f"w{bits}a16-g{max(group, 0)}" + ("-zp" if zero else ""))
-        ignored = tuple(str(x) for x in q.get("modules_to_not_convert") or [])
-        return QuantPlan(base, {p: chosen for p in linear}, KV_BYTES.get(cfg.dtype, 2), ignored=ignored,
-                         source=f"config: {method}")
+        return QuantPlan(base, {p: chosen for p in linear}, KV_BYTES.get(cfg.dtype, 2),
+                         ignored=_quant_list(q, "modules_to_not_convert"), source=f"config: {method}")
     if method == "mxfp4":
         return QuantPlan(base, {"experts": scheme("mxfp4")}, KV_BYTES.get(cfg.dtype, 2),
-                         ignored=tuple(str(x) for x in q.get("modules_to_not_convert") or []), source="config: mxfp4")
-    raise K25Error(f"quantization method {method!r} in the model config is not modelled: give --quant")
+                         ignored=_quant_list(q, "modules_to_not_convert"), source="config: mxfp4")
+    raise QuantNotModelled(f"quantization method {method!r} in the model config is not modelled: give --quant")
 
 
 def parse_quant(spec: str | None, cfg: ModelConfig) -> QuantPlan:
@@ -324,7 +506,12 @@ def parse_quant(spec: str | None, cfg: ModelConfig) -> QuantPlan:
     experts, router, lm_head, linear (= attention, dense, shared, experts), all (+ lm_head), kv (KV-cache dtype:
     bf16, fp16, fp8, fp32). A bare scheme means linear. ``--quant experts=w4a16-g32`` is Kimi-K2-Thinking's INT4:
     routed experts in 4 bits, everything else in the config's dtype."""
-    plan = plan_from_config(cfg)
+    try:
+        plan = plan_from_config(cfg)
+    except QuantNotModelled:
+        if not spec:
+            raise
+        plan = QuantPlan(scheme(cfg.dtype), {}, KV_BYTES.get(cfg.dtype, 2), source="config's scheme not modelled")
     if not spec:
         return plan
     per_part = dict(plan.per_part)
@@ -343,8 +530,12 @@ def parse_quant(spec: str | None, cfg: ModelConfig) -> QuantPlan:
         targets = ALIASES.get(part, (part,))
         if any(t not in PARTS for t in targets):
             raise K25Error(f"--quant {item!r}: unknown part {part!r}; parts: {', '.join(PARTS)}, linear, all, kv")
+        try:
+            chosen = scheme(value)
+        except K25Error as exc:
+            raise K25Error(f"--quant {item!r}: {exc}") from None
         for t in targets:
-            per_part[t] = scheme(value)
+            per_part[t] = chosen
         ignored = ()  # the user's parts are taken as given
     return QuantPlan(plan.base, per_part, kv, ignored=ignored, source=f"--quant {spec}")
 
@@ -388,7 +579,7 @@ class StepBound:
         return sum(p.flops for p in self.parts)
 
 
-def step_bound(cfg: ModelConfig, plan: QuantPlan, *, tp: int, batch: int, context: int | None) -> StepBound:
+def step_bound(cfg: ModelConfig, quant: QuantPlan, *, tp: int, batch: int, context: int | None) -> StepBound:
     """Bytes and FLOPs of one decode step of ``batch`` tokens on one of ``tp`` ranks (see the module doc)."""
     if tp < 1 or batch < 1:
         raise K25Error(f"the bound needs TP >= 1 and a batch size >= 1 (got TP {tp}, batch {batch})")
@@ -396,6 +587,7 @@ def step_bound(cfg: ModelConfig, plan: QuantPlan, *, tp: int, batch: int, contex
         raise K25Error(f"--context {context}: give a number of tokens >= 0")
     H, L, B = cfg.hidden, cfg.layers, batch
     act = _act_bytes(cfg)
+    plan = _Used(quant)  # records the scheme of every matrix counted: the label is theirs
     probe = cfg.moe_layers[-1] if cfg.moe_layers else max(L - 1, 0)
     attention, norm_elems = _attention_part(cfg, plan, tp=tp, batch=B, probe=probe)
     parts = [attention]
@@ -411,10 +603,35 @@ def step_bound(cfg: ModelConfig, plan: QuantPlan, *, tp: int, batch: int, contex
     parts.append(Part("embedding", B * H * act / tp, 0.0, f"{B} rows of {H}"))
     if context is not None:
         parts.append(_kv_part(cfg, plan, tp=tp, batch=B, context=context))
-    compute = plan.per_part.get("experts", plan.base).compute if moe else plan.per_part.get(
-        "attention", plan.base).compute
+    compute = plan.compute("routed_experts" if moe else "attention")
     return StepBound(tp=tp, batch=B, context=context, parts=tuple(parts), compute=compute, experts_hit=hit,
                      plan=plan.describe())
+
+
+class _Used:
+    """A :class:`QuantPlan` that records which scheme each part's matrices were counted in, so that the label the
+    bound prints is what its bytes used (a compressed-tensors ``ignore`` list keeps attention in BF16: the label
+    then says so, not the config group's scheme)."""
+
+    def __init__(self, plan: QuantPlan) -> None:
+        self.plan, self.kv_bytes = plan, plan.kv_bytes
+        self.used: dict[str, dict[str, Scheme]] = {}
+
+    def for_module(self, part: str, module: str) -> Scheme:
+        chosen = self.plan.for_module(part, module)
+        self.used.setdefault(part, {})[chosen.name] = chosen
+        return chosen
+
+    def compute(self, part: str) -> str:
+        """The compute type of the part's GEMMs (one scheme), else the base's."""
+        schemes = list(self.used.get("experts" if part == "routed_experts" else part, {}).values())
+        return schemes[0].compute if len(schemes) == 1 else self.plan.base.compute
+
+    def describe(self) -> str:
+        base = self.plan.base.name
+        parts = ", ".join(f"{p}={'/'.join(sorted(names))}" for p in PARTS if (names := self.used.get(p))
+                          and set(names) != {base})
+        return f"{parts or 'all ' + base}; KV cache {self.kv_bytes} B/elem ({self.plan.source})"
 
 
 def _act_bytes(cfg: ModelConfig) -> int:
@@ -422,13 +639,13 @@ def _act_bytes(cfg: ModelConfig) -> int:
     return 2 if cfg.dtype in ("bf16", "fp16") else 4
 
 
-def _mat(plan: QuantPlan, part: str, module: str, k: int, n: int, share: float, tokens: float) -> tuple[float, float]:
+def _mat(plan: "_Used", part: str, module: str, k: int, n: int, share: float, tokens: float) -> tuple[float, float]:
     """Bytes and FLOPs of one k x n weight matrix, ``share`` of it on this rank, applied to ``tokens`` tokens."""
     s = plan.for_module(part, module)
     return s.matrix_bytes(k, n) * share, 2.0 * tokens * k * n * share
 
 
-def _attention_part(cfg: ModelConfig, plan: QuantPlan, *, tp: int, batch: int, probe: int) -> tuple[Part, int]:
+def _attention_part(cfg: ModelConfig, plan: "_Used", *, tp: int, batch: int, probe: int) -> tuple[Part, int]:
     """The attention projections of every layer (MLA or GQA), and the elements of the extra norms MLA has."""
     H, L, B, pre = cfg.hidden, cfg.layers, batch, cfg.module_prefix
     att_b = att_f = 0.0
@@ -460,7 +677,7 @@ def _attention_part(cfg: ModelConfig, plan: QuantPlan, *, tp: int, batch: int, p
     return Part("attention", att_b * L, att_f * L, f"{L} layers; {detail}"), norm_elems
 
 
-def _dense_part(cfg: ModelConfig, plan: QuantPlan, *, tp: int, batch: int) -> Part:
+def _dense_part(cfg: ModelConfig, plan: "_Used", *, tp: int, batch: int) -> Part:
     """The MLP of the dense (non-MoE) layers, column/row parallel."""
     H, dense_layers = cfg.hidden, cfg.dense_layers
     m = f"{cfg.module_prefix}layers.0.mlp."
@@ -473,7 +690,7 @@ def _dense_part(cfg: ModelConfig, plan: QuantPlan, *, tp: int, batch: int) -> Pa
                 f"{dense_layers} dense layers, intermediate {cfg.intermediate} 1/{tp}")
 
 
-def _moe_parts(cfg: ModelConfig, plan: QuantPlan, *, tp: int, batch: int, probe: int) -> tuple[list[Part], float]:
+def _moe_parts(cfg: ModelConfig, plan: "_Used", *, tp: int, batch: int, probe: int) -> tuple[list[Part], float]:
     """The MoE layers: shared experts, the routed experts the batch is expected to hit (uniform routing) and the
     router; with the experts hit per layer. Nothing for a model without MoE layers."""
     moe_layers = len(cfg.moe_layers)
@@ -506,12 +723,12 @@ def _moe_parts(cfg: ModelConfig, plan: QuantPlan, *, tp: int, batch: int, probe:
     return parts, hit
 
 
-def _kv_part(cfg: ModelConfig, plan: QuantPlan, *, tp: int, batch: int, context: int) -> Part:
+def _kv_part(cfg: ModelConfig, plan: "_Used", *, tp: int, batch: int, context: int) -> Part:
     """The KV cache the batch reads at ``context`` tokens per request (MLA: the latent, replicated per rank)."""
     L, B, kvb = cfg.layers, batch, plan.kv_bytes
     if cfg.is_mla:
         width = (cfg.kv_lora_rank or 0) + cfg.qk_rope_dim
-        kv_bytes = L * B * context * width * kvb
+        kv_bytes = float(L * B * context * width * kvb)
         heads_r = cfg.heads / tp
         flops = L * B * heads_r * context * 2.0 * (width + (cfg.kv_lora_rank or 0))
         detail = f"MLA latent {width} x {context} tokens x {B} requests x {L} layers, replicated per rank"

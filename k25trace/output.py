@@ -85,8 +85,10 @@ def _one_line(text: str) -> str:
 
 def rich_table(frame: pl.DataFrame, title: str | None = None, caption: str | None = None, *,
                right: Collection[str] = ()) -> Table:
-    """A Rich table of a frame; cells are plain text (a ``[/x]`` in a kernel name is not markup)."""
-    table = Table(title=title, caption=caption, show_lines=False, header_style="bold", title_justify="left")
+    """A Rich table of a frame; cells, title and caption are plain text (a ``[/x]`` in a kernel name, a file name or
+    a run label is not markup)."""
+    table = Table(title=None if title is None else Text(title), caption=None if caption is None else Text(caption),
+                  show_lines=False, header_style="bold", title_justify="left")
     for name, dtype in zip(frame.columns, frame.dtypes, strict=True):
         table.add_column(Text(name), justify="right" if dtype.is_numeric() or name in right else "left",
                          overflow="fold")
