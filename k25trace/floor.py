@@ -45,8 +45,19 @@ def _log(msg: str) -> None:
     print(f"bench: {msg}", file=sys.stderr, flush=True)
 
 
+MAX_MESSAGE = 1 << 30
+"""The largest all-reduce message benched (1 GiB): a decode step's all-reduces carry batch x hidden activations
+(Kimi-K2 at batch 64: 896 KiB); every rank also holds each size's tensor at once (and NCCL its buffers)."""
+MAX_COUNT = 100_000
+"""The most all-reduces per burst (a 61-layer decode step runs 123)."""
+MAX_HIDDEN = 1 << 17
+MAX_BATCH = 1 << 20
+MAX_TIMEOUT_S = 7 * 24 * 3600.0
+
+
 def parse_size(text: str) -> int:
-    """'14336', '14K' (KiB), '1.5M' (MiB), '2G' -> bytes."""
+    """'14336', '14K' (KiB), '1.5M' (MiB), '2G' -> bytes; a K25Error naming the value and the bound (1 byte to
+    :data:`MAX_MESSAGE`)."""
     t = text.strip().upper().removesuffix("B").removesuffix("I")
     mult = 1
     if t and t[-1] in "KMG":
@@ -54,11 +65,40 @@ def parse_size(text: str) -> int:
         t = t[:-1]
     try:
         value = float(t) * mult
-    except ValueError:
+    except (ValueError, OverflowError):
         value = 0.0
     if not math.isfinite(value) or value <= 0 or value != int(value):
         raise K25Error(f"{text!r} is not a positive whole number of bytes")
+    if value > MAX_MESSAGE:
+        raise K25Error(f"{text!r} is more than {MAX_MESSAGE:,} bytes (1 GiB): the largest message benched (a decode "
+                       "step's all-reduces are KiB to MiB)")
     return int(value)
+
+
+def parse_batch_sizes(text: str) -> list[int]:
+    """``--batch-sizes``: comma-separated whole numbers from 1 to :data:`MAX_BATCH`."""
+    out = []
+    for item in (x.strip() for x in text.split(",")):
+        if not item:
+            continue
+        if not item.isdigit() or not 1 <= int(item) <= MAX_BATCH:
+            raise K25Error(f"--batch-sizes {text!r}: {item!r} is not a batch size (a whole number from 1 to "
+                           f"{MAX_BATCH:,})")
+        out.append(int(item))
+    if not out:
+        raise K25Error(f"--batch-sizes {text!r}: give at least one batch size")
+    return out
+
+
+def import_torch() -> Any:
+    """torch, or a K25Error that says how to install it (the bench needs torch.distributed)."""
+    try:
+        import torch
+        import torch.distributed  # noqa: F401
+    except ImportError as exc:
+        raise K25Error(f"bench allreduce needs PyTorch (torch.distributed), which is not installed here "
+                       f"({exc}): pip install torch (see https://pytorch.org for a CUDA build)") from None
+    return torch
 
 
 # ------------------------------------------------------------------------------------------------ the pattern
@@ -85,7 +125,7 @@ def pattern_from_db(con: Any, *, phase: str, hidden: int, dtype: str) -> list[di
 def resolve_backend(backend: str, world_size: int | None) -> tuple[str, int]:
     """The backend and world size to measure with: ``auto`` is NCCL when CUDA is there, else gloo; the world size
     defaults to every local GPU (gloo: 2 processes)."""
-    import torch  # deferred: torch only when a bench runs (see the module doc)
+    torch = import_torch()  # deferred: torch only when a bench runs (see the module doc)
 
     if backend == "auto":
         backend = "nccl" if torch.cuda.is_available() else "gloo"
@@ -105,11 +145,22 @@ def bench_specs(con: Any, *, sizes: str | None, count: int | None, batch_sizes: 
     pattern of ``con``'s ``phase`` steps (each distinct size and count once); else hidden x batch x dtype for each
     of ``batch_sizes``. Without ``count``, 122 all-reduces per burst (the database's count when it has one)."""
     if sizes:
-        return [{"size_bytes": parse_size(s), "count": count or 122, "size_source": "given"}
-                for s in sizes.split(",") if s.strip()]
+        try:
+            given = [{"size_bytes": parse_size(s), "count": count or 122, "size_source": "given"}
+                     for s in sizes.split(",") if s.strip()]
+        except K25Error as exc:
+            raise K25Error(f"--sizes {exc}") from None
+        if not given:
+            raise K25Error(f"--sizes {sizes!r}: give at least one size")
+        return given
     if con is None:
-        return [{"size_bytes": hidden * int(b) * DTYPE_BYTES[dtype], "count": count or 122, "batch_size": int(b),
-                 "size_source": "hidden"} for b in batch_sizes.split(",") if b.strip()]
+        specs = [{"size_bytes": hidden * b * DTYPE_BYTES[dtype], "count": count or 122, "batch_size": b,
+                  "size_source": "hidden"} for b in parse_batch_sizes(batch_sizes)]
+        for s in specs:
+            if s["size_bytes"] > MAX_MESSAGE:
+                raise K25Error(f"--hidden {hidden} x batch {s['batch_size']} x {dtype} is {s['size_bytes']:,} bytes, "
+                               f"more than the {MAX_MESSAGE:,} (1 GiB) benched at most")
+        return specs
     specs = pattern_from_db(con, phase=phase, hidden=hidden, dtype=dtype)
     if not specs:
         raise K25Error(f"{source}: no {phase} steps with all-reduces; give --sizes and --count")
@@ -123,6 +174,27 @@ def bench_specs(con: Any, *, sizes: str | None, count: int | None, batch_sizes: 
             if (s["size_bytes"], s["count"]) not in seen and not seen.add((s["size_bytes"], s["count"]))]
 
 
+def check_memory(specs: list[dict[str, Any]], *, backend: str, world_size: int) -> None:
+    """Refuse sizes the ranks cannot hold: every rank keeps one tensor per size for the whole run (plus NCCL's or
+    gloo's buffers); NCCL: their sum must fit in half the smallest GPU's memory; gloo: world size x 3 x the sum (the
+    tensor and the ring's buffers) in half the machine's memory."""
+    need = sum(s["size_bytes"] for s in specs)
+    if backend == "nccl":
+        torch = import_torch()
+        have = min(torch.cuda.get_device_properties(i).total_memory for i in range(world_size))
+        where, budget, total = f"half the memory of one GPU ({have / 2**30:.1f} GiB)", have // 2, need
+    else:
+        try:
+            have = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (ValueError, OSError, AttributeError):
+            return
+        where, budget, total = f"half this machine's memory ({have / 2**30:.1f} GiB)", have // 2, need * 3 * world_size
+    if total > budget:
+        raise K25Error(f"--sizes: {len(specs)} size(s) totalling {need:,} bytes need {total / 2**30:.2f} GiB "
+                       f"({'per GPU' if backend == 'nccl' else f'{world_size} processes x 3 buffers'}), more than "
+                       f"{where}: bench fewer or smaller sizes")
+
+
 # ------------------------------------------------------------------------------------------------ the workers
 
 
@@ -131,6 +203,10 @@ def _measure_rank(rank: int, world: int, cfg: dict[str, Any]) -> dict[str, Any]:
     import torch
 
     rig = _Rig(rank, world, cfg)
+    if cfg.get("die_rank") == rank:  # tests only: die as the out-of-memory killer kills, the group formed
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)
     results = []
     graphs: dict[int, Any] = {}
     tensors: dict[int, Any] = {}
@@ -294,10 +370,7 @@ def _worker(rank: int, world: int, cfg: dict[str, Any], queue: Any) -> None:
     code = 0
     try:
         queue.put(_measure_rank(rank, world, cfg))
-    except BaseException as exc:  # noqa: BLE001 - reported by the parent
-        import traceback
-
-        traceback.print_exc()
+    except BaseException as exc:  # noqa: BLE001 - reported by the parent, in one line (no traceback)
         queue.put({"rank": rank, "error": f"{type(exc).__name__}: {exc}"})
         code = 1
     finish_worker(queue, code)
@@ -321,40 +394,94 @@ def _free_port() -> int:
 def run_allreduce_bench(sizes: list[dict[str, Any]], *, backend: str, world_size: int, dtype: str = "bfloat16",
                         iters: int = 200, warmup: int = 20, bursts: int = 20, graph: bool = True,
                         profile: str | None = None, timeout_s: float = 600.0,
-                        bench_run: str | None = None) -> list[dict[str, Any]]:
-    """Start ``world_size`` processes, measure every size, return the result rows (one per size and mode)."""
-    import queue as _queue
+                        bench_run: str | None = None, die_rank: int | None = None) -> list[dict[str, Any]]:
+    """Start ``world_size`` processes, measure every size, return the result rows (one per size and mode).
 
+    The processes are watched while they run: a rank that dies (killed by the out-of-memory killer, a crash)
+    or reports an error stops the bench within about a second, with an error naming the rank and how it ended;
+    the other ranks (blocked in an all-reduce with it) are killed. ``die_rank`` (tests only) makes that rank
+    kill itself with SIGKILL once the process group has formed."""
     import torch.multiprocessing as mp
 
     dtype = DTYPE_CANON.get(dtype, dtype)
     measured_at = _dt.datetime.now(_dt.timezone.utc).replace(tzinfo=None, microsecond=0)
     bench_run = bench_run or f"{backend}-ws{world_size}-{measured_at:%Y%m%dT%H%M%S}-{os.getpid()}"
     cfg = {"backend": backend, "dtype": dtype, "iters": iters, "warmup": warmup, "bursts": bursts, "graph": graph,
-           "profile": profile, "port": _free_port(),
+           "profile": profile, "port": _free_port(), "die_rank": die_rank,
            "sizes": [{"size_bytes": s["size_bytes"], "count": s["count"]} for s in sizes]}
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     procs = [ctx.Process(target=_worker, args=(r, world_size, cfg, q), daemon=True) for r in range(world_size)]
     for p in procs:
         p.start()
-    outs: list[dict[str, Any]] = []
+    ok = False
     try:
-        for _ in procs:
-            outs.append(q.get(timeout=timeout_s))
-    except _queue.Empty:
-        raise K25Error(f"the bench processes gave no result within {timeout_s:.0f} s") from None
+        outs = _collect(procs, q, timeout_s)
+        ok = True
     finally:
         for p in procs:
-            p.join(timeout=15)
+            if not ok and p.is_alive():
+                p.kill()  # blocked in a collective with a dead rank: they would never return
+            p.join(timeout=15 if ok else 5)
             if p.is_alive():
                 p.kill()
-    errors = [o for o in outs if "error" in o]
-    if errors:
-        raise K25Error("; ".join(f"rank {o['rank']}: {o['error']}" for o in errors))
     outs.sort(key=lambda o: o["rank"])
     return combine(outs, sizes, backend=backend, world_size=world_size, dtype=dtype, bench_run=bench_run,
                    measured_at=measured_at)
+
+
+def _ended(code: int | None) -> str:
+    """How a worker process ended, in words."""
+    if code is None:
+        return "is still running"
+    if code < 0:
+        import signal
+
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        hint = " (the out-of-memory killer sends it)" if name == "SIGKILL" else ""
+        return f"was killed by {name}{hint}"
+    return f"exited with status {code}"
+
+
+def _collect(procs: list[Any], q: Any, timeout_s: float) -> list[dict[str, Any]]:
+    """Every rank's result from the queue, polling the processes between reads: a K25Error naming the rank as soon
+    as one dies before giving its result or reports an error, or when ``timeout_s`` passes."""
+    import queue as _queue
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    outs: dict[int, dict[str, Any]] = {}
+    failed_at: float | None = None
+    while len(outs) < len(procs):
+        try:
+            out = q.get(timeout=0.25)
+            outs[out["rank"]] = out
+            continue
+        except _queue.Empty:
+            pass
+        now = time.monotonic()
+        dead = [r for r, p in enumerate(procs) if r not in outs and p.exitcode is not None]
+        errors = [o for o in outs.values() if "error" in o]
+        if (dead or errors) and failed_at is None:
+            failed_at = now  # a moment for the other ranks' errors or exits to arrive: the first cause is named
+        if failed_at is not None and (now - failed_at > 1.0 or len(outs) + len(dead) == len(procs)):
+            killed = [r for r in dead if (procs[r].exitcode or 0) < 0]
+            parts = [f"rank {r} {_ended(procs[r].exitcode)} before giving its result" for r in killed or dead]
+            parts += [f"rank {o['rank']}: {o['error']}" for o in sorted(errors, key=lambda o: o["rank"])
+                      if not killed]
+            raise K25Error("the bench stopped: " + "; ".join(parts))
+        if now > deadline:
+            waiting = [str(r) for r in range(len(procs)) if r not in outs]
+            raise K25Error(f"the bench processes gave no result within {timeout_s:g} s (--timeout; rank(s) "
+                           f"{', '.join(waiting)} still running)")
+    if any("error" in o for o in outs.values()):
+        raise K25Error("; ".join(f"rank {o['rank']}: {o['error']}" for o in sorted(outs.values(),
+                                                                                    key=lambda o: o["rank"])
+                                 if "error" in o))
+    return list(outs.values())
 
 
 def combine(outs: list[dict[str, Any]], sizes: list[dict[str, Any]], *, backend: str, world_size: int, dtype: str,
@@ -471,16 +598,23 @@ def _emit(rows: list[dict[str, Any]], fmt: str | None) -> None:
     output.write(frame, fmt or output.default_format(), title="All-reduce floor")
 
 
+def _timeout_option(ctx: click.Context, param: click.Parameter, value: float) -> float:
+    if not math.isfinite(value) or not 0 < value <= MAX_TIMEOUT_S:
+        raise click.BadParameter(f"{value} is not a usable timeout: give seconds above 0, at most "
+                                 f"{MAX_TIMEOUT_S:g} (a week)", ctx, param)
+    return value
+
+
 @command.command("allreduce")
 @click.option("--db", "db_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Read the per-step all-reduce pattern from this database and store the results in it.")
 @click.option("--sizes", default=None, help="Message sizes in bytes, comma-separated (K/M/G suffixes: KiB, MiB, GiB); "
               "instead of the database's pattern.")
-@click.option("--count", type=int, default=None, help="All-reduces per burst (default: the database's per-step "
-              "count, else 122).")
+@click.option("--count", type=click.IntRange(1, MAX_COUNT), default=None,
+              help="All-reduces per burst (default: the database's per-step count, else 122).")
 @click.option("--batch-sizes", default="1,8,64", show_default=True,
               help="Without --db or --sizes: sizes = hidden x batch x dtype for these.")
-@click.option("--hidden", type=int, default=7168, show_default=True,
+@click.option("--hidden", type=click.IntRange(1, MAX_HIDDEN), default=7168, show_default=True,
               help="Hidden size when the trace has no message sizes.")
 @click.option("--dtype", type=click.Choice(sorted(DTYPE_BYTES)), default="bf16", show_default=True)
 @click.option("--phase", type=click.Choice(PHASES), default="decode", show_default=True,
@@ -498,7 +632,8 @@ def _emit(rows: list[dict[str, Any]], fmt: str | None) -> None:
 @click.option("--profile", "profile_dir", type=click.Path(file_okay=False), default=None,
               help="Also write a torch.profiler trace of a few bursts per size here.")
 @click.option("--run-name", default=None, help="Name of this bench run (default: backend-ws-time-pid).")
-@click.option("--timeout", "timeout_s", type=float, default=600.0, show_default=True)
+@click.option("--timeout", "timeout_s", type=float, default=600.0, show_default=True, callback=_timeout_option,
+              help="Seconds to wait for the ranks' results (a rank that dies stops the bench at once).")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default=None)
 @click.option("--save-json", "save_json", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also write every result row (all allreduce_bench columns) to this JSON file, for "
@@ -516,15 +651,26 @@ def allreduce(db_path: Path | None, sizes: str | None, count: int | None, batch_
       k25trace bench allreduce --backend gloo --world-size 2 --db run.duckdb --iters 50
       k25trace sql --db run.duckdb --query report_allreduce_floor -p phase=decode
     """
+    if sizes is None and db_path is None:
+        parse_batch_sizes(batch_sizes)  # checked before torch starts
+    elif sizes is not None:
+        bench_specs(None, sizes=sizes, count=count, batch_sizes=batch_sizes, hidden=hidden, dtype=dtype,
+                    phase=phase, world_size=1)
     backend, world_size = resolve_backend(backend, world_size)
     con = None
-    if db_path is not None:
-        from k25trace import pipeline  # deferred: DuckDB only where a database is used (see the module doc)
+    if db_path is not None and sizes is None:
+        from k25trace import db  # deferred: DuckDB only where a database is used (see the module doc)
 
-        con = pipeline.connect(db_path)
+        # read-only: a bench that fails (no all-reduces in the database, a dead rank) leaves the file as it was;
+        # the rows are written only once measured
+        con = db.connect(db_path, read_only=True)
     try:
         specs = bench_specs(con, sizes=sizes, count=count, batch_sizes=batch_sizes, hidden=hidden, dtype=dtype,
                             phase=phase, world_size=world_size, source=str(db_path))
+        if con is not None:
+            con.close()
+            con = None
+        check_memory(specs, backend=backend, world_size=world_size)
         if world_size == 1:
             _log("note: with one rank an all-reduce moves nothing (NCCL skips it; a captured graph stays empty): "
                  "this is a smoke run of the code path, not a floor")
@@ -536,7 +682,10 @@ def allreduce(db_path: Path | None, sizes: str | None, count: int | None, batch_
         if save_json is not None:
             save_rows(save_json, rows)
             _log(f"{len(rows)} rows written to {save_json}")
-        if con is not None:
+        if db_path is not None:
+            from k25trace import pipeline  # deferred: DuckDB only where a database is used (see the module doc)
+
+            con = pipeline.connect(db_path)
             write_rows(con, rows)
             _log(f"{len(rows)} rows written to {db_path} (table allreduce_bench, bench_run {rows[0]['bench_run']})")
     finally:
