@@ -26,6 +26,9 @@ from k25trace.vocab import ALL, COMPARE_MATCHES, COMPARE_TABLES, FORMATS, PHASES
 
 err = Console(stderr=True, highlight=False)
 
+MAX_CONTEXT = 1 << 24
+"""The largest --context taken (16,777,216 tokens per request; the longest public context window is 10 M)."""
+
 db_option = click.option(
     "--db", "db_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
     help="The k25trace DuckDB database file.",
@@ -37,7 +40,7 @@ format_option = click.option(
 
 
 def _fail(message: str) -> None:
-    err.print(f"[bold red]error:[/] {message}", soft_wrap=True)
+    err.print(f"[bold red]error:[/] {esc(message)}", soft_wrap=True)
     sys.exit(1)
 
 
@@ -216,7 +219,7 @@ def load(paths: tuple[Path, ...], db_path: Path, keep_python: bool, include_fron
                      "cross-rank tables): run the same command again to load the rest")
     if model_config is not None:
         models.store_config(con, model_config)
-        err.print(f"model config {model_config} kept in {db_path} (report --by sol uses it)")
+        err.print(esc(f"model config {model_config} kept in {db_path} (report --by sol uses it)"), soft_wrap=True)
     con.close()
     if failed:
         sys.exit(1)
@@ -314,11 +317,12 @@ def _read_utf8(read: Any, source: str) -> str:
               help="--by sol: the Hugging Face config.json of the traced model.")
 @click.option("--quant", default=None,
               help="--by sol: weight/KV storage over the config's, e.g. experts=w4a16-g32,kv=fp8.")
-@click.option("--context", type=click.IntRange(min=0), default=None,
+@click.option("--context", type=click.IntRange(min=0, max=MAX_CONTEXT), default=None,
               help="--by sol: tokens in each request's KV cache (the context length read per step).")
 @click.option("--rank", type=int, default=None, help="Only this rank (default: all ranks).")
 @click.option("--trace", "trace_id", type=int, default=None, help="Only this trace_id.")
-@click.option("--top", type=int, default=20, show_default=True, help="Kernels to list with --by kernel.")
+@click.option("--top", type=click.IntRange(min=1), default=None,
+              help="Rows to list with --by kernel, and per group with --by roofline (default 20).")
 @format_option
 def report(db_path: Path, phase: str, by: str, peaks: Path | None, model_config: Path | None, quant: str | None,
            context: int | None, rank: int | None, trace_id: int | None, top: int, fmt: str | None) -> None:
@@ -336,39 +340,56 @@ def report(db_path: Path, phase: str, by: str, peaks: Path | None, model_config:
     from k25trace import db, output  # deferred: start-up time
     from k25trace import report as core
 
+    for option, value, views in (("--model-config", model_config, ("sol",)), ("--quant", quant, ("sol",)),
+                                 ("--context", context, ("sol",)), ("--peaks", peaks, core.SOL_VIEWS),
+                                 ("--top", top, ("kernel", "roofline"))):
+        if value is not None and by not in views:
+            raise K25Error(f"--by {by} does not take {option} (only --by {' / '.join(views)})")
+    core.refuse_filters(by, rank=rank, trace_id=trace_id)
     con = db.connect(db_path, read_only=True)
+    filtered = rank is not None or trace_id is not None or phase is not None
     phase, note = core.resolve_phase(con, phase)
+    core.check_filters(con, phase=phase, rank=rank, trace_id=trace_id)
     if note:
-        err.print(f"note: {note}")
+        err.print(f"note: {esc(note)}", soft_wrap=True)
     for line in core.run_warnings(con):
-        err.print(f"warning: {line}")
+        err.print(f"warning: {esc(line)}", soft_wrap=True)
     if by in core.SOL_VIEWS:
         from k25trace import sol  # deferred: start-up time (the speed-of-light model)
 
         if by == "roofline":
-            frame = sol.roofline(con, phase=phase, rank=rank, trace_id=trace_id, top=top, peaks_file=peaks)
+            frame = sol.roofline(con, phase=phase, rank=rank, trace_id=trace_id, top=20 if top is None else top,
+                                 peaks_file=peaks)
         else:
+            notes: list[str] = []
             frame = sol.step_sol(con, model_config=model_config, quant=quant, context=context, phase=phase,
-                                 rank=rank, trace_id=trace_id, peaks_file=peaks)
+                                 rank=rank, trace_id=trace_id, peaks_file=peaks, notes=notes)
+            for line in notes:
+                err.print(f"[yellow]warning:[/] {esc(line)}", soft_wrap=True)
     else:
-        frame = core.breakdown(con, by=by, phase=phase, rank=rank, trace_id=trace_id, top=top)
+        frame = core.breakdown(con, by=by, phase=phase, rank=rank, trace_id=trace_id,
+                               top=20 if top is None else top)
     fmt = fmt or output.default_format()
     if by in core.CROSS_RANK_VIEWS:
         for line in core.alignment_warnings(con):
-            err.print(f"warning: {line}")
+            err.print(f"warning: {esc(line)}", soft_wrap=True)
     if frame.is_empty():
-        err.print(f"no {phase + ' ' if phase != 'all' else ''}steps with GPU activity in {db_path}"
-                  + ("" if phase == "all" else " (try --phase all)"))
+        err.print(esc(f"no {phase + ' ' if phase != 'all' else ''}steps with GPU activity in {db_path}"
+                      + ("" if phase == "all" else " (try --phase all)")), soft_wrap=True)
         if fmt != "table":
             output.write(frame, fmt)
+        if filtered:
+            sys.exit(1)
         return
+    whole_runs = rank is None and trace_id is None  # the idle caption and rank-comm sum every rank of a run
     if fmt == "table" and by == "batch":
-        print_batch_tables(frame, idle=core.breakdown(con, by="idle", phase=phase), labels=core.run_labels(con))
+        print_batch_tables(frame, idle=core.breakdown(con, by="idle", phase=phase) if whole_runs else None,
+                           labels=core.run_labels(con))
     elif fmt == "table" and by in core.SOL_VIEWS:
         sol.print_tables(frame, by, labels=core.run_labels(con))
     elif fmt == "table" and by == "rank":
         output.write(frame, fmt, title="Per rank and category")
-        comm = core.breakdown(con, by="rank-comm", phase=phase)
+        comm = core.breakdown(con, by="rank-comm", phase=phase) if whole_runs else frame.clear()
         if not comm.is_empty():
             output.write(comm, fmt, title="Collectives per rank: transfer vs wait (waiting for the slowest rank)")
     else:
@@ -439,7 +460,7 @@ def _is_trace_path(path: Path) -> bool:
               help="A significant delta below this % of A's value is 'negligible'.")
 @click.option("--min-step", type=float, default=0.5, show_default=True,
               help="A significant delta below this % of A's step time is 'negligible'.")
-@click.option("--top", type=int, default=30, show_default=True,
+@click.option("--top", type=click.IntRange(min=0), default=30, show_default=True,
               help="Kernel rows per group in table/Markdown output besides the changed ones (0: all).")
 @format_option
 def compare(sides: tuple[Path, ...], db_path: Path | None, select_a: tuple[str, ...], select_b: tuple[str, ...],

@@ -13,10 +13,10 @@ import polars as pl
 
 from k25trace.db import query_frame
 from k25trace.errors import K25Error
-from k25trace.vocab import CROSS_RANK_VIEWS, PHASES, VIEWS, check_phase, check_view
+from k25trace.vocab import ALL, CROSS_RANK_VIEWS, PHASES, VIEWS, check_phase, check_view
 
 __all__ = ["CROSS_RANK_VIEWS", "PHASES", "SOL_VIEWS", "VIEWS", "alignment_warnings", "allreduce_floor", "breakdown",
-           "resolve_phase", "run_labels", "run_warnings", "summary"]
+           "check_filters", "resolve_phase", "run_labels", "run_warnings", "summary", "view_filters"]
 
 SOL_VIEWS = ("roofline", "sol")
 """The views :mod:`k25trace.sol` computes (:func:`k25trace.sol.roofline`, :func:`k25trace.sol.step_sol`)."""
@@ -44,9 +44,64 @@ def breakdown(con: duckdb.DuckDBPyConnection, *, by: str = "batch", phase: str =
     views that take them); ``top`` kernels for ``kernel``. ``roofline`` and ``sol`` are :mod:`k25trace.sol`'s."""
     if check_view(by) in SOL_VIEWS:
         raise K25Error(f"view {by!r} is computed by k25trace.sol ({'roofline' if by == 'roofline' else 'step_sol'})")
+    refuse_filters(by, rank=rank, trace_id=trace_id)
     query, takes = _VIEW_QUERIES[by]
     given = {"phase": check_phase(phase), "rank": rank, "trace_id": trace_id, "top": top}
     return query_frame(con, query, {name: given[name] for name in takes})
+
+
+_SOL_FILTERS = ("phase", "rank", "trace_id", "top")  # roofline and sol (k25trace.sol) take all of them
+
+
+def view_filters(by: str) -> tuple[str, ...]:
+    """The filters (of phase, rank, trace_id, top) that view ``by`` honours."""
+    return _SOL_FILTERS if check_view(by) in SOL_VIEWS else _VIEW_QUERIES[by][1]
+
+
+def refuse_filters(by: str, *, rank: int | None, trace_id: int | None) -> None:
+    """A K25Error when ``rank`` or ``trace_id`` is given to a view that does not honour it (it would print every
+    rank's or trace's rows as if they were the one asked for)."""
+    takes = view_filters(by)
+    for name, option, value in (("rank", "--rank", rank), ("trace_id", "--trace", trace_id)):
+        if value is not None and name not in takes:
+            honour = ", ".join(v for v in VIEWS if name in view_filters(v))
+            raise K25Error(f"--by {by} does not take {option}: it sums every {'rank' if name == 'rank' else 'trace'} "
+                           f"of a run (views that take {option}: {honour})")
+
+
+def _span(values: list[int]) -> str:
+    """Sorted integers as ranges: 0–1, 3, 5–7."""
+    runs: list[list[int]] = []
+    for v in sorted(set(values)):
+        if runs and runs[-1][1] == v - 1:
+            runs[-1][1] = v
+        else:
+            runs.append([v, v])
+    return ", ".join(str(a) if a == b else f"{a}–{b}" for a, b in runs)
+
+
+def check_filters(con: duckdb.DuckDBPyConnection, *, phase: str, rank: int | None = None,
+                  trace_id: int | None = None) -> None:
+    """A K25Error saying what exists when ``rank``, ``trace_id`` or ``phase`` selects no step of the database:
+    "no rank 99: ranks 0–1", "no trace 999: traces 1–2", "no prefill steps (rank 0): phases present: decode 9"."""
+    traces = summary(con)
+    ranks = {int(t): int(r) for t, r in traces.select("trace_id", "rank").iter_rows() if r is not None}
+    if trace_id is not None and trace_id not in set(traces["trace_id"].to_list()):
+        raise K25Error(f"no trace {trace_id}: traces {_span(traces['trace_id'].to_list()) or 'none (empty database)'}")
+    if rank is not None and rank not in set(ranks.values()):
+        raise K25Error(f"no rank {rank}: ranks {_span(list(ranks.values())) or 'none (empty database)'}")
+    if rank is not None and trace_id is not None and ranks.get(trace_id) != rank:
+        raise K25Error(f"trace {trace_id} is rank {ranks.get(trace_id)}, not rank {rank}: give one of --rank and "
+                       "--trace, or a trace of that rank")
+    if check_phase(phase) == ALL:
+        return
+    steps = query_frame(con, "report_steps", {"phase": ALL, "rank": rank, "trace_id": trace_id})
+    if steps.filter(pl.col("phase") == phase).is_empty():
+        where = ", ".join(w for w in (f"rank {rank}" if rank is not None else "",
+                                      f"trace {trace_id}" if trace_id is not None else "") if w)
+        present = steps.group_by("phase").len().sort("phase")
+        listed = ", ".join(f"{p} {n}" for p, n in present.iter_rows()) or "none (no steps)"
+        raise K25Error(f"no {phase} steps{f' ({where})' if where else ''}: phases present: {listed}")
 
 
 def allreduce_floor(con: duckdb.DuckDBPyConnection, phase: str = "decode") -> pl.DataFrame:

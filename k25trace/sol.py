@@ -919,10 +919,13 @@ SOL_COLUMNS = ("run_id", "batch_size", "tp", "part", "observed_ms", "exclusive_m
 
 def step_sol(con: duckdb.DuckDBPyConnection, *, model_config: Path | None, quant: str | None = None,
              context: int | None = None, phase: str = "decode", rank: int | None = None, trace_id: int | None = None,
-             peaks_file: Path | None = None) -> pl.DataFrame:
+             peaks_file: Path | None = None, notes: list[str] | None = None) -> pl.DataFrame:
     """``report --by sol``: per run and batch size, the observed ms per step of each part (GEMM kernels, attention,
     all-reduce, the rest, idle, the whole step) next to its floor from the model (:mod:`k25trace.models`) and the
-    device's peaks, and the ratio observed / floor."""
+    device's peaks, and the ratio observed / floor.
+
+    The config is checked against what the trace shows (:func:`config_checks`); each disagreement is appended to
+    ``notes`` and to the ``floor_basis`` of the run's step row, and every ratio below 1 says why it can be."""
     from k25trace import models
     from k25trace.report import allreduce_floor, breakdown
 
@@ -938,6 +941,13 @@ def step_sol(con: duckdb.DuckDBPyConnection, *, model_config: Path | None, quant
              for r in query_frame(con, "sol_devices").iter_rows(named=True)}
     frame = breakdown(con, by="batch", phase=phase, rank=rank, trace_id=trace_id)
     floors = {(r["run_id"], r["batch_size"]): r for r in allreduce_floor(con, phase).iter_rows(named=True)}
+    run_query(con, "sol_steps")  # the macros of sol_op_calls (temporary, idempotent)
+    ops = query_frame(con, "sol_op_calls", {"phase": phase, "rank": rank, "trace_id": trace_id})
+    checks = config_checks(cfg, floors, ops, {run: tp for run, (tp, _) in world.items()})
+    for run_id, problems in checks.items():
+        for problem in problems:
+            if notes is not None:
+                notes.append(f"{run_id}: the model config does not match the trace: {problem}")
     rows: list[dict[str, Any]] = []
     for (run_id, batch), group in frame.group_by(["run_id", "batch_size"], maintain_order=True):
         first = group.row(0, named=True)
@@ -952,9 +962,101 @@ def step_sol(con: duckdb.DuckDBPyConnection, *, model_config: Path | None, quant
         bound = models.step_bound(cfg, plan, tp=tp, batch=int(batch), context=context)
         ar_ms, ar_basis = _allreduce_floor_ms(floors.get((run_id, batch)), tp, dev)
         by_cat = {r["category"]: r for r in group.iter_rows(named=True)}
-        rows += _part_rows(base, by_cat, bound, dev, ar_ms, ar_basis)
-        rows.append(_step_row(base, first["step_ms"], bound, dev, ar_ms))
+        part_rows = _part_rows(base, by_cat, bound, dev, ar_ms, ar_basis)
+        step = _step_row(base, first["step_ms"], bound, dev, ar_ms)
+        step["floor_basis"] += f"; model {cfg.name}: {cfg.layers} layers, hidden {cfg.hidden}"
+        if checks.get(run_id):
+            step["floor_basis"] += "; CONFIG DOES NOT MATCH THE TRACE: " + "; ".join(checks[run_id])
+        for row in (*part_rows, step):
+            row["mismatch"] = "; ".join(checks.get(run_id, []))
+        rows += [*part_rows, step]
     return _sol_frame(rows)
+
+
+_GEMM_OPS = ("aten::mm", "aten::addmm", "aten::linear")
+_EXPERT_GEMM_OPS = ("aten::_grouped_mm", "_moe_C::moe_wna16_marlin_gemm")
+
+
+def _gemm_kn(op: str, dims: Dims | None) -> tuple[int, int] | None:
+    """(K, N) of a recorded 2-D GEMM call (mm / addmm: [M, K] x [K, N]; linear: x [..., K], weight [N, K])."""
+    if not dims:
+        return None
+    try:
+        if op == "aten::mm":
+            a, b = _need(dims, 0, 1)
+        elif op == "aten::addmm":
+            a, b = _need(dims, 1, 2)
+        else:
+            a, w = _need(dims, 0, 1)
+            return (a[-1], w[0]) if len(w) == 2 and a[-1] == w[1] else None
+    except Unmodelled:
+        return None
+    return (a[1], b[1]) if len(a) == 2 and len(b) == 2 and a[1] == b[0] else None
+
+
+def config_checks(cfg: Any, floors: dict[tuple[str, Any], dict[str, Any]], ops: pl.DataFrame,
+                  tp: dict[str, int]) -> dict[str, list[str]]:
+    """Per run: where the model config disagrees with what the trace shows, in words naming the config field and
+    the trace's evidence (empty when nothing could be checked or everything agrees). Checked, per batch size:
+
+    * all-reduces per step (TP > 1): a TP decoder runs 2 per layer (attention and MLP outputs), plus 1 for the
+      vocab-parallel embedding: 2·num_hidden_layers or that + 1;
+    * the all-reduce message (where recorded): batch × hidden_size elements of 2 or 4 bytes;
+    * the recorded GEMM shapes (eager, ``record_shapes``): the most frequent K of the 2-D GEMMs is the hidden size
+      (q/kv/qkv, gate/up, router and lm_head all read the hidden state), the router GEMM [T, hidden] × [hidden,
+      experts] runs once per MoE layer, the expert GEMMs (``_grouped_mm``, Marlin MoE) twice per MoE layer.
+    """
+    out: dict[str, list[str]] = defaultdict(list)
+
+    def say(run: str, problem: str) -> None:
+        if problem not in out[run]:
+            out[run].append(problem)
+
+    L, H, moe_layers = cfg.layers, cfg.hidden, len(cfg.moe_layers)
+    for (run, batch), r in sorted(floors.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0)):
+        count = r.get("allreduce_per_step")
+        if tp.get(run, 1) > 1 and count and batch is not None:
+            n = round(count)
+            if n not in (2 * L, 2 * L + 1):
+                say(run, f"the trace runs {count:g} all-reduces per step (2 per layer, +1 for the "
+                         f"embedding: {n // 2} layers), the config num_hidden_layers {L} needs {2 * L} or {2 * L + 1}")
+            size = r.get("msg_bytes")
+            if size and batch and size % batch == 0 and size // batch not in (2 * H, 4 * H):
+                per = size // batch
+                say(run, f"its all-reduce messages are {size:,} B at batch {batch} ({per:,} B per token: hidden "
+                         f"{per // 2:,} in 16 bits), the config hidden_size is {H:,}")
+    if ops.is_empty():
+        return dict(out)
+    for (run, batch), group in ops.group_by(["run_id", "batch_size"], maintain_order=True):
+        steps = group["steps"][0] or 0
+        if batch is None or not steps:
+            continue
+        ks: Counter[int] = Counter()
+        router = expert = 0.0
+        for r in group.iter_rows(named=True):
+            per_step = r["calls"] / steps
+            if r["op"] in _EXPERT_GEMM_OPS:
+                expert += per_step
+                continue
+            kn = _gemm_kn(r["op"], parse_dims(r["input_dims"])) if r["op"] in _GEMM_OPS else None
+            if kn is None:
+                continue
+            ks[kn[0]] += per_step
+            if cfg.experts and kn == (H, cfg.experts):
+                router += per_step
+        if ks:
+            k_mode, _ = ks.most_common(1)[0]
+            if k_mode != H:
+                say(run, f"the most frequent K of its GEMMs is {k_mode:,} (the hidden size every projection reads), "
+                         f"the config hidden_size is {H:,}")
+        if router and round(router) != moe_layers:
+            say(run, f"its router GEMM ([tokens, {H}] x [{H}, {cfg.experts}]) runs {router:g} times per step (once "
+                     f"per MoE layer), the config has {moe_layers} MoE layers (num_hidden_layers {L})")
+        if expert and round(expert) != 2 * moe_layers:
+            say(run, f"it runs {expert:g} expert GEMMs per step (2 per MoE layer: {round(expert) // 2} layers), the "
+                     f"config has {moe_layers} MoE layers (num_hidden_layers {L}"
+                     + (", no experts)" if not cfg.experts else ")"))
+    return dict(out)
 
 
 def _allreduce_floor_ms(ar: dict[str, Any] | None, tp: int, dev: Peaks | None) -> tuple[float | None, str]:
@@ -1050,6 +1152,8 @@ def _sol_frame(rows: list[dict[str, Any]]) -> pl.DataFrame:
     for row in rows:
         if row.get("floor_ms") and row.get("observed_ms"):
             row["ratio"] = row["observed_ms"] / row["floor_ms"]
+            if row["ratio"] < 1:
+                row["floor_basis"] = (row.get("floor_basis") or "") + "; RATIO BELOW 1: " + _below_one(row)
         elif row.get("floor_ms") and row["part"] == "kv_cache":
             row["floor_basis"] += ("; no attention kernels in these steps (attention done by GEMM kernels is counted "
                                    "under weights: see report --by roofline)")
@@ -1057,6 +1161,22 @@ def _sol_frame(rows: list[dict[str, Any]]) -> pl.DataFrame:
         "batch_size", "tp", "steps") else pl.Float64) for c in SOL_COLUMNS}
     out = pl.DataFrame([{c: r.get(c) for c in SOL_COLUMNS} for r in rows], schema=schema, orient="row")
     return out.with_columns(pl.col(c).round_sig_figs(6) for c, t in schema.items() if t == pl.Float64)
+
+
+def _below_one(row: dict[str, Any]) -> str:
+    """Why an observed time below its floor can be: the floor is a lower bound only for the traced model."""
+    if row.get("mismatch"):
+        return "the model config does not match the trace (above), so this floor is not the traced model's"
+    why = {
+        "weights": "the GEMM kernels read less than the bound counts: a router that favours some experts hits fewer "
+                   "than the uniform expectation, or weights are read by kernels of other categories, or the "
+                   "config/--quant is not the traced model's",
+        "kv_cache": "the attention kernels read less than --context tokens per request: the requests' KV caches "
+                    "are shorter than --context",
+        "allreduce": "the all-reduce kernels took less than the bench's kernel time per op: the bench ran other "
+                     "sizes, ranks or links than the trace",
+    }.get(row["part"], "the config, --quant, --context or the device peaks are not the traced run's")
+    return why
 
 
 def _weights_basis(bound: Any) -> str:
