@@ -291,7 +291,7 @@ create table if not exists collectives (
     run_id varchar,
     step_index integer,
     pair_step integer,                -- step_index, or -1 when the run's steps were inferred (paired over the whole trace)
-    category varchar,                 -- allreduce | comm_other
+    category varchar,                 -- allreduce | all2all | comm_other
     ordinal bigint,                   -- k-th collective of this category in the step: the call site
     step_ordinal bigint,              -- k-th collective of any category in the step (on this rank)
     trace_id integer,
@@ -344,7 +344,7 @@ create table if not exists collective_causes (
     run_id varchar,
     step_index integer,
     pair_step integer,
-    category varchar,                 -- of the collective (allreduce | comm_other)
+    category varchar,                 -- of the collective (allreduce | all2all | comm_other)
     ordinal bigint,                   -- its call site
     step_ordinal bigint,
     trace_id integer,                 -- the late rank's trace

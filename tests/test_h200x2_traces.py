@@ -316,3 +316,20 @@ def test_why_the_late_rank_was_late_matches_the_raw_json(loaded, mode: str) -> N
             assert "host launched late" in row["why_late"]
         if mode == "graph" and row["batch_size"] in (8, 64):
             assert row["why_late"].startswith("longer GPU work (gemm")
+    # per rank (--by rank-comm): the lateness of the collectives it was late for, split the same way
+    per_rank = report.breakdown(loaded, by="rank-comm").filter(
+        (pl.col("run_id") == run_id) & (pl.col("category") == "allreduce"))
+    assert per_rank.height == 2
+    steps_per_rank = {"eager": 9, "graph": 18}[mode]  # PROVENANCE.md: 3 (eager) or 6 steps at each of 3 batch sizes
+    for row in per_rank.iter_rows(named=True):
+        assert row["steps"] == steps_per_rank
+        mine = [r for r in rows if r["rank"] == row["rank"] and r["category"] == "allreduce"]
+        assert row["late_ms_per_step"] == pytest.approx(
+            sum(r["lateness_ns"] for r in mine) / steps_per_rank / 1e6, abs=5e-5)
+        parts = (row["late_host_ms_per_step"] + row["late_sync_ms_per_step"] + row["late_gpu_work_ms_per_step"]
+                 + row["late_device_ms_per_step"] + row["late_other_ms_per_step"])
+        assert parts == pytest.approx(row["late_ms_per_step"], abs=5e-4)
+    if mode == "eager":  # the straggler's own lateness is mostly its host's
+        straggler = per_rank.filter(pl.col("rank") == 0).row(0, named=True)
+        assert straggler["late_host_ms_per_step"] > 0.75 * (straggler["late_ms_per_step"]
+                                                            - straggler["late_other_ms_per_step"])
