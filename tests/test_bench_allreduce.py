@@ -202,3 +202,41 @@ def test_bench_import_adds_a_run_once_and_names_bad_files(tmp_path: Path) -> Non
     expected = sorted((r["batch_size"], r["mode"], r["median_us"], r["kernel_median_us"]) for r in saved)
     assert rows == expected
     assert all((k is None) == (m == "single") for _, m, _, k in rows)  # kernel time for bursts only
+
+
+def test_a_rank_that_dies_stops_the_bench_at_once() -> None:
+    """Rank 1 killed by SIGKILL (as the out-of-memory killer does) once the process group formed: rank 0 is left
+    blocked in an all-reduce with it. The bench must stop promptly naming rank 1, not wait for its timeout."""
+    import time
+
+    start = time.monotonic()
+    with pytest.raises(K25Error) as info:
+        bench.run_allreduce_bench([{"size_bytes": 4096, "count": 4}], backend="gloo", world_size=2, iters=3,
+                                  warmup=1, bursts=2, timeout_s=600, die_rank=1)
+    took = time.monotonic() - start
+    assert str(info.value) == ("the bench stopped: rank 1 was killed by SIGKILL (the out-of-memory killer sends it) "
+                               "before giving its result")
+    assert took < 120  # generous: process start-up on a loaded machine; the timeout was 600 s
+
+
+def test_a_failed_bench_leaves_the_database_byte_for_byte(tmp_path: Path) -> None:
+    """`bench allreduce --db` on a database with no all-reduces (the SGLang sample) fails, and the file is as it
+    was (it used to be opened for writing, and changed, before the pattern was read)."""
+    import hashlib
+
+    from click.testing import CliRunner
+
+    from helpers import SGLANG
+    from k25trace.cli import cli
+
+    path = tmp_path / "sglang.duckdb"
+    con = db.connect(path)
+    results, _ = pipeline.load_paths(con, [SGLANG])
+    assert [r.status for r in results] == ["loaded"]
+    con.close()
+    before = hashlib.sha256(path.read_bytes()).hexdigest()
+    result = CliRunner().invoke(cli, ["bench", "allreduce", "--db", str(path), "--backend", "gloo",
+                                      "--world-size", "2"])
+    assert result.exit_code == 1
+    assert result.stderr.strip() == f"error: {path}: no decode steps with all-reduces; give --sizes and --count"
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == before
