@@ -17,7 +17,9 @@ and binds parameters (never formats them into the SQL string). DuckDB errors are
 from __future__ import annotations
 
 import functools
+import os
 import re
+import stat
 import sys
 import warnings
 from contextlib import contextmanager
@@ -144,7 +146,29 @@ def run_query(
                 cursor.fetchall()  # finish DDL/DML results; a query that creates nothing returns its last result
         return cursor
     except duckdb.Error as exc:
-        raise QueryError(name, str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from exc
+        raise QueryError(name, describe_error(exc)) from exc
+
+
+def describe_error(exc: BaseException) -> str:
+    """DuckDB's message in one line; for a damaged file (a block whose checksum does not match, which DuckDB
+    checks on every block it reads) with what to do about it."""
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if "Corrupt database file" in text or "does not match stored checksum" in text:
+        return (f"the database file is damaged ({text}): nothing was read from the damaged part; restore the file "
+                "from a copy or load the traces into a new database")
+    return text
+
+
+@contextmanager
+def reading(what: str | Path) -> Iterator[None]:
+    """``with reading(path):`` turns a DuckDB error raised while reading a database (a damaged block, a failed
+    read) into one :class:`K25Error` line naming ``what``; an interrupt (Ctrl-C) is left as it is."""
+    try:
+        yield
+    except duckdb.InterruptException:
+        raise
+    except duckdb.Error as exc:
+        raise K25Error(f"{what}: {describe_error(exc)}") from exc
 
 
 SCHEMA_VERSION = 4
@@ -207,6 +231,68 @@ def upgrade_schema(con: duckdb.DuckDBPyConnection, version: int, rebuild: Callab
         con.execute("update meta set value = ? where key = 'schema_version'", [str(SCHEMA_VERSION)])
 
 
+DUCKDB_MAGIC = b"DUCK"
+"""What a DuckDB database file holds at byte offset 8 (after the header block's checksum)."""
+
+
+def printable_path(path: str | Path) -> str:
+    """A path as text that can be printed: bytes that are not UTF-8 (held as surrogates) as ``\\xHH``."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
+def check_database_file(path: Path) -> None:
+    """Refuse, before DuckDB opens it, a ``--db`` path that DuckDB cannot open or would not keep a database in:
+    a name that is not UTF-8 (DuckDB's path conversion fails with ``std::bad_cast``), something that is not a
+    regular file, or an existing file that is not a DuckDB database (no ``DUCK`` at byte 8: a CSV, JSON, Parquet
+    or trace file, which DuckDB would open as an empty in-memory database and keep nothing in, or an empty file).
+    Such a file is only read, never changed."""
+    try:
+        os.fsencode(path).decode("utf-8")
+    except UnicodeDecodeError:
+        raise K25Error(f"{printable_path(path)}: the database's path is not valid UTF-8, which DuckDB cannot open; "
+                       "rename the file or a folder on its path") from None
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise K25Error(f"{path}: cannot open the database: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise K25Error(f"{path}: not a DuckDB database file (it is a {_file_kind(st.st_mode)})")
+    if st.st_size == 0:
+        raise K25Error(f"{path}: an empty file, not a DuckDB database; refusing to use it: remove it or give --db "
+                       "a new name")
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(12)
+    except OSError as exc:
+        raise K25Error(f"{path}: cannot read the database: {exc.strerror or exc}") from None
+    if head[8:12] != DUCKDB_MAGIC:
+        raise K25Error(f"{path}: not a DuckDB database file (it does not start with DuckDB's header; "
+                       f"{_sniff(head)}); refusing to use it: give --db a .duckdb file")
+
+
+def _file_kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "directory"), (stat.S_ISFIFO, "FIFO"), (stat.S_ISCHR, "character device"),
+                       (stat.S_ISBLK, "block device"), (stat.S_ISSOCK, "socket")):
+        if test(mode):
+            return name
+    return "special file"
+
+
+def _sniff(head: bytes) -> str:
+    """What an existing non-DuckDB file seems to be, for the error message."""
+    if head[:2] == b"\x1f\x8b":
+        return "it is gzip data"
+    if head[:4] == b"PAR1":
+        return "it is a Parquet file"
+    if head[:6] == b"SQLite":
+        return "it is an SQLite database"
+    if head.lstrip()[:1] in (b"{", b"["):
+        return "it looks like JSON"
+    return f"{len(head) if len(head) < 12 else 'its first 12'} bytes: {head!r}"
+
+
 def connect(path: str | Path | None, *, read_only: bool = False, create: bool = True,
             upgrade: Callable[[duckdb.DuckDBPyConnection, int], None] | None = None) -> duckdb.DuckDBPyConnection:
     """Open (and if needed initialise) a k25trace database. ``None`` means in-memory.
@@ -218,6 +304,7 @@ def connect(path: str | Path | None, *, read_only: bool = False, create: bool = 
         con = duckdb.connect(":memory:")
     else:
         path = Path(path)
+        check_database_file(path)
         if not path.exists():
             if read_only or not create:
                 raise K25Error(f"{path}: no such database (create one with `k25trace load TRACE... --db {path}`)")
@@ -267,7 +354,7 @@ def fetch_frame(cursor: duckdb.DuckDBPyConnection) -> "pl.DataFrame":
     try:
         table = _arrow_table(cursor)
     except duckdb.Error as exc:
-        raise QueryError("result", str(exc).splitlines()[0]) from exc
+        raise QueryError("result", describe_error(exc)) from exc
     frame = pl.from_arrow(table)
     assert isinstance(frame, pl.DataFrame)
     return frame

@@ -18,6 +18,7 @@ import json
 import os
 import re
 import shutil
+import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -30,6 +31,7 @@ import polars as pl
 from k25trace import __version__, report
 from k25trace.db import get_query, query_frame
 from k25trace.errors import K25Error
+from k25trace.outputs import check_not_input, check_output_dir, terminate_raises
 
 # ---------------------------------------------------------------------------------------------- selection
 
@@ -132,6 +134,27 @@ def ranges_text(values: list[int]) -> str:
         out.append(str(values[i]) if i == j else f"{values[i]}-{values[j]}")
         i = j + 1
     return ",".join(out)
+
+
+# ---------------------------------------------------------------------------------------------- inputs
+
+
+def input_files(con: duckdb.DuckDBPyConnection, db_path: Path | str, side: str = "") -> list[tuple[str, str]]:
+    """The files a command reading this database must never write over, as (what, path) pairs: the database
+    itself, every trace file it holds (``traces.path``), the manifest of each capture directory and the model
+    config it was loaded with (``meta.model_config_source``)."""
+    base = f"database {side}" if side else "the database"
+    out = [(base, str(db_path))]
+    rel = con.sql(get_query("export_table").sql, params={"table": "traces"})
+    for path, capture_dir in rel.project("path, capture_dir").fetchall():
+        if path:
+            out.append((f"a trace file loaded in {base}", str(path)))
+        if capture_dir:
+            out.append((f"a capture manifest loaded in {base}", str(Path(capture_dir) / "manifest.json")))
+    for _key, value in query_frame(con, "meta_get", {"prefix": "model_config_source"}).iter_rows():
+        if value:
+            out.append((f"the model config loaded in {base}", str(value)))
+    return list(dict.fromkeys(out))
 
 
 # ---------------------------------------------------------------------------------------------- perfetto
@@ -473,71 +496,171 @@ def run_keys(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
     ).select(["trace_id", "run", "run_id"])
 
 
-def export_parquet(con: duckdb.DuckDBPyConnection, out_dir: Path, *, overwrite: bool = False,
-                   source: str = "") -> list[TableExport]:
+MANIFEST = "manifest.json"
+"""Written last into every export: the tables, their rows and layout, and ``files``: every file the export wrote
+(relative paths), which is how a later ``--overwrite`` knows what it may replace."""
+
+_LAYOUT_RE = re.compile(r"(run=[^/]+/rank=[^/]+/data_\d+\.parquet|empty\.parquet)")
+"""The files of a partitioned table as k25trace writes them (for a manifest of a version without ``files``)."""
+
+_TMP_RE = re.compile(r"\.k25trace-export-(\d+)-")
+
+
+def export_parquet(con: duckdb.DuckDBPyConnection, out_dir: Path, *, overwrite: bool = False, source: str = "",
+                   inputs: tuple[tuple[str, str], ...] = ()) -> list[TableExport]:
     """Write every table of the database under ``out_dir`` (see :data:`PARTITIONED_TABLES`), plus
     ``run_keys.parquet`` (trace_id, run, run_id) and ``manifest.json``. Written into a temporary folder inside
-    ``out_dir`` and moved into place at the end; an existing table there is an error unless ``overwrite``."""
+    ``out_dir`` and moved into place at the end; the temporary folder is removed on every exit path (an error,
+    Ctrl-C, SIGTERM). An existing table there is an error unless ``overwrite``, and even then only what an earlier
+    k25trace export wrote (listed in its ``manifest.json``) is replaced: a file or folder k25trace did not write,
+    or a file of the user's inside a table folder, is refused, never deleted. ``inputs``: (what, path) pairs
+    that no output may be (the database)."""
     tables = query_frame(con, "export_tables")
-    out_dir.mkdir(parents=True, exist_ok=True)
+    check_output_dir(out_dir)
     targets = []
     for r in tables.iter_rows(named=True):
         partitioned = r["table_name"] in PARTITIONED_TABLES and r["has_trace_id"] and r["has_rank"]
         targets.append((r["table_name"], partitioned,
                         r["table_name"] if partitioned else f"{r['table_name']}.parquet"))
-    ours = [t[2] for t in targets] + ["run_keys.parquet", "manifest.json"]
-    present = [name for name in ours if (out_dir / name).exists()]
+    ours = [t[2] for t in targets] + ["run_keys.parquet", MANIFEST]
+    for name in ours:
+        check_not_input(out_dir / name, inputs, option="export parquet")
+    present = [name for name in ours if os.path.lexists(out_dir / name)]
     if present and not overwrite:
         raise K25Error(f"{out_dir}: already holds {', '.join(present[:5])}{' …' if len(present) > 5 else ''} "
                        "(--overwrite replaces them)")
-    tmp = out_dir / f".k25trace-export-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    done: list[TableExport] = []
-    try:
-        keys = run_keys(con)
-        con.register("_export_run_keys", keys.to_arrow())
+    if present:
+        _check_replaceable(out_dir, present)
+    _remove_stale_temporaries(out_dir)
+    with terminate_raises():
         try:
-            for table, partitioned, name in targets:
-                if partitioned:
-                    rel = _relation(con, "export_table_by_run", table)
-                    rows = _count(con, table)
-                    if rows:
-                        rel.to_parquet(str(tmp / name), partition_by=["run", "rank"])
-                    else:  # no partition to write: one empty file keeps the columns (and the folder readable)
-                        (tmp / name).mkdir()
-                        rel.to_parquet(str(tmp / name / "empty.parquet"))
-                    done.append(TableExport(table, rows, name + "/", ["run", "rank"]))
-                else:
-                    rel = _relation(con, "export_table", table)
-                    rows = _count(con, table)
-                    rel.to_parquet(str(tmp / name))
-                    done.append(TableExport(table, rows, name, []))
-            keys.write_parquet(tmp / "run_keys.parquet")
+            tmp = Path(tempfile.mkdtemp(prefix=f".k25trace-export-{os.getpid()}-", dir=out_dir))
+        except OSError as exc:
+            raise K25Error(f"{out_dir}: cannot write into the folder: {exc.strerror or exc}") from None
+        try:
+            done, keys = _write_tables(con, tmp, targets)
+            files = sorted(str(f.relative_to(tmp)) for f in tmp.rglob("*") if f.is_file()) + [MANIFEST]
+            manifest = {
+                "generator": f"k25trace {__version__}", "source": source,
+                "exported_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                "tables": {t.table: {"rows": t.rows, "path": t.path, "partitioned_by": t.partitioned_by}
+                           for t in done},
+                "runs": dict(sorted({(r["run"], r["run_id"]) for r in keys.iter_rows(named=True)},
+                                    key=lambda kv: kv[0])),
+                "read_with": {"duckdb": "select * from read_parquet('DIR/gpu_events/**/*.parquet', "
+                                        "hive_partitioning=true)",
+                              "polars": "pl.read_parquet('DIR/gpu_events/')",
+                              "pandas": "pd.read_parquet('DIR/gpu_events')",
+                              "spark": "spark.read.parquet('DIR/gpu_events')"},
+                "files": files,
+            }
+            (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, default=str) + "\n", encoding="utf-8")
+            for name in ours:  # the manifest last: it names what is there
+                target = out_dir / name
+                if target.is_dir() and not target.is_symlink():
+                    shutil.rmtree(target)
+                elif os.path.lexists(target):
+                    target.unlink()
+                os.replace(tmp / name, target)
+        except OSError as exc:
+            raise K25Error(f"{out_dir}: cannot write the export: {exc.strerror or exc}"
+                           + (f" ({exc.filename})" if exc.filename else "")) from None
         finally:
-            con.unregister("_export_run_keys")
-        manifest = {
-            "generator": f"k25trace {__version__}", "source": source,
-            "exported_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "tables": {t.table: {"rows": t.rows, "path": t.path, "partitioned_by": t.partitioned_by} for t in done},
-            "runs": dict(sorted({(r["run"], r["run_id"]) for r in keys.iter_rows(named=True)},
-                                key=lambda kv: kv[0])),
-            "read_with": {"duckdb": "select * from read_parquet('DIR/gpu_events/**/*.parquet', hive_partitioning=true)",
-                          "polars": "pl.read_parquet('DIR/gpu_events/')",
-                          "pandas": "pd.read_parquet('DIR/gpu_events')",
-                          "spark": "spark.read.parquet('DIR/gpu_events')"},
-        }
-        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2, default=str) + "\n", encoding="utf-8")
-        for name in ours:
-            target = out_dir / name
-            if target.is_dir():
-                shutil.rmtree(target)
-            elif target.exists():
-                target.unlink()
-            os.replace(tmp / name, target)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+            shutil.rmtree(tmp, ignore_errors=True)
     return done
+
+
+def _write_tables(con: duckdb.DuckDBPyConnection, tmp: Path,
+                  targets: list[tuple[str, bool, str]]) -> tuple[list[TableExport], pl.DataFrame]:
+    done: list[TableExport] = []
+    keys = run_keys(con)
+    con.register("_export_run_keys", keys.to_arrow())
+    try:
+        for table, partitioned, name in targets:
+            if partitioned:
+                rel = _relation(con, "export_table_by_run", table)
+                rows = _count(con, table)
+                if rows:
+                    rel.to_parquet(str(tmp / name), partition_by=["run", "rank"])
+                else:  # no partition to write: one empty file keeps the columns (and the folder readable)
+                    (tmp / name).mkdir()
+                    rel.to_parquet(str(tmp / name / "empty.parquet"))
+                done.append(TableExport(table, rows, name + "/", ["run", "rank"]))
+            else:
+                rel = _relation(con, "export_table", table)
+                rows = _count(con, table)
+                rel.to_parquet(str(tmp / name))
+                done.append(TableExport(table, rows, name, []))
+        keys.write_parquet(tmp / "run_keys.parquet")
+    finally:
+        con.unregister("_export_run_keys")
+    return done, keys
+
+
+def _previous_manifest(out_dir: Path) -> dict[str, Any] | None:
+    """The manifest of an earlier k25trace export in ``out_dir`` (None: there is none, or it is not k25trace's)."""
+    path = out_dir / MANIFEST
+    if path.is_symlink() or not path.is_file():
+        return None
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(manifest, dict) or not str(manifest.get("generator", "")).startswith("k25trace"):
+        return None
+    return manifest
+
+
+def _check_replaceable(out_dir: Path, present: list[str]) -> None:
+    """Refuse ``--overwrite`` over anything an earlier k25trace export did not write."""
+    previous = _previous_manifest(out_dir)
+    if previous is None:
+        raise K25Error(f"{out_dir}: {', '.join(present[:5])} {'is' if len(present) == 1 else 'are'} not from a "
+                       f"k25trace export (no k25trace {MANIFEST} there lists {'it' if len(present) == 1 else 'them'}): "
+                       "refusing to replace what k25trace did not write; export into another folder")
+    tables = previous.get("tables") if isinstance(previous.get("tables"), dict) else {}
+    recorded = {str(t.get("path", "")).rstrip("/") for t in tables.values() if isinstance(t, dict)}
+    recorded |= {"run_keys.parquet", MANIFEST}
+    files = previous.get("files")
+    written = {str(f) for f in files} if isinstance(files, list) else None
+    for name in present:
+        target = out_dir / name
+        if target.is_symlink():
+            raise K25Error(f"{target}: a symbolic link, not written by k25trace: refusing to replace it")
+        if name not in recorded:
+            raise K25Error(f"{target}: not listed in {out_dir / MANIFEST} (not written by k25trace): refusing to "
+                           "replace it")
+        if target.is_dir():
+            foreign = []
+            for root, dirs, names in os.walk(target):
+                for entry in names + [d for d in dirs if (Path(root) / d).is_symlink()]:
+                    rel = str((Path(root) / entry).relative_to(out_dir))
+                    inner = str((Path(root) / entry).relative_to(target))
+                    ours = rel in written if written is not None else bool(_LAYOUT_RE.fullmatch(inner))
+                    if not ours or (Path(root) / entry).is_symlink():
+                        foreign.append(rel)
+            if foreign:
+                raise K25Error(f"{target}: holds {len(foreign)} file(s) k25trace did not write "
+                               f"({', '.join(sorted(foreign)[:3])}{' …' if len(foreign) > 3 else ''}): refusing to "
+                               "replace the folder; move them away or export into another folder")
+
+
+def _remove_stale_temporaries(out_dir: Path) -> None:
+    """Temporary folders of exports killed outright (SIGKILL, a crash): those whose process is gone."""
+    try:
+        entries = list(out_dir.iterdir())
+    except OSError:
+        return
+    for entry in entries:
+        m = _TMP_RE.match(entry.name)
+        if not m or not entry.is_dir() or entry.is_symlink() or int(m.group(1)) == os.getpid():
+            continue
+        try:
+            os.kill(int(m.group(1)), 0)
+        except ProcessLookupError:
+            shutil.rmtree(entry, ignore_errors=True)
+        except OSError:
+            pass
 
 
 WIDE_INTEGERS = ("HUGEINT", "UHUGEINT")

@@ -5,11 +5,11 @@ stdout); what was written, notes and warnings go to stderr.
 
 from __future__ import annotations
 
-import os
 import sys
-import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import click
 
@@ -24,24 +24,35 @@ def _err(message: str) -> None:
     err.print(esc(message), soft_wrap=True)
 
 
-def _write(out: Path, data: bytes) -> None:
-    """Write ``data`` to ``out`` atomically (a temporary file beside it, then renamed); ``-`` is stdout."""
-    if str(out) == "-":
-        sys.stdout.buffer.write(data)
-        sys.stdout.flush()
-        return
-    out = out.expanduser()
-    parent = out.parent if str(out.parent) else Path(".")
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=parent)
+def _write(out: Path, data: bytes, inputs: list[tuple[str, str]]) -> None:
+    """Write ``data`` to ``out`` (``-``: stdout) without harming the user's files (:mod:`k25trace.outputs`): never
+    over an input, atomically for a regular file, through a symbolic link, streamed to a FIFO or a device."""
+    from k25trace.outputs import write_output  # deferred: start-up time
+
+    write_output(out, data, inputs=inputs)
+
+
+@contextmanager
+def _guarded(what: str | Path) -> Iterator[None]:
+    """The command's body: a DuckDB error while reading is one ``error:`` line naming ``what`` (via the CLI's
+    K25Error handling); Ctrl-C and SIGTERM are one line and exit 130 / 143, after the temporary files are gone
+    (every writer removes its own in ``finally``)."""
+    from k25trace import db  # deferred: start-up time
+    from k25trace.outputs import Terminated, terminate_raises
+
     try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)  # as open() would create it (mkstemp makes it private): a file to share
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        with terminate_raises(), db.reading(what):
+            yield
+    except Terminated:
+        _err("error: terminated (SIGTERM): nothing was written")
+        sys.exit(143)
+    except KeyboardInterrupt:
+        _err("error: interrupted: nothing was written")
+        sys.exit(130)
+    except Exception as exc:
+        if type(exc).__name__ == "InterruptException":  # DuckDB's Ctrl-C inside a query
+            _err("error: interrupted: nothing was written")
+            sys.exit(130)
         raise
 
 
@@ -84,19 +95,26 @@ def html_command(db_path: Path, out: Path, phase: str | None, top: int, title: s
       k25trace html --db before.duckdb --vs after.duckdb -o compare.html
       k25trace html --db cap.duckdb --a level=c1 --b level=c64 -o levels.html
     """
-    from k25trace import db, html  # deferred: start-up time (`k25trace export --help` needs no HTML)
+    from k25trace import db, export, html, outputs  # deferred: start-up time (`export --help` needs no HTML)
 
     started = time.perf_counter()
     if vs_path is not None or select_a or select_b:
-        _html_comparison(db_path, vs_path, select_a, select_b, match, phase or "decode", out, title, started)
+        with _guarded(db_path if vs_path is None else f"{db_path} or {vs_path}"):
+            _html_comparison(db_path, vs_path, select_a, select_b, match, phase or "decode", out, title, started)
         return
-    con = db.connect(db_path, read_only=True)
-    page, data = html.build(con, source=db_path.name, phase=phase, top=top, title=title)
-    con.close()
-    for note in data.notes:
-        _err(f"note: {note}")
-    encoded = page.encode("utf-8")
-    _write(out, encoded)
+    with _guarded(db_path):
+        outputs.check_not_input(out, [("the database", str(db_path))])
+        con = db.connect(db_path, read_only=True)
+        try:
+            inputs = export.input_files(con, db_path)
+            outputs.check_not_input(out, inputs)
+            page, data = html.build(con, source=db_path.name, phase=phase, top=top, title=title)
+        finally:
+            con.close()
+        for note in data.notes:
+            _err(f"note: {note}")
+        encoded = page.encode("utf-8", "surrogateescape")
+        _write(out, encoded, inputs)
     if str(out) != "-":
         runs = data.batch["run_id"].n_unique() if not data.batch.is_empty() else 0
         _err(f"wrote {out}: {_size(len(encoded))}, {runs}"
@@ -105,12 +123,19 @@ def html_command(db_path: Path, out: Path, phase: str | None, top: int, title: s
 
 def _html_comparison(db_path: Path, vs_path: Path | None, select_a: tuple[str, ...], select_b: tuple[str, ...],
                      match: str, phase: str, out: Path, title: str | None, started: float) -> None:
-    from k25trace import compare, db, html  # deferred: start-up time
+    from k25trace import compare, db, export, html, outputs  # deferred: start-up time
 
+    outputs.check_not_input(out, [("the database (A)", str(db_path))]
+                            + ([("the database (B, --vs)", str(vs_path))] if vs_path is not None else []))
     con_a = db.connect(db_path, read_only=True)
-    same = vs_path is None or vs_path.resolve() == db_path.resolve()
-    con_b = con_a if same else db.connect(vs_path, read_only=True)
+    con_b = con_a
     try:
+        same = vs_path is None or outputs.same_file(vs_path, db_path)
+        con_b = con_a if same else db.connect(vs_path, read_only=True)
+        inputs = export.input_files(con_a, db_path, "A")
+        if con_b is not con_a and vs_path is not None:
+            inputs += export.input_files(con_b, vs_path, "B")
+        outputs.check_not_input(out, inputs)
         a = compare.Side("A", con_a, str(db_path), compare.Selection.parse(select_a))
         b = compare.Side("B", con_b, str(vs_path or db_path), compare.Selection.parse(select_b))
         result = compare.compare(a, b, phase=phase, match=match)
@@ -120,8 +145,8 @@ def _html_comparison(db_path: Path, vs_path: Path | None, select_a: tuple[str, .
             con_b.close()
     for note in result.notes:
         _err(f"note: {note}")
-    encoded = html.render_comparison(result, title).encode("utf-8")
-    _write(out, encoded)
+    encoded = html.render_comparison(result, title).encode("utf-8", "surrogateescape")
+    _write(out, encoded, inputs)
     if str(out) != "-":
         _err(f"wrote {out}: {_size(len(encoded))}, {result.verdict}, in {time.perf_counter() - started:.1f} s")
 
@@ -159,25 +184,31 @@ def perfetto_command(db_path: Path, out: Path, run: str | None, steps: str | Non
     """
     import orjson
 
-    from k25trace import db, export, report  # deferred: start-up time
+    from k25trace import db, export, outputs, report  # deferred: start-up time
 
     started = time.perf_counter()
-    con = db.connect(db_path, read_only=True)
-    run_id = export.resolve_run(con, run)
-    chosen = export.select_steps(con, run_id, steps, batch)
-    rank_list = export.parse_int_list(ranks, "--rank")
-    result = export.perfetto_trace(con, run_id, chosen, rank_list, details=details, source=db_path.name)
-    label = report.run_labels(con).get(run_id, run_id)
-    con.close()
-    data = result.to_json()
-    problems = export.check_chrome_trace(orjson.loads(data))  # the file as a viewer will parse it
-    if problems:  # never expected: the exporter builds what the check asks for
-        raise click.ClickException("the trace failed its own validity check: " + "; ".join(problems[:5]))
-    if out.name.endswith(".gz"):  # both viewers open gzipped JSON traces
-        import gzip
+    with _guarded(db_path):
+        outputs.check_not_input(out, [("the database", str(db_path))])
+        con = db.connect(db_path, read_only=True)
+        try:
+            inputs = export.input_files(con, db_path)
+            outputs.check_not_input(out, inputs)
+            run_id = export.resolve_run(con, run)
+            chosen = export.select_steps(con, run_id, steps, batch)
+            rank_list = export.parse_int_list(ranks, "--rank")
+            result = export.perfetto_trace(con, run_id, chosen, rank_list, details=details, source=db_path.name)
+            label = report.run_labels(con).get(run_id, run_id)
+        finally:
+            con.close()
+        data = result.to_json()
+        problems = export.check_chrome_trace(orjson.loads(data))  # the file as a viewer will parse it
+        if problems:  # never expected: the exporter builds what the check asks for
+            raise click.ClickException("the trace failed its own validity check: " + "; ".join(problems[:5]))
+        if out.name.endswith(".gz"):  # both viewers open gzipped JSON traces
+            import gzip
 
-        data = gzip.compress(data, compresslevel=6, mtime=0)
-    _write(out, data)
+            data = gzip.compress(data, compresslevel=6, mtime=0)
+        _write(out, data, inputs)
     for note in result.notes:
         _err(f"note: {note}")
     offsets = ", ".join(f"rank {r} {ns:+,} ns" for r, ns in result.offsets_ns.items())
@@ -204,9 +235,13 @@ def parquet_command(out_dir: Path, db_path: Path, overwrite: bool) -> None:
     from k25trace import db, export  # deferred: start-up time
 
     started = time.perf_counter()
-    con = db.connect(db_path, read_only=True)
-    done = export.export_parquet(con, out_dir, overwrite=overwrite, source=str(db_path))
-    con.close()
+    with _guarded(db_path):
+        con = db.connect(db_path, read_only=True)
+        try:
+            inputs = tuple(export.input_files(con, db_path))
+            done = export.export_parquet(con, out_dir, overwrite=overwrite, source=str(db_path), inputs=inputs)
+        finally:
+            con.close()
     total = sum(f.stat().st_size for t in done for f in ([out_dir / t.path] if not t.partitioned_by
                                                             else (out_dir / t.path).rglob("*.parquet")) if f.is_file())
     _err(f"wrote {len(done)} tables ({sum(t.rows for t in done):,} rows, {_size(total)}) to {out_dir} in "
