@@ -40,6 +40,26 @@ Per rank r of N (``--hidden 7168``, ``--heads 64``, ``--experts 384``, top-8):
   for the GPU, then the GPU waits for the host's next launch); steps with n % 3 == 0 are clean.
 * ``--eager``: no CUDA graph: the forward's kernels are launched one by one (as vLLM's ``--enforce-eager``);
   ``--record-shapes`` records the ops' input shapes (for efficiency analysis).
+* ``--layer-annotations`` (eager): the forward's regions as ``record_function`` ranges, named as vLLM's modules
+  would be: ``pre`` (the embedding, and its all-reduce when N > 1), ``model.layers.{i}`` per layer (its norms,
+  attention, MLP/MoE and their all-reduces; the residual adds), ``post`` (final norm, lm_head, logits all-gather,
+  argmax) — the per-layer truth. With CUDA graphs the captured forward carries no annotation into the replays.
+* ``--dense-layers K`` (Kimi's ``first_k_dense_replace``): layers 0..K-1 are dense: a TP-sharded SwiGLU MLP of
+  ``--dense-intermediate`` (18432) instead of the MoE (no router, no experts, no shared expert); one all-reduce.
+* ``--odd-layer I --odd-factor F``: MoE layer I routes each token to ``top_k * F`` experts (top-16 for F = 2):
+  F times the routed experts' work in that layer alone (a known odd layer for per-layer analysis).
+* ``--marlin`` (with ``--dtype float16``): the routed experts and the dense layers' MLP run as real Marlin W4A16
+  GEMMs (the standalone IST-DASLab/marlin FP16xINT4 kernel, group size 128, built from its source in
+  ``--marlin-src`` with torch's cpp_extension at the start of the run and checked against a dequantized matmul;
+  its source is not part of k25trace). The build wraps the kernel in ``namespace marlin``, as vLLM's copy of it
+  is, so the kernels are named ``void marlin::Marlin<256, M, N, K, 4, 8>(int4 const*, …)``. Marlin is a dense
+  GEMM, so a MoE layer's routed experts are TP-sharded the way vLLM shards experts without expert parallelism
+  (each expert's intermediate split over the ranks) and its k experts are one Marlin GEMM over their
+  concatenated w13 (N = k x 2 x intermediate / world) and one over their w2 (K = k x intermediate / world): every
+  token of the batch uses the layer's same k experts, scaled per token by its real router weights (the router
+  GEMM, sigmoid and top-k still run), so each layer reads k experts' int4 weights, as a batch-1 decode does.
+  The attention projections, shared expert and lm_head stay fp16 cuBLAS GEMMs (as Kimi-K2.5 INT4 keeps them
+  unquantized).
 * profiling as vLLM does it: ``torch.profiler.profile(activities=[CPU, CUDA], on_trace_ready=
   tensorboard_trace_handler(out, worker_name="dp0_pp0_tp{r}_dcp0_ep{r}_rank{r}", use_gzip=True))`` — files
   ``dp0_pp0_tp{r}_dcp0_ep{r}_rank{r}.<ns>.pt.trace.json.gz``. Warm-up steps and graph capture are not profiled.
@@ -100,6 +120,14 @@ class DecodeLoopOptions:
     host_gap_us: float = 500.0
     gap_layer: int | None = None
     record_shapes: bool = False
+    layer_annotations: bool = False
+    dense_layers: int = 0
+    dense_intermediate: int = 18432
+    odd_layer: int | None = None
+    odd_factor: int = 2
+    marlin: bool = False
+    marlin_src: str = ".marlin"
+    marlin_build: str | None = None
     device: str = "cuda"
     dtype: str = "bfloat16"
     seed: int = 0
@@ -107,6 +135,137 @@ class DecodeLoopOptions:
 
     def batch_size_list(self) -> list[int]:
         return [int(b) for b in self.batch_sizes.split(",") if b.strip()]
+
+
+_MARLIN_WRAPPER = """// by k25trace.synth.decode_loop: the standalone Marlin kernel in namespace marlin, as in vLLM
+#include <cuda.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <iostream>
+namespace marlin {
+#include "%s"
+}
+int marlin_cuda(const void* A, const void* B, void* C, void* s, int prob_m, int prob_n, int prob_k, void* workspace,
+                int groupsize, int dev, cudaStream_t stream, int thread_k, int thread_n, int sms, int max_par) {
+  return marlin::marlin_cuda(A, B, C, s, prob_m, prob_n, prob_k, workspace, groupsize, dev, stream, thread_k,
+                             thread_n, sms, max_par);
+}
+"""
+
+
+# The one change made to Marlin's kernel source (in a copy in the build directory): its weight and scale loads drop
+# the L2 evict-first cache hint (createpolicy + cp.async ... L2::cache_hint). With it, every launch stopped with
+# "an illegal instruction was encountered" on the H200 (driver 580.159.04, CUDA 13.0; built for sm_90a and for
+# sm_90 alike; compute-sanitizer placed it in fetch_to_shared); without it the kernel passes its check. The load is
+# the same 16-byte cp.async.cg, without the hint.
+_MARLIN_CACHE_HINT = ('    "   .reg .b64 p;\\n"\n'
+                      '    "   createpolicy.fractional.L2::evict_first.b64 p, 1.0;"\n'
+                      '    "   cp.async.cg.shared.global.L2::cache_hint [%0], [%1], %2, p;\\n"\n')
+_MARLIN_NO_HINT = '    "   cp.async.cg.shared.global [%0], [%1], %2;\\n"\n'
+
+
+def load_marlin(src: str, build: str | None = None, verbose: bool = False, no_cache_hint: bool = True) -> Any:
+    """Build (once; cached in ``build``) and import the standalone IST-DASLab/marlin extension ``marlin_cuda``
+    from its source tree ``src`` (holding ``marlin/marlin_cuda.cpp`` and ``marlin/marlin_cuda_kernel.cu``), for
+    this GPU's architecture, its kernel wrapped in ``namespace marlin`` and (``no_cache_hint``) without the L2
+    cache hint on its weight loads (see ``_MARLIN_CACHE_HINT``). Needs torch, nvcc and ninja."""
+    import tempfile
+
+    import torch
+    from torch.utils import cpp_extension
+
+    src = os.path.abspath(src)
+    cpp, cu = (os.path.join(src, "marlin", f) for f in ("marlin_cuda.cpp", "marlin_cuda_kernel.cu"))
+    for f in (cpp, cu):
+        if not os.path.isfile(f):
+            raise SystemExit(f"--marlin: {f} is missing (export github:IST-DASLab/marlin into --marlin-src)")
+    if "TORCH_CUDA_ARCH_LIST" not in os.environ and torch.cuda.is_available():
+        os.environ["TORCH_CUDA_ARCH_LIST"] = "%d.%d" % torch.cuda.get_device_capability()
+    build = os.path.abspath(build or os.path.join(tempfile.gettempdir(), "k25trace-marlin-build"))
+    os.makedirs(build, exist_ok=True)
+    def write(path: str, text: str) -> None:
+        if not os.path.isfile(path) or open(path).read() != text:
+            with open(path, "w") as f:
+                f.write(text)
+
+    if no_cache_hint:
+        kernel = open(cu).read()
+        if kernel.count(_MARLIN_CACHE_HINT) != 1:
+            raise SystemExit(f"--marlin: {cu} is not the kernel source this build knows (its cache-hint copy)")
+        cu = os.path.join(build, "marlin_cuda_kernel_nohint.cu")
+        write(cu, kernel.replace(_MARLIN_CACHE_HINT, _MARLIN_NO_HINT))
+    wrapper = os.path.join(build, "marlin_ns_kernel.cu")
+    write(wrapper, _MARLIN_WRAPPER % cu)
+    mod = cpp_extension.load(name="marlin_cuda", sources=[cpp, wrapper], build_directory=build,
+                             extra_cflags=["-O3"], extra_cuda_cflags=["-O3", "-lineinfo"], verbose=verbose)
+    sys.modules.setdefault("marlin_cuda", mod)  # the package's marlin/__init__.py imports it by that name
+    return mod
+
+
+class _Marlin:
+    """Marlin W4A16 (FP16 x INT4, group size 128) GEMMs: random int4 weights in Marlin's layout, one workspace."""
+
+    groupsize = 128
+
+    def __init__(self, src: str, build: str | None, device: Any) -> None:
+        self.src, self.dev = os.path.abspath(src), device
+        self.mod = load_marlin(src, build)
+        self.max_n = 256
+        self.workspace: Any = None
+        self.shapes: list[tuple[int, int]] = []
+        self.check_rel_err = self._check()
+
+    def _check(self) -> float:
+        """Marlin against a dequantized fp32 matmul on packed random int4 weights (m = 1, 8, 64); returns the
+        worst mean relative error and fails above 1e-2."""
+        import torch
+
+        if self.src not in sys.path:
+            sys.path.insert(0, self.src)
+        import marlin  # the package in --marlin-src, for its weight packing (Layer.pack)
+
+        k, n, g = 1024, 512, self.groupsize
+        q = torch.randint(0, 16, (k, n), device=self.dev)
+        scale = (torch.rand(k // g, n, device=self.dev) * 0.01 + 0.005).half()
+        ref = ((q - 8).half() * scale.repeat_interleave(g, 0))  # (k, n)
+        lin = torch.nn.Linear(k, n, bias=False).half().to(self.dev)
+        lin.weight.data = ref.t().contiguous()
+        layer = marlin.Layer(k, n, groupsize=g).to(self.dev)
+        layer.pack(lin, scale.t())
+        worst = 0.0
+        for m in (1, 8, 64):
+            x = torch.randn(m, k, dtype=torch.half, device=self.dev)
+            got = layer(x).float()
+            want = x.float() @ ref.float()
+            worst = max(worst, float((got - want).abs().mean() / want.abs().mean()))
+        if not worst < 1e-2:
+            raise SystemExit(f"--marlin: Marlin differs from the dequantized matmul (mean relative error {worst:.3g})")
+        return worst
+
+    def weight(self, k: int, n: int) -> dict[str, Any]:
+        """A random int4 (k, n) weight in Marlin's packed layout ((k/16, 2n) int32; its nibbles uniform in 0..15,
+        so the dequantized weights (q - 8) * s have a standard deviation near 1/sqrt(k)) and its fp16 scales."""
+        import torch
+
+        if k % 128 or n % 256:
+            raise SystemExit(f"--marlin: a ({k}, {n}) weight: Marlin needs K % 128 == 0 and N % 256 == 0")
+        packed = torch.randint(0, 256, (k // 16 * 2 * n * 4,), dtype=torch.uint8, device=self.dev)
+        scales = torch.full((k // self.groupsize, n), 1.0 / (4.64 * math.sqrt(k)), dtype=torch.float16, device=self.dev)
+        self.max_n = max(self.max_n, n)
+        self.shapes.append((k, n))
+        return {"B": packed.view(torch.int32).view(k // 16, 2 * n), "s": scales, "k": k, "n": n}
+
+    def finish(self) -> None:
+        import torch
+
+        self.workspace = torch.zeros(self.max_n // 128 * 16, dtype=torch.int32, device=self.dev)
+
+    def mm(self, x: Any, w: dict[str, Any]) -> Any:
+        import torch
+
+        out = torch.empty(x.shape[0], w["n"], dtype=x.dtype, device=x.device)
+        self.mod.mul(x, w["B"], out, w["s"], self.workspace, -1, -1, -1, 16)  # thread_k/n, sms: auto; max_par 16
+        return out
 
 
 class Model:
@@ -128,10 +287,16 @@ class Model:
             t = torch.empty(*shape, dtype=dtype, device=device)
             return t.normal_(0.0, std if std is not None else 1.0 / math.sqrt(shape[-2] if len(shape) > 1 else 1))
 
+        # --marlin: the extension is built and checked first (its check draws from the RNG; without --marlin the
+        # weights below are drawn exactly as before these flags existed)
+        self.marlin = _Marlin(a.marlin_src, a.marlin_build, device) if a.marlin else None
+        self.kinds = ["dense" if i < a.dense_layers else "moe" for i in range(a.layers)]
+        self.top_ks = [0 if kind == "dense" else a.top_k * (a.odd_factor if i == a.odd_layer else 1)
+                       for i, kind in enumerate(self.kinds)]
         self.embed = w(a.vocab // world if world > 1 else a.vocab, H, std=0.02)
         self.layers = []
-        for _ in range(a.layers):
-            self.layers.append({
+        for i in range(a.layers):
+            L = {
                 "in_norm": torch.ones(H, dtype=dtype, device=device),
                 "qkv_a": w(H, a.q_lora_rank + a.kv_lora_rank + a.rope_dim),
                 "q_a_norm": torch.ones(a.q_lora_rank, dtype=dtype, device=device),
@@ -141,20 +306,39 @@ class Model:
                 "w_uv": w(h, a.kv_lora_rank, a.v_dim),
                 "o": w(h * a.v_dim, H),
                 "post_norm": torch.ones(H, dtype=dtype, device=device),
-                "gate": w(H, a.experts),
-                "gate_bias": torch.zeros(a.experts, dtype=torch.float32, device=device),
-                "sh13": w(H, 2 * inter // world),
-                "sh2": w(inter // world, H),
-            })
-        # the routed experts: one pool for all layers (see the module doc)
-        # stored (E, N, K) and used transposed, the layout torchtitan feeds torch._grouped_mm on Hopper
-        self.w13 = w(self.E, 2 * inter, H, std=1.0 / math.sqrt(H))
-        self.w2 = w(self.E, H, inter, std=1.0 / math.sqrt(inter))
+            }
+            if self.kinds[i] == "dense":  # Kimi's first_k_dense_replace layers: a plain SwiGLU MLP
+                di = a.dense_intermediate // world
+                if self.marlin:
+                    L.update({"d13": self.marlin.weight(H, 2 * di), "d2": self.marlin.weight(di, H)})
+                else:
+                    L.update({"d13": w(H, 2 * di), "d2": w(di, H)})
+            else:
+                L.update({
+                    "gate": w(H, a.experts),
+                    "gate_bias": torch.zeros(a.experts, dtype=torch.float32, device=device),
+                    "sh13": w(H, 2 * inter // world),
+                    "sh2": w(inter // world, H),
+                })
+                if self.marlin:  # this layer's k experts, concatenated (see the module doc)
+                    k = self.top_ks[i]
+                    L.update({"m13": self.marlin.weight(H, k * 2 * inter // world),
+                              "m2": self.marlin.weight(k * inter // world, H)})
+            L["kind"], L["top_k"] = self.kinds[i], self.top_ks[i]
+            self.layers.append(L)
+        if self.marlin:
+            self.marlin.finish()
+            self.w13 = self.w2 = None
+        else:
+            # the routed experts: one pool for all layers (see the module doc)
+            # stored (E, N, K) and used transposed, the layout torchtitan feeds torch._grouped_mm on Hopper
+            self.w13 = w(self.E, 2 * inter, H, std=1.0 / math.sqrt(H))
+            self.w2 = w(self.E, H, inter, std=1.0 / math.sqrt(inter))
         self.final_norm = torch.ones(H, dtype=dtype, device=device)
         self.lm_head = w(H, a.vocab // world, std=0.02)
         inv = 1.0 / (10000 ** (torch.arange(0, a.rope_dim, 2, dtype=torch.float32) / a.rope_dim))
         self.inv_freq = inv.to(device)
-        self.grouped = self._check_grouped_mm()
+        self.grouped = False if self.marlin else self._check_grouped_mm()
         self.gap = None  # None | "sleep" | "copy": what to do before layer gap_layer in this forward (eager)
         self.site = 0  # index of the next all-reduce in the current forward (the call site)
         self.spin_cycles = 0  # > 0: spin this many GPU cycles before the --gpu-delay-site all-reduce
@@ -233,16 +417,27 @@ class Model:
 
         a = self.a
         B, H = x.shape
+        top_k = L["top_k"]
         logits = (x @ L["gate"]).float()
         scores = torch.sigmoid(logits)
-        top_w, top_ids = torch.topk(scores + L["gate_bias"], a.top_k, dim=-1)
+        top_w, top_ids = torch.topk(scores + L["gate_bias"], top_k, dim=-1)
         top_w = torch.gather(scores, 1, top_ids)
         top_w = top_w / top_w.sum(-1, keepdim=True)
+        if self.marlin is not None:  # the layer's k experts as two Marlin GEMMs (see the module doc)
+            inter = a.moe_intermediate // self.world
+            h13 = self.marlin.mm(x, L["m13"]).view(B, top_k, 2 * inter)
+            g, u = h13.chunk(2, dim=-1)
+            hs = (torch.nn.functional.silu(g) * u) * top_w.to(x.dtype)[:, :, None]
+            out = self.marlin.mm(hs.reshape(B, top_k * inter), L["m2"])
+            sh = x @ L["sh13"]
+            g, u = sh.chunk(2, dim=-1)
+            out = out + (torch.nn.functional.silu(g) * u) @ L["sh2"]
+            return self._all_reduce(out)
         local = top_ids - self.rank * self.E
         valid = (local >= 0) & (local < self.E)
         local = torch.where(valid, local, torch.zeros_like(local)).flatten()
         weight = torch.where(valid, top_w, torch.zeros_like(top_w)).flatten().to(x.dtype)
-        token = torch.arange(B, device=x.device).repeat_interleave(a.top_k)
+        token = torch.arange(B, device=x.device).repeat_interleave(top_k)
         order = torch.argsort(local)
         sorted_tok = token[order]
         xs = x[sorted_tok]
@@ -265,18 +460,36 @@ class Model:
         out = out + (torch.nn.functional.silu(g) * u) @ L["sh2"]
         return self._all_reduce(out)
 
-    def forward(self, ids: Any, pos: Any, caches: list, spin_cycles: int = 0) -> Any:
+    def _dense_mlp(self, L: dict, x: Any) -> Any:
         import torch
 
+        h = self.marlin.mm(x, L["d13"]) if self.marlin is not None else x @ L["d13"]
+        g, u = h.chunk(2, dim=-1)
+        act = torch.nn.functional.silu(g) * u
+        y = self.marlin.mm(act, L["d2"]) if self.marlin is not None else act @ L["d2"]
+        return self._all_reduce(y)
+
+    def forward(self, ids: Any, pos: Any, caches: list, spin_cycles: int = 0, annotate: bool = False,
+                sample: bool = False) -> Any:
+        """The decode forward: embedding, the layers, the final norm (what the CUDA graph captures); with
+        ``sample`` also the lm_head and argmax (returns the next tokens, else the final hidden states). With
+        ``annotate`` the regions are ``record_function`` ranges ``pre``, ``model.layers.{i}`` and ``post`` (the
+        latter holds the lm_head and argmax only with ``sample``); the kernels are the same either way."""
+        import contextlib
+
+        import torch
+
+        region = torch.profiler.record_function if annotate else (lambda _name: contextlib.nullcontext())
         self.site, self.spin_cycles = 0, spin_cycles
-        if self.world > 1:  # vocab-parallel embedding: rows outside this rank's shard are 0, the sum restores them
-            V = self.embed.shape[0]
-            local = ids - self.rank * V
-            ok = (local >= 0) & (local < V)
-            x = self.embed[torch.where(ok, local, torch.zeros_like(local))] * ok[:, None].to(self.dtype)
-            x = self._all_reduce(x)
-        else:
-            x = self.embed[ids]
+        with region("pre"):
+            if self.world > 1:  # vocab-parallel embedding: rows outside this rank's shard are 0, the sum restores
+                V = self.embed.shape[0]
+                local = ids - self.rank * V
+                ok = (local >= 0) & (local < V)
+                x = self.embed[torch.where(ok, local, torch.zeros_like(local))] * ok[:, None].to(self.dtype)
+                x = self._all_reduce(x)
+            else:
+                x = self.embed[ids]
         residual = x
         gap_layer = self.a.gap_layer if self.a.gap_layer is not None else len(self.layers) // 2
         for i, (L, cache) in enumerate(zip(self.layers, caches, strict=True)):
@@ -286,11 +499,15 @@ class Model:
             elif i == gap_layer and self.gap == "copy":
                 with torch.profiler.record_function("injected_blocking_copy"):
                     residual[:1, :8].float().cpu()  # D2H: the host waits for everything queued before it
-            x = self._attention(L, self._rms(residual, L["in_norm"]), cache, pos)
-            residual = residual + x
-            x = self._moe(L, self._rms(residual, L["post_norm"]))
-            residual = residual + x
-        return self._rms(residual, self.final_norm)
+            with region(f"model.layers.{i}"):
+                x = self._attention(L, self._rms(residual, L["in_norm"]), cache, pos)
+                residual = residual + x
+                mlp = self._dense_mlp if L["kind"] == "dense" else self._moe
+                x = mlp(L, self._rms(residual, L["post_norm"]))
+                residual = residual + x
+        with region("post"):
+            hidden = self._rms(residual, self.final_norm)
+            return self.logits_and_sample(hidden) if sample else hidden
 
     def logits_and_sample(self, hidden: Any) -> Any:
         import torch
@@ -396,10 +613,10 @@ class _Stepper:
             if "graph" in st:
                 graph, out = (st["graph_delayed"], st["out_delayed"]) if spin else (st["graph"], st["out"])
                 graph.replay()
-                hidden = out
-            else:
-                hidden = model.forward(st["ids"], st["pos"], st["caches"], self.spin_cycles if spin else 0)
-            nxt = model.logits_and_sample(hidden)
+                nxt = model.logits_and_sample(out)
+            else:  # the same kernels as the replay and logits_and_sample, in the same order
+                nxt = model.forward(st["ids"], st["pos"], st["caches"], self.spin_cycles if spin else 0,
+                                    annotate=a.layer_annotations, sample=True)
         st["ids_host"].copy_(nxt, non_blocking=True)  # next tokens back to the host (D2H), as the sampler does
         if profiled:
             self.step_no += 1
@@ -438,7 +655,8 @@ def run_rank(rank: int, world: int, a: DecodeLoopOptions) -> dict[str, Any]:
     if cuda:
         torch.cuda.synchronize()
     _log(rank, f"model ready in {time.perf_counter() - t0:.1f} s: {a.layers} layers, {model.h} heads, "
-               f"{model.E} local experts, grouped_mm={model.grouped}")
+               f"{model.E} local experts, grouped_mm={model.grouped}, dense layers {a.dense_layers}, "
+               f"odd layer {a.odd_layer}, marlin={model.marlin is not None}")
     batch_sizes = a.batch_size_list()
     gpu_delay = cuda and world > 1 and a.gpu_delay_rank is not None and a.gpu_delay_us > 0
     # torch.cuda._sleep spins clock64() cycles: about 1.98 GHz on an H100/H200 under load
@@ -479,7 +697,14 @@ def _summary(a: DecodeLoopOptions, rank: int, world: int, device: Any, cuda: boo
             "gpu_delay_cycles": stepper.spin_cycles if gpu_delayed else 0,
             "host_sleep_steps": injected.get("sleep", []), "blocking_copy_steps": injected.get("copy", []),
             "host_gap_us": a.host_gap_us if injected else None,
-            "median_step_ms": {b: sorted(v)[len(v) // 2] for b, v in step_ms.items()}, "files": files}
+            "median_step_ms": {b: sorted(v)[len(v) // 2] for b, v in step_ms.items()},
+            "layer_annotations": bool(a.layer_annotations and not (cuda and not a.eager)),
+            "layer_kinds": model.kinds, "dense_layers": a.dense_layers, "dense_intermediate": a.dense_intermediate,
+            "odd_layer": a.odd_layer, "odd_factor": a.odd_factor if a.odd_layer is not None else None,
+            "top_k_per_layer": model.top_ks, "dtype": a.dtype, "marlin": model.marlin is not None,
+            "marlin_check_rel_err": model.marlin.check_rel_err if model.marlin else None,
+            "marlin_group_size": model.marlin.groupsize if model.marlin else None,
+            "marlin_weights_kn": sorted(set(model.marlin.shapes)) if model.marlin else None, "files": files}
 
 
 def _worker(rank: int, world: int, a: DecodeLoopOptions, queue: Any) -> None:
@@ -518,6 +743,17 @@ def _check(a: DecodeLoopOptions, world: int) -> None:
     for flag, r in (("--delay-rank", a.delay_rank), ("--gpu-delay-rank", a.gpu_delay_rank)):
         if r is not None and not 0 <= r < world:
             raise click.UsageError(f"{flag} {r} is not a rank of {world}")
+    if not 0 <= a.dense_layers <= a.layers:
+        raise click.UsageError(f"--dense-layers {a.dense_layers}: the model has {a.layers} layers")
+    if a.odd_layer is not None:
+        if not a.dense_layers <= a.odd_layer < a.layers:
+            raise click.UsageError(f"--odd-layer {a.odd_layer} is not a MoE layer ({a.dense_layers}..{a.layers - 1})")
+        if not 1 <= a.odd_factor or a.top_k * a.odd_factor > a.experts:
+            raise click.UsageError(f"--odd-factor {a.odd_factor}: top-{a.top_k * a.odd_factor} of {a.experts} experts")
+    if a.dense_intermediate % world:
+        raise click.UsageError("--dense-intermediate must divide by the world size")
+    if a.marlin and (a.device != "cuda" or a.dtype != "float16"):
+        raise click.UsageError("--marlin needs --device cuda and --dtype float16 (Marlin is an FP16 x INT4 kernel)")
     if a.gpu_delay_rank is not None and not 0 <= a.gpu_delay_site <= 2 * a.layers:
         raise click.UsageError(f"--gpu-delay-site {a.gpu_delay_site}: the forward has call sites 0..{2 * a.layers}")
 
@@ -581,6 +817,18 @@ def run(a: DecodeLoopOptions) -> tuple[list[dict[str, Any]], int]:
 @click.option("--host-gap-us", type=float, default=500.0, show_default=True)
 @click.option("--gap-layer", type=int, default=None, help="Layer before which the gap is made [default: half].")
 @click.option("--record-shapes", is_flag=True, help="Profile with record_shapes=True.")
+@click.option("--layer-annotations", is_flag=True,
+              help="Eager: record_function ranges pre, model.layers.{i}, post (the per-layer truth).")
+@click.option("--dense-layers", type=int, default=0, show_default=True,
+              help="Layers 0..K-1 are a dense MLP, not MoE (Kimi: first_k_dense_replace = 1).")
+@click.option("--dense-intermediate", type=int, default=18432, show_default=True)
+@click.option("--odd-layer", type=int, default=None, help="A MoE layer that routes to top_k x --odd-factor experts.")
+@click.option("--odd-factor", type=int, default=2, show_default=True)
+@click.option("--marlin", is_flag=True,
+              help="Routed experts and dense MLPs as Marlin W4A16 GEMMs (needs --dtype float16, nvcc, the source).")
+@click.option("--marlin-src", default=".marlin", show_default=True,
+              help="The exported github:IST-DASLab/marlin tree (marlin/marlin_cuda*.c*); not part of k25trace.")
+@click.option("--marlin-build", default=None, help="Build directory for the extension [default: a temp dir].")
 @click.option("--device", default="cuda", show_default=True, help="cuda, or cpu (a smoke run: no graphs).")
 @click.option("--dtype", default="bfloat16", show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
