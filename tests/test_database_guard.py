@@ -4,6 +4,13 @@ k25trace database is upgraded whole."""
 from __future__ import annotations
 
 import hashlib
+import json
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import duckdb
@@ -97,3 +104,193 @@ def test_a_version_3_database_gets_the_run_label_columns(tmp_path: Path) -> None
     assert labels == expected
     assert report.run_labels(con) == {row[0]: row[4] for row in expected}
     con.close()
+
+
+# ------------------------------------------------------------------------------------ issue 34, items 3 and 4b
+
+def k25(*args: str | bytes, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "k25trace", *args], capture_output=True, text=True, cwd=cwd,
+                          timeout=120)
+
+
+def one_error(stderr: str, *names: str) -> str:
+    errors = [ln for ln in stderr.splitlines() if ln.startswith("error: ")]
+    assert len(errors) == 1 and "Traceback" not in stderr and "bad_cast" not in stderr, stderr
+    for name in names:
+        assert name in errors[0], (name, errors[0])
+    return errors[0]
+
+
+def not_databases(base: Path) -> list[Path]:
+    """Files of the kinds DuckDB opens as an empty in-memory database, or refuses: CSV, JSON, a real gzipped
+    trace, a real Parquet file (written by pyarrow), an empty file, random bytes."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    base.mkdir(parents=True, exist_ok=True)
+    (base / "run.csv").write_text("a,b\n1,2\n")
+    (base / "run.json").write_text('{"traceEvents": []}\n')
+    shutil.copy(TRACE, base / "run.json.gz")
+    pq.write_table(pa.table({"a": [1, 2]}), base / "run.parquet")
+    (base / "empty.duckdb").write_bytes(b"")
+    (base / "noise.duckdb").write_bytes(random.Random(34).randbytes(4096))
+    return sorted(base.iterdir())
+
+
+def test_load_onto_a_csv_file_is_refused_untouched(tmp_path: Path) -> None:
+    """The exact input of the issue: `load TRACE --db run.csv` said "1 loaded", exit 0, and stored nothing."""
+    path = tmp_path / "run.csv"
+    path.write_text("a,b\n1,2\n")
+    before = digest(path)
+    result = k25("load", str(TRACE), "--db", str(path))
+    assert result.returncode == 1
+    one_error(result.stderr, "run.csv", "not a DuckDB database file")
+    assert digest(path) == before
+
+
+COMMANDS = [["load", str(TRACE)], ["report"], ["sql", "select 1"], ["classify"], ["steps"], ["html", "-o", "OUT"],
+            ["export", "perfetto", "-o", "OUT"], ["export", "parquet", "OUT"]]
+"""(`compare` takes a trace file as a side and loads it: its paths are not --db files.)"""
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c[:2]) if c[0] == "export" else c[0])
+def test_every_command_refuses_a_db_that_is_not_a_duckdb_file(tmp_path: Path, command: list[str]) -> None:
+    files = not_databases(tmp_path / "files")
+    sums = {p: digest(p) for p in files}
+    for path in files:
+        out = tmp_path / "out" / path.name
+        args = [str(out) if a == "OUT" else a for a in command] + ["--db", str(path)]
+        result = CliRunner().invoke(cli, args)
+        assert result.exit_code == 1, (args, result.output)
+        assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+        assert path.name in result.stderr and ("not a DuckDB database" in result.stderr
+                                               or "empty file" in result.stderr), result.stderr
+        assert not out.exists()
+    assert {p: digest(p) for p in files} == sums
+
+
+@pytest.mark.parametrize("command", [["load", str(TRACE)], ["report"], ["html", "-o", "x.html"],
+                                     ["export", "perfetto", "-o", "x.json"]],
+                         ids=["load", "report", "html", "perfetto"])
+def test_a_db_path_that_is_not_utf8_is_one_error(tmp_path: Path, command: list[str]) -> None:
+    """The exact input of the issue: a byte 0xff in the --db name crashed with `RuntimeError: std::bad_cast`."""
+    name = b"run\xff.duckdb"
+    args: list[str | bytes] = [*command, "--db", name]
+    result = k25(*args, cwd=tmp_path)
+    assert result.returncode == 1
+    one_error(result.stderr, "run\\xff.duckdb", "not valid UTF-8")
+    assert os.listdir(os.fsencode(tmp_path)) == []
+
+
+# ------------------------------------------------------------------------------------ issue 28, item 7
+
+READS = {
+    "report": ["report", "--format", "csv"],
+    "report kernel": ["report", "--by", "kernel", "--format", "csv"],
+    "report idle": ["report", "--by", "idle", "--format", "csv"],
+    "report step": ["report", "--by", "step", "--format", "csv"],
+    "compare": ["compare", "--a", "batch=1", "--b", "batch=64", "--by", "category", "--format", "csv"],
+    "compare kernel": ["compare", "--a", "batch=1", "--b", "batch=64", "--by", "kernel", "--format", "csv"],
+    "html": ["html", "-o", "OUT/page.html"],
+    "perfetto": ["export", "perfetto", "-o", "OUT/steps.json"],
+    "parquet": ["export", "parquet", "OUT/pq"],
+}
+DAMAGE = 64 * 1024
+
+
+def what_it_wrote(name: str, stdout: str, out: Path) -> object:
+    """The command's output with what differs from run to run taken out (the clock, the folder of the database)."""
+    if name == "html":
+        return re.sub(r"generated \d{4}-\d\d-\d\d \d\d:\d\d UTC", "", (out / "page.html").read_text())
+    if name == "perfetto":
+        trace = json.loads((out / "steps.json").read_bytes())
+        trace["otherData"].pop("exported_at")
+        return trace
+    if name == "parquet":
+        con = duckdb.connect()
+        manifest = json.loads((out / "pq" / "manifest.json").read_text())
+        rows = {}
+        for table, entry in sorted(manifest["tables"].items()):
+            where = out / "pq" / entry["path"]
+            glob = str(where / "**" / "*.parquet") if entry["partitioned_by"] else str(where)
+            rows[table] = sorted(map(repr, con.execute(
+                "select * from read_parquet(?, hive_partitioning = true, union_by_name = true)", [glob]).fetchall()))
+        con.close()
+        return rows, manifest["tables"], manifest["files"]
+    return stdout
+
+
+def run_read(name: str, path: Path, out: Path) -> tuple[int, str, object]:
+    out.mkdir(parents=True, exist_ok=True)
+    args = [a.replace("OUT", str(out)) for a in READS[name]] + ["--db", str(path)]
+    result = CliRunner().invoke(cli, args)
+    assert result.exception is None or isinstance(result.exception, SystemExit), (name, result.exception)
+    return result.exit_code, result.stderr, what_it_wrote(name, result.stdout, out) if result.exit_code == 0 else None
+
+
+@pytest.fixture(scope="module")
+def undamaged(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, object]]:
+    """A real single-H200 trace loaded into a database, and what every read command makes of it."""
+    base = tmp_path_factory.mktemp("undamaged")
+    path = base / "run.duckdb"
+    trace = next((Path(__file__).parent / "data" / "h200-decode-loop").glob("*.pt.trace.json.gz"))
+    con = db.connect(path)
+    pipeline.load_paths(con, [trace])
+    con.close()
+    outputs = {}
+    for name in READS:
+        code, stderr, output = run_read(name, path, base / "out" / name.replace(" ", "-"))
+        assert code == 0, (name, stderr)
+        outputs[name] = output
+    return path, outputs
+
+
+def test_a_damaged_database_gives_the_same_numbers_or_one_error(undamaged: tuple[Path, dict[str, object]],
+                                                                 tmp_path: Path) -> None:
+    """64 KiB of random bytes (a fixed seed each) written over the database at five places, 1, 2, 3, 6 and 7
+    eighths of the way in (where, in this database, damage hits blocks some commands read and others not, or free
+    blocks). DuckDB keeps a checksum per block and checks it on every block it reads, so for every read command (report,
+    compare, html, export perfetto, export parquet) each damaged copy gives exactly the undamaged copy's output
+    (the command never read the damaged blocks) or one `error:` line saying the file is damaged, exit 1, nothing
+    written, the copy left as it was. Both happen: the check can fail either way."""
+    path, expected = undamaged
+    size = path.stat().st_size
+    same = refused = 0
+    for k in (1, 2, 3, 6, 7):
+        copy = tmp_path / f"copy{k}" / "run.duckdb"  # the same name as the undamaged one: pages show the name
+        copy.parent.mkdir()
+        data = bytearray(path.read_bytes())
+        at = size * k // 8
+        data[at:at + DAMAGE] = random.Random(k).randbytes(DAMAGE)
+        copy.write_bytes(bytes(data))
+        before = digest(copy)
+        for name in READS:
+            out = tmp_path / f"out{k}" / name.replace(" ", "-")
+            code, stderr, output = run_read(name, copy, out)
+            if code == 0:
+                assert output == expected[name], (k, name)
+                same += 1
+            else:
+                errors = [ln for ln in stderr.splitlines() if ln.startswith("error: ")]
+                assert code == 1 and len(errors) == 1 and "database file is damaged" in errors[0], (k, name, stderr)
+                assert [p for p in out.rglob("*") if p.is_file()] == [], (k, name)
+                refused += 1
+        assert digest(copy) == before
+    assert same and refused, (same, refused)
+
+
+def test_export_parquet_of_a_damaged_database_is_one_error_line(undamaged: tuple[Path, dict[str, object]],
+                                                                 tmp_path: Path) -> None:
+    """The exact report of the issue: a corrupt block gave `export parquet` a traceback; as a real process now one
+    line naming the database, exit 1, and no partial export (its temporary folder removed)."""
+    path, _ = undamaged
+    copy = tmp_path / "damaged.duckdb"
+    data = bytearray(path.read_bytes())
+    at = len(data) // 8  # 1/8 of the way in: a block the export reads (the sweep above shows which ones)
+    data[at:at + DAMAGE] = random.Random(1).randbytes(DAMAGE)
+    copy.write_bytes(bytes(data))
+    out = tmp_path / "pq"
+    result = k25("export", "parquet", str(out), "--db", str(copy))
+    assert result.returncode == 1
+    one_error(result.stderr, "damaged.duckdb", "database file is damaged")
+    assert list(out.iterdir()) == []
