@@ -1,6 +1,6 @@
 -- name: schema
 -- The public schema of a k25trace database (see README "Schema"). Idempotent: creates what is missing.
--- creates: meta, dtype_bytes (macro), traces, kernel_names, kernel_rules, kernel_classes, gpu_events, launches, annotations, cpu_ops, python_functions, captures, capture_levels, steps, step_categories, phase_steps (table macro), selected_steps (table macro), gpu_gaps, trace_runs, run_labels (view), rank_offsets, collectives, phase_collectives (table macro), comm_alignment, collective_causes, allreduce_bench, kernels (view)
+-- creates: meta, dtype_bytes (macro), traces, kernel_names, kernel_rules, kernel_classes, gpu_events, launches, annotations, cpu_ops, python_functions, captures, capture_levels, steps, step_categories, phase_steps (table macro), selected_steps (table macro), gpu_gaps, trace_runs, run_labels (view), rank_offsets, collectives, phase_collectives (table macro), comm_alignment, collective_causes, allreduce_bench, kernels (view), step_layers, step_layer_categories
 -- reads: none
 -- params: none
 -- grain: traces = one row per loaded trace file; gpu_events = one row per GPU activity; launches = one row per CUDA runtime/driver call; annotations = one row per user annotation; cpu_ops = one row per CPU operator
@@ -423,3 +423,46 @@ create table if not exists allreduce_bench (
 -- bench tables made before the kernel times existed
 alter table allreduce_bench add column if not exists kernel_median_us double;
 alter table allreduce_bench add column if not exists kernel_p90_us double;
+
+-- Layer segments of every step (queries/layers_*.sql, k25trace/layers.py; README "Layers"): `pre`, layers
+-- 0..L-1, `post`. Each GPU activity of a step is in one segment (the segments are runs of the step's activities
+-- in the order start_ns, end_ns, event_id: positions first_pos .. first_pos + kernel_count - 1), and a step's
+-- segment windows tile its wall (gpu_start_ns .. gpu_end_ns): the walls, busy, idle and overlap of its segments
+-- add up to the step's exactly. An unsegmented step has one row (label 'step', kind 'unsegmented', a reason).
+create table if not exists step_layers (
+    trace_id integer not null,
+    rank integer,
+    step_index integer not null,
+    segment_index integer not null,   -- 0 = pre, k + 1 = layer k, layers + 1 = post (0 alone: unsegmented)
+    label varchar not null,           -- 'pre' | '0' … 'L-1' | 'post' | 'step' (unsegmented)
+    layer integer,                    -- the layer index (NULL for pre, post, step)
+    kind varchar not null,            -- 'dense' | 'moe' | 'other' for layers; 'pre' | 'post' | 'unsegmented'
+    evidence varchar not null,        -- 'annotation' (…layers.N ranges around the launches) | 'sequence' (inferred
+                                      -- from the repeating kernel sequence) | 'none' (unsegmented)
+    layers integer not null,          -- the step's layer count L (0 when unsegmented)
+    reason varchar,                   -- why the step is unsegmented; NULL when segmented
+    start_ns bigint,                  -- the window: its first activity's start (pre: the step's GPU start)
+    end_ns bigint,                    -- the next segment's start (the last segment: the step's GPU end)
+    wall_ns bigint,                   -- end_ns - start_ns: the segment's share of the step's wall
+    busy_ns bigint,                   -- GPU busy (union over streams) inside the window
+    idle_ns bigint,                   -- wall_ns - busy_ns
+    overlap_ns bigint,                -- time two or more categories ran at once inside the window
+    kernel_count integer,             -- the segment's GPU activities
+    kernel_ns bigint,                 -- their summed durations
+    collectives integer,              -- of them collectives (allreduce, all2all, comm_other)
+    first_pos integer,                -- position of its first activity in the step's order (0-based)
+    first_event_id bigint,            -- that activity (-> gpu_events); NULL for an empty pre/post
+    primary key (trace_id, step_index, segment_index)
+);
+
+create table if not exists step_layer_categories (
+    trace_id integer not null,
+    rank integer,
+    step_index integer not null,
+    segment_index integer not null,   -- -> step_layers
+    category varchar not null,
+    kernel_ns bigint not null,        -- summed durations of the segment's activities of the category
+    busy_ns bigint not null,          -- exclusive: time in the window when this category alone was running
+    kernel_count integer not null,
+    primary key (trace_id, step_index, segment_index, category)
+);
