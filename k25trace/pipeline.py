@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import duckdb
 
-from k25trace import classify, crossrank, db, ingest, steps
+from k25trace import classify, crossrank, db, ingest, layers, steps
 from k25trace.errors import K25Error
 from k25trace.ingest import FileResult, LoadOptions, TraceFile
 
@@ -71,6 +71,7 @@ def analyze_file(con: duckdb.DuckDBPyConnection, trace_id: int) -> None:
     mark the cross-rank tables stale (they do not hold this trace until :func:`build_runs`), in the same
     transaction."""
     steps.analyze_trace(con, trace_id)
+    layers.build_layers(con, trace_id)
     _mark_runs(con, stale=True)
 
 
