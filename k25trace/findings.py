@@ -358,7 +358,7 @@ def _transfer_finding(ctx: _Context, key: tuple[str, int | None], row: dict[str,
     return _finding("collective_transfer", sentence, evidence, "report_comm_bandwidth", None, step_ms,
                     "no measured floor (bandwidth-only bound in the figures)", trust, category=category,
                     transfer_ms_per_step=transfer, transfer_pct=round(100 * transfer / step_ms, 2) if step_ms else 0.0,
-                    bound_ms_per_step=round(bound, 6), above_bound_ms_per_step=round(max(transfer - bound, 0.0), 6),
+                    bound_ms_per_step=bound, above_bound_ms_per_step=max(transfer - bound, 0.0),
                     link_gbps=link, bus_bytes_per_step=bus_bytes / steps, device=dev.device)
 
 
@@ -535,8 +535,8 @@ def _sol_findings(ctx: _Context, key: tuple[str, int | None], batch: list[dict[s
                          "at once, so the step would gain less")
         out.append(_finding("kernels_sol", sentence, evidence, "sol.roofline", above, step_ms,
                             "at the hardware minimum (ops with shapes)", "; ".join(trust), category=category,
-                            kernel_ms_per_step=b.kernel_ms, modelled_ms_per_step=round(b.modelled_ms, 6),
-                            minimum_ms_per_step=round(b.minimum_ms, 6), device=b.device))
+                            kernel_ms_per_step=b.kernel_ms, modelled_ms_per_step=b.modelled_ms,
+                            minimum_ms_per_step=b.minimum_ms, device=b.device))
     if unbounded:
         reasons = sorted({b.unmodelled_reason for b in unbounded})
         if len(unbounded) == 1:
@@ -591,7 +591,7 @@ def _largest_finding(ctx: _Context, batch: list[dict[str, Any]], step_ms: float,
                 + (": near it." if ratio <= _NEAR else ": far from it.")
                 + ("" if b.modelled_ms >= 0.995 * b.kernel_ms else
                    f" ({_ms(b.modelled_ms)} of its {_ms(b.kernel_ms)} kernel ms/step have shapes.)"))
-        figures.update(modelled_ms_per_step=round(b.modelled_ms, 6), minimum_ms_per_step=round(b.minimum_ms, 6))
+        figures.update(modelled_ms_per_step=b.modelled_ms, minimum_ms_per_step=b.minimum_ms)
         evidence = f"{evidence}; {ctx.command('roofline')}"
         trust = "; ".join(b.notes)
     elif category in bounds:
