@@ -9,8 +9,8 @@
 --     occur two or more times in the step, each with the list of distances between its consecutive occurrences
 --     (its gap signature). Tokens launched once per layer at the same place share one signature. Among the
 --     signatures of at least 4 occurrences, held by at least two tokens and by at least a quarter as many tokens
---     as the most common signature, whose tokens' most common distance is 4 or more and is at least half of their
---     distances, the one with the most occurrences wins (the layer count L: it counts every layer, also dense
+--     as the most common signature, whose tokens' most common distance is 4 or more and is at least 3/4 of their
+--     distances (a kernel launched twice per layer alternates two distances), the one with the most occurrences wins (the layer count L: it counts every layer, also dense
 --     layers that lack the MoE's kernels), then the one with the most tokens. With a model config ($layers) only
 --     a signature of exactly $layers occurrences counts. Its earliest token is the anchor. Layer k starts phi
 --     activities before the anchor's k-th occurrence: phi is how far back the activities before the occurrences
@@ -81,7 +81,7 @@ tokens as (
         string_agg(occ.gap::varchar, ',' order by occ.pos) as signature
     from occ
     join token_mode using (step_index, token)
-    where token_mode.mode_gap >= 4 and token_mode.at_mode * 2 >= token_mode.gaps
+    where token_mode.mode_gap >= 4 and token_mode.at_mode * 4 >= token_mode.gaps * 3
     group by all
 ),
 
