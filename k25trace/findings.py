@@ -226,10 +226,17 @@ def _bus_factor(collective: str | None, n: int) -> float:
     return 1.0
 
 
+_ONE_NAME = {"all_gather": "All-gather", "allgather": "All-gather", "_allgather_base": "All-gather",
+             "reduce_scatter": "Reduce-scatter", "_reduce_scatter_base": "Reduce-scatter", "broadcast": "Broadcast",
+             "send": "Send/receive", "recv": "Send/receive"}
+
+
 def _comm_name(category: str, bandwidth: list[dict[str, Any]]) -> str:
     if category != "comm_other":
         return _COMM_NAMES.get(category, category)
     names = sorted({r["collective"] for r in bandwidth if r["category"] == category and r["collective"]})
+    if len(names) == 1 and names[0] in _ONE_NAME:
+        return _ONE_NAME[names[0]]
     return f"Other collectives ({', '.join(names)})" if names else "Other collectives"
 
 
@@ -318,7 +325,7 @@ def _transfer_finding(ctx: _Context, key: tuple[str, int | None], row: dict[str,
         basis = ("NCCL kernel time alone" if kernel else "burst wall time per all-reduce, an upper bound of the "
                  "kernel floor")
         size = f" of {floor['msg_bytes']:,} B" if floor["msg_bytes"] else ""
-        sentence = (f"{name} moves its data in {_ms(transfer)} ms/step; the measured floor for "
+        sentence = (f"{name}: its data transfer takes {_ms(transfer)} ms/step; the measured floor for "
                     f"{floor['allreduce_per_step']:g} all-reduces{size} on {floor['world_size']} ranks is "
                     f"{_ms(floor_ms)} ms/step (`k25trace bench allreduce`, {floor['floor_mode']} burst, {basis}): "
                     + (f"{_ms(saving)} ms/step above it." if saving > 0 else "the transfer is at the floor."))
@@ -341,7 +348,7 @@ def _transfer_finding(ctx: _Context, key: tuple[str, int | None], row: dict[str,
         why = ("the message sizes are not recorded (CUDA-graph replays record none)"
                if not sizes or any(r["size_bytes"] is None for r in sizes)
                else "the device has no link bandwidth in queries/device_peaks.csv (give --peaks FILE)")
-        sentence = (f"{name} moves its data in {_ms(transfer)} ms/step; no bound: {why}, and no "
+        sentence = (f"{name}: its data transfer takes {_ms(transfer)} ms/step; no bound: {why}, and no "
                     "`k25trace bench allreduce` floor is stored.")
         return _finding("collective_transfer", sentence, evidence, "report_comm_bandwidth", None, step_ms,
                         "no bound", "", category=category, transfer_ms_per_step=transfer,
@@ -349,7 +356,7 @@ def _transfer_finding(ctx: _Context, key: tuple[str, int | None], row: dict[str,
     bus_bytes = sum(r["calls"] * r["size_bytes"] * _bus_factor(r["collective"], int(r["ranks"])) for r in sizes)
     bound = bus_bytes / steps / (link * 1e9) * 1e3
     assert dev is not None
-    sentence = (f"{name} moves its data in {_ms(transfer)} ms/step; no floor was measured (`k25trace bench "
+    sentence = (f"{name}: its data transfer takes {_ms(transfer)} ms/step; no floor was measured (`k25trace bench "
                 f"allreduce`). A bandwidth-only bound: its {bus_bytes / steps / 1e6:,.3f} MB of bus traffic per step "
                 f"at the {dev.device}'s datasheet link bandwidth ({link:g} GB/s per direction; {dev.interconnect}) "
                 f"takes {_ms(bound)} ms, with each collective's latency left out, so no transfer reaches it.")
@@ -570,7 +577,7 @@ def _largest_finding(ctx: _Context, batch: list[dict[str, Any]], step_ms: float,
             tail = ": wait and transfer cannot be told apart with the ranks loaded."
         else:
             wait, moving = _num(row["wait_ms_per_step"]), _num(row["transfer_ms_per_step"])
-            tail = f", of which {_ms(wait)} ms/step is waiting for late ranks and {_ms(moving)} moving data"
+            tail = f", of which {_ms(wait)} ms/step is waiting for late ranks and {_ms(moving)} ms/step moving data"
             if "floor_ms_per_step" in figures_t and figures_t["floor_ms_per_step"]:
                 floor = figures_t["floor_ms_per_step"]
                 tail += (f"; the data transfer takes {_ratio(moving / floor)} the measured floor "

@@ -186,7 +186,8 @@ def test_pair_transfer_against_the_measured_floor(tmp_path: Path) -> None:
         expected = max(comm[batch]["transfer_ms_per_step"] - floors[batch]["floor_kernel_ms"], 0.0)
         assert transfer.saving_ms == pytest.approx(expected, abs=1e-9)
         assert transfer.saving_label == "at the measured floor"
-        assert "measured floor" in transfer.sentence and "bench allreduce" in transfer.sentence
+        assert "its data transfer takes" in transfer.sentence and "measured floor" in transfer.sentence
+        assert "bench allreduce" in transfer.sentence
     con.close()
 
 
