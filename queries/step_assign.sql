@@ -5,9 +5,10 @@
 -- Every activity of the trace is unassigned first (a rebuild may find fewer or other steps).
 -- Two kinds of activity belong to no step: those launched inside a process-group barrier (the launch call within
 -- a `c10d::barrier` / `c10d::monitored_barrier` CPU op on its thread: a barrier after the last step's marker is
--- no step's work, and neither is one between steps), and those whose GPU time lies more than 1 s outside the
--- trace's CPU-side span (first to last runtime call, CPU op or annotation: a timestamp no step can hold; the
--- GPU runs only what the host launched during the trace). _far_events lists the latter for steps_build.sql,
+-- no step's work, and neither is one between steps), and those timestamped far outside the trace: more than 1 s
+-- past the trace's CPU-side span (first to last runtime call, CPU op or annotation) and more than 1 s past the GPU
+-- work that ran on from it (a timestamp no step can hold; the GPU runs only what the host launched during the
+-- trace, but may run it long after). _far_events lists the latter for steps_build.sql,
 -- which counts them per step (steps.far_activities) and drops it.
 -- creates: gpu_events.step_index (reset, then updated for one trace), _far_events (temp table)
 -- reads: _step_markers, gpu_events, launches, cpu_ops, annotations
@@ -25,12 +26,39 @@ with cpu_span as (
           select min(start_ns), max(end_ns) from cpu_ops where trace_id = $trace_id
           union all
           select min(start_ns), max(end_ns) from annotations where trace_id = $trace_id and kind = 'user_annotation')
+),
+
+-- After the CPU span, the GPU may still be running what was launched (a queue seconds deep); what it ran is one
+-- chain of activities, each starting before (or within 1 s of) the latest end of those before it. The first
+-- activity more than 1 s past both that end and the CPU span breaks the chain: it and all after it are far.
+-- Before the CPU span, the mirror image.
+after as (
+    select gpu_events.event_id, gpu_events.start_ns,
+        greatest(cpu_span.last_ns, max(gpu_events.end_ns) over (order by gpu_events.start_ns, gpu_events.event_id
+            rows between unbounded preceding and 1 preceding)) as reach_ns
+    from gpu_events, cpu_span
+    where gpu_events.trace_id = $trace_id and gpu_events.start_ns > cpu_span.last_ns
+),
+
+after_break as (
+    select min(start_ns) as break_ns from after where start_ns > reach_ns + 1000000000
+),
+
+before as (
+    select gpu_events.event_id, gpu_events.end_ns,
+        least(cpu_span.first_ns, min(gpu_events.start_ns) over (order by gpu_events.end_ns desc, gpu_events.event_id
+            rows between unbounded preceding and 1 preceding)) as reach_ns
+    from gpu_events, cpu_span
+    where gpu_events.trace_id = $trace_id and gpu_events.end_ns < cpu_span.first_ns
+),
+
+before_break as (
+    select max(end_ns) as break_ns from before where end_ns < reach_ns - 1000000000
 )
 
-select gpu_events.event_id
-from gpu_events, cpu_span
-where gpu_events.trace_id = $trace_id
-    and (gpu_events.start_ns > cpu_span.last_ns + 1000000000 or gpu_events.end_ns < cpu_span.first_ns - 1000000000);
+select after.event_id from after, after_break where after.start_ns >= after_break.break_ns
+union all
+select before.event_id from before, before_break where before.end_ns <= before_break.break_ns;
 
 update gpu_events
 set step_index = assigned.step_index
