@@ -35,11 +35,21 @@ class Terminated(BaseException):
     """SIGTERM arrived while a command was writing (raised by the handler of :func:`terminate_raises`)."""
 
 
+_terminated: list[int] = []
+
+
+def was_terminated() -> bool:
+    """Did SIGTERM arrive under :func:`terminate_raises`? (DuckDB turns an exception raised by a signal handler
+    during a query into ``RuntimeError: Query interrupted``: this tells SIGTERM from Ctrl-C afterwards.)"""
+    return bool(_terminated)
+
+
 @contextmanager
 def terminate_raises() -> Iterator[None]:
     """For the duration, SIGTERM raises :class:`Terminated` in the main thread; the previous handler is restored
     after. Outside the main thread (where no handler can be installed) it does nothing."""
     def handler(signum: int, frame: FrameType | None) -> None:
+        _terminated.append(signum)
         raise Terminated()
 
     try:

@@ -38,21 +38,28 @@ def _guarded(what: str | Path) -> Iterator[None]:
     K25Error handling); Ctrl-C and SIGTERM are one line and exit 130 / 143, after the temporary files are gone
     (every writer removes its own in ``finally``)."""
     from k25trace import db  # deferred: start-up time
-    from k25trace.outputs import Terminated, terminate_raises
+    from k25trace.outputs import Terminated, terminate_raises, was_terminated
+
+    def stop(signal_name: str, code: int) -> None:
+        _err(f"error: {signal_name}: stopped, nothing was written")
+        sys.exit(code)
 
     try:
         with terminate_raises(), db.reading(what):
             yield
     except Terminated:
-        _err("error: terminated (SIGTERM): nothing was written")
-        sys.exit(143)
+        stop("terminated (SIGTERM)", 143)
     except KeyboardInterrupt:
-        _err("error: interrupted: nothing was written")
-        sys.exit(130)
+        stop("interrupted", 130)
     except Exception as exc:
-        if type(exc).__name__ == "InterruptException":  # DuckDB's Ctrl-C inside a query
-            _err("error: interrupted: nothing was written")
-            sys.exit(130)
+        # a signal during a DuckDB query comes out as DuckDB's interrupt (RuntimeError: Query interrupted, or
+        # duckdb.InterruptException), whichever exception its handler raised
+        interrupted = type(exc).__name__ == "InterruptException" or (
+            isinstance(exc, RuntimeError) and "interrupted" in str(exc).lower())
+        if was_terminated() and (interrupted or "interrupted" in str(exc).lower()):
+            stop("terminated (SIGTERM)", 143)
+        if interrupted:
+            stop("interrupted", 130)
         raise
 
 

@@ -249,34 +249,40 @@ def test_a_missing_or_unwritable_folder_is_one_error(loaded: tuple[Path, Path], 
 # ------------------------------------------------------------------------------------ interrupted export
 
 HOOK = """
-import os, signal, sys
+import os, signal, sys, threading
 from k25trace import export
 calls = []
-sig = getattr(signal, sys.argv[1])
+sig, where = getattr(signal, sys.argv[1]), sys.argv[2]
 original = export._count
 def count(con, table):
     calls.append(table)
     if len(calls) == 4:  # a few tables written into the temporary folder, then the signal
-        os.kill(os.getpid(), sig)
+        if where == "python":  # between two DuckDB calls
+            os.kill(os.getpid(), sig)
+        else:  # in the middle of a DuckDB query that would not end by itself
+            threading.Timer(0.2, os.kill, (os.getpid(), sig)).start()
+            con.execute("select sum(a.range * b.range) from range(100000000) a, range(100000000) b").fetchall()
     return original(con, table)
 export._count = count
-sys.argv = ["k25trace"] + sys.argv[2:]
+sys.argv = ["k25trace"] + sys.argv[3:]
 from k25trace.cli import main
 main()
 """
 
 
 @pytest.mark.parametrize(("sig", "code"), [("SIGTERM", 143), ("SIGINT", 130)])
+@pytest.mark.parametrize("where", ["python", "duckdb"])
 def test_a_signal_during_export_parquet_leaves_nothing(loaded: tuple[Path, Path], tmp_path: Path, sig: str,
-                                                      code: int) -> None:
+                                                      code: int, where: str) -> None:
     """A real signal to the real command in the middle of its export (after four tables were written into its
-    temporary folder): exit 143 (SIGTERM) or 130 (Ctrl-C), one line, and the folder as empty as before."""
+    temporary folder; between two DuckDB calls, or inside one, which DuckDB turns into its own 'Query
+    interrupted'): exit 143 (SIGTERM) or 130 (Ctrl-C), one line, and the folder as empty as before."""
     path, _ = loaded
     out = tmp_path / "out"
     out.mkdir()
     (out / "keep.txt").write_text("mine")
-    result = subprocess.run([sys.executable, "-c", HOOK, sig, "export", "parquet", str(out), "--db", str(path)],
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run([sys.executable, "-c", HOOK, sig, where, "export", "parquet", str(out), "--db",
+                             str(path)], capture_output=True, text=True, timeout=120)
     assert result.returncode == code, result.stderr
     one_error(result.stderr)
     assert sorted(p.name for p in out.iterdir()) == ["keep.txt"]
