@@ -3,10 +3,11 @@
 -- filter (selected_steps: $phase 'all' for any; $rank, $trace_id NULL for any; each rank's step is one
 -- observation): steps, the median wall ms (the segment's share of the step's wall: overlap and idle included) and
 -- busy ms, kind (the most common), evidence, the three categories with the most median exclusive time (with their
--- ms), the median against the median layer (vs_median_layer: all layers of the run and batch size) and against the
--- median layer of its kind (vs_kind), a flag 'slow' when a layer's median is at least 10 % over its kind's median
--- layer, and the outlier steps: those where the layer's wall is at least 25 % over its own median (step indexes,
--- at most 10 listed; outlier_steps counts them all).
+-- ms), its median busy time (GPU work; wall also holds host-bound idle) against the median layer's
+-- (vs_median_layer: all layers of the run and batch size) and against the median layer of its kind (vs_kind), a
+-- flag 'slow' when a layer's median busy time is at least 10 % over its kind's median layer, and the outlier
+-- steps: those where the layer's wall is at least 25 % over its own median wall (step indexes, at most 10 listed;
+-- outlier_steps counts them all).
 -- reads: step_layers, step_layer_categories, selected_steps, trace_runs
 -- params: $phase, $rank, $trace_id
 -- grain: one row per run, batch size and segment label
@@ -34,11 +35,11 @@ per_label as (
 ),
 
 layer_medians as (
-    select run_id, batch_size, median(wall_ns) as all_ns from per_label where layer is not null group by all
+    select run_id, batch_size, median(busy_ns) as all_ns from per_label where layer is not null group by all
 ),
 
 kind_medians as (
-    select run_id, batch_size, kind, median(wall_ns) as kind_ns from per_label where layer is not null group by all
+    select run_id, batch_size, kind, median(busy_ns) as kind_ns from per_label where layer is not null group by all
 ),
 
 categories as (
@@ -73,11 +74,11 @@ select per_label.run_label as run, nullif(per_label.batch_size, -1) as batch_siz
     round(per_label.wall_ns / 1e6, 4) as wall_ms, round(per_label.busy_ns / 1e6, 4) as busy_ms,
     round(per_label.kernel_ns / 1e6, 4) as kernel_ms, per_label.kernels, per_label.collectives,
     top_categories.top_categories,
-    case when per_label.layer is not null then round(per_label.wall_ns / nullif(layer_medians.all_ns, 0), 3) end
+    case when per_label.layer is not null then round(per_label.busy_ns / nullif(layer_medians.all_ns, 0), 3) end
         as vs_median_layer,
-    case when per_label.layer is not null then round(per_label.wall_ns / nullif(kind_medians.kind_ns, 0), 3) end
+    case when per_label.layer is not null then round(per_label.busy_ns / nullif(kind_medians.kind_ns, 0), 3) end
         as vs_kind,
-    case when per_label.layer is not null and per_label.wall_ns >= 1.1 * kind_medians.kind_ns then 'slow' end as flag,
+    case when per_label.layer is not null and per_label.busy_ns >= 1.1 * kind_medians.kind_ns then 'slow' end as flag,
     coalesce(outliers.outlier_steps, 0) as outlier_steps, outliers.outlier_list
 from per_label
 left join layer_medians using (run_id, batch_size)
