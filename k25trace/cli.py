@@ -78,6 +78,8 @@ class _Group(click.Group):
             return super().invoke(ctx)
         except K25Error as exc:
             _fail(str(exc))
+        except KeyboardInterrupt as exc:  # a command without its own handler (e.g. compare loading a trace side)
+            _interrupted("stopped before it finished", exc)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -209,6 +211,12 @@ def load(paths: tuple[Path, ...], db_path: Path, keep_python: bool, include_fron
 
     if model_config is not None:
         models.load_config(model_config)  # a config the bound cannot read is refused before anything is loaded
+    if not any(p.exists() for p in paths):  # nothing to load: the database is not opened (opening it writes it)
+        for p in paths:
+            err.print(f"[bold red]error:[/] {esc(str(p))}: no such file or directory", soft_wrap=True)
+        if not quiet:
+            err.print(f"0 loaded, 0 already there, {len(paths)} failed")
+        sys.exit(1)
     try:
         con, failed = run_load(db_path, list(paths), keep_python=keep_python, include_frontend=include_frontend,
                                quiet=quiet)
@@ -216,7 +224,7 @@ def load(paths: tuple[Path, ...], db_path: Path, keep_python: bool, include_fron
         if not _is_interrupt(exc):
             raise
         _interrupted("the file being loaded was rolled back; the files loaded before it are kept (with their "
-                     "cross-rank tables): run the same command again to load the rest")
+                     "cross-rank tables): run the same command again to load the rest", exc)
     if model_config is not None:
         models.store_config(con, model_config)
         err.print(esc(f"model config {model_config} kept in {db_path} (report --by sol uses it)"), soft_wrap=True)
@@ -250,7 +258,7 @@ def sql(query: str | None, db_path: Path, sql_file: Path | None, query_name: str
     """
     import polars as pl  # deferred: start-up time
 
-    from k25trace import db, output  # deferred: start-up time
+    from k25trace import db, output, pipeline  # deferred: start-up time
 
     if list_queries:
         rows = [
@@ -271,7 +279,7 @@ def sql(query: str | None, db_path: Path, sql_file: Path | None, query_name: str
             text = _read_utf8(lambda: query.encode("utf-8", "surrogateescape"), "the query argument")
         else:
             raise K25Error("give a query, -f FILE, - (stdin) or --query NAME")
-    con = db.connect(db_path, read_only=True)
+    con = pipeline.connect(db_path, read_only=True)
     if query_name:
         db.forbid_external_access(con)  # read-only means no file written (or read) either: see README
         cursor = db.run_query(con, query_name, bound)
@@ -337,7 +345,7 @@ def report(db_path: Path, phase: str, by: str, peaks: Path | None, model_config:
       k25trace report --db run.duckdb --by kernel --top 15 --rank 0
       k25trace report --db run.duckdb --by step --phase all --format csv
     """
-    from k25trace import db, output  # deferred: start-up time
+    from k25trace import output, pipeline  # deferred: start-up time
     from k25trace import report as core
 
     for option, value, views in (("--model-config", model_config, ("sol",)), ("--quant", quant, ("sol",)),
@@ -346,7 +354,7 @@ def report(db_path: Path, phase: str, by: str, peaks: Path | None, model_config:
         if value is not None and by not in views:
             raise K25Error(f"--by {by} does not take {option} (only --by {' / '.join(views)})")
     core.refuse_filters(by, rank=rank, trace_id=trace_id)
-    con = db.connect(db_path, read_only=True)
+    con = pipeline.connect(db_path, read_only=True)
     filtered = rank is not None or trace_id is not None or phase is not None
     phase, note = core.resolve_phase(con, phase)
     core.check_filters(con, phase=phase, rank=rank, trace_id=trace_id)
@@ -482,7 +490,7 @@ def compare(sides: tuple[Path, ...], db_path: Path | None, select_a: tuple[str, 
       k25trace compare --db run.duckdb --a batch=1 --b batch=64 --format markdown
     """
     from k25trace import compare as core  # deferred: start-up time
-    from k25trace import db, output
+    from k25trace import output, pipeline
 
     sources = ([db_path] if db_path is not None else []) + list(sides)
     if not sources:
@@ -509,7 +517,7 @@ def compare(sides: tuple[Path, ...], db_path: Path | None, select_a: tuple[str, 
                         raise K25Error(f"side {name}: {failed} file(s) of {path} could not be loaded; not comparing "
                                        "a partial side")
                     path = temp
-                opened[key] = db.connect(path, read_only=True)
+                opened[key] = pipeline.connect(path, read_only=True)
             return opened[key]
 
         a = core.Side("A", open_side(sources[0], "A"), str(sources[0]), core.Selection.parse(select_a))
@@ -573,7 +581,19 @@ def _close(con: Any) -> None:
             pass
 
 
-def _interrupted(message: str) -> NoReturn:
+def _interrupted(message: str, exc: BaseException | None = None) -> NoReturn:
+    """One line and the shell's status for the signal: 130 for Ctrl-C, 128 + signum for a signal the pipeline
+    turned into an interrupt (``pipeline.Stopped``: SIGTERM, 143)."""
+    signum = getattr(exc, "signum", None) if isinstance(exc, KeyboardInterrupt) else None
+    if isinstance(signum, int) and signum > 0:
+        import signal  # deferred: start-up time (only when stopped)
+
+        try:
+            name = signal.Signals(signum).name
+        except ValueError:
+            name = f"signal {signum}"
+        err.print(f"[bold red]interrupted ({name}):[/] {message}", soft_wrap=True)
+        sys.exit(128 + signum)
     err.print(f"[bold red]interrupted:[/] {message}", soft_wrap=True)
     sys.exit(130)
 
@@ -599,7 +619,7 @@ def classify(db_path: Path, rules: Path | None, replace: bool, show: bool, fmt: 
     from k25trace import db, output, pipeline  # deferred: start-up time
 
     if show:
-        con = db.connect(db_path, read_only=True)
+        con = pipeline.connect(db_path, read_only=True)
         output.write(db.query_frame(con, "kernel_rule_matches"), fmt or output.default_format())
         return
     if replace and rules is None:

@@ -25,7 +25,7 @@ from textual.app import App
 from textual.binding import Binding, BindingType
 from textual.worker import Worker, WorkerState
 
-from k25trace.db import connect
+from k25trace.pipeline import connect
 from k25trace.tui.messages import OpenKernel, OpenStep, OpenSteps
 from k25trace.tui.screens.comm import CommScreen
 from k25trace.tui.screens.compare import CompareScreen
