@@ -53,6 +53,11 @@ MAX_COUNT = 100_000
 MAX_HIDDEN = 1 << 17
 MAX_BATCH = 1 << 20
 MAX_TIMEOUT_S = 7 * 24 * 3600.0
+MAX_ITERS = 100_000
+"""The most single all-reduces timed per size (the default 200 already gives a stable median)."""
+MAX_WARMUP = 100_000
+MAX_BURSTS = 10_000
+"""The most bursts timed per size and mode (each burst runs --count all-reduces)."""
 
 
 def parse_size(text: str) -> int:
@@ -607,7 +612,8 @@ def _timeout_option(ctx: click.Context, param: click.Parameter, value: float) ->
 
 @command.command("allreduce")
 @click.option("--db", "db_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Read the per-step all-reduce pattern from this database and store the results in it.")
+              help="Read the per-step all-reduce pattern from this database (unless --sizes) and store the results "
+              "in it; it must exist (`k25trace load` makes one).")
 @click.option("--sizes", default=None, help="Message sizes in bytes, comma-separated (K/M/G suffixes: KiB, MiB, GiB); "
               "instead of the database's pattern.")
 @click.option("--count", type=click.IntRange(1, MAX_COUNT), default=None,
@@ -616,25 +622,29 @@ def _timeout_option(ctx: click.Context, param: click.Parameter, value: float) ->
               help="Without --db or --sizes: sizes = hidden x batch x dtype for these.")
 @click.option("--hidden", type=click.IntRange(1, MAX_HIDDEN), default=7168, show_default=True,
               help="Hidden size when the trace has no message sizes.")
-@click.option("--dtype", type=click.Choice(sorted(DTYPE_BYTES)), default="bf16", show_default=True)
+@click.option("--dtype", type=click.Choice(sorted(DTYPE_BYTES)), default="bf16", show_default=True,
+              help="Element type of the all-reduced tensors (the trace's activations: bf16 for most models).")
 @click.option("--phase", type=click.Choice(PHASES), default="decode", show_default=True,
               help="Steps whose pattern is read from --db.")
 @click.option("--backend", type=click.Choice(["auto", "nccl", "gloo"]), default="auto", show_default=True,
               help="nccl on GPUs (auto when CUDA is there), gloo on CPUs.")
 @click.option("--world-size", type=click.IntRange(min=1), default=None,
               help="Processes (default: all local GPUs; gloo: 2).")
-@click.option("--iters", type=click.IntRange(min=1), default=200, show_default=True,
-              help="Single all-reduces timed per size.")
-@click.option("--warmup", type=click.IntRange(min=0), default=20, show_default=True)
-@click.option("--bursts", type=click.IntRange(min=1), default=20, show_default=True,
-              help="Bursts timed per size and mode.")
+@click.option("--iters", type=click.IntRange(1, MAX_ITERS), default=200, show_default=True,
+              help=f"Single all-reduces timed per size (1 to {MAX_ITERS:,}).")
+@click.option("--warmup", type=click.IntRange(0, MAX_WARMUP), default=20, show_default=True,
+              help=f"Untimed all-reduces per size before the timed ones (0 to {MAX_WARMUP:,}).")
+@click.option("--bursts", type=click.IntRange(1, MAX_BURSTS), default=20, show_default=True,
+              help=f"Bursts timed per size and mode (1 to {MAX_BURSTS:,}).")
 @click.option("--no-graph", is_flag=True, help="Skip the CUDA-graph burst.")
 @click.option("--profile", "profile_dir", type=click.Path(file_okay=False), default=None,
               help="Also write a torch.profiler trace of a few bursts per size here.")
 @click.option("--run-name", default=None, help="Name of this bench run (default: backend-ws-time-pid).")
 @click.option("--timeout", "timeout_s", type=float, default=600.0, show_default=True, callback=_timeout_option,
-              help="Seconds to wait for the ranks' results (a rank that dies stops the bench at once).")
-@click.option("--format", "fmt", type=click.Choice(FORMATS), default=None)
+              help="Seconds to wait for the ranks' results, above 0 and at most a week (a rank that dies stops the "
+              "bench at once).")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default=None,
+              help="Output format of the result rows (default: table on a terminal, csv otherwise).")
 @click.option("--save-json", "save_json", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also write every result row (all allreduce_bench columns) to this JSON file, for "
               "`k25trace bench import` on a machine with the database (the GPU machine may have no DuckDB).")
@@ -656,15 +666,19 @@ def allreduce(db_path: Path | None, sizes: str | None, count: int | None, batch_
     elif sizes is not None:
         bench_specs(None, sizes=sizes, count=count, batch_sizes=batch_sizes, hidden=hidden, dtype=dtype,
                     phase=phase, world_size=1)
-    backend, world_size = resolve_backend(backend, world_size)
     con = None
-    if db_path is not None and sizes is None:
-        from k25trace import db  # deferred: DuckDB only where a database is used (see the module doc)
+    if db_path is not None:
+        from k25trace import pipeline  # deferred: DuckDB only where a database is used (see the module doc)
 
         # read-only: a bench that fails (no all-reduces in the database, a dead rank) leaves the file as it was;
-        # the rows are written only once measured
-        con = db.connect(db_path, read_only=True)
+        # the rows are written only once measured. Opened with --sizes too: a --db that is missing or not a
+        # k25trace database is refused before the bench starts, not after it
+        con = pipeline.connect(db_path, read_only=True)
+        if sizes is not None:
+            con.close()
+            con = None
     try:
+        backend, world_size = resolve_backend(backend, world_size)
         specs = bench_specs(con, sizes=sizes, count=count, batch_sizes=batch_sizes, hidden=hidden, dtype=dtype,
                             phase=phase, world_size=world_size, source=str(db_path))
         if con is not None:

@@ -240,3 +240,42 @@ def test_a_failed_bench_leaves_the_database_byte_for_byte(tmp_path: Path) -> Non
     assert result.exit_code == 1
     assert result.stderr.strip() == f"error: {path}: no decode steps with all-reduces; give --sizes and --count"
     assert hashlib.sha256(path.read_bytes()).hexdigest() == before
+
+
+def test_a_missing_db_is_refused_before_the_bench_even_with_sizes(tmp_path: Path) -> None:
+    """`bench allreduce --db missing.duckdb --sizes …` ran the bench (the --db unread) and exited 0; now it is one
+    error line naming the path, before anything starts, and no file is made."""
+    from click.testing import CliRunner
+
+    from k25trace.cli import cli
+
+    path = tmp_path / "missing.duckdb"
+    result = CliRunner().invoke(cli, ["bench", "allreduce", "--db", str(path), "--sizes", "1024", "--count", "1",
+                                      "--backend", "gloo", "--world-size", "1", "--iters", "1", "--warmup", "0",
+                                      "--bursts", "1", "--no-graph", "--timeout", "60"])
+    assert result.exit_code == 1, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {path}: no such database"), result.stderr
+    assert not path.exists()
+
+
+def test_sizes_with_a_db_store_the_rows_in_it(tmp_path: Path) -> None:
+    """The positive control: --sizes with a --db that exists benches the given size and adds its rows there."""
+    from click.testing import CliRunner
+
+    from k25trace.cli import cli
+
+    generate(tmp_path / "traces", ranks=1, batch_sizes=(1,), steps_per_batch=1, layers=1, prefill=False,
+             empty_steps=0, seed=2)
+    path = tmp_path / "run.duckdb"
+    con = pipeline.connect(path)
+    pipeline.load_paths(con, [tmp_path / "traces"])
+    con.close()
+    result = CliRunner().invoke(cli, ["bench", "allreduce", "--db", str(path), "--sizes", "1024", "--count", "2",
+                                      "--backend", "gloo", "--world-size", "1", "--iters", "1", "--warmup", "0",
+                                      "--bursts", "1", "--no-graph", "--timeout", "120", "--format", "csv"])
+    assert result.exit_code == 0, result.output
+    con = db.connect(path, read_only=True)
+    rows = con.execute("select size_bytes, mode, count from allreduce_bench order by mode").fetchall()
+    con.close()
+    assert rows == [(1024, "eager", 2), (1024, "single", 1)]

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import click
 import pytest
 from click.testing import CliRunner
 
@@ -33,6 +34,33 @@ def test_bench_options_are_checked_before_anything_runs(args: list[str], option:
     assert result.exit_code in (1, 2) and option in result.output, result.output
     assert "Traceback" not in result.output
     assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+SMALL_BENCH = ["--backend", "gloo", "--world-size", "1", "--sizes", "1024", "--count", "1", "--iters", "1",
+               "--warmup", "0", "--bursts", "1", "--timeout", "10", "--no-graph"]
+"""As short as a bench gets: a bad value let through by mistake fails the test in seconds, not after a bench."""
+
+
+@pytest.mark.parametrize(("option", "bound"), [("--iters", 100_000), ("--bursts", 10_000), ("--warmup", 100_000)])
+@pytest.mark.parametrize("value", [str(10**30), "bound+1"])
+def test_bench_iterations_are_bounded(option: str, bound: int, value: str) -> None:
+    """`--iters 10**30` and `--bursts 10**30` were taken and started a bench; the bound is in the help and the
+    error, which names the option."""
+    value = str(bound + 1) if value == "bound+1" else value
+    args = [x for i, x in enumerate(SMALL_BENCH) if x != option and (i == 0 or SMALL_BENCH[i - 1] != option)]
+    result = CliRunner().invoke(cli, ["bench", "allreduce", *args, option, value])
+    assert result.exit_code == 2, result.output
+    assert f"'{option}'" in result.output and f"{bound}" in result.output, result.output
+    assert "bench:" not in result.output  # nothing started
+    helptext = CliRunner().invoke(cli, ["bench", "allreduce", "--help"]).output
+    assert f"{bound:,}" in " ".join(helptext.split()), helptext
+
+
+def test_every_bench_allreduce_option_has_help() -> None:
+    from k25trace.floor import allreduce
+
+    missing = [p.opts[0] for p in allreduce.params if isinstance(p, click.Option) and not p.help]
+    assert missing == []
 
 
 def test_sizes_beyond_the_bound_name_it() -> None:
