@@ -465,9 +465,11 @@ def _is_trace_path(path: Path) -> bool:
 @click.option("--alpha", type=float, default=0.05, show_default=True,
               help="Significance level of the Holm-adjusted Welch t-test.")
 @click.option("--min-change", type=float, default=5.0, show_default=True,
-              help="A significant delta below this % of A's value is 'negligible'.")
+              help="A significant delta below this % of the row's value on the smaller side (A or B) is "
+              "'negligible'; so compare B A mirrors compare A B.")
 @click.option("--min-step", type=float, default=0.5, show_default=True,
-              help="A significant delta below this % of A's step time is 'negligible'.")
+              help="A significant delta below this % of the shorter side's mean step time (A or B) is "
+              "'negligible'.")
 @click.option("--top", type=click.IntRange(min=0), default=30, show_default=True,
               help="Kernel rows per group in table/Markdown output besides the changed ones (0: all).")
 @format_option
