@@ -910,7 +910,9 @@ SOL_PARTS = (
     ("kv_cache", ("attention",), "attention kernels vs the KV cache read at --context"),
     ("allreduce", ("allreduce",), "all-reduce kernels vs the measured all-reduce floor (k25trace bench allreduce)"),
     ("other", ("norm", "rotary", "activation", "moe_routing", "sampling", "elementwise", "memcpy", "memset",
-               "comm_other", "other", "overlap"), "everything else: not modelled (activations are left out)"),
+               "comm_other", "all2all", "quantize", "embedding", "other", "overlap"),
+     "everything else: not modelled (activations, all-to-all transfers, quantize casts and embedding lookups are "
+     "left out)"),
     ("idle", ("idle",), "GPU idle inside the step"),
 )
 SOL_COLUMNS = ("run_id", "batch_size", "tp", "part", "observed_ms", "exclusive_ms", "floor_ms", "ratio", "floor_gb",
@@ -1126,7 +1128,8 @@ def _part_rows(base: dict[str, Any], by_cat: dict[str, dict[str, Any]], bound: A
         elif part == "idle":
             row.update(floor_ms=0.0, floor_basis="a step at its bound keeps the GPU busy")
         else:
-            row["floor_basis"] = "not modelled: activations, routing and elementwise work are left out"
+            row["floor_basis"] = ("not modelled: activations, routing, all-to-all, quantize, embedding and "
+                                  "elementwise work are left out")
         rows.append(row)
     return rows
 
