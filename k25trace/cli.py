@@ -389,9 +389,9 @@ def report(db_path: Path, phase: str, by: str, peaks: Path | None, model_config:
         if filtered:
             sys.exit(1)
         return
-    whole_runs = rank is None and trace_id is None  # the idle caption and rank-comm sum every rank of a run
-    if fmt == "table" and by == "batch":
-        print_batch_tables(frame, idle=core.breakdown(con, by="idle", phase=phase) if whole_runs else None,
+    whole_runs = rank is None and trace_id is None  # rank-comm sums every rank of a run
+    if fmt == "table" and by == "batch":  # the idle caption: of the same steps as the table (--rank, --trace)
+        print_batch_tables(frame, idle=core.breakdown(con, by="idle", phase=phase, rank=rank, trace_id=trace_id),
                            labels=core.run_labels(con))
     elif fmt == "table" and by in core.SOL_VIEWS:
         sol.print_tables(frame, by, labels=core.run_labels(con))

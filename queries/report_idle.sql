@@ -4,9 +4,10 @@
 -- and the time between steps (from the previous step's last GPU activity to this step's first), split into GPU
 -- idle by the same causes and GPU work of no step. Per rank and batch size, span = wall + between exactly (when
 -- steps do not overlap); span_pct_between says how much of the GPU span is between steps. Means over the steps
--- of all ranks of the run; a step with no previous step contributes no between-step time.
+-- of all ranks of the run (of one rank with $rank, one trace with $trace_id; NULL: all); a step with no previous
+-- step contributes no between-step time (the previous step is the trace's, whatever the filters).
 -- reads: steps, selected_steps (macro), gpu_gaps, trace_runs
--- params: $phase
+-- params: $phase, $rank, $trace_id
 -- grain: one row per (run, batch_size)
 with per_step as (
     select
@@ -39,7 +40,7 @@ gap_sums as (
 selected as (
     select per_step.*, gap_sums.* exclude (trace_id, step_index)
     from per_step
-    semi join selected_steps($phase, null, null) as chosen using (trace_id, step_index)
+    semi join selected_steps($phase, $rank, $trace_id) as chosen using (trace_id, step_index)
     left join gap_sums using (trace_id, step_index)
 )
 
