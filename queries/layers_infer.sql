@@ -56,10 +56,13 @@ ann_starts as (
     group by all
 ),
 
-occ as (
-    select step_index, token, pos, pos - lag(pos) over (partition by step_index, token order by pos) as gap
+occ as (  -- one ordered pass (a partitioned window is slower): the distance to the token's previous occurrence
+    select step_index, token, pos,
+        case when lag(step_index) over w = step_index and lag(token) over w = token then pos - lag(pos) over w end
+            as gap
     from _layer_seq
     where step_index not in (select step_index from ann_ok)
+    window w as (order by step_index, token, pos)
 ),
 
 token_gaps as (

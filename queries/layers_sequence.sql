@@ -12,12 +12,17 @@
 -- params: $trace_id
 -- grain: one row per GPU activity of the trace that belongs to a step
 create or replace temp table _layer_seq as
-with acts as materialized (
+with acts as materialized (  -- one ordered pass: position, the latest end before, the next start (over the
+                             -- whole trace: a neighbour of another step only makes an activity not alone, and the
+                             -- sweep is exact either way)
     select step_index, event_id, name_id as token, coalesce(category, 'other') as category, start_ns, end_ns,
         dur_ns, correlation,
-        row_number() over (order by step_index, start_ns, end_ns, event_id) as rn
+        row_number() over w as rn,
+        max(end_ns) over (w rows between unbounded preceding and 1 preceding) as prev_end_ns,
+        lead(start_ns) over w as next_start_ns
     from gpu_events
     where trace_id = $trace_id and step_index is not null
+    window w as (order by step_index, start_ns, end_ns, event_id)
 ),
 
 firsts as (
@@ -33,7 +38,7 @@ layer_marks as (
 calls as (  -- the launch call of each correlation (only when the trace has layer annotations)
     select correlation, min(start_ns) as launch_ns, arg_min(tid, start_ns) as tid
     from launches
-    where trace_id = $trace_id and correlation is not null and exists (select 1 from layer_marks)
+    where trace_id = $trace_id and correlation is not null and (select count(*) from layer_marks) > 0
     group by correlation
 ),
 
@@ -44,15 +49,9 @@ annotated as (  -- the latest layer range on the launching thread that started a
     where calls.launch_ns < layer_marks.end_ns
 )
 
-select step_index, pos, event_id, token, category, start_ns, end_ns, dur_ns, layer,
-    coalesce(start_ns >= prev_end_ns, true) and coalesce(next_start_ns >= end_ns, true) as alone
-from (
-    select acts.step_index, (acts.rn - firsts.rn0)::integer as pos, acts.event_id, acts.token, acts.category,
-        acts.start_ns, acts.end_ns, acts.dur_ns, annotated.layer,
-        max(acts.end_ns) over (partition by acts.step_index order by acts.rn
-                               rows between unbounded preceding and 1 preceding) as prev_end_ns,
-        lead(acts.start_ns) over (partition by acts.step_index order by acts.rn) as next_start_ns
-    from acts
-    join firsts using (step_index)
-    left join annotated using (correlation)
-);
+select acts.step_index, (acts.rn - firsts.rn0)::integer as pos, acts.event_id, acts.token, acts.category,
+    acts.start_ns, acts.end_ns, acts.dur_ns, annotated.layer,
+    coalesce(acts.start_ns >= acts.prev_end_ns, true) and coalesce(acts.next_start_ns >= acts.end_ns, true) as alone
+from acts
+join firsts using (step_index)
+left join annotated using (correlation);
