@@ -50,7 +50,8 @@ def terminate_raises() -> Iterator[None]:
     after. Outside the main thread (where no handler can be installed) it does nothing."""
     def handler(signum: int, frame: FrameType | None) -> None:
         _terminated.append(signum)
-        raise Terminated()
+        if len(_terminated) == 1:  # once: a second SIGTERM must not cut short the clean-up the first one started
+            raise Terminated()
 
     try:
         previous = signal.signal(signal.SIGTERM, handler)
