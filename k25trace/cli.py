@@ -178,6 +178,12 @@ def _load(db_path: Path | None, paths: list[Path], options: Any, quiet: bool, co
     )
     for note in notes:
         err.print(f"[dim]note:[/] {esc(note)}", soft_wrap=True)
+    loaded_ids = {r.trace_id for r in results if r.status == "loaded"}
+    if loaded_ids:  # said at load time: far timestamps of the files just loaded, sessions that share a rank
+        from k25trace import report  # deferred: start-up time
+
+        for line in [*report.far_activity_warnings(con, loaded_ids), *report.run_warnings(con)]:
+            err.print(f"[yellow]warning:[/] {esc(line)}", soft_wrap=True)
     failed = sum(r.status == "failed" for r in results)
     loaded = sum(r.status == "loaded" for r in results)
     if not quiet:

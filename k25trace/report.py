@@ -16,7 +16,8 @@ from k25trace.errors import K25Error
 from k25trace.vocab import ALL, CROSS_RANK_VIEWS, PHASES, VIEWS, check_phase, check_view
 
 __all__ = ["CROSS_RANK_VIEWS", "PHASES", "SOL_VIEWS", "VIEWS", "alignment_warnings", "allreduce_floor", "breakdown",
-           "check_filters", "resolve_phase", "run_labels", "run_warnings", "summary", "view_filters"]
+           "check_filters", "far_activity_warnings", "resolve_phase", "run_labels", "run_warnings", "summary",
+           "view_filters"]
 
 SOL_VIEWS = ("roofline", "sol")
 """The views :mod:`k25trace.sol` computes (:func:`k25trace.sol.roofline`, :func:`k25trace.sol.step_sol`)."""
@@ -153,6 +154,19 @@ def run_warnings(con: duckdb.DuckDBPyConnection) -> list[str]:
     return [f"{r['run']}: {r['files']} files claim rank {r['rank']} ({r['sessions']}); kept apart as sessions (the "
             "k-th file of each rank, by first event, is session k)"
             for r in query_frame(con, "report_run_duplicates").iter_rows(named=True)]
+
+
+def far_activity_warnings(con: duckdb.DuckDBPyConnection, trace_ids: set[int] | None = None) -> list[str]:
+    """One line per trace (of ``trace_ids``; None: all) whose steps kept GPU activities timestamped far outside the
+    trace out of their walls (``steps.far_activities``), naming its file and the count."""
+    lines = []
+    for r in query_frame(con, "report_far_activities").iter_rows(named=True):
+        if trace_ids is None or r["trace_id"] in trace_ids:
+            n = r["far_activities"]
+            lines.append(f"{r['path']}: {n:,} GPU {'activity' if n == 1 else 'activities'} timestamped far outside "
+                         "the trace (more than 1 s past its CPU span and the GPU work after it) "
+                         f"{'was' if n == 1 else 'were'} kept out of its steps")
+    return lines
 
 
 def summary(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:

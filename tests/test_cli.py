@@ -382,3 +382,69 @@ def test_compare_choices_are_the_vocabulary() -> None:
 
     assert compare.MATCHES == vocab.COMPARE_MATCHES and compare.SECTIONS == vocab.COMPARE_TABLES
     assert compare.PHASES == vocab.PHASES
+
+
+GAPS = ROOT / "tests" / "data" / "h200-gaps"
+
+
+def _read_exact(path: Path) -> dict:
+    from decimal import Decimal
+
+    with gzip.open(path, "rt", encoding="utf-8") as fh:
+        return json.load(fh, parse_float=Decimal)
+
+
+def _write_exact(trace: dict, path: Path) -> None:
+    """Back with its numbers as they were (Decimal text, not floats)."""
+    text = json.dumps(trace, default=lambda d: f"@@{d}@@")
+    with gzip.open(path, "wt", encoding="utf-8") as fh:
+        fh.write(re.sub(r'"@@([-0-9.Ee+]+)@@"', r"\1", text))
+
+
+def test_load_names_sessions_that_share_a_rank(tmp_path: Path) -> None:
+    """The real H200 eager and graph traces in one folder both claim rank 0: `load` says so when it loads them,
+    each file with its session's label (graph: its raw JSON calls cudaGraphLaunch), and once more loads nothing."""
+    both = tmp_path / "both"
+    both.mkdir()
+    kinds = {}
+    for folder in ("eager", "graph"):
+        for f in (GAPS / folder).glob("*.pt.trace.json.gz"):
+            shutil.copy(f, both / f.name)
+            kinds[f.name] = "graph" if any(e.get("name") == "cudaGraphLaunch"
+                                           for e in _read_exact(f)["traceEvents"]) else "eager"
+    assert sorted(kinds.values()) == ["eager", "graph"]
+    result = k25("load", "-q", str(both), "--db", str(tmp_path / "x.duckdb"))
+    assert result.returncode == 0, result.stderr
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1, result.stderr
+    assert warnings[0].startswith("warning: both: 2 files claim rank 0 (")
+    labels = dict(re.findall(r"([^\s(,]+\.pt\.trace\.json\.gz) -> both \(TP1#(s\d \w+)\)", warnings[0]))
+    assert sorted(labels) == sorted(kinds)
+    assert {label.split()[1] for label in labels.values()} == {"eager", "graph"}
+    assert {name: label.split()[1] for name, label in labels.items()} == kinds
+    assert sorted(label.split()[0] for label in labels.values()) == ["s1", "s2"]
+    again = k25("load", "-q", str(both), "--db", str(tmp_path / "x.duckdb"))
+    assert again.returncode == 0 and "warning:" not in again.stderr  # nothing loaded, nothing new to say
+
+
+def test_load_warns_of_activities_timestamped_far_outside_the_trace(tmp_path: Path) -> None:
+    """Two kernels of the real H200 graph trace moved 56.8 days later (as in test_steps): `load` names the file
+    and says 2 were kept out of its steps; the unmodified copy loads without the warning (the control)."""
+    from decimal import Decimal
+
+    source = next((GAPS / "graph").glob("*.pt.trace.json.gz"))
+    trace = _read_exact(source)
+    kernels = sorted((e for e in trace["traceEvents"] if e.get("cat") == "kernel"), key=lambda e: e["ts"])
+    for moved in (kernels[len(kernels) // 3], kernels[2 * len(kernels) // 3]):
+        moved["ts"] = moved["ts"] + Decimal(56.8 * 86400 * 1e6)
+    far = tmp_path / "far [red]x"  # a folder name with markup: printed literally
+    far.mkdir()
+    path = far / source.name
+    _write_exact(trace, path)
+    result = k25("load", "-q", str(path), "--db", str(tmp_path / "far.duckdb"))
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.splitlines() == [
+        f"warning: {path}: 2 GPU activities timestamped far outside the trace (more than 1 s past its CPU span and "
+        "the GPU work after it) were kept out of its steps"]
+    control = k25("load", "-q", str(source), "--db", str(tmp_path / "plain.duckdb"))
+    assert control.returncode == 0 and control.stderr == "", control.stderr
