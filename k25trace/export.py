@@ -175,8 +175,11 @@ CATEGORY_CNAME = {
     "quant_gemm": "rail_response", "gemm": "thread_state_runnable", "moe_routing": "detailed_memory_dump",
     "attention": "good", "norm": "startup", "rotary": "background_memory_dump", "activation": "cq_build_passed",
     "elementwise": "thread_state_unknown", "sampling": "thread_state_uninterruptible", "memcpy": "generic_work",
-    "memset": "cq_build_abandoned", "other": "grey", "overlap": "olive",
+    "memset": "cq_build_abandoned", "other": "grey", "overlap": "olive", "all2all": "bad", "quantize": "rail_idle",
+    "embedding": "yellow",
 }
+"""The colour of each category's slices: every category of the rules (``queries/kernel_rules.csv``), ``other`` and
+``overlap`` a colour of its own (none the wait's or the step's); a category without one is ``grey``."""
 WAIT_CNAME = "rail_animation"
 STEP_CNAME = "rail_load"
 

@@ -170,6 +170,21 @@ def test_perfetto_selection(tp2: Path, tmp_path: Path) -> None:
     assert json.loads(stdout)["otherData"]["steps"] == list(range(18))
 
 
+def test_every_category_has_a_colour_of_its_own() -> None:
+    """Each category the built-in rules give (read from queries/kernel_rules.csv with the csv module), plus
+    `other` and `overlap`, has a reserved colour name no other category, the wait or the step marker uses
+    (all2all, quantize and embedding were grey: they had none)."""
+    import csv
+    rules = Path(__file__).resolve().parents[1] / "queries" / "kernel_rules.csv"
+    lines = [line for line in rules.read_text(encoding="utf-8").splitlines() if not line.startswith("#")]
+    categories = {row["category"] for row in csv.DictReader(lines)} | {"other", "overlap"}
+    assert {"all2all", "quantize", "embedding", "allreduce", "marlin_gemm"} <= categories
+    colours = {c: export.CATEGORY_CNAME.get(c) for c in categories}
+    assert None not in colours.values(), sorted(c for c, v in colours.items() if v is None)
+    assert len(set(colours.values())) == len(categories)
+    assert set(colours.values()) <= set(export.CNAME_RGB) - {export.WAIT_CNAME, export.STEP_CNAME}
+
+
 def test_the_validity_check_finds_what_breaks_a_json_trace() -> None:
     good = {"traceEvents": [
         {"ph": "M", "name": "process_name", "pid": 0, "tid": 0, "args": {"name": "rank 0"}},
