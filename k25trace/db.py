@@ -323,10 +323,24 @@ def connect(path: str | Path | None, *, read_only: bool = False, create: bool = 
                 raise K25Error(f"{path}: schema version {version} is older than this k25trace's ({SCHEMA_VERSION}): "
                                f"run `k25trace steps --db {path}` once to upgrade it (it rebuilds the derived tables)")
             upgrade(con, version)
-    if not read_only:
+            version = SCHEMA_VERSION
+    if not read_only and (path is None or version is None or missing_tables(con)):
+        # only a new (empty) file, or one missing a table, is written to here: opening a current database for
+        # writing changes none of its bytes (a load whose files all fail leaves it as it was)
         with transaction(con):
             ensure_schema(con)
     return con
+
+
+def schema_tables() -> tuple[str, ...]:
+    """The tables of the public schema: what ``queries/schema.sql`` says it creates, less its macros and views."""
+    return tuple(item.strip() for item in get_query("schema").creates.split(",") if "(" not in item)
+
+
+def missing_tables(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """The tables of the public schema that the open database lacks (none for a database this k25trace made)."""
+    have = {name for name, in run_query(con, "db_tables").fetchall()}
+    return [name for name in schema_tables() if name not in have]
 
 
 def forbid_external_access(con: duckdb.DuckDBPyConnection) -> None:

@@ -294,3 +294,56 @@ def test_export_parquet_of_a_damaged_database_is_one_error_line(undamaged: tuple
     assert result.returncode == 1
     one_error(result.stderr, "damaged.duckdb", "database file is damaged")
     assert list(out.iterdir()) == []
+
+
+# ------------------------------------------------------------------------------ a failed load writes nothing
+
+HOSTILE = Path(__file__).parent / "data" / "hostile-ingest"
+
+
+@pytest.fixture(scope="module")
+def loaded_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("failed-load") / "run.duckdb"
+    con = pipeline.connect(path)
+    results, _ = pipeline.load_paths(con, [TRACE])
+    con.close()
+    assert [r.status for r in results] == ["loaded"]
+    return path
+
+
+@pytest.mark.parametrize("bad", ["missing-path", "invalid-at-event-3.pt.trace.json", "deep-args-3000.pt.trace.json",
+                                 "both"])
+def test_a_load_whose_files_all_fail_leaves_the_database_byte_for_byte(loaded_db: Path, tmp_path: Path,
+                                                                      bad: str) -> None:
+    """The write-mode open re-ran the schema script on every open (one transaction that rewrote the file's blocks):
+    now an open writes nothing to a database that has every table at the current version."""
+    path = tmp_path / "run.duckdb"
+    shutil.copy(loaded_db, path)
+    before = digest(path)
+    files = [str(HOSTILE / name) for name in ("invalid-at-event-3.pt.trace.json", "deep-args-3000.pt.trace.json")] \
+        if bad == "both" else [str(tmp_path / "missing" if bad == "missing-path" else HOSTILE / bad)]
+    result = CliRunner().invoke(cli, ["load", *files, "--db", str(path)])
+    assert result.exit_code == 1 and "Traceback" not in result.output, result.output
+    assert f"0 loaded, 0 already there, {len(files)} failed" in result.stderr
+    assert digest(path) == before
+    assert not path.with_name(path.name + ".wal").exists()
+
+
+def test_an_open_for_writing_writes_only_what_is_missing(loaded_db: Path, tmp_path: Path) -> None:
+    """A current database: no write at all (bytes unchanged). One that lacks a table of the schema (dropped, or
+    from a k25trace that added a table without a new version): the table is made and nothing else changes."""
+    path = tmp_path / "run.duckdb"
+    shutil.copy(loaded_db, path)
+    before = digest(path)
+    db.connect(path).close()
+    pipeline.connect(path).close()
+    assert digest(path) == before
+    con = duckdb.connect(str(path))
+    expected = con.execute("select count(*) from steps").fetchone()
+    con.execute("drop table step_layer_categories")
+    con.close()
+    assert db.missing_tables(duckdb.connect(str(path), read_only=True)) == ["step_layer_categories"]
+    con = db.connect(path)
+    assert db.missing_tables(con) == [] and con.execute("select count(*) from steps").fetchone() == expected
+    con.close()
+
