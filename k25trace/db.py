@@ -171,13 +171,15 @@ def reading(what: str | Path) -> Iterator[None]:
         raise K25Error(f"{what}: {describe_error(exc)}") from exc
 
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """The schema this k25trace writes (``meta.schema_version``). 1: the first release; 2: gpu_gaps, comm_alignment,
 trace_runs sessions, traces.rank_source, collectives' caused wait / wait kind, allreduce_bench kernel times; 3: the
 allreduce_bench table in every database (it was made by the first `bench allreduce`), the phase_steps and
 selected_steps table macros and the run_labels view (what the report and TUI queries read); 4: the run's name as
 columns of trace_runs (session, run_name, group_label, run_label; the run_labels view projects them), the
-phase_collectives table macro."""
+phase_collectives table macro; 5: collective_causes (why the late rank was late), steps.far_activities,
+trace_runs.session_label (in the run_labels view), step_layers and step_layer_categories (layer segments), the
+categories all2all, quantize and embedding (the built-in rules re-installed and every name re-classified)."""
 
 
 def check_database(con: duckdb.DuckDBPyConnection, path: Path | str, *, read_only: bool) -> int | None:

@@ -154,13 +154,18 @@ def _build_runs_after_stop(con: duckdb.DuckDBPyConnection) -> None:
 
 
 def rebuild(con: duckdb.DuckDBPyConnection, *, gap_ns: int = steps.DEFAULT_GAP_NS) -> int:
-    """Rebuild every trace's steps (one transaction per trace), then the cross-rank tables; returns the number of
-    traces. After a re-classification, or with another ``gap_ns`` for traces without step markers."""
+    """Rebuild every trace's steps and their layer segments (one transaction per trace), then the cross-rank
+    tables; returns the number of traces. After a re-classification, or with another ``gap_ns`` for traces without
+    step markers."""
     with db.transaction(con):
         _mark_runs(con, stale=True)  # a rebuild stopped half-way leaves every trace's old or new steps: runs stale
-    n = steps.rebuild(con, gap_ns=gap_ns)
+    ids = steps.trace_ids(con)
+    for trace_id in ids:
+        with db.transaction(con):
+            steps.build_steps(con, trace_id, gap_ns=gap_ns)
+            layers.build_layers(con, trace_id)  # the segments read the steps and the categories
     build_runs(con)
-    return n
+    return len(ids)
 
 
 def reclassify(con: duckdb.DuckDBPyConnection, rules: Path | None = None, *, replace: bool = False) -> None:
@@ -172,14 +177,34 @@ def reclassify(con: duckdb.DuckDBPyConnection, rules: Path | None = None, *, rep
 
 
 def upgrade(con: duckdb.DuckDBPyConnection, version: int) -> None:
-    """Bring an older k25trace database to the current schema in one transaction: new tables and columns, then
-    every trace's derived tables rebuilt from the stored events; then the cross-rank tables."""
+    """Bring an older k25trace database to the current schema in one transaction: new tables and columns, this
+    k25trace's built-in classification rules (a user's rules kept, first) and every name re-classified, then every
+    trace's derived tables (steps, gaps, layer segments) rebuilt from the stored events; then the cross-rank
+    tables."""
     def rebuild_every_trace() -> None:
+        _reinstall_builtin_rules(con)
         for trace_id in steps.trace_ids(con):
             steps.build_steps(con, trace_id)
+            layers.build_layers(con, trace_id)
 
     db.upgrade_schema(con, version, rebuild=rebuild_every_trace)
     build_runs(con)
+
+
+def _reinstall_builtin_rules(con: duckdb.DuckDBPyConnection) -> None:
+    """For an upgrade: the built-in rules of this k25trace after the user's rules the database holds, and every
+    kernel name classified again (what a fresh load would give). A database without rules (never classified) or
+    with the user's rules alone (``classify --replace``) keeps its rules."""
+    rows = db.run_query(con, "kernel_rules_user").fetchall()
+    if not rows or not rows[0][7]:
+        return
+    user = [classify.Rule(i, category, kind, name, coll, note or "", source)
+            for i, (_id, category, kind, name, coll, note, source, _b) in enumerate(
+                (r for r in rows if r[0] is not None), start=1)]
+    builtin = classify.read_rules(classify.builtin_rules_path(), first_id=len(user) + 1, source="builtin")
+    classify.install_rules(con, user + builtin)
+    db.run_query(con, "kernel_classes_reset")
+    db.run_query(con, "kernel_classes", {"trace_id": None})
 
 
 def connect(path: str | Path | None, *, read_only: bool = False, create: bool = True) -> duckdb.DuckDBPyConnection:

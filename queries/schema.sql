@@ -9,7 +9,7 @@ create table if not exists meta (
     value varchar
 );
 
-insert or ignore into meta by name select 'schema_version' as key, '4' as value;  -- k25trace.db.SCHEMA_VERSION
+insert or ignore into meta by name select 'schema_version' as key, '5' as value;  -- k25trace.db.SCHEMA_VERSION
 
 -- bytes per element of a collective's `dtype` arg (NCCL/torch spellings); NULL when unknown
 create or replace macro dtype_bytes(dtype) as
