@@ -29,7 +29,7 @@ import orjson
 import polars as pl
 
 from k25trace import __version__, report
-from k25trace.db import get_query, query_frame
+from k25trace.db import get_query, query_frame, run_query
 from k25trace.errors import K25Error
 from k25trace.outputs import check_not_input, check_output_dir, terminate_raises
 
@@ -145,8 +145,7 @@ def input_files(con: duckdb.DuckDBPyConnection, db_path: Path | str, side: str =
     config it was loaded with (``meta.model_config_source``)."""
     base = f"database {side}" if side else "the database"
     out = [(base, str(db_path))]
-    rel = con.sql(get_query("export_table").sql, params={"table": "traces"})
-    for path, capture_dir in rel.project("path, capture_dir").fetchall():
+    for path, capture_dir in run_query(con, "trace_paths").fetchall():
         if path:
             out.append((f"a trace file loaded in {base}", str(path)))
         if capture_dir:

@@ -102,7 +102,7 @@ def html_command(db_path: Path, out: Path, phase: str | None, top: int, title: s
       k25trace html --db before.duckdb --vs after.duckdb -o compare.html
       k25trace html --db cap.duckdb --a level=c1 --b level=c64 -o levels.html
     """
-    from k25trace import db, export, html, outputs  # deferred: start-up time (`export --help` needs no HTML)
+    from k25trace import export, html, outputs, pipeline  # deferred: start-up time (`export --help` needs no HTML)
 
     started = time.perf_counter()
     if vs_path is not None or select_a or select_b:
@@ -111,7 +111,7 @@ def html_command(db_path: Path, out: Path, phase: str | None, top: int, title: s
         return
     with _guarded(db_path):
         outputs.check_not_input(out, [("the database", str(db_path))])
-        con = db.connect(db_path, read_only=True)
+        con = pipeline.connect(db_path, read_only=True)
         try:
             inputs = export.input_files(con, db_path)
             outputs.check_not_input(out, inputs)
@@ -130,15 +130,15 @@ def html_command(db_path: Path, out: Path, phase: str | None, top: int, title: s
 
 def _html_comparison(db_path: Path, vs_path: Path | None, select_a: tuple[str, ...], select_b: tuple[str, ...],
                      match: str, phase: str, out: Path, title: str | None, started: float) -> None:
-    from k25trace import compare, db, export, html, outputs  # deferred: start-up time
+    from k25trace import compare, export, html, outputs, pipeline  # deferred: start-up time
 
     outputs.check_not_input(out, [("the database (A)", str(db_path))]
                             + ([("the database (B, --vs)", str(vs_path))] if vs_path is not None else []))
-    con_a = db.connect(db_path, read_only=True)
+    con_a = pipeline.connect(db_path, read_only=True)
     con_b = con_a
     try:
         same = vs_path is None or outputs.same_file(vs_path, db_path)
-        con_b = con_a if same else db.connect(vs_path, read_only=True)
+        con_b = con_a if same else pipeline.connect(vs_path, read_only=True)
         inputs = export.input_files(con_a, db_path, "A")
         if con_b is not con_a and vs_path is not None:
             inputs += export.input_files(con_b, vs_path, "B")
@@ -191,12 +191,12 @@ def perfetto_command(db_path: Path, out: Path, run: str | None, steps: str | Non
     """
     import orjson
 
-    from k25trace import db, export, outputs, report  # deferred: start-up time
+    from k25trace import export, outputs, pipeline, report  # deferred: start-up time
 
     started = time.perf_counter()
     with _guarded(db_path):
         outputs.check_not_input(out, [("the database", str(db_path))])
-        con = db.connect(db_path, read_only=True)
+        con = pipeline.connect(db_path, read_only=True)
         try:
             inputs = export.input_files(con, db_path)
             outputs.check_not_input(out, inputs)
@@ -239,11 +239,11 @@ def parquet_command(out_dir: Path, db_path: Path, overwrite: bool) -> None:
       duckdb -c "select run, rank, category, sum(dur_ns)/1e6 as ms
                  from read_parquet('out/gpu_events/**/*.parquet', hive_partitioning=true) group by all"
     """
-    from k25trace import db, export  # deferred: start-up time
+    from k25trace import export, pipeline  # deferred: start-up time
 
     started = time.perf_counter()
     with _guarded(db_path):
-        con = db.connect(db_path, read_only=True)
+        con = pipeline.connect(db_path, read_only=True)
         try:
             inputs = tuple(export.input_files(con, db_path))
             done = export.export_parquet(con, out_dir, overwrite=overwrite, source=str(db_path), inputs=inputs)

@@ -347,3 +347,75 @@ def test_an_open_for_writing_writes_only_what_is_missing(loaded_db: Path, tmp_pa
     assert db.missing_tables(con) == [] and con.execute("select count(*) from steps").fetchone() == expected
     con.close()
 
+
+# ------------------------------------------------- html / export open through pipeline.connect (stale run tables)
+
+EAGER = Path(__file__).parent / "data" / "h200x2-decode-loop" / "eager"
+
+
+@pytest.fixture(scope="module")
+def stale_and_fresh(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """``stale``: rank 0 of the real eager TP2 pair loaded, then a load of rank 1 killed (os._exit, as kill -9)
+    right after rank 1's file committed, before the cross-rank tables were rebuilt (meta.crossrank_stale set,
+    trace_runs without rank 1). ``fresh``: the same two files loaded in one go."""
+    base = tmp_path_factory.mktemp("stale")
+    rank0, rank1 = sorted(EAGER.glob("*.pt.trace.json.gz"))
+    stale, fresh = base / "a" / "run.duckdb", base / "b" / "run.duckdb"
+    stale.parent.mkdir()
+    fresh.parent.mkdir()
+    con = pipeline.connect(fresh)
+    assert [r.status for r in pipeline.load_paths(con, [rank0, rank1])[0]] == ["loaded", "loaded"]
+    con.close()
+    con = pipeline.connect(stale)
+    assert [r.status for r in pipeline.load_paths(con, [rank0])[0]] == ["loaded"]
+    con.close()
+    killed = subprocess.run([sys.executable, "-c", f"""
+import os
+from pathlib import Path
+from k25trace import pipeline
+pipeline.build_runs = lambda con: os._exit(9)
+con = pipeline.connect({str(stale)!r})
+pipeline.load_paths(con, [Path({str(rank1)!r})])
+"""], capture_output=True, text=True, timeout=120)
+    assert killed.returncode == 9, killed.stderr
+    con = duckdb.connect(str(stale), read_only=True)
+    assert con.execute("select value from meta where key = 'crossrank_stale'").fetchone() == ("true",)
+    assert con.execute("select count(*) from traces").fetchone() == (2,)
+    assert con.execute("select count(*) from trace_runs").fetchone() == (1,)  # rank 1 is in no run yet
+    con.close()
+    return stale, fresh
+
+
+@pytest.mark.parametrize("command", ["html", "perfetto", "parquet"])
+def test_html_and_export_rebuild_run_tables_a_killed_load_left_stale(stale_and_fresh: tuple[Path, Path],
+                                                                    tmp_path: Path, command: str) -> None:
+    """html and export open the database through pipeline.connect (read-only), which rebuilds the cross-rank tables
+    first: their output is the output of the database loaded in one go (db.connect alone gave one rank)."""
+    outputs = {}
+    for side, source in zip(("stale", "fresh"), stale_and_fresh, strict=True):
+        path = tmp_path / side / "run.duckdb"
+        path.parent.mkdir()
+        shutil.copy(source, path)
+        if source.with_name(source.name + ".wal").exists():  # the killed load's commit is in the write-ahead log
+            shutil.copy(source.with_name(source.name + ".wal"), path.with_name(path.name + ".wal"))
+        out = tmp_path / side / "out"
+        argv = {"html": ["html", "--db", str(path), "-o", str(out)],
+                "perfetto": ["export", "perfetto", "--db", str(path), "-o", str(out)],
+                "parquet": ["export", "parquet", str(out), "--db", str(path)]}[command]
+        result = CliRunner().invoke(cli, argv)
+        assert result.exit_code == 0, result.output
+        if command == "parquet":
+            tables = {}
+            for t in ("trace_runs", "collectives", "collective_causes", "rank_offsets"):
+                one = out / f"{t}.parquet"
+                pattern = one if one.exists() else f"{out}/{t}/**/*.parquet"
+                tables[t] = sorted(duckdb.sql(f"select * from read_parquet('{pattern}', hive_partitioning = true)")
+                                   .fetchall())
+                assert tables[t], t
+            outputs[side] = tables
+        else:
+            text = out.read_text(encoding="utf-8")
+            outputs[side] = re.sub(r"\d{4}-\d\d-\d\d \d\d:\d\d UTC", "", text)  # the page's generation time
+    assert outputs["stale"] == outputs["fresh"]
+    if command == "perfetto":
+        assert '"ranks":[0,1]' in outputs["fresh"].replace(" ", "")
