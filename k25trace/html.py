@@ -47,9 +47,19 @@ IDLE_CAUSE_LABELS = {
     "host": "host-bound", "sync": "after a host sync", "launch": "launch overhead", "device": "device-bound",
     "unknown": "unknown", "busy": "GPU work of no step",
 }
-WAIT_COLORS = {"launch_wait": "#f3b5b0", "gpu_wait": "#8e2525", "unknown_wait": "#c98b8b"}
-WAIT_LABELS = {"transfer": "transfer", "launch_wait": "launch wait (hosts started the step apart)",
-               "gpu_wait": "GPU wait (GPU work between collectives differed)", "unknown_wait": "wait (kind unknown)"}
+WAIT_PARTS = [  # why the late rank was late: report --by comm's split of the wait (they add up to it, to rounding)
+    ("wait_host_ms_per_step", "wait_host", "host launched late", "#f0a8a8"),
+    ("wait_sync_ms_per_step", "wait_sync", "sync", "#f6cf8e"),
+    ("wait_gpu_work_ms_per_step", "wait_gpu_work", "longer GPU work", "#8e2525"),
+    ("wait_device_ms_per_step", "wait_device", "waited on the device", "#a9cdee"),
+    ("wait_other_ms_per_step", "wait_other", "other (e.g. at the run's first collective)", "#cfcfcf"),
+]
+"""(report column, the bar's data-part, its words, its colour): host, sync and device in the idle section's
+colours for the same kinds of time."""
+WAIT_POSITIONS = [  # the same wait split by where it happened only (report --by comm's launch_wait / gpu_wait)
+    ("launch_wait_ms_per_step", "wait at the step's first collective"),
+    ("gpu_wait_ms_per_step", "wait at a later collective"),
+]
 RUN_COLORS = ["#1f2937", "#0f766e", "#7c3aed", "#b45309", "#be185d", "#0369a1"]
 OUTLIER_COLOR = "#c0392b"
 TIMELINE_WIDTH = 860
@@ -619,19 +629,17 @@ def section_comm(data: ReportData) -> str:
             y = top + i * (row_h + gap)
             svg.text(x0 - 8, y + row_h / 2 + 4, (f"{r['level']} " if r["level"] else "")
                      + f"{batch_label(r['batch_size'])} {r['category']}", "end", "label")
-            unknown = max(0.0, round((r["wait_ms_per_step"] or 0) - (r["launch_wait_ms_per_step"] or 0)
-                                     - (r["gpu_wait_ms_per_step"] or 0), 4))
-            parts_ms = [("transfer", r["transfer_ms_per_step"]), ("launch_wait", r["launch_wait_ms_per_step"]),
-                        ("gpu_wait", r["gpu_wait_ms_per_step"])] + ([("unknown_wait", unknown)] if unknown else [])
+            parts_ms: list[tuple[str, str, Any, str | None]] = [
+                ("transfer", "transfer", r["transfer_ms_per_step"], None),
+                *((part, label, r[column], colour) for column, part, label, colour in WAIT_PARTS)]
             x = x0
-            for part, ms in parts_ms:
+            for part, label, ms, colour in parts_ms:
                 ms = ms or 0.0
                 w = ms * scale
-                fill = (f'class="{css_class(r["category"])}"' if part == "transfer"
-                        else f'fill="{WAIT_COLORS[part]}"')
+                fill = f'class="{css_class(r["category"])}"' if colour is None else f'fill="{colour}"'
                 svg.add(f'<rect {fill} x="{x:.2f}" y="{y}" width="{w:.2f}" height="{row_h}" data-run="{attr(run_id)}" '
                         f'data-batch="{attr(r["batch_size"])}" data-category="{esc(r["category"])}" '
-                        f'data-part="{part}" data-ms="{attr(ms)}"><title>{esc(WAIT_LABELS[part])}: {num(ms)} ms/step'
+                        f'data-part="{part}" data-ms="{attr(ms)}"><title>{esc(label)}: {num(ms)} ms/step'
                         f"</title></rect>")
                 x += w
             straggler = ("no wait" if r["straggler_rank"] is None else
@@ -640,22 +648,24 @@ def section_comm(data: ReportData) -> str:
                      f"rank {r['last_rank']} ({num(r['last_pct'], 0)} %)", "start", "note")
         leg = ('<ul class="legend">'
                f'<li><span class="sw {css_class(rows[0]["category"])}"></span>transfer (shortest duration across '
-               "ranks, in the collective's colour)</li>"
-               + "".join(f'<li><span class="sw" style="background:{WAIT_COLORS[p]}"></span>{esc(WAIT_LABELS[p])}</li>'
-                         for p in ("launch_wait", "gpu_wait")) + "</ul>")
+               "ranks, in the collective's colour)</li><li>wait, by why the late rank was late:</li>"
+               + "".join(f'<li><span class="sw" style="background:{colour}"></span>{esc(label)}</li>'
+                         for _, _, label, colour in WAIT_PARTS) + "</ul>")
         parts.append(figure(
             f"Transfer vs wait per step — {data.run_name(run_id)}",
             "Each paired collective's <b>transfer</b> is its shortest duration across ranks; the rest of each rank's "
-            "duration is <b>wait</b> for the slowest rank (launch wait at the step's first collective, GPU wait at "
-            "later ones). The <b>straggler</b> is the rank whose lateness caused the most wait "
-            "(<code>report --by comm</code>).", svg.render() + leg))
+            "duration is <b>wait</b> for the rank that arrived last. The wait is split by why that rank was late, "
+            "from what it did since the previous collective against the rank that was on time: its <b>host "
+            "launched late</b> (host-bound idle, launch overhead), it waited on a host <b>sync</b>, it ran "
+            "<b>longer GPU work</b>, it <b>waited on the device</b> (a stream, event or graph edge), or <b>other</b> "
+            "(e.g. at the run's first collective, with none before it to compare). The <b>straggler</b> is the "
+            "rank whose lateness caused the most wait (<code>report --by comm</code>).", svg.render() + leg))
         trs = []
         for r in rows:
             trs.append([esc(f"{r['level']} " if r["level"] else "") + esc(batch_label(r["batch_size"])),
                         f'<span class="sw {css_class(r["category"])}"></span> {esc(r["category"])}',
                         esc(r["steps"]), num(r["calls_per_step"], 1), num(r["ms_per_step"]),
                         num(r["transfer_ms_per_step"]), num(r["wait_ms_per_step"]), num(r["wait_pct"], 1),
-                        num(r["launch_wait_ms_per_step"]), num(r["gpu_wait_ms_per_step"]),
                         f"{num(r['skew_p50_us'], 1)} / {num(r['skew_p90_us'], 1)} / {num(r['skew_max_us'], 1)}",
                         f'<b data-run="{attr(run_id)}" data-batch="{attr(r["batch_size"])}" '
                         f'data-category="{esc(r["category"])}" data-straggler="{attr(r["straggler_rank"])}">'
@@ -664,9 +674,25 @@ def section_comm(data: ReportData) -> str:
                         esc(r["last_rank"]), num(r["last_pct"], 1), esc(r["alignment"] or "—")])
         parts.append(table([("batch", "l"), ("collective", "l"), ("steps", "r"), ("calls/step", "r"),
                             ("ms/step", "r"), ("transfer ms", "r"), ("wait ms", "r"), ("wait %", "r"),
-                            ("launch wait ms", "r"), ("GPU wait ms", "r"), ("skew p50/p90/max µs", "r"),
-                            ("straggler", "r"), ("its wait ms/step", "r"), ("its share %", "r"),
-                            ("last rank", "r"), ("last %", "r"), ("alignment", "l")], trs, "numbers"))
+                            ("skew p50/p90/max µs", "r"), ("straggler", "r"), ("its wait ms/step", "r"),
+                            ("its share %", "r"), ("last rank", "r"), ("last %", "r"), ("alignment", "l")],
+                           trs, "numbers"))
+        why_rows = []
+        for r in rows:
+            keys = (f'data-run="{attr(run_id)}" data-batch="{attr(r["batch_size"])}" '
+                    f'data-category="{esc(r["category"])}"')
+            why_rows.append([esc(f"{r['level']} " if r["level"] else "") + esc(batch_label(r["batch_size"])),
+                        f'<span class="sw {css_class(r["category"])}"></span> {esc(r["category"])}',
+                        num(r["wait_ms_per_step"]),
+                        f'<span {keys} data-why-late="{attr(r["why_late"])}">{esc(r["why_late"] or "—")}</span>']
+                       + [f'<span {keys} data-column="{column}" data-ms="{attr(r[column])}">{num(r[column])}</span>'
+                          for column, *_ in WAIT_PARTS + WAIT_POSITIONS])
+        parts.append(f"<h3>Why the late rank was late — {esc(data.run_name(run_id))}</h3>")
+        parts.append(table([("batch", "l"), ("collective", "l"), ("wait ms", "r"), ("why late", "l")]
+                           + [(label.split(" (")[0], "r") for _, _, label, _ in WAIT_PARTS]
+                           + [(label, "r") for _, label in WAIT_POSITIONS], why_rows, "numbers why"))
+        parts.append('<p class="muted">The wait split (ms per step): by why the late rank was late, then by position '
+                     "only (<code>report --by comm</code>'s launch_wait / gpu_wait).</p>")
     parts.append("</section>")
     return "".join(parts)
 
@@ -1007,6 +1033,7 @@ nav{font-size:13px;margin:6px 0}nav a{margin-right:12px;color:#0969da;text-decor
 table{border-collapse:collapse;font-size:12.5px;margin:6px 0}
 th,td{padding:2px 8px;border-bottom:1px solid #eaeef2;text-align:right;white-space:nowrap}
 th{font-weight:600;background:#f6f8fa}td.l,th.l{text-align:left}
+table.why th{white-space:normal;vertical-align:bottom}table.why td:nth-child(4){white-space:normal;min-width:260px}
 details{margin:4px 0 10px}summary{cursor:pointer;color:#0969da;font-size:13px}
 .legend{display:flex;flex-wrap:wrap;gap:4px 14px;margin:6px 0;font-size:12.5px;list-style:none;padding:0}
 .legend li{display:flex;align-items:center;gap:5px;cursor:default}

@@ -154,8 +154,6 @@ def test_comm_idle_kernels_and_steps_are_the_report_numbers(tp2: Path, page: tup
     for r in comm:
         key = (r["run_id"], r["batch_size"], r["category"])
         assert parts[key + ("transfer",)] == r["transfer_ms_per_step"]
-        assert parts[key + ("launch_wait",)] == r["launch_wait_ms_per_step"]
-        assert parts[key + ("gpu_wait",)] == r["gpu_wait_ms_per_step"]
         assert stragglers[key] == ("" if r["straggler_rank"] is None else str(r["straggler_rank"]))
     # the real traces' straggler at batch 8 and 64 of the graph run is rank 0 (README, test_h200x2_traces)
     graph = next(r["run_id"] for r in comm if r["run_id"].endswith("graph#ws2"))
@@ -187,6 +185,49 @@ def test_comm_idle_kernels_and_steps_are_the_report_numbers(tp2: Path, page: tup
     outliers = [a for a in marks.find("circle", data_step=True) if "outlier" in a["class"]]
     assert any(a["data-run"].endswith("graph#ws2") and a["data-batch"] == "1" and a["data-step"] == "0"
                and float(a["data-ms"]) > 100 for a in outliers)
+
+
+WAIT_WORDS = {"wait_host_ms_per_step": "host launched late", "wait_sync_ms_per_step": "sync",
+              "wait_gpu_work_ms_per_step": "longer GPU work", "wait_device_ms_per_step": "waited on the device",
+              "wait_other_ms_per_step": "other (e.g. at the run's first collective)"}
+
+
+def test_the_wait_is_split_by_why_the_late_rank_was_late(tp2: Path, page: tuple[Path, str, float]) -> None:
+    """The collectives section draws report --by comm's cause split of the wait (not the old 'GPU wait' by
+    position), lists it with the why_late sentence and the position split under position words; on the real eager
+    TP2 pair the causes are not all in one part."""
+    marks = parse(page[1])
+    text = " ".join(" ".join(marks.text).split())
+    comm = report_json(tp2, "--by", "comm")
+    bars = {(a["data-run"], batch_key(a["data-batch"]), a["data-category"], a["data-part"]): a["data-ms"]
+            for a in marks.find("rect", data_part=True)}
+    cells = {(a["data-run"], batch_key(a["data-batch"]), a["data-category"], a["data-column"]): a["data-ms"]
+             for a in marks.find("span", data_column=True)}
+    why = {(a["data-run"], batch_key(a["data-batch"]), a["data-category"]): a["data-why-late"]
+           for a in marks.find("span", data_why_late=True)}
+    assert len(why) == len(comm) and len(cells) == 7 * len(comm)
+    assert {k[3] for k in bars} == {"transfer", "wait_host", "wait_sync", "wait_gpu_work", "wait_device", "wait_other"}
+    for r in comm:
+        key = (r["run_id"], r["batch_size"], r["category"])
+        for column in WAIT_WORDS:
+            assert float(bars[key + (column.removesuffix("_ms_per_step"),)]) == r[column], column
+            assert float(cells[key + (column,)]) == r[column], column
+        for column in ("launch_wait_ms_per_step", "gpu_wait_ms_per_step"):
+            assert float(cells[key + (column,)]) == r[column], column
+        # the five parts are the whole wait (report rounds each to 4 decimals)
+        assert abs(sum(r[c] for c in WAIT_WORDS) - r["wait_ms_per_step"]) <= 5e-4 * 6
+        assert why[key] == (r["why_late"] or "") and (r["why_late"] or "—") in text
+    eager = [r for r in comm if r["run_id"].endswith("eager#ws2")]
+    assert len(eager) == 6 and all(r["why_late"] for r in eager)
+    # batch 8's all-reduces: the late rank's host launched late and its GPU work ran longer, both drawn
+    bs8 = next(r for r in eager if r["batch_size"] == 8 and r["category"] == "allreduce")
+    assert bs8["wait_host_ms_per_step"] > 0.1 and bs8["wait_gpu_work_ms_per_step"] > 0.1
+    assert bs8["why_late"].startswith("host launched late")
+    for words in [*WAIT_WORDS.values(), "wait at the step's first collective", "wait at a later collective",
+                  "why the late rank was late"]:
+        assert words in text, words
+    assert "GPU wait" not in text and "GPU work between collectives differed" not in text
+    assert "launch wait" not in text
 
 
 def test_timeline_is_the_median_step_on_every_rank_on_the_aligned_clock(tp2: Path,
