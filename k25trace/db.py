@@ -334,15 +334,22 @@ def connect(path: str | Path | None, *, read_only: bool = False, create: bool = 
     return con
 
 
-def schema_tables() -> tuple[str, ...]:
-    """The tables of the public schema: what ``queries/schema.sql`` says it creates, less its macros and views."""
-    return tuple(item.strip() for item in get_query("schema").creates.split(",") if "(" not in item)
+@functools.lru_cache(maxsize=1)
+def schema_columns() -> frozenset[tuple[str, str]]:
+    """The (table or view, column) pairs of the public schema, as ``queries/schema.sql`` makes them (in memory)."""
+    con = duckdb.connect(":memory:")
+    try:
+        ensure_schema(con)
+        return frozenset(run_query(con, "db_columns").fetchall())
+    finally:
+        con.close()
 
 
 def missing_tables(con: duckdb.DuckDBPyConnection) -> list[str]:
-    """The tables of the public schema that the open database lacks (none for a database this k25trace made)."""
-    have = {name for name, in run_query(con, "db_tables").fetchall()}
-    return [name for name in schema_tables() if name not in have]
+    """The tables and views of the public schema that the open database lacks, or that lack one of their columns
+    (none for a database this k25trace made)."""
+    have = set(run_query(con, "db_columns").fetchall())
+    return sorted({table for table, column in schema_columns() - have})
 
 
 def forbid_external_access(con: duckdb.DuckDBPyConnection) -> None:

@@ -330,8 +330,8 @@ def test_a_load_whose_files_all_fail_leaves_the_database_byte_for_byte(loaded_db
 
 
 def test_an_open_for_writing_writes_only_what_is_missing(loaded_db: Path, tmp_path: Path) -> None:
-    """A current database: no write at all (bytes unchanged). One that lacks a table of the schema (dropped, or
-    from a k25trace that added a table without a new version): the table is made and nothing else changes."""
+    """A current database: no write at all (bytes unchanged). One that lacks a table or a column of the schema
+    (dropped, or from a k25trace that added it without a new version): it is made and nothing else changes."""
     path = tmp_path / "run.duckdb"
     shutil.copy(loaded_db, path)
     before = digest(path)
@@ -342,7 +342,16 @@ def test_an_open_for_writing_writes_only_what_is_missing(loaded_db: Path, tmp_pa
     expected = con.execute("select count(*) from steps").fetchone()
     con.execute("drop table step_layer_categories")
     con.close()
-    assert db.missing_tables(duckdb.connect(str(path), read_only=True)) == ["step_layer_categories"]
+    reader = duckdb.connect(str(path), read_only=True)
+    assert db.missing_tables(reader) == ["step_layer_categories"]
+    reader.close()
+    con = db.connect(path)
+    assert db.missing_tables(con) == [] and con.execute("select count(*) from steps").fetchone() == expected
+    con.execute("alter table steps drop column far_activities")  # a column (here: of a database made before it)
+    con.close()
+    reader = duckdb.connect(str(path), read_only=True)
+    assert db.missing_tables(reader) == ["steps"]
+    reader.close()
     con = db.connect(path)
     assert db.missing_tables(con) == [] and con.execute("select count(*) from steps").fetchone() == expected
     con.close()
