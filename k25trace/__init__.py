@@ -4,7 +4,7 @@ Pipeline (one module per stage, all headless and importable):
 capture (``capture/``, installed as ``k25trace.capture``) -> ingest -> classify -> steps -> report / sql / tui.
 
 The notebook API (:mod:`k25trace.api`): ``k25trace.open(db)``, ``k25trace.load(paths, db=...)``,
-``k25trace.compare(a, b)``. They are imported on first use, so ``import k25trace`` stays cheap (the loader's
+``k25trace.api.compare(a, b)``. They are imported on first use, so ``import k25trace`` stays cheap (the loader's
 decode processes import this package).
 """
 
@@ -14,14 +14,15 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-_API = ("open", "load", "compare", "Run", "LoadSummary")
+_API = ("open", "load", "Run", "LoadSummary")  # compare: k25trace.api.compare (k25trace.compare is the module)
 
 
 def __getattr__(name: str) -> Any:
-    if name in _API:
-        from k25trace import api
+    if name in _API or name == "api":
+        import importlib
 
-        return getattr(api, name)
+        api = importlib.import_module("k25trace.api")  # sets k25trace.api, so "api" asks only once
+        return api if name == "api" else getattr(api, name)
     raise AttributeError(f"module 'k25trace' has no attribute {name!r}")
 
 

@@ -4,7 +4,7 @@
     run = k25trace.open("run.duckdb")      # read-only
     run.breakdown(batch=1)                  # what `k25trace report` prints, as a frame
     run.steps(); run.kernels(top=10); run.comm(); run.idle()
-    k25trace.compare("before.duckdb", "after.duckdb").verdict
+    k25trace.api.compare("before.duckdb", "after.duckdb").verdict
 
 Every method returns the frame the matching ``k25trace report --by VIEW --format csv`` writes (same rows, same
 numbers): it calls the same analysis functions. Nothing here prints.

@@ -98,7 +98,7 @@ def parse_renames(specs: Iterable[str]) -> dict[str, str]:
 @click.option("--target-gz-mb", type=float, default=None, help="Pad each rank file to about this size (MB).")
 @click.option("--gzip/--no-gzip", default=True, show_default=True, help="Write .pt.trace.json.gz (else plain JSON).")
 @click.option("--workers", default=1, show_default=True, type=int, help="Processes writing rank files.")
-@click.option("--seed", default=0, show_default=True, type=int, help="Random seed of the kernel times (same seed, same files).")
+@click.option("--seed", default=0, show_default=True, type=int, help="Random seed (same seed, same files).")
 @click.option("--scale", "scales", multiple=True, metavar="CATEGORY=FACTOR",
               help="Every op of a category takes FACTOR x its time (attention=1.2: 20 % slower; repeatable).")
 @click.option("--rename", "renames", multiple=True, metavar="OLD=NEW",
