@@ -48,7 +48,8 @@ def test_each_frame_is_the_cli_s(database: Path, method: str, args: list[str], k
     assert frame.columns == expected.columns
     for column in expected.columns:  # the CSV rounds nothing: same values, column by column
         got, want = frame[column].to_list(), expected[column].to_list()
-        assert [None if g is None else type(w)(g) if w is not None else g for g, w in zip(got, want, strict=True)] == want, column
+        pairs = zip(got, want, strict=True)
+        assert [None if g is None else type(w)(g) if w is not None else g for g, w in pairs] == want, column
 
 
 def test_batch_keeps_one_batch_size_and_a_view_without_one_says_so(database: Path) -> None:
