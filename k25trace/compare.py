@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import duckdb
 import numpy as np
@@ -730,14 +730,16 @@ def _steps(da: _Data, db: _Data, matched: list[tuple[str, str]], groups_a: dict,
         in_a, in_b = group in groups_a, group in groups_b
         oa = _obs_of(da, group) if in_a else None
         ob = _obs_of(db, group) if in_b else None
-        base = {"phase": group[0], "group": group[1], "steps_a": oa.height if in_a else None,
-                "steps_b": ob.height if in_b else None,
-                "ranks_a": _rank_count(oa) if in_a else None, "ranks_b": _rank_count(ob) if in_b else None,
-                "step_ms_a": _step_ms(oa) if in_a else None, "step_ms_b": _step_ms(ob) if in_b else None}
+        base = {"phase": group[0], "group": group[1], "steps_a": oa.height if oa is not None else None,
+                "steps_b": ob.height if ob is not None else None,
+                "ranks_a": _rank_count(oa) if oa is not None else None,
+                "ranks_b": _rank_count(ob) if ob is not None else None,
+                "step_ms_a": _step_ms(oa) if oa is not None else None,
+                "step_ms_b": _step_ms(ob) if ob is not None else None}
         if not (in_a and in_b):
             o = oa if in_a else ob
             assert o is not None
-            mean = float(o["wall_ns"].mean()) / 1e6
+            mean = _mean_float(o["wall_ns"]) / 1e6
             rows.append({**base, "metric": "wall mean", "ms_a": mean if in_a else None, "ms_b": mean if in_b else None,
                          "delta_ms": None, "verdict": "only in A" if in_a else "only in B"})
             continue
@@ -753,13 +755,23 @@ def _steps(da: _Data, db: _Data, matched: list[tuple[str, str]], groups_a: dict,
     return _finish(rows, STEP_COLUMNS, schema=_SCHEMA, **kw)
 
 
+def _max_int(values: pl.Series) -> int:
+    """The largest value of an integer column as an int (0 when empty)."""
+    return int(cast(int, values.max()) or 0)
+
+
+def _mean_float(values: pl.Series) -> float:
+    """The mean of a numeric column as a float (0.0 when empty)."""
+    return float(cast(float, values.mean()) or 0.0)
+
+
 def _step_ms(obs: pl.DataFrame) -> float:
     """A group's mean step wall time in ms (the base of ``min_step_pct``)."""
-    return float(obs["wall_ns"].mean() or 0.0) / 1e6
+    return _mean_float(obs["wall_ns"]) / 1e6
 
 
 def _rank_count(obs: pl.DataFrame) -> int:
-    return int(obs["ranks"].max() or 0)
+    return _max_int(obs["ranks"])
 
 
 def _rank_walls(d: _Data, obs: pl.DataFrame) -> np.ndarray:
@@ -774,8 +786,8 @@ COMM_METRICS = (("transfer", "transfer_ns"), ("wait", "wait_ns"), ("launch wait"
 
 def _comm(da: _Data, db: _Data, matched: list[tuple[str, str]], **kw: Any) -> tuple[pl.DataFrame, str | None]:
     empty = pl.DataFrame(schema={c: _SCHEMA[c] for c in COMM_COLUMNS})
-    ranks_a = int(da.obs["ranks"].max() or 0)
-    ranks_b = int(db.obs["ranks"].max() or 0)
+    ranks_a = _max_int(da.obs["ranks"])
+    ranks_b = _max_int(db.obs["ranks"])
     if da.side.selection.rank is not None or db.side.selection.rank is not None:
         return empty, "collectives across ranks: not compared (a side selects one rank)"
     if ranks_a < 2 or ranks_b < 2:
@@ -794,10 +806,10 @@ def _comm(da: _Data, db: _Data, matched: list[tuple[str, str]], **kw: Any) -> tu
             pb = cb.filter(pl.col("category") == category).sort("i")
             base = {"phase": group[0], "group": group[1], "category": category, "step_ms_a": _step_ms(oa),
                     "step_ms_b": _step_ms(ob),
-                    "ranks_a": int(pa["ranks"].max() or 0) if pa.height else None,
-                    "ranks_b": int(pb["ranks"].max() or 0) if pb.height else None,
-                    "calls_a": round(float(pa["calls"].mean()), 2) if pa.height else None,
-                    "calls_b": round(float(pb["calls"].mean()), 2) if pb.height else None}
+                    "ranks_a": _max_int(pa["ranks"]) if pa.height else None,
+                    "ranks_b": _max_int(pb["ranks"]) if pb.height else None,
+                    "calls_a": round(_mean_float(pa["calls"]), 2) if pa.height else None,
+                    "calls_b": round(_mean_float(pb["calls"]), 2) if pb.height else None}
             for metric, column in COMM_METRICS:
                 xa = pa[column].cast(pl.Float64).to_numpy() if pa.height else np.zeros(0)
                 xb = pb[column].cast(pl.Float64).to_numpy() if pb.height else np.zeros(0)
@@ -874,7 +886,7 @@ def _sides(da: _Data, db: _Data) -> pl.DataFrame:
             "side": d.side.name, "source": d.side.source, "selection": d.side.selection.describe(),
             "runs": ", ".join(r["label"].to_list()),
             "levels": ", ".join(sorted({lv for lv in d.obs["level"].to_list() if lv is not None})) or None,
-            "ranks": int(d.obs["ranks"].max() or 0),
+            "ranks": _max_int(d.obs["ranks"]),
             "devices": ", ".join(sorted({x for v in r["devices"].to_list() if v for x in v.split(", ")})) or None,
             "vllm": ", ".join(sorted({x for v in r["vllm_versions"].to_list() if v for x in v.split(", ")})) or None,
             "steps": d.obs.height,

@@ -104,7 +104,7 @@ def read_peaks(path: Path, *, origin: str | None = None) -> list[Peaks]:
     out = []
     for line_no, row in enumerate(reader, start=2):
         where = f"{path}: row {line_no - 1} ({row.get('device') or '?'})"
-        if row.get(None):  # type: ignore[call-overload]
+        if row.get(None):  # type: ignore[call-overload, unused-ignore]
             raise K25Error(f"{where}: more fields than columns")
 
         def num(col: str, row: dict[Any, Any] = row, where: str = where) -> float | None:  # this row's, bound now
@@ -737,7 +737,7 @@ def carry_graph_kernels(graph: pl.DataFrame, eager: pl.DataFrame) -> list[_Row]:
         ident = (r["op"], _compact_dims(r["input_dims"]), r["kernel_set"])
         ctx_key = (r["device_name"], r["world_size"], r["phase"], r["batch_size"])
         for sig in r["kernel_set"].split(" "):
-            owners[(*ctx_key, sig)].add(ident)
+            owners[ctx_key + (sig,)].add(ident)
         info = shapes.setdefault((*ctx_key, *ident), {"names": set(), "categories": set()})
         info["names"].update(r["kernel_names"] or [])
         info["categories"].update(r["categories"] or [])
@@ -748,7 +748,7 @@ def carry_graph_kernels(graph: pl.DataFrame, eager: pl.DataFrame) -> list[_Row]:
         ctx_key = (first["device_name"], first["world_size"], first["phase"], first["batch_size"])
         by_sig = {g["sig"]: g for g in group}
         used: set[str] = set()
-        candidates = {next(iter(owners[(*ctx_key, sig)])) for sig in by_sig
+        candidates = {next(iter(owners[ctx_key + (sig,)])) for sig in by_sig
                       if len(owners.get((*ctx_key, sig), ())) == 1}
         for op, dims, kernel_set in sorted(candidates, key=str):
             need = Counter(kernel_set.split(" "))
@@ -759,7 +759,7 @@ def carry_graph_kernels(graph: pl.DataFrame, eager: pl.DataFrame) -> list[_Row]:
                 continue
             calls = int(next(iter(ratios)))
             used.update(need)
-            info = shapes[(*ctx_key, op, dims, kernel_set)]
+            info = shapes[ctx_key + (op, dims, kernel_set)]
             out.append(_Row(
                 run_id=run_id, phase=first["phase"], batch_size=first["batch_size"], world_size=first["world_size"],
                 device_name=first["device_name"], steps=0, source="graph", op=op, input_dims=dims,
@@ -1070,9 +1070,8 @@ def _allreduce_floor_ms(ar: dict[str, Any] | None, tp: int, dev: Peaks | None) -
         if ar_ms is not None:
             ar_basis = (f"bench {ar['floor_mode']} burst, {ar['floor_basis']} time x {ar['allreduce_per_step']} "
                         "per step")
-        elif ar["msg_bytes"] and ar["allreduce_per_step"] and dev and dev.peak("interconnect_gbps"):
+        elif ar["msg_bytes"] and ar["allreduce_per_step"] and dev and (link := dev.peak("interconnect_gbps")):
             # no bench: the bus-bandwidth term alone (2(n-1)/n of each message over each link direction)
-            link = dev.peak("interconnect_gbps")
             ar_ms = ar["allreduce_per_step"] * ar["msg_bytes"] * 2 * (tp - 1) / tp / (link * 1e9) * 1e3
             ar_basis = (f"bandwidth only: {ar['allreduce_per_step']:g} x {ar['msg_bytes']:,} B x 2(n-1)/n at "
                         f"{link:g} GB/s per direction ({dev.interconnect}); latency not counted — `k25trace bench "
