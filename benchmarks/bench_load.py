@@ -151,7 +151,7 @@ def report_timings(db: Path, ranks: int) -> None:
     import time
 
     from k25trace import db as k25db
-    from k25trace import report
+    from k25trace.analysis import report
     from k25trace.vocab import ALL
 
     con = k25db.connect(db, read_only=True)

@@ -1,10 +1,11 @@
 """k25trace: where the time of a large-model decode step goes.
 
 Pipeline (one module per stage, all headless and importable):
-capture (``capture/``, installed as ``k25trace.capture``) -> ingest -> classify -> steps -> report / sql / tui.
+capture (``capture/``, installed as ``k25trace.capture``) -> ingest -> classify -> steps -> crossrank -> layers
+-> analysis (frames and typed results) -> render (terminal, HTML, export) and the front ends (cli, tui, api).
 
 The notebook API (:mod:`k25trace.api`): ``k25trace.open(db)``, ``k25trace.load(paths, db=...)``,
-``k25trace.api.compare(a, b)``. They are imported on first use, so ``import k25trace`` stays cheap (the loader's
+``k25trace.compare(a, b)``. They are imported on first use, so ``import k25trace`` stays cheap (the loader's
 decode processes import this package).
 """
 
@@ -14,7 +15,7 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-_API = ("open", "load", "Run", "LoadSummary")  # compare: k25trace.api.compare (k25trace.compare is the module)
+_API = ("open", "load", "compare", "Run", "LoadSummary")
 
 
 def __getattr__(name: str) -> Any:

@@ -20,8 +20,9 @@ from typing import Any
 import duckdb
 import polars as pl
 
-from k25trace import compare as compare_core
-from k25trace import db, pipeline, report
+from k25trace import db, pipeline
+from k25trace.analysis import compare as compare_core
+from k25trace.analysis import report
 from k25trace.errors import K25Error
 
 __all__ = ["LoadSummary", "Run", "compare", "load", "open"]

@@ -49,7 +49,7 @@ def _fail(message: str) -> None:
 LAZY_COMMANDS = {
     "capture": ("k25trace.capture.cli", "capture_command"),
     "synth": ("k25trace.synth", "command"),
-    "bench": ("k25trace.floor", "command"),
+    "bench": ("k25trace.analysis.floor", "command"),
     "html": ("k25trace.share_cli", "html_command"),
     "export": ("k25trace.share_cli", "export_command"),
 }
@@ -180,7 +180,7 @@ def _load(db_path: Path | None, paths: list[Path], options: Any, quiet: bool, co
         err.print(f"[dim]note:[/] {esc(note)}", soft_wrap=True)
     loaded_ids = {r.trace_id for r in results if r.status == "loaded"}
     if loaded_ids:  # said at load time: far timestamps of the files just loaded, sessions that share a rank
-        from k25trace import report  # deferred: start-up time
+        from k25trace.analysis import report  # deferred: start-up time
 
         for line in [*report.far_activity_warnings(con, loaded_ids), *report.run_warnings(con)]:
             err.print(f"[yellow]warning:[/] {esc(line)}", soft_wrap=True)
@@ -264,7 +264,8 @@ def sql(query: str | None, db_path: Path, sql_file: Path | None, query_name: str
     """
     import polars as pl  # deferred: start-up time
 
-    from k25trace import db, output, pipeline  # deferred: start-up time
+    from k25trace import db, pipeline
+    from k25trace.render import output  # deferred: start-up time
 
     if list_queries:
         rows = [
@@ -351,8 +352,9 @@ def report(db_path: Path, phase: str, by: str, peaks: Path | None, model_config:
       k25trace report --db run.duckdb --by kernel --top 15 --rank 0
       k25trace report --db run.duckdb --by step --phase all --format csv
     """
-    from k25trace import output, pipeline  # deferred: start-up time
-    from k25trace import report as core
+    from k25trace import pipeline
+    from k25trace.analysis import report as core
+    from k25trace.render import output  # deferred: start-up time
 
     for option, value, views in (("--model-config", model_config, ("sol",)), ("--quant", quant, ("sol",)),
                                  ("--context", context, ("sol",)), ("--peaks", peaks, core.SOL_VIEWS),
@@ -369,7 +371,7 @@ def report(db_path: Path, phase: str, by: str, peaks: Path | None, model_config:
     for line in core.run_warnings(con):
         err.print(f"warning: {esc(line)}", soft_wrap=True)
     if by in core.SOL_VIEWS:
-        from k25trace import sol  # deferred: start-up time (the speed-of-light model)
+        from k25trace.analysis import sol  # deferred: start-up time (the speed-of-light model)
 
         if by == "roofline":
             frame = sol.roofline(con, phase=phase, rank=rank, trace_id=trace_id, top=20 if top is None else top,
@@ -415,7 +417,7 @@ def print_batch_tables(frame: Any, console: Console | None = None, idle: Any = N
     """The default report as one table per (level, batch size), with the group's totals as the title (named by
     the run's label from ``labels`` when several runs are shown) and, when ``idle`` (``report --by idle``) is
     given, why the GPU was idle as the caption."""
-    from k25trace.output import rich_table  # deferred: start-up time
+    from k25trace.render.output import rich_table  # deferred: start-up time
 
     idle_rows = {} if idle is None else {(r["run_id"], r["batch_size"]): r for r in idle.iter_rows(named=True)}
     labels = labels or {}
@@ -497,8 +499,9 @@ def compare(sides: tuple[Path, ...], db_path: Path | None, select_a: tuple[str, 
       k25trace compare --db cap.duckdb --a level=c1 --b level=c64
       k25trace compare --db run.duckdb --a batch=1 --b batch=64 --format markdown
     """
-    from k25trace import compare as core  # deferred: start-up time
-    from k25trace import output, pipeline
+    from k25trace import pipeline
+    from k25trace.analysis import compare as core  # deferred: start-up time
+    from k25trace.render import output
 
     sources = ([db_path] if db_path is not None else []) + list(sides)
     if not sources:
@@ -624,7 +627,8 @@ def classify(db_path: Path, rules: Path | None, replace: bool, show: bool, fmt: 
       k25trace classify --db run.duckdb --rules my_rules.csv
       k25trace classify --db run.duckdb --show --format csv | grep ',other,'
     """
-    from k25trace import db, output, pipeline  # deferred: start-up time
+    from k25trace import db, pipeline
+    from k25trace.render import output  # deferred: start-up time
 
     if show:
         con = pipeline.connect(db_path, read_only=True)
@@ -689,8 +693,8 @@ def sample_paths() -> list[Path]:
               help="Keep the database here (default: a temporary file, removed afterwards).")
 def demo(db_path: Path | None) -> None:
     """Load the sample traces bundled with k25trace and show what k25trace finds in them."""
-    from k25trace import output  # deferred: start-up time
-    from k25trace import report as core
+    from k25trace.analysis import report as core
+    from k25trace.render import output  # deferred: start-up time
 
     samples = sample_paths()
     if not samples:

@@ -1,5 +1,5 @@
-"""``k25trace html`` and ``k25trace export perfetto|parquet``: thin click wrappers over :mod:`k25trace.html` and
-:mod:`k25trace.export` (registered lazily by :mod:`k25trace.cli`). Files go where ``-o``/``DIR`` says (``-o -``:
+"""``k25trace html`` and ``k25trace export perfetto|parquet``: thin click wrappers over :mod:`k25trace.render.html` and
+:mod:`k25trace.render.export` (registered lazily by :mod:`k25trace.cli`). Files go where ``-o``/``DIR`` says (``-o -``:
 stdout); what was written, notes and warnings go to stderr.
 """
 
@@ -102,7 +102,8 @@ def html_command(db_path: Path, out: Path, phase: str | None, top: int, title: s
       k25trace html --db before.duckdb --vs after.duckdb -o compare.html
       k25trace html --db cap.duckdb --a level=c1 --b level=c64 -o levels.html
     """
-    from k25trace import export, html, outputs, pipeline  # deferred: start-up time (`export --help` needs no HTML)
+    from k25trace import outputs, pipeline
+    from k25trace.render import export, html  # deferred: start-up time (`export --help` needs no HTML)
 
     started = time.perf_counter()
     if vs_path is not None or select_a or select_b:
@@ -130,7 +131,9 @@ def html_command(db_path: Path, out: Path, phase: str | None, top: int, title: s
 
 def _html_comparison(db_path: Path, vs_path: Path | None, select_a: tuple[str, ...], select_b: tuple[str, ...],
                      match: str, phase: str, out: Path, title: str | None, started: float) -> None:
-    from k25trace import compare, export, html, outputs, pipeline  # deferred: start-up time
+    from k25trace import outputs, pipeline
+    from k25trace.analysis import compare
+    from k25trace.render import export, html  # deferred: start-up time
 
     outputs.check_not_input(out, [("the database (A)", str(db_path))]
                             + ([("the database (B, --vs)", str(vs_path))] if vs_path is not None else []))
@@ -191,7 +194,9 @@ def perfetto_command(db_path: Path, out: Path, run: str | None, steps: str | Non
     """
     import orjson
 
-    from k25trace import export, outputs, pipeline, report  # deferred: start-up time
+    from k25trace import outputs, pipeline
+    from k25trace.analysis import report
+    from k25trace.render import export  # deferred: start-up time
 
     started = time.perf_counter()
     with _guarded(db_path):
@@ -239,7 +244,8 @@ def parquet_command(out_dir: Path, db_path: Path, overwrite: bool) -> None:
       duckdb -c "select run, rank, category, sum(dur_ns)/1e6 as ms
                  from read_parquet('out/gpu_events/**/*.parquet', hive_partitioning=true) group by all"
     """
-    from k25trace import export, pipeline  # deferred: start-up time
+    from k25trace import pipeline
+    from k25trace.render import export  # deferred: start-up time
 
     started = time.perf_counter()
     with _guarded(db_path):

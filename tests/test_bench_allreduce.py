@@ -18,8 +18,9 @@ import pytest
 
 pytest.importorskip("torch")
 
-from k25trace import db, pipeline, report  # noqa: E402
-from k25trace import floor as bench  # noqa: E402
+from k25trace import db, pipeline
+from k25trace.analysis import floor as bench  # noqa: E402
+from k25trace.analysis import report  # noqa: E402
 from k25trace.errors import K25Error  # noqa: E402
 from k25trace.synth import generate  # noqa: E402
 

@@ -252,7 +252,8 @@ def test_run_labels_are_the_database_s(tmp_path: Path) -> None:
     sessions included (two sessions of two ranks in one folder)."""
     import shutil
 
-    from k25trace import pipeline, report
+    from k25trace import pipeline
+    from k25trace.analysis import report
 
     both = tmp_path / "both"
     both.mkdir()
@@ -316,8 +317,8 @@ def test_installed_package_carries_its_sql_and_samples() -> None:
 
 def test_core_does_not_import_textual() -> None:
     """The headless core (and the CLI start-up) never pull in the TUI toolkit."""
-    code = ("import sys, k25trace.cli, k25trace.ingest, k25trace.report, k25trace.steps, k25trace.crossrank, "
-            "k25trace.browse, k25trace.classify; print('textual' in sys.modules)")
+    code = ("import sys, k25trace.cli, k25trace.ingest, k25trace.analysis.report, k25trace.steps, k25trace.crossrank, "
+            "k25trace.analysis.browse, k25trace.classify; print('textual' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
@@ -326,7 +327,7 @@ def test_core_does_not_import_textual() -> None:
 def test_one_param_parser_for_both_front_ends() -> None:
     """`sql -p` and the TUI's parameter line read name=value alike (k25trace.db.parse_param): NULL spelled
     null/none, numbers as numbers, anything else as text, commas and an empty value included."""
-    from k25trace.browse import parse_params
+    from k25trace.analysis.browse import parse_params
     from k25trace.db import parse_param
     from k25trace.errors import K25Error
 
@@ -360,25 +361,27 @@ def _project_imports(path: Path) -> set[str]:
 def test_import_direction_of_the_cli_and_report_layer() -> None:
     """No cycles in the CLI/report layer, function-level imports included: the vocabulary and db import only the
     errors; report imports neither the speed-of-light views (sol builds on report) nor the floor feature nor any
-    front end; no module of the package imports the `bench` feature (k25trace.floor): the CLI names it in its lazy
+    front end; no module of the package imports the `bench` feature (analysis.floor): the CLI names it in its lazy
     command table."""
     pkg = ROOT / "k25trace"
     assert _project_imports(pkg / "vocab.py") <= {"k25trace.errors", "k25trace.errors.K25Error"}
     assert {m.rsplit(".", 1)[0] if m.count(".") > 1 else m for m in _project_imports(pkg / "db.py")} <= {
         "k25trace.errors"}
-    above_report = ("k25trace.sol", "k25trace.floor", "k25trace.browse", "k25trace.cli", "k25trace.share_cli",
-                    "k25trace.html", "k25trace.compare", "k25trace.export", "k25trace.tui")
-    assert not [m for m in _project_imports(pkg / "report.py") if m.startswith(above_report)]
+    above_report = ("k25trace.analysis.sol", "k25trace.analysis.floor", "k25trace.analysis.browse", "k25trace.cli",
+                    "k25trace.share_cli",
+                    "k25trace.render.html", "k25trace.analysis.compare", "k25trace.render.export", "k25trace.tui")
+    assert not [m for m in _project_imports(pkg / "analysis" / "report.py") if m.startswith(above_report)]
     importers = [str(p.relative_to(ROOT)) for p in pkg.rglob("*.py")
-                 if p.name != "floor.py" and any(m.startswith("k25trace.floor") for m in _project_imports(p))]
+                 if p.name != "floor.py" and any(m.startswith("k25trace.analysis.floor") for m in _project_imports(p))]
     assert importers == []
-    assert "k25trace.floor" in (pkg / "cli.py").read_text(encoding="utf-8")  # the lazy command table
+    assert "k25trace.analysis.floor" in (pkg / "cli.py").read_text(encoding="utf-8")  # the lazy command table
 
 
 def test_compare_choices_are_the_vocabulary() -> None:
     """`compare --match/--by` and `html --match` offer vocab's words; compare.py still spells its own copy (its owner
     is to import them from k25trace.vocab), so the two must not drift meanwhile."""
-    from k25trace import compare, vocab
+    from k25trace import vocab
+    from k25trace.analysis import compare
 
     assert compare.MATCHES == vocab.COMPARE_MATCHES and compare.SECTIONS == vocab.COMPARE_TABLES
     assert compare.PHASES == vocab.PHASES

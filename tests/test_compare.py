@@ -18,8 +18,19 @@ import numpy as np
 import polars as pl
 import pytest
 
-from k25trace import db, pipeline, report, synth
-from k25trace.compare import CHANGED, Selection, Side, compare, holm, t_two_sided_p, top_kernels, verdict, welch
+from k25trace import db, pipeline, synth
+from k25trace.analysis import report
+from k25trace.analysis.compare import (
+    CHANGED,
+    Selection,
+    Side,
+    compare,
+    holm,
+    t_two_sided_p,
+    top_kernels,
+    verdict,
+    welch,
+)
 from k25trace.errors import K25Error
 from k25trace.names import kernel_family, template_args
 

@@ -8,7 +8,8 @@ import polars as pl
 import pytest
 
 from helpers import HTA_RANK0, HTA_RANK1
-from k25trace import db, pipeline, report
+from k25trace import db, pipeline
+from k25trace.analysis import report
 from k25trace.synth import generate
 
 OFFSETS_US = [0.0, 412.25, -1333.5, 87.125]

@@ -17,7 +17,8 @@ import duckdb
 import pytest
 from click.testing import CliRunner
 
-from k25trace import db, pipeline, report
+from k25trace import db, pipeline
+from k25trace.analysis import report
 from k25trace.cli import cli
 from k25trace.errors import K25Error
 

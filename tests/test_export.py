@@ -20,8 +20,9 @@ import pyarrow.dataset as pads
 import pytest
 from click.testing import CliRunner
 
-from k25trace import db, export
+from k25trace import db
 from k25trace.cli import cli
+from k25trace.render import export
 from share_fixtures import graph_database, tp2_database
 
 

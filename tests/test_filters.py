@@ -17,8 +17,8 @@ import pytest
 from click.testing import CliRunner
 
 from helpers import DATA
+from k25trace.analysis.report import view_filters
 from k25trace.cli import cli
-from k25trace.report import view_filters
 from k25trace.vocab import VIEWS
 
 X2_EAGER = DATA / "h200x2-decode-loop" / "eager"

@@ -1,4 +1,4 @@
-"""Findings (k25trace.findings, issue 31 item 1) on real traces: the waited-on rank and why it was late, with the
+"""Findings (analysis.findings, issue 31 item 1) on real traces: the waited-on rank and why it was late, with the
 saving equal to the wait `report --by comm` measures and that wait re-read from the raw JSON; host-bound idle and
 the launch overhead CUDA graphs would remove on the eager H200 trace, and not on its CUDA-graph twin; the measured
 floor when a bench is stored; a prefill-only single rank of TP8."""
@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from helpers import B200, DATA, read_exact
-from k25trace import db, findings, floor, pipeline, report
+from k25trace import db, pipeline
+from k25trace.analysis import findings, floor, report
 
 PAIR = DATA / "h200x2-decode-loop"
 GAPS = DATA / "h200-gaps"
@@ -236,7 +237,7 @@ def test_graph_twin_does_not_credit_graphs_with_launch_overhead(graph) -> None:
 
 def test_kernels_against_their_hardware_minimum(eager) -> None:
     """gemm kernels above their minimum = Σ over the ops with shapes of max(time − sol, 0) (report --by roofline)."""
-    from k25trace import sol
+    from k25trace.analysis import sol
 
     roof = sol.roofline(eager)
     for batch, group in _groups(findings.findings(eager, min_pct=0.0)).items():

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 import helpers
-from k25trace import db, pipeline, report
+from k25trace import db, pipeline
+from k25trace.analysis import report
 
 DATA = Path(__file__).parent / "data"
 GAPS = DATA / "h200-gaps"

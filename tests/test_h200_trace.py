@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from k25trace import db, pipeline, report
+from k25trace import db, pipeline
+from k25trace.analysis import report
 
 FIXTURE = Path(__file__).parent / "data" / "h200-decode-loop"
 TRACE = next(FIXTURE.glob("dp0_pp0_tp0_dcp0_ep0_rank0.*.pt.trace.json.gz"))

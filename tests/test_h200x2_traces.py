@@ -21,8 +21,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from k25trace import db, pipeline, report
-from k25trace import floor as bench
+from k25trace import db, pipeline
+from k25trace.analysis import floor as bench
+from k25trace.analysis import report
 
 FIXTURE = Path(__file__).parent / "data" / "h200x2-decode-loop"
 MARKER = re.compile(r"^execute_context_0\(0\)_generation_(\d+)\((\d+)\)$")

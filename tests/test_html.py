@@ -19,8 +19,9 @@ import pytest
 from click.testing import CliRunner
 
 from chromium import Browser, chromium_path, png_size
-from k25trace import db, html
+from k25trace import db
 from k25trace.cli import cli
+from k25trace.render import html
 from k25trace.tui.colors import CATEGORY_COLORS
 from share_fixtures import CAPTURE_STATS, capture_database, graph_database, tp2_database
 

@@ -29,8 +29,8 @@ from click.testing import CliRunner
 
 from chromium import Browser, chromium_path
 from k25trace import db
-from k25trace import html as k25html
 from k25trace.cli import cli
+from k25trace.render import html as k25html
 
 TRACES = Path(__file__).parent / "data" / "h200x2-decode-loop" / "eager"
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from k25trace import db, pipeline, report
+from k25trace import db, pipeline
+from k25trace.analysis import report
 from k25trace.synth import generate
 
 

@@ -12,7 +12,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from k25trace import floor as bench
+from k25trace.analysis import floor as bench
 from k25trace.cli import cli
 from k25trace.errors import K25Error
 
@@ -57,7 +57,7 @@ def test_bench_iterations_are_bounded(option: str, bound: int, value: str) -> No
 
 
 def test_every_bench_allreduce_option_has_help() -> None:
-    from k25trace.floor import allreduce
+    from k25trace.analysis.floor import allreduce
 
     missing = [p.opts[0] for p in allreduce.params if isinstance(p, click.Option) and not p.help]
     assert missing == []

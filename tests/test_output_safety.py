@@ -24,9 +24,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from k25trace import db, export
+from k25trace import db
 from k25trace.cli import cli
 from k25trace.errors import K25Error
+from k25trace.render import export
 
 TRACE = next((Path(__file__).parent / "data" / "h200-decode-loop").glob("*.pt.trace.json.gz"))
 
@@ -250,7 +251,7 @@ def test_a_missing_or_unwritable_folder_is_one_error(loaded: tuple[Path, Path], 
 
 HOOK = """
 import os, signal, sys, threading
-from k25trace import export
+from k25trace.render import export
 calls = []
 sig, where = getattr(signal, sys.argv[1]), sys.argv[2]
 original = export._count

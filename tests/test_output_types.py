@@ -23,8 +23,9 @@ import pytest
 from click.testing import CliRunner, Result
 
 from helpers import MI300X_FULL, SGLANG
-from k25trace import db, output
+from k25trace import db
 from k25trace.cli import cli
+from k25trace.render import output
 from k25trace.vocab import FORMATS  # every format the commands offer
 
 DATA = Path(__file__).parent / "data" / "hostile-sql"

@@ -54,7 +54,7 @@ CASES = ([("samples", view, None) for view in VIEWS] + [("samples", view, "all")
 
 
 def test_the_golden_cases_cover_every_view() -> None:
-    from k25trace.report import VIEWS as REPORT_VIEWS
+    from k25trace.analysis.report import VIEWS as REPORT_VIEWS
 
     assert set(REPORT_VIEWS) == set(VIEWS), "a report view was added or removed: add it to VIEWS here"
 

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from k25trace import db, pipeline, report
+from k25trace import db, pipeline
+from k25trace.analysis import report
 
 DATA = Path(__file__).parent / "data"
 GAPS = DATA / "h200-gaps"
@@ -79,7 +80,7 @@ def test_eager_and_graph_sessions_of_one_rank_are_labelled(tmp_path: Path) -> No
         f"both: 2 files claim rank 0 ({eager.name} -> both (TP1#s1 eager), {graph.name} -> both (TP1#s2 graph)); "
         "kept apart as sessions (the k-th file of each rank, by first event, is session k)"]
     # a side of compare can pick a session by its label
-    from k25trace.compare import resolve_run, runs
+    from k25trace.analysis.compare import resolve_run, runs
 
     assert resolve_run(runs(con), "both (TP1#s2 graph)").endswith("#s2")
     con.close()

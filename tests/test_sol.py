@@ -1,4 +1,4 @@
-"""Speed of light (k25trace/sol.py, k25trace/models.py): device peaks, per-op FLOPs/bytes from recorded shapes
+"""Speed of light (k25trace/analysis/sol.py, k25trace/models.py): device peaks, per-op FLOPs/bytes from recorded shapes
 checked against a hand computation from the raw JSON's Input Dims, CUDA-graph carry-over, and the decode-step
 bound checked against an independent calculation from DeepSeek-V3-shaped configs."""
 
@@ -15,8 +15,9 @@ import pytest
 from click.testing import CliRunner
 
 from helpers import B200, DATA, MI300X_FULL, MI300X_PIECEWISE
-from k25trace import db, models, pipeline, sol
-from k25trace import floor as bench
+from k25trace import db, models, pipeline
+from k25trace.analysis import floor as bench
+from k25trace.analysis import sol
 from k25trace.cli import cli
 from k25trace.errors import K25Error
 
@@ -506,7 +507,7 @@ def test_bad_quant_specs(spec: str, message: str) -> None:
 
 
 def test_sol_report_on_the_tp2_eager_traces(x2) -> None:
-    from k25trace.report import allreduce_floor, breakdown
+    from k25trace.analysis.report import allreduce_floor, breakdown
 
     frame = sol.step_sol(x2, model_config=MODELS / "decode-loop-8l" / "config.json", context=1024)
     cfg = models.load_config(MODELS / "decode-loop-8l" / "config.json")

@@ -11,8 +11,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from k25trace import db, pipeline, sol
-from k25trace.report import breakdown
+from k25trace import db, pipeline
+from k25trace.analysis import sol
+from k25trace.analysis.report import breakdown
 
 DATA = Path(__file__).parent / "data"
 X2 = DATA / "h200x2-decode-loop" / "eager"

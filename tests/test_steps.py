@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from helpers import ALL_REAL, B200, HTA_RANK0, MI300X_FULL, MI300X_PIECEWISE, SGLANG, read_exact
-from k25trace import db, pipeline, report
+from k25trace import db, pipeline
+from k25trace.analysis import report
 
 
 @pytest.fixture(scope="module")

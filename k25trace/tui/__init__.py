@@ -1,1 +1,1 @@
-"""``k25trace tui``: a Textual front end over :mod:`k25trace.browse` (captures → steps → kernels, ad-hoc SQL)."""
+"""``k25trace tui``: a Textual front end over :mod:`.analysis.browse` (captures → steps → kernels, ad-hoc SQL)."""

@@ -15,7 +15,8 @@ import polars as pl
 from rich.text import Text
 from textual.message import Message
 
-from k25trace import browse, compare, db
+from k25trace import db
+from k25trace.analysis import browse, compare
 
 T = TypeVar("T")
 

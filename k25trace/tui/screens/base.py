@@ -35,7 +35,7 @@ class CursorSource(Protocol):
 
 
 class BrowseScreen(Screen[None]):
-    """A screen whose data comes from :mod:`k25trace.browse` through :meth:`fetch`."""
+    """A screen whose data comes from :mod:`k25trace.analysis.browse` through :meth:`fetch`."""
 
     @property
     def cursors(self) -> CursorSource:

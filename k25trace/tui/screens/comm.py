@@ -11,7 +11,7 @@ from textual.containers import VerticalScroll
 from textual.markup import escape
 from textual.widgets import DataTable, Footer, Header, Label
 
-from k25trace import browse
+from k25trace.analysis import browse
 from k25trace.tui.cells import cell
 from k25trace.tui.messages import CallSitesLoaded, CollectivesLoaded
 from k25trace.tui.screens.base import BrowseScreen

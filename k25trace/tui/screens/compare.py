@@ -1,5 +1,5 @@
 """Compare: pick two runs (a capture level is a run) and see what changed between them, and whether it is more than
-the step-to-step noise (:mod:`k25trace.compare`: Welch's t-test on per-step values, Holm-adjusted per table)."""
+the step-to-step noise (:mod:`.analysis.compare`: Welch's t-test on per-step values, Holm-adjusted per table)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from textual.containers import VerticalScroll
 from textual.markup import escape
 from textual.widgets import DataTable, Footer, Header, Label
 
-from k25trace import compare
+from k25trace.analysis import compare
 from k25trace.tui.cells import cell
 from k25trace.tui.messages import ComparisonLoaded, RunsLoaded
 from k25trace.tui.screens.base import BrowseScreen

@@ -14,7 +14,7 @@ from textual.markup import escape
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Label, Sparkline, Static
 
-from k25trace import browse
+from k25trace.analysis import browse
 from k25trace.tui.cells import printable
 from k25trace.tui.messages import KernelLoaded, KernelRanksLoaded
 from k25trace.tui.screens.base import BrowseScreen

@@ -11,7 +11,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.widgets import DataTable, Footer, Header, Label
 
-from k25trace import browse
+from k25trace.analysis import browse
 from k25trace.tui.messages import BreakdownLoaded, OpenSteps, OverviewLoaded
 from k25trace.tui.screens.base import BrowseScreen
 from k25trace.tui.widgets import CategoryBars, fill_table

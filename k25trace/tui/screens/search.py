@@ -10,7 +10,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.widgets import DataTable, Footer, Header, Input, Label
 
-from k25trace import browse
+from k25trace.analysis import browse
 from k25trace.tui.cells import cell, name_cell
 from k25trace.tui.messages import FirstRunLoaded, OpenKernel, SearchLoaded
 from k25trace.tui.screens.base import BrowseScreen

@@ -13,7 +13,8 @@ from textual.containers import Horizontal, Vertical
 from textual.markup import escape
 from textual.widgets import DataTable, Footer, Header, Input, Label, TextArea, Tree
 
-from k25trace import browse, db
+from k25trace import db
+from k25trace.analysis import browse
 from k25trace.errors import K25Error
 from k25trace.tui.messages import SchemaLoaded, SqlLoaded
 from k25trace.tui.screens.base import BrowseScreen

@@ -12,7 +12,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.widgets import DataTable, Footer, Header, Label, Sparkline
 
-from k25trace import browse
+from k25trace.analysis import browse
 from k25trace.tui.cells import cell
 from k25trace.tui.messages import OpenStep, StepsLoaded
 from k25trace.tui.screens.base import BrowseScreen

@@ -49,7 +49,7 @@ from typing import Any
 import duckdb
 import polars as pl
 
-from k25trace import report, sol
+from k25trace.analysis import report, sol
 from k25trace.db import query_frame
 from k25trace.vocab import ALL, check_phase
 
@@ -690,7 +690,7 @@ def findings(con: duckdb.DuckDBPyConnection, *, phase: str | None = None, db: st
     """Per run and batch size, the ranked findings of the steps of ``phase``.
 
     ``phase`` None: decode steps; when the database has none, every phase (a note says so), and the steps
-    inferred from idle gaps when no trace has step markers (:func:`k25trace.report.resolve_phase`). ``db`` is the
+    inferred from idle gaps when no trace has step markers (:func:`.report.resolve_phase`). ``db`` is the
     database path written into the evidence commands; ``peaks_file`` as ``report --by roofline --peaks``.
     Findings with a saving below ``min_pct`` % of the step are left out (counted in ``left_out``)."""
     notes = []

@@ -1,6 +1,6 @@
 """``k25trace html``: the report as one self-contained HTML page with charts, to share in a chat or a review.
 
-Charts are hand-written inline SVG built here from the same frames the CLI prints (:func:`k25trace.report.breakdown`
+Charts are hand-written inline SVG built here from the same frames the CLI prints (:func:`.report.breakdown`
 and a few named queries): no JavaScript library, no CDN, no font or image files, so the page opens offline and
 stays small (a few hundred KB for a TP2 run with three batch sizes), and a test can read every drawn number back
 from the page (each mark carries its value in ``data-*`` attributes; tooltips are SVG ``<title>``). A few lines of
@@ -27,7 +27,8 @@ from typing import Any
 import duckdb
 import polars as pl
 
-from k25trace import __version__, report
+from k25trace import __version__
+from k25trace.analysis import report
 from k25trace.db import query_frame
 from k25trace.tui.colors import CATEGORY_COLORS
 
@@ -1107,7 +1108,7 @@ def _page(title: str, subtitle: str, notes: list[str], sections: list[str], nav_
 
 
 def render_comparison(comparison: Any, title: str | None = None) -> str:
-    """A :class:`k25trace.compare.Comparison` as a page: the verdict, the sides, per step group the time by category
+    """A :class:`.compare.Comparison` as a page: the verdict, the sides, per step group the time by category
     of A beside B and what changed (delta per category with its 95 % interval, coloured by verdict), the step
     time, the collectives, the kernels that changed and the capture figures."""
     title = title or "k25trace comparison"
@@ -1257,7 +1258,7 @@ def _compare_kernels(comparison: Any, top: int = 12) -> str:
     frame = comparison.kernels
     if frame.is_empty():
         return ""
-    from k25trace.compare import top_kernels
+    from k25trace.analysis.compare import top_kernels
 
     kept, hidden = top_kernels(frame, top)
     body = _compare_table("kernels", "Kernels", "Matched by exact name, else by name family, else only in A / only "

@@ -10,7 +10,7 @@ process per GPU, started here) or on CPUs (``--backend gloo --world-size N``), m
 
 Bus bandwidth = algbw x 2(n-1)/n, algbw = bytes / per-op time. Results go to stdout (a table) and, with ``--db``,
 into the table ``allreduce_bench`` (``queries/schema.sql``), which ``report --by floor``
-(:func:`k25trace.report.allreduce_floor`) joins with the observed all-reduce time of the decode steps.
+(:func:`k25trace.analysis.report.allreduce_floor`) joins with the observed all-reduce time of the decode steps.
 ``--profile DIR`` also writes a torch.profiler trace of a few bursts per size
 (``allreduce_bench_rank{r}.<ns>.pt.trace.json.gz``) that ``k25trace load`` reads.
 
@@ -591,7 +591,7 @@ def _emit(rows: list[dict[str, Any]], fmt: str | None) -> None:
     try:  # deferred: a GPU machine with torch only prints JSON lines (see the module doc)
         import polars as pl
 
-        from k25trace import output
+        from k25trace.render import output
     except ImportError:
         for r in shown:
             print(json.dumps(r, default=str))

@@ -929,7 +929,7 @@ def step_sol(con: duckdb.DuckDBPyConnection, *, model_config: Path | None, quant
     The config is checked against what the trace shows (:func:`config_checks`); each disagreement is appended to
     ``notes`` and to the ``floor_basis`` of the run's step row, and every ratio below 1 says why it can be."""
     from k25trace import models
-    from k25trace.report import allreduce_floor, breakdown
+    from k25trace.analysis.report import allreduce_floor, breakdown
 
     cfg = models.load_config(model_config) if model_config is not None else models.stored_config(con)
     if cfg is None:
@@ -1202,12 +1202,12 @@ _SOL_TABLE = {"part": "part", "observed_ms": "observed ms/step", "floor_ms": "fl
 def print_tables(frame: pl.DataFrame, by: str, console: Any = None, labels: dict[str, str] | None = None) -> None:
     """``report --by roofline`` / ``--by sol`` on a terminal: one table per (run, batch size) with the columns that
     matter (CSV/JSON carry all of them), titled by the run's label from ``labels``
-    (:func:`k25trace.report.run_labels`)."""
+    (:func:`k25trace.analysis.report.run_labels`)."""
     import sys
 
     from rich.console import Console
 
-    from k25trace.output import rich_table
+    from k25trace.render.output import rich_table
 
     labels = labels or {}  # a run without a label is titled by its id
 

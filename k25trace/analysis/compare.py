@@ -962,7 +962,7 @@ def write(comparison: Comparison, fmt: str, *, by: str = "all", top: int | None 
     from rich.console import Console
     from rich.text import Text
 
-    from k25trace import output
+    from k25trace.render import output
 
     out = out or sys.stdout
     if by != "all":

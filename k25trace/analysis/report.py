@@ -1,7 +1,7 @@
 """Report: the per-step breakdowns users read, as polars DataFrames (drawing is left to the caller).
 
 Each view is one named query from ``queries/report_*.sql``; the CLI, the TUI and the HTML page call these. The
-speed-of-light views (``roofline``, ``sol``) are :mod:`k25trace.sol`'s, which builds on this module. The words
+speed-of-light views (``roofline``, ``sol``) are :mod:`k25trace.analysis.sol`'s, which builds on this module. The words
 (phases, views) are :mod:`k25trace.vocab`'s; what a run is and what it is called are the database's
 (``trace_runs`` and its label columns, the ``run_labels`` view).
 """
@@ -20,7 +20,7 @@ __all__ = ["CROSS_RANK_VIEWS", "PHASES", "SOL_VIEWS", "VIEWS", "alignment_warnin
            "view_filters"]
 
 SOL_VIEWS = ("roofline", "sol")
-"""The views :mod:`k25trace.sol` computes (:func:`k25trace.sol.roofline`, :func:`k25trace.sol.step_sol`)."""
+"""The views :mod:`.sol` computes (:func:`.sol.roofline`, :func:`.sol.step_sol`)."""
 
 _VIEW_QUERIES = {  # view -> (its query, the parameters it takes of phase, rank, trace_id, top)
     "batch": ("report_breakdown", ("phase", "rank", "trace_id")),
@@ -42,16 +42,16 @@ def breakdown(con: duckdb.DuckDBPyConnection, *, by: str = "batch", phase: str =
               trace_id: int | None = None, top: int = 20) -> pl.DataFrame:
     """The table of one view (``by``): batch, category, step, rank, kernel, idle, timeline, comm, comm-site, comm-bw,
     rank-comm or floor, over the steps of ``phase`` (``'all'``: every phase), optionally of one rank or trace (the
-    views that take them); ``top`` kernels for ``kernel``. ``roofline`` and ``sol`` are :mod:`k25trace.sol`'s."""
+    views that take them); ``top`` kernels for ``kernel``. ``roofline`` and ``sol`` are :mod:`.sol`'s."""
     if check_view(by) in SOL_VIEWS:
-        raise K25Error(f"view {by!r} is computed by k25trace.sol ({'roofline' if by == 'roofline' else 'step_sol'})")
+        raise K25Error(f"view {by!r} is computed by analysis.sol ({'roofline' if by == 'roofline' else 'step_sol'})")
     refuse_filters(by, rank=rank, trace_id=trace_id)
     query, takes = _VIEW_QUERIES[by]
     given = {"phase": check_phase(phase), "rank": rank, "trace_id": trace_id, "top": top}
     return query_frame(con, query, {name: given[name] for name in takes})
 
 
-_SOL_FILTERS = ("phase", "rank", "trace_id", "top")  # roofline and sol (k25trace.sol) take all of them
+_SOL_FILTERS = ("phase", "rank", "trace_id", "top")  # roofline and sol (k25trace.analysis.sol) take all of them
 
 
 def view_filters(by: str) -> tuple[str, ...]:

@@ -1,7 +1,7 @@
 """Browse: the headless core behind ``k25trace tui`` — overview, steps, one step, one kernel, search, ad-hoc SQL.
 
 Every function takes a DuckDB connection or cursor and runs named queries from ``queries/browse_*.sql`` (and
-``report_*.sql`` through :mod:`k25trace.report`), returning polars DataFrames or small dataclasses of them (ad-hoc
+``report_*.sql`` through :mod:`.report`), returning polars DataFrames or small dataclasses of them (ad-hoc
 SQL runs through :func:`k25trace.db.run_sql`). No UI
 code lives here and nothing here imports Textual: the TUI only calls these functions from its worker threads,
 each with its own ``con.cursor()``.
@@ -19,7 +19,7 @@ from typing import Any
 import duckdb
 import polars as pl
 
-from k25trace import report
+from k25trace.analysis import report
 from k25trace.db import get_query, named_queries, parse_param, query_frame
 from k25trace.vocab import PHASES, check_phase
 
@@ -119,7 +119,7 @@ def collectives(con: duckdb.DuckDBPyConnection) -> Collectives:
 
 
 def _with_run_label(frame: pl.DataFrame, labels: dict[str, str]) -> pl.DataFrame:
-    """``frame`` with a ``run`` column: the label of its ``run_id`` (:func:`k25trace.report.run_labels`)."""
+    """``frame`` with a ``run`` column: the label of its ``run_id`` (:func:`k25trace.analysis.report.run_labels`)."""
     if frame.is_empty():
         return frame
     return frame.with_columns(pl.col("run_id").replace_strict(labels, default=pl.col("run_id"), return_dtype=pl.String)

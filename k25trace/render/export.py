@@ -28,7 +28,8 @@ import duckdb
 import orjson
 import polars as pl
 
-from k25trace import __version__, report
+from k25trace import __version__
+from k25trace.analysis import report
 from k25trace.db import get_query, query_frame, run_query
 from k25trace.errors import K25Error
 from k25trace.outputs import check_not_input, check_output_dir, terminate_raises
