@@ -33,6 +33,8 @@ VIEW_HELP = {
     "comm-bw": "bus bandwidth of the observed transfers per message size, beside the bench floor",
     "rank-comm": "per rank wait suffered and caused, lateness",
     "floor": "observed AllReduce per step against the `k25trace bench allreduce` floor (efficiency)",
+    "layer": "per decoder layer inside the step (median ms, categories, slow layers, outlier steps)",
+    "layer-late": "per layer and rank: how often and how late the rank reached the layer's collectives, and why",
     "roofline": "each op with recorded shapes against the GPU's peaks (TFLOP/s, GB/s, % of peak, compute- or "
                 "memory-bound), unmodelled ops named",
     "sol": "each decode step against its lower bound from --model-config (weights, KV cache, all-reduce)",
@@ -42,7 +44,7 @@ VIEW_HELP = {
 VIEWS = tuple(VIEW_HELP)
 """The report views, in the order the help lists them."""
 
-CROSS_RANK_VIEWS = ("rank", "comm", "comm-site", "comm-bw", "rank-comm", "floor")
+CROSS_RANK_VIEWS = ("rank", "comm", "comm-site", "comm-bw", "rank-comm", "floor", "layer-late")
 """Views whose figures depend on the clock alignment of the ranks (the report warns when it is poor)."""
 
 FORMATS = ("table", "csv", "json", "markdown")

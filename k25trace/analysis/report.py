@@ -35,13 +35,15 @@ _VIEW_QUERIES = {  # view -> (its query, the parameters it takes of phase, rank,
     "comm-bw": ("report_comm_bandwidth", ("phase",)),
     "rank-comm": ("report_rank_comm", ("phase",)),
     "floor": ("report_allreduce_floor", ("phase",)),
+    "layer": ("layers_report", ("phase", "rank", "trace_id")),
+    "layer-late": ("layers_lateness", ("phase",)),
 }
 
 
 def breakdown(con: duckdb.DuckDBPyConnection, *, by: str = "batch", phase: str = "decode", rank: int | None = None,
               trace_id: int | None = None, top: int = 20) -> pl.DataFrame:
     """The table of one view (``by``): batch, category, step, rank, kernel, idle, timeline, comm, comm-site, comm-bw,
-    rank-comm or floor, over the steps of ``phase`` (``'all'``: every phase), optionally of one rank or trace (the
+    rank-comm, floor, layer or layer-late, over the steps of ``phase`` (``'all'``: every phase), optionally of one rank or trace (the
     views that take them); ``top`` kernels for ``kernel``. ``roofline`` and ``sol`` are :mod:`.sol`'s."""
     if check_view(by) in SOL_VIEWS:
         raise K25Error(f"view {by!r} is computed by analysis.sol ({'roofline' if by == 'roofline' else 'step_sol'})")
