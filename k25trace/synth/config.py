@@ -136,12 +136,12 @@ class Config:
         self._check_changes()
 
     def _check_changes(self) -> None:
-        for cat, factor in self.category_scale.items():
+        for cat, factor in (self.category_scale or {}).items():
             if cat not in CATEGORIES:
                 raise SynthError(f"category_scale: unknown category {cat!r}; one of {', '.join(CATEGORIES)}")
             if not (math.isfinite(factor) and factor > 0):
                 raise SynthError(f"category_scale: factor for {cat} must be a positive number, not {factor}")
-        renames = self.kernel_rename
+        renames = self.kernel_rename or {}
         for old, new in renames.items():
             if old not in KERNEL_CATEGORY:
                 raise SynthError(f"kernel_rename: {old[:80]!r} is not a kernel the generator writes")

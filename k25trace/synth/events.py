@@ -8,6 +8,7 @@ indent=4)`` would (the layout of a real vLLM trace), without building the object
 
 from __future__ import annotations
 
+import io
 import json
 import random
 from dataclasses import dataclass
@@ -153,13 +154,14 @@ class TraceWriter:
         self.offset = meta.offset_ns
         self.base = meta.base_ns
         self.pid = meta.pid
-        self.tpl = _Templates(rank, cfg.ranks, dict(cfg.kernel_rename))
+        self.tpl = _Templates(rank, cfg.ranks, dict(cfg.kernel_rename or {}))
         self.ext = 100
         self.corr = 1000
         self.py_id = 1_000_000
         self.ev_idx = 0
         self.n_events = 0
         self.raw = open(path, "wb")
+        self.out: io.BufferedIOBase
         if cfg.gzip:
             from isal import igzip
             self.out = igzip.IGzipFile(fileobj=self.raw, mode="wb", compresslevel=cfg.compresslevel)
@@ -340,7 +342,10 @@ class TraceWriter:
         prev = a0 + 4000
         for i, ln in enumerate(launches):
             lt = st.launch_ts[r][i]
-            parent = frames.sample_parent if ln.after_annotation else frames.runner_id
+            parent = frames.runner_id
+            if ln.after_annotation:
+                assert frames.sample_parent is not None  # set whenever a launch comes after the annotation
+                parent = frames.sample_parent
             if ln.after_annotation and frames.t_after is not None and prev < frames.t_after + 1500:
                 prev = frames.t_after + 1500
             if lt - 2000 > prev:

@@ -110,7 +110,7 @@ class _Builder:
         self.ops: list[Op] = []
         self.cur: int = -1
         self.last_main = -1
-        self.scale = dict(cfg.category_scale)
+        self.scale = dict(cfg.category_scale or {})
 
     def launch(self, name: str, cbid: int, cpu_us: float, gap_us: float, cpu_op: str | None = None,
                after: bool = False) -> int:
@@ -118,7 +118,7 @@ class _Builder:
         self.cur = len(self.launches) - 1
         return self.cur
 
-    def op(self, name: str, dur_ns: int, *, stream: int = MAIN, kind: str = "kernel", coll: str | None = None,
+    def op(self, name: str, dur_ns: float, *, stream: int = MAIN, kind: str = "kernel", coll: str | None = None,
            deps: tuple[int, ...] = (), nbytes: int = 0, coll_args: tuple | None = None) -> int:
         dur = max(700, int(dur_ns))
         factor = self.scale.get(KERNEL_CATEGORY[name], 1.0)
@@ -293,8 +293,9 @@ def build_program(cfg: Config, phase: str, n_req: int, n_tok: int) -> Program:
 def step_plan(cfg: Config) -> list[tuple[str, int, int]]:
     """(phase, requests, tokens) per step."""
     plan: list[tuple[str, int, int]] = []
+    per_group = (cfg.steps_per_batch,) if isinstance(cfg.steps_per_batch, int) else cfg.steps_per_batch
     for gi, bs in enumerate(cfg.batch_sizes):
-        n_steps = cfg.steps_per_batch[gi] if gi < len(cfg.steps_per_batch) else cfg.steps_per_batch[-1]
+        n_steps = per_group[gi] if gi < len(per_group) else per_group[-1]
         if cfg.prefill:
             plan.append(("prefill", bs, max(bs, min(bs * cfg.prompt_len, cfg.max_prefill_tokens))))
         plan.extend(("decode", bs, bs) for _ in range(n_steps))

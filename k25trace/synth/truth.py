@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Any, Sequence
 
-from k25trace.synth.config import Config, Delay
+from k25trace.synth.config import Config, Delay, as_delay
 from k25trace.synth.events import RankMeta
 from k25trace.synth.kernels import CATEGORIES, KERNEL_CATEGORY
 from k25trace.synth.program import AUX, D2H, MAIN, STREAM_IDS, Program
@@ -24,11 +24,12 @@ def simulated_truth(cfg: Config, metas: Sequence[RankMeta]) -> tuple[list, list,
     steps: list[dict[str, Any]] = []
     per_rank: list[list[dict[str, Any]]] = [[] for _ in range(cfg.ranks)]
     collectives: list[dict[str, Any]] = []
+    delays = tuple(as_delay(d) for d in cfg.delays)  # Delay items already (Config normalises them)
     for st in simulate(cfg):
         steps.append(_step(st.index, st.prog))
         for r in range(cfg.ranks):
             per_rank[r].append(_rank_step(st, r, metas[r].offset_ns))
-        collectives.extend(_collectives(st, cfg.delays, cfg.ranks))
+        collectives.extend(_collectives(st, delays, cfg.ranks))
     return steps, per_rank, collectives
 
 
@@ -124,6 +125,6 @@ def rank_entry(meta: RankMeta, written: dict[str, Any]) -> dict[str, Any]:
 def kernel_categories(cfg: Config) -> dict[str, str]:
     """Every GPU activity name the files hold -> its category (renamed kernels under their new names)."""
     out = dict(KERNEL_CATEGORY)
-    for old, new in cfg.kernel_rename.items():
+    for old, new in (cfg.kernel_rename or {}).items():
         out[new] = out.pop(old)
     return out
