@@ -1,6 +1,6 @@
-"""``k25trace html`` and ``k25trace export perfetto|parquet``: thin click wrappers over :mod:`k25trace.render.html` and
-:mod:`k25trace.render.export` (registered lazily by :mod:`k25trace.cli`). Files go where ``-o``/``DIR`` says (``-o -``:
-stdout); what was written, notes and warnings go to stderr.
+"""``k25trace html`` and ``k25trace export perfetto|parquet``: thin click wrappers over :mod:`k25trace.render.html`,
+:mod:`k25trace.render.perfetto` and :mod:`k25trace.render.export` (registered lazily by :mod:`k25trace.cli`). Files
+go where ``-o``/``DIR`` says (``-o -``: stdout); what was written, notes and warnings go to stderr.
 """
 
 from __future__ import annotations
@@ -9,15 +9,12 @@ import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import click
 
 from k25trace.cli import err, esc  # this module is one of the CLI's lazy commands: k25trace.cli is loaded already
-from k25trace.vocab import COMPARE_MATCHES, PHASES
-
-db_option = click.option("--db", "db_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
-                         help="The k25trace DuckDB database file.")
+from k25trace.options import db_option, match_option, output_option, phase_option, side_options
 
 
 def _err(message: str) -> None:
@@ -30,6 +27,23 @@ def _write(out: Path, data: bytes, inputs: list[tuple[str, str]]) -> None:
     from k25trace.outputs import write_output  # deferred: start-up time
 
     write_output(out, data, inputs=inputs)
+
+
+@contextmanager
+def _reading(db_path: Path, out: Path) -> Iterator[tuple[Any, list[tuple[str, str]]]]:
+    """The database opened read-only for a command that writes ``out``, and the files it was loaded from (as
+    :func:`_write` takes them): ``out`` is refused first when it is the database, then when it is one of those."""
+    from k25trace import outputs, pipeline  # deferred: start-up time
+    from k25trace.render import export
+
+    outputs.check_not_input(out, [("the database", str(db_path))])
+    con = pipeline.connect(db_path, read_only=True)
+    try:
+        inputs = export.input_files(con, db_path)
+        outputs.check_not_input(out, inputs)
+        yield con, inputs
+    finally:
+        con.close()
 
 
 @contextmanager
@@ -69,20 +83,15 @@ def _size(n: int) -> str:
 
 @click.command("html")
 @db_option
-@click.option("-o", "--output", "out", required=True, type=click.Path(dir_okay=False, path_type=Path),
-              help="The HTML file to write (- for stdout).")
-@click.option("--phase", type=click.Choice(PHASES), default=None,
-              help="Steps to show (default: decode; when no trace has step markers, the inferred steps).")
+@output_option("The HTML file to write (- for stdout).")
+@phase_option("show")
 @click.option("--top", type=click.IntRange(1, 500), default=20, show_default=True,
               help="Kernels in the top-kernels table.")
 @click.option("--title", default=None, help="The page's title (default: k25trace report).")
 @click.option("--vs", "vs_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Compare: the database of side B (side A is --db); the page of `k25trace compare`.")
-@click.option("--a", "select_a", multiple=True, metavar="KEY=VALUE",
-              help="Compare: what side A holds (run=, level=, trace=, rank=, batch=; as `k25trace compare --a`).")
-@click.option("--b", "select_b", multiple=True, metavar="KEY=VALUE", help="Compare: what side B holds (as --a).")
-@click.option("--match", type=click.Choice(COMPARE_MATCHES), default="auto", show_default=True,
-              help="Compare: how steps are paired (as `k25trace compare --match`).")
+@side_options("Compare: ")
+@match_option("Compare: ")
 def html_command(db_path: Path, out: Path, phase: str | None, top: int, title: str | None, vs_path: Path | None,
                  select_a: tuple[str, ...], select_b: tuple[str, ...], match: str) -> None:
     """Write the report as one self-contained HTML page with charts (opens offline; share it as a file).
@@ -102,8 +111,7 @@ def html_command(db_path: Path, out: Path, phase: str | None, top: int, title: s
       k25trace html --db before.duckdb --vs after.duckdb -o compare.html
       k25trace html --db cap.duckdb --a level=c1 --b level=c64 -o levels.html
     """
-    from k25trace import outputs, pipeline
-    from k25trace.render import export, html  # deferred: start-up time (`export --help` needs no HTML)
+    from k25trace.render import html  # deferred: start-up time (`export --help` needs no HTML)
 
     started = time.perf_counter()
     if vs_path is not None or select_a or select_b:
@@ -111,14 +119,8 @@ def html_command(db_path: Path, out: Path, phase: str | None, top: int, title: s
             _html_comparison(db_path, vs_path, select_a, select_b, match, phase or "decode", out, title, started)
         return
     with _guarded(db_path):
-        outputs.check_not_input(out, [("the database", str(db_path))])
-        con = pipeline.connect(db_path, read_only=True)
-        try:
-            inputs = export.input_files(con, db_path)
-            outputs.check_not_input(out, inputs)
+        with _reading(db_path, out) as (con, inputs):
             page, data = html.build(con, source=db_path.name, phase=phase, top=top, title=title)
-        finally:
-            con.close()
         for note in data.notes:
             _err(f"note: {note}")
         encoded = page.encode("utf-8", "surrogateescape")
@@ -168,8 +170,7 @@ def export_command() -> None:
 
 @export_command.command("perfetto")
 @db_option
-@click.option("-o", "--output", "out", required=True, type=click.Path(dir_okay=False, path_type=Path),
-              help="The JSON trace to write (- for stdout; a name ending in .gz is gzipped).")
+@output_option("The JSON trace to write (- for stdout; a name ending in .gz is gzipped).")
 @click.option("--run", default=None, help="The run: its id, its label as reports print it (e.g. 'graph (TP2)'), or a "
                                           "part of its id (default: the only run with steps).")
 @click.option("--steps", default=None, help="Step indexes, e.g. 3,4 or 10-12, or 'all' (default: one representative "
@@ -194,26 +195,19 @@ def perfetto_command(db_path: Path, out: Path, run: str | None, steps: str | Non
     """
     import orjson
 
-    from k25trace import outputs, pipeline
     from k25trace.analysis import report
-    from k25trace.render import export  # deferred: start-up time
+    from k25trace.render import perfetto  # deferred: start-up time
 
     started = time.perf_counter()
     with _guarded(db_path):
-        outputs.check_not_input(out, [("the database", str(db_path))])
-        con = pipeline.connect(db_path, read_only=True)
-        try:
-            inputs = export.input_files(con, db_path)
-            outputs.check_not_input(out, inputs)
-            run_id = export.resolve_run(con, run)
-            chosen = export.select_steps(con, run_id, steps, batch)
-            rank_list = export.parse_int_list(ranks, "--rank")
-            result = export.perfetto_trace(con, run_id, chosen, rank_list, details=details, source=db_path.name)
+        with _reading(db_path, out) as (con, inputs):
+            run_id = perfetto.resolve_run(con, run)
+            chosen = perfetto.select_steps(con, run_id, steps, batch)
+            rank_list = perfetto.parse_int_list(ranks, "--rank")
+            result = perfetto.perfetto_trace(con, run_id, chosen, rank_list, details=details, source=db_path.name)
             label = report.run_labels(con).get(run_id, run_id)
-        finally:
-            con.close()
         data = result.to_json()
-        problems = export.check_chrome_trace(orjson.loads(data))  # the file as a viewer will parse it
+        problems = perfetto.check_chrome_trace(orjson.loads(data))  # the file as a viewer will parse it
         if problems:  # never expected: the exporter builds what the check asks for
             raise click.ClickException("the trace failed its own validity check: " + "; ".join(problems[:5]))
         if out.name.endswith(".gz"):  # both viewers open gzipped JSON traces
@@ -224,10 +218,9 @@ def perfetto_command(db_path: Path, out: Path, run: str | None, steps: str | Non
     for note in result.notes:
         _err(f"note: {note}")
     offsets = ", ".join(f"rank {r} {ns:+,} ns" for r, ns in result.offsets_ns.items())
-    _err(f"wrote {out}: {_size(len(data))}, run {label}, step(s) "
-         f"{export.ranges_text(result.steps)}, rank(s) {', '.join(map(str, result.ranks))}: {result.activities:,} GPU "
-         f"activities, {result.waits:,} collective waits, {result.markers} step markers; clock offsets {offsets}; in "
-         f"{time.perf_counter() - started:.1f} s")
+    _err(f"wrote {out}: {_size(len(data))}, run {label}, step(s) {perfetto.ranges_text(result.steps)}, rank(s) "
+         f"{', '.join(map(str, result.ranks))}: {result.activities:,} GPU activities, {result.waits:,} collective "
+         f"waits, {result.markers} step markers; clock offsets {offsets}; in {time.perf_counter() - started:.1f} s")
 
 
 @export_command.command("parquet")

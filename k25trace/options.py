@@ -1,0 +1,91 @@
+"""The command-line options that more than one command takes, each defined (name, type, default, help) once here.
+
+An option whose meaning is the same everywhere is a ready decorator (:data:`db_option`, :data:`format_option`);
+one whose wording names what the command does with it is a function of that wording (:func:`phase_option`,
+:func:`output_option`). Imports only click and the vocabulary: ``k25trace bench`` runs on GPU machines without
+rich or DuckDB.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+import click
+
+from k25trace.vocab import COMPARE_MATCHES, FORMATS, PHASES
+
+Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
+"""What ``click.option`` returns: adds one option to a command function."""
+
+DB_HELP = "The k25trace DuckDB database file."
+
+
+def database_option(help: str, *, required: bool = False) -> Decorator:  # noqa: A002 - click's own keyword
+    """``--db FILE`` (into ``db_path``), with the command's own help when the database means more than the input."""
+    return click.option("--db", "db_path", required=required, default=None,
+                        type=click.Path(dir_okay=False, path_type=Path), help=help)
+
+
+db_option = database_option(DB_HELP, required=True)
+"""``--db FILE``: the database a command reads (or writes), required."""
+
+format_option = click.option(
+    "--format", "fmt", type=click.Choice(FORMATS), default=None,
+    help="Output format (default: table on a terminal, csv otherwise).",
+)
+"""``--format``: table, csv, json or markdown; None lets the command choose (table on a terminal)."""
+
+
+def phase_option(what: str = "report", *, default: str | None = None, help: str | None = None) -> Decorator:  # noqa: A002
+    """``--phase``: the steps to ``what``; without a default, decode steps or, when no trace has step markers, the
+    inferred steps (the command resolves it)."""
+    if default is None:
+        text = f"Steps to {what} (default: decode; when no trace has step markers, the inferred steps)."
+    else:
+        text = f"Steps to {what}."
+    return click.option("--phase", type=click.Choice(PHASES), default=default, show_default=default is not None,
+                        help=help or text)
+
+
+def output_option(help: str) -> Decorator:  # noqa: A002 - click's own keyword
+    """``-o/--output FILE`` (into ``out``), required; ``-`` is stdout."""
+    return click.option("-o", "--output", "out", required=True, type=click.Path(dir_okay=False, path_type=Path),
+                        help=help)
+
+
+def model_config_option(help: str) -> Decorator:  # noqa: A002 - click's own keyword
+    """``--model-config FILE``: a Hugging Face config.json (it must exist)."""
+    return click.option("--model-config", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+                        help=help)
+
+
+SELECTION_KEYS = "run=ID|LABEL|PART, level=NAME, trace=ID[,ID], rank=N, batch=N"
+"""What ``--a`` / ``--b`` may name (``analysis.compare.Selection.parse``)."""
+
+MATCH_HELP = ("pair steps by phase and batch size, by capture level, or each side's selection as one group "
+              "(auto: side when --a and --b pick different batch sizes or levels, else batch).")
+
+
+def _sentence(prefix: str, text: str) -> str:
+    return f"{prefix}{text}" if prefix else text[:1].upper() + text[1:]
+
+
+def side_options(prefix: str = "") -> Decorator:
+    """``--a`` and ``--b`` (into ``select_a`` / ``select_b``): what each side of a comparison holds; ``prefix``
+    (e.g. ``"Compare: "``) starts their help where comparing is one use of the command."""
+    option_a = click.option("--a", "select_a", multiple=True, metavar="KEY=VALUE",
+                            help=_sentence(prefix, f"what side A holds: {SELECTION_KEYS} (repeatable)."))
+    option_b = click.option("--b", "select_b", multiple=True, metavar="KEY=VALUE",
+                            help=_sentence(prefix, "what side B holds (as --a)."))
+
+    def decorate(function: Callable[..., Any]) -> Callable[..., Any]:
+        return option_a(option_b(function))
+
+    return decorate
+
+
+def match_option(prefix: str = "") -> Decorator:
+    """``--match``: how the steps of the two sides are paired."""
+    return click.option("--match", type=click.Choice(COMPARE_MATCHES), default="auto", show_default=True,
+                        help=_sentence(prefix, MATCH_HELP))
