@@ -29,12 +29,12 @@ COMMON=(--world-size "$WS" --batch-sizes 1,8,64 --warmup 3
 [ "${ONLY:-}" = bench ] || run timeout 170 python3 -m k25trace.synth.decode_loop --out "$T/graph" --steps 6 --master-port 29541 "${COMMON[@]}" --layers 61 \
     > "$OUT/decode_loop_graph.json"
 [ -d "$T/graph" ] && tar -C "$T" -cf "$T/graph.tar" graph && split -b 15M -d "$T/graph.tar" "$OUT/graph.tar.part"; ls -l "$T/graph"
-run timeout 120 python3 -m k25trace.analysis.floor allreduce --backend nccl --world-size "$WS" --batch-sizes 1,8,64 \
+run timeout 120 python3 -m k25trace.bench_cli allreduce --backend nccl --world-size "$WS" --batch-sizes 1,8,64 \
     --count 123 --iters 300 --warmup 30 --bursts 30 --run-name "kimi-tp$WS-h200" --save-json "$OUT/ar_kimi.json"
 [ "${ONLY:-}" = bench ] || run timeout 170 python3 -m k25trace.synth.decode_loop --out "$T/eager" --steps 3 --eager --record-shapes \
     --master-port 29542 "${COMMON[@]}" --layers 8 > "$OUT/decode_loop_eager.json"
 [ -d "$T/eager" ] && tar -C "$T" -cf "$T/eager.tar" eager && split -b 15M -d "$T/eager.tar" "$OUT/eager.tar.part"; ls -l "$T/eager"
-run timeout 120 python3 -m k25trace.analysis.floor allreduce --backend nccl --world-size "$WS" \
+run timeout 120 python3 -m k25trace.bench_cli allreduce --backend nccl --world-size "$WS" \
     --sizes 16K,32K,64K,128K,256K,512K,1M,2M,4M,8M,16M,32M,64M --count 32 --iters 200 --bursts 20 \
     --run-name "sweep-tp$WS-h200" --save-json "$OUT/ar_sweep.json"
 ls -l "$OUT"; date -u +%T

@@ -20,7 +20,7 @@ pytest.importorskip("torch")
 
 from k25trace import db, pipeline
 from k25trace.analysis import floor as bench  # noqa: E402
-from k25trace.analysis import report  # noqa: E402
+from k25trace.analysis import floor_bench, report  # noqa: E402
 from k25trace.errors import K25Error  # noqa: E402
 from k25trace.synth import generate  # noqa: E402
 
@@ -110,6 +110,7 @@ def test_gloo_bench_writes_sane_rows(benched) -> None:
     assert "median_us" in proc.stdout.splitlines()[0]  # the results table (CSV) on stdout
     assert len(proc.stdout.strip().splitlines()) == 1 + len(rows)
     assert "rows written" in proc.stderr
+    assert "single median" in proc.stderr  # rank 0's progress per size, passed to the parent on the result queue
 
 
 def test_floor_report_against_truth(benched) -> None:
@@ -212,7 +213,7 @@ def test_a_rank_that_dies_stops_the_bench_at_once() -> None:
 
     start = time.monotonic()
     with pytest.raises(K25Error) as info:
-        bench.run_allreduce_bench([{"size_bytes": 4096, "count": 4}], backend="gloo", world_size=2, iters=3,
+        floor_bench.run_allreduce_bench([{"size_bytes": 4096, "count": 4}], backend="gloo", world_size=2, iters=3,
                                   warmup=1, bursts=2, timeout_s=600, die_rank=1)
     took = time.monotonic() - start
     assert str(info.value) == ("the bench stopped: rank 1 was killed by SIGKILL (the out-of-memory killer sends it) "

@@ -361,20 +361,24 @@ def _project_imports(path: Path) -> set[str]:
 def test_import_direction_of_the_cli_and_report_layer() -> None:
     """No cycles in the CLI/report layer, function-level imports included: the vocabulary and db import only the
     errors; report imports neither the speed-of-light views (sol builds on report) nor the floor feature nor any
-    front end; no module of the package imports the `bench` feature (analysis.floor): the CLI names it in its lazy
-    command table."""
+    front end; no module of the package imports the `bench` feature (the command bench_cli, the analysis floor and
+    floor_bench) but the feature itself: the CLI names it in its lazy command table."""
     pkg = ROOT / "k25trace"
     assert _project_imports(pkg / "vocab.py") <= {"k25trace.errors", "k25trace.errors.K25Error"}
     assert {m.rsplit(".", 1)[0] if m.count(".") > 1 else m for m in _project_imports(pkg / "db.py")} <= {
         "k25trace.errors"}
     above_report = ("k25trace.analysis.sol", "k25trace.analysis.floor", "k25trace.analysis.browse", "k25trace.cli",
-                    "k25trace.share_cli",
-                    "k25trace.render.html", "k25trace.analysis.compare", "k25trace.render.export", "k25trace.tui")
+                    "k25trace.share_cli", "k25trace.bench_cli", "k25trace.options",
+                    "k25trace.render.html", "k25trace.analysis.compare", "k25trace.render.export",
+                    "k25trace.render.perfetto", "k25trace.tui")
     assert not [m for m in _project_imports(pkg / "analysis" / "report.py") if m.startswith(above_report)]
+    bench = ("k25trace.bench_cli", "k25trace.analysis.floor")  # floor_bench too (the prefix)
+    feature = {pkg / "bench_cli.py", pkg / "analysis" / "floor.py", pkg / "analysis" / "floor_bench.py"}
+    assert all(p.exists() for p in feature)
     importers = [str(p.relative_to(ROOT)) for p in pkg.rglob("*.py")
-                 if p.name != "floor.py" and any(m.startswith("k25trace.analysis.floor") for m in _project_imports(p))]
+                 if p not in feature and any(m.startswith(bench) for m in _project_imports(p))]
     assert importers == []
-    assert "k25trace.analysis.floor" in (pkg / "cli.py").read_text(encoding="utf-8")  # the lazy command table
+    assert '"k25trace.bench_cli"' in (pkg / "cli.py").read_text(encoding="utf-8")  # the lazy command table
 
 
 def test_compare_choices_are_the_vocabulary() -> None:

@@ -57,7 +57,7 @@ def test_bench_iterations_are_bounded(option: str, bound: int, value: str) -> No
 
 
 def test_every_bench_allreduce_option_has_help() -> None:
-    from k25trace.analysis.floor import allreduce
+    from k25trace.bench_cli import allreduce
 
     missing = [p.opts[0] for p in allreduce.params if isinstance(p, click.Option) and not p.help]
     assert missing == []
@@ -85,6 +85,20 @@ def test_bench_without_torch_says_how_to_install_it(tmp_path: Path) -> None:
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 1 and len(lines) == 1, proc.stderr
     assert lines[0].startswith("error: bench allreduce needs PyTorch") and "pip install torch" in lines[0]
+
+
+def test_the_bench_runs_alone_as_a_module() -> None:
+    """`python3 -m k25trace.bench_cli allreduce` (benchmarks/device_tp2.sh, the torch.distributed launcher path): its
+    help, and a bad value as one `error:` line, exit 1, before anything starts."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    helped = subprocess.run([sys.executable, "-m", "k25trace.bench_cli", "allreduce", "--help"], capture_output=True,
+                            text=True, env=env, timeout=120)
+    assert helped.returncode == 0 and "Usage: k25trace bench allreduce" in helped.stdout, helped.stderr
+    bad = subprocess.run([sys.executable, "-m", "k25trace.bench_cli", "allreduce", "--sizes", "6G"],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert bad.returncode == 1 and bad.stderr.strip().splitlines() == [
+        "error: --sizes '6G' is more than 1,073,741,824 bytes (1 GiB): the largest message benched (a decode step's "
+        "all-reduces are KiB to MiB)"], bad.stderr
 
 
 @pytest.mark.parametrize("top", ["-1", "-30"])
