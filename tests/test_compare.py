@@ -20,19 +20,10 @@ import pytest
 
 from k25trace import db, pipeline, synth
 from k25trace.analysis import report
-from k25trace.analysis.compare import (
-    CHANGED,
-    Selection,
-    Side,
-    compare,
-    holm,
-    t_two_sided_p,
-    top_kernels,
-    verdict,
-    welch,
-)
+from k25trace.analysis.compare import CHANGED, Selection, Side, compare, top_kernels, verdict
 from k25trace.errors import K25Error
 from k25trace.names import kernel_family, template_args
+from k25trace.stats import holm, t_two_sided_p, welch
 
 DATA = Path(__file__).parent / "data"
 GAPS = DATA / "h200-gaps"
