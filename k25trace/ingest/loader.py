@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import os
-import re
 import signal
 import threading
 from collections import Counter
@@ -23,9 +22,18 @@ from k25trace.capture.files import sha256_file
 from k25trace.db import run_query
 from k25trace.errors import K25Error, TraceError
 from k25trace.ingest.chunks import _chunks
-from k25trace.ingest.columns import TABLE_ORDER, _Columns, _int_or_none, empty_table
+from k25trace.ingest.columns import TABLE_ORDER, _Columns, empty_table
 from k25trace.ingest.discover import discover, file_size, is_frontend_name
 from k25trace.ingest.events import _dumps
+from k25trace.ingest.file_meta import (
+    base_time,
+    device_name,
+    metadata_text,
+    problem_warnings,
+    rank_of,
+    skipped_counts,
+    span_text,
+)
 from k25trace.ingest.messages import Chunk, End, Progress
 from k25trace.ingest.model import FileResult, LoadOptions, TraceFile
 from k25trace.ingest.scan import scanner_note
@@ -35,9 +43,6 @@ from k25trace.names import short_name
 # ---------------------------------------------------------------------------------------------------------------
 # Loading one file
 
-_TABLE_WORDS = {"gpu": ("GPU activity", "GPU activities"), "launch": ("launch", "launches"),
-                "ann": ("annotation", "annotations"), "ops": ("CPU op", "CPU ops"),
-                "py": ("python function", "python functions")}
 _NO_NAMES: dict[str, int] = {}  # the name ids of a table without rows
 LONG_GPU_NS = 3_600 * 10**9  # a GPU activity longer than an hour is reported
 
@@ -272,40 +277,40 @@ class Loader:
             warnings.append(f"{shown}: the file name is not valid UTF-8; path and file_name are stored with U+FFFD (�) "
                             "in place of the bytes that are not")
         dist = meta.get("distributedInfo") if isinstance(meta.get("distributedInfo"), dict) else None
-        rank, world, rank_source = _rank_of(dist, path.name)
-        base = _base_time(meta, path)
+        rank, world, rank_source = rank_of(dist, path.name)
+        base = base_time(meta, path)
         devices = meta.get("deviceProperties") if isinstance(meta.get("deviceProperties"), list) else None
         self._register_staged()
         self._clean_staged(base, cols.problems)
         gpu_n, main_device, long_n, longest = run_query(con, "ingest_stage_summary",
                                                         {"long_ns": LONG_GPU_NS}).fetchall()[0]
         frontend = is_frontend_name(path.name)
-        warnings += _problem_warnings(shown, cols.problems, gpu_n, frontend)
+        warnings += problem_warnings(shown, cols.problems, gpu_n, frontend)
         if cols.unknown:
             unknown = ", ".join(f"{k} ({v})" for k, v in cols.unknown.most_common())
             warnings.append(f"{shown}: skipped events of unknown categories: {unknown}")
         if long_n:
             warnings.append(f"{shown}: {long_n:,} GPU activit{'y' if long_n == 1 else 'ies'} longer than an hour (the "
-                            f"longest {_span(longest)}): kept; such times usually mean a broken trace")
+                            f"longest {span_text(longest)}): kept; such times usually mean a broken trace")
         trace_id = run_query(con, "ingest_next_trace_id").fetchall()[0][0]
         if new_names:
             run_query(con, "ingest_names_add", {"names": [
                 {"name_id": i, "name": n, "short_name": short_name(n)} for n, i in new_names.items()]})
         run_query(con, "ingest_commit", {"trace_id": trace_id, "rank": rank, "base": base})
-        metadata_text = _metadata_text(meta, shown, warnings)
+        metadata_json = metadata_text(meta, shown, warnings)
         vllm_version = meta.get("vllm_version")
         if isinstance(vllm_version, (list, dict)):
             vllm_version = _dumps(vllm_version)
         run_query(con, "ingest_trace", {
             "trace_id": trace_id, "path": _shown(path.resolve()), "file_name": _shown(Path(path.name)),
             "file_size": read_bytes, "sha256": sha, "rank": rank, "world_size": world, "base_time_ns": base,
-            "device_name": _device_name(devices, main_device, rank), "device_count": len(devices) if devices else None,
+            "device_name": device_name(devices, main_device, rank), "device_count": len(devices) if devices else None,
             "vllm_version": str(vllm_version) if vllm_version is not None else None, "is_frontend": frontend,
             "capture_dir": _shown(tf.capture_dir) if tf.capture_dir else None, "level": tf.level,
             "concurrency": tf.concurrency, "event_count": counts, "gpu_event_count": gpu_n,
             "distributed_info": _dumps(dist) if dist else None,
             "device_properties": _dumps(devices) if devices else None,
-            "metadata": metadata_text, "skipped": orjson.dumps(_skipped_counts(cols)).decode(),
+            "metadata": metadata_json, "skipped": orjson.dumps(skipped_counts(cols)).decode(),
             "loaded_at": _dt.datetime.now(), "loader_version": __version__, "rank_source": rank_source,
         })
         self.last_counts = (rank, counts, gpu_n)
@@ -315,50 +320,6 @@ class Loader:
             self.after_file(con, trace_id)
         return trace_id, warnings
 
-
-def _base_time(meta: dict[str, Any], path: Path) -> int:
-    """The file's baseTimeNanoseconds (0 when absent); one that is no time in ns fails the file."""
-    raw_base = meta.get("baseTimeNanoseconds")
-    base = _int_or_none(raw_base)
-    if raw_base is not None and (base is None or not 0 <= base < (1 << 62)):
-        raise TraceError(str(path), f"baseTimeNanoseconds is {str(raw_base)[:40]}: not a time in ns")
-    return base or 0
-
-
-def _device_name(devices: list[Any] | None, main_device: int | None, rank: int) -> str | None:
-    """The name of the GPU most activities ran on, from deviceProperties (the rank's entry if no activity says)."""
-    if not devices:
-        return None
-    dev_index = main_device if main_device is not None else rank
-    match = [d for d in devices if isinstance(d, dict) and d.get("id") == dev_index]
-    name = (match[0] if match else devices[0] if isinstance(devices[0], dict) else {}).get("name") or None
-    if name is not None and not isinstance(name, str):
-        name = _dumps(name)
-    return name
-
-
-def _metadata_text(meta: dict[str, Any], shown: str, warnings: list[str]) -> str:
-    """The file's other top-level keys as JSON text; keys nested too deep to write are dropped (with a warning)."""
-    known_keys = {"traceEvents", "distributedInfo", "deviceProperties", "baseTimeNanoseconds"}
-    metadata = {k: v for k, v in meta.items() if k not in known_keys}
-    text = _dumps(metadata)
-    if text is None:
-        kept = {k: v for k, v in metadata.items() if _dumps(v) is not None}
-        dropped = sorted(set(metadata) - set(kept))
-        warnings.append(f"{shown}: metadata not stored (nested too deep to write as JSON): {', '.join(dropped)[:200]}")
-        text = _dumps(kept) or "{}"
-    return text
-
-
-def _skipped_counts(cols: _Columns) -> dict[str, int]:
-    """traces.skipped: events skipped per category, plus the rows dropped as bad time, negative or duplicate."""
-    skipped = dict(cols.skipped)
-    for label, prefix in (("(bad time)", "bad_time:"), ("(negative duration)", "negative_dur:"),
-                          ("(duplicate)", "duplicate:")):
-        n = sum(v for k, v in cols.problems.items() if k.startswith(prefix))
-        if n:
-            skipped[label] = n
-    return skipped
 
 
 class _NameIds:
@@ -411,73 +372,6 @@ def _interrupted(exc: BaseException) -> bool:
         exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
     return False
 
-
-def _span(ns: int) -> str:
-    seconds = ns / 1e9
-    if seconds >= 86_400:
-        return f"{seconds / 86_400:.1f} days"
-    return f"{seconds / 3_600:.1f} h"
-
-
-def _problem_warnings(shown: str, problems: Counter[str], gpu_n: int, frontend: bool) -> list[str]:
-    """One line per kind of event the loader did not store, with counts per table."""
-    out = []
-
-    def per_table(prefix: str) -> tuple[int, str]:
-        parts = {k[len(prefix):]: v for k, v in problems.items() if k.startswith(prefix) and v}
-        text = ", ".join(f"{v:,} {_TABLE_WORDS.get(k, (k, k))[v != 1]}"
-                         for k, v in sorted(parts.items(), key=lambda kv: -kv[1]))
-        return sum(parts.values()), text
-
-    n, text = per_table("bad_time:")
-    if n:
-        out.append(f"{shown}: skipped {n:,} event(s) whose ts or dur is no time (NaN, Infinity, or beyond 64-bit ns, "
-                   f"e.g. 1e16 µs): {text}")
-    n, text = per_table("negative_dur:")
-    if n:
-        out.append(f"{shown}: skipped {n:,} event(s) with a negative duration: {text}")
-    n, text = per_table("duplicate:")
-    if n:
-        out.append(f"{shown}: dropped {n:,} exact duplicate event(s) (every stored field equal to an earlier event's; "
-                   f"the first is kept): {text}")
-    no_ts = problems.get("gpu_no_ts", 0)
-    not_x = problems.get("gpu_not_X", 0)
-    bad_gpu = problems.get("bad_time:gpu", 0) + problems.get("negative_dur:gpu", 0)
-    if gpu_n == 0:
-        reasons = []
-        if no_ts:
-            reasons.append(f"its {no_ts:,} kernel/memcpy/memset event(s) have no ts")
-        if not_x:
-            reasons.append(f"{not_x:,} are not complete ('X') events")
-        if bad_gpu:
-            reasons.append(f"{bad_gpu:,} have no usable time (above)")
-        if reasons:
-            out.append(f"{shown}: no GPU events stored: {'; '.join(reasons)}; loaded its CPU events")
-        else:
-            out.append(f"{shown}: no GPU events in the file (CPU-only trace{', front end' if frontend else ''}); "
-                       "loaded its CPU events")
-    elif no_ts or not_x:
-        what = " and ".join(x for x in (f"{no_ts:,} without ts" if no_ts else "",
-                                        f"{not_x:,} not 'X'" if not_x else "") if x)
-        out.append(f"{shown}: skipped GPU events {what}")
-    return out
-
-
-_RANK_NAME_RE = re.compile(r"(?:^|[^A-Za-z0-9])rank[-_]?(\d+)(?![0-9])", re.IGNORECASE)
-
-
-def _rank_of(dist: dict[str, Any] | None, file_name: str) -> tuple[int, int | None, str]:
-    """(rank, world size, where the rank came from): distributedInfo; else vLLM's file name
-    (``dp0_pp0_tp1_dcp0_ep1_rank1.<ns>.pt.trace.json.gz``, older ``…rank1…``), world size unknown; else rank 0 of 1
-    (a single-process trace)."""
-    world = _int_or_none(dist.get("world_size")) if dist else None
-    rank = _int_or_none(dist.get("rank")) if dist else None
-    if rank is not None and 0 <= rank < (1 << 31):
-        return rank, world, "distributedInfo"
-    found = _RANK_NAME_RE.findall(file_name)
-    if found and int(found[-1]) < (1 << 31):
-        return int(found[-1]), world, "file_name"
-    return 0, world if world is not None else 1, "default"
 
 
 def _with_name_ids(table: pa.Table, name_id: Callable[[str], int]) -> pa.Table:
