@@ -214,7 +214,9 @@ def _check_replaceable(out_dir: Path, present: list[str]) -> None:
         raise K25Error(f"{out_dir}: {', '.join(present[:5])} {'is' if len(present) == 1 else 'are'} not from a "
                        f"k25trace export (no k25trace {MANIFEST} there lists {'it' if len(present) == 1 else 'them'}): "
                        "refusing to replace what k25trace did not write; export into another folder")
-    tables = previous.get("tables") if isinstance(previous.get("tables"), dict) else {}
+    tables = previous.get("tables")
+    if not isinstance(tables, dict):
+        tables = {}
     recorded = {str(t.get("path", "")).rstrip("/") for t in tables.values() if isinstance(t, dict)}
     recorded |= {"run_keys.parquet", MANIFEST}
     files = previous.get("files")

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, cast
 
 import duckdb
 import orjson
@@ -248,7 +248,7 @@ def _step_frames(con: duckdb.DuckDBPyConnection, run_id: str, steps: list[int],
 
 def _first_start(events: pl.DataFrame, lanes: pl.DataFrame) -> int:
     """t0: the earliest aligned start of an activity or a step marker."""
-    starts = [int(events["aligned_start_ns"].min())]
+    starts = [int(cast(int, events["aligned_start_ns"].min()))]
     marker_starts = lanes.filter(pl.col("marker_start_ns").is_not_null())
     if not marker_starts.is_empty():
         starts.append(int((marker_starts["marker_start_ns"] - marker_starts["offset_ns"]).min()))

@@ -11,7 +11,7 @@ from rich.segment import Segment
 from rich.text import Span, Text
 
 
-def cell(value: object) -> object:
+def cell(value: object) -> Text:
     """A DataTable cell for a query value: NULL → blank, numbers right-aligned, strings never parsed as markup."""
     if value is None:
         return LineText("")

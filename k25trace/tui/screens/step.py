@@ -263,7 +263,7 @@ class StepScreen(BrowseScreen):
         if header is None or (header["trace_id"], header["step_index"]) != (self.trace_id, self.step_index):
             target = self.step_index + delta  # a load is in flight: count key presses from the step asked for
         else:
-            target = self.detail.header["next_step" if delta > 0 else "prev_step"]
+            target = header["next_step" if delta > 0 else "prev_step"]
         if target is None or target < 0:
             self.notify("No " + ("next" if delta > 0 else "previous") + " step.", severity="warning")
             return

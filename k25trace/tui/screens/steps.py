@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, cast
 
 import polars as pl
 from rich.text import Text
@@ -112,7 +112,7 @@ class StepsScreen(BrowseScreen):
             return
         cap = browse.STEP_ROW_CAP
         walls = [w or 0.0 for w in frame["wall_ms"].to_list()]
-        median = float(frame["wall_ms"].median() or 0.0)
+        median = float(cast(float, frame["wall_ms"].median()) or 0.0)
         for row in frame.head(cap).iter_rows(named=True):
             table.add_row(*self.cells(row, median), key=str(row["step_index"]))
         shown = min(cap, frame.height)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from rich.segment import Segment
@@ -120,7 +121,7 @@ class LineTable(ScrollView, can_focus=True):
         """The key of a row."""
         return self._keys[row]
 
-    def set_lines(self, header: Text, lines: list[Text], keys: list[str | None] | None = None) -> None:
+    def set_lines(self, header: Text, lines: Sequence[Text], keys: list[str | None] | None = None) -> None:
         """Replace the header and every row; the cursor goes back to the first row, the view to the top left."""
         self._header = header
         self._header_strip = None
@@ -130,7 +131,7 @@ class LineTable(ScrollView, can_focus=True):
         self.add_lines(lines, keys)
         self.cursor_row = 0
 
-    def add_lines(self, lines: list[Text], keys: list[str | None] | None = None) -> None:
+    def add_lines(self, lines: Sequence[Text], keys: list[str | None] | None = None) -> None:
         """Append rows (``keys`` as long as ``lines``, when given)."""
         if keys is not None and len(keys) != len(lines):
             raise ValueError(f"{len(lines)} lines but {len(keys)} keys")
@@ -163,9 +164,10 @@ class LineTable(ScrollView, can_focus=True):
             row = y - 1 + scroll_y
             if row >= len(self._lines):
                 return Strip.blank(width, base)
-            strip = self._strips.get(row)
-            if strip is None:
-                strip = self._strips[row] = self._strip(self._lines[row])
+            cached = self._strips.get(row)
+            if cached is None:
+                cached = self._strips[row] = self._strip(self._lines[row])
+            strip = cached
             if row == self.cursor_row:  # over the line's own colours, as a DataTable draws its cursor
                 cursor = self.get_component_rich_style("line-table--cursor")
                 strip = Strip(Segment.apply_style(iter(strip), base, post_style=cursor), strip.cell_length)
