@@ -14,13 +14,12 @@ per event, and writes the category into ``gpu_events``; the loader runs the same
 
 from __future__ import annotations
 
-import csv
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import duckdb
 
+from k25trace.csvfile import read_commented_csv
 from k25trace.db import ensure_schema, queries_dir, run_query
 from k25trace.errors import K25Error, QueryError
 from k25trace.names import short_name
@@ -47,33 +46,24 @@ def builtin_rules_path() -> Path:
 def read_rules(path: Path, *, first_id: int = 1, source: str | None = None) -> list[Rule]:
     """Parse a rules CSV; errors name the file and line."""
     source = source or path.name
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise K25Error(f"{path}: cannot read rules file: {exc.strerror}") from exc
-    rows = [line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
-    reader = csv.DictReader(rows)
-    if reader.fieldnames is None or "category" not in reader.fieldnames:
-        raise K25Error(f"{path}: a rules file needs a header line with columns {','.join(RULE_COLUMNS)}")
-    unknown = [c for c in reader.fieldnames if c not in RULE_COLUMNS]
-    if unknown:
-        raise K25Error(f"{path}: unknown rules column(s) {unknown}; expected {','.join(RULE_COLUMNS)}")
+    table = read_commented_csv(path, columns=RULE_COLUMNS, required="category", unreadable="cannot read rules file",
+                               no_header="a rules file needs a header line with columns", noun="rules")
     rules: list[Rule] = []
-    for line_no, row in enumerate(reader, start=2):
-        extra: Any = row.get(None)  # type: ignore[call-overload,unused-ignore]  # csv puts surplus fields under None
-        if extra:
-            raise K25Error(f"{path}: rule {line_no - 1} has {len(reader.fieldnames) + len(extra)} fields, expected "
-                           f"{len(reader.fieldnames)}: quote patterns that contain commas")
+    for line in table.rows:
+        row, number = line.fields, line.number
+        if line.extra:
+            raise K25Error(f"{path}: rule {number} has {len(table.columns) + len(line.extra)} fields, expected "
+                           f"{len(table.columns)}: quote patterns that contain commas")
         category = (row.get("category") or "").strip()
         kind = (row.get("kind") or "").strip() or None
         name_pattern = (row.get("name_pattern") or "") or None
         collective_pattern = (row.get("collective_pattern") or "") or None
         if not category:
-            raise K25Error(f"{path}: rule {line_no - 1} has no category")
+            raise K25Error(f"{path}: rule {number} has no category")
         if kind is not None and kind not in KINDS:
-            raise K25Error(f"{path}: rule {line_no - 1} ({category}): kind must be one of {KINDS}, not {kind!r}")
+            raise K25Error(f"{path}: rule {number} ({category}): kind must be one of {KINDS}, not {kind!r}")
         if kind is None and name_pattern is None and collective_pattern is None:
-            raise K25Error(f"{path}: rule {line_no - 1} ({category}) matches everything; give a kind or a pattern")
+            raise K25Error(f"{path}: rule {number} ({category}) matches everything; give a kind or a pattern")
         rules.append(
             Rule(first_id + len(rules), category, kind, name_pattern, collective_pattern,
                  (row.get("note") or "").strip(), source)
