@@ -22,7 +22,7 @@ from chromium import Browser, chromium_path, png_size
 from k25trace import db
 from k25trace.cli import cli
 from k25trace.render import html
-from k25trace.tui.colors import CATEGORY_COLORS
+from k25trace.render.colors import CATEGORY_COLORS
 from share_fixtures import CAPTURE_STATS, capture_database, graph_database, tp2_database
 
 # ------------------------------------------------------------------------------------------------ helpers

@@ -31,6 +31,7 @@ from chromium import Browser, chromium_path
 from k25trace import db
 from k25trace.cli import cli
 from k25trace.render import html as k25html
+from k25trace.render.html import markup as k25html_markup
 
 TRACES = Path(__file__).parent / "data" / "h200x2-decode-loop" / "eager"
 
@@ -170,7 +171,7 @@ def test_no_page_runs_a_script_it_did_not_ship(pages: dict[str, tuple[Path, set[
         # positive control 2: the class name of the issue ("c-" + the raw category) runs the category's script
         source = next(p for p, _ in [pages["html"]])
         db_path = next(source.parent.glob("a/*.duckdb"))
-        monkeypatch.setattr(k25html, "css_class",
+        monkeypatch.setattr(k25html_markup, "css_class",
                             lambda c: "c-" + (c or "other").replace(":", "-").replace("_", "-"))
         con = db.connect(db_path, read_only=True)
         old, _ = k25html.build(con, source=db_path.name)
