@@ -11,10 +11,15 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
+from findings_truth import has_graph_launch, raw_allreduce_wait, raw_wait_by_late_rank
+from rich.console import Console
 
-from helpers import B200, DATA, read_exact
+from helpers import B200, DATA
 from k25trace import db, pipeline
 from k25trace.analysis import findings, floor, report
+from k25trace.cli import cli
+from k25trace.render import findings as findings_view
 
 PAIR = DATA / "h200x2-decode-loop"
 GAPS = DATA / "h200-gaps"
@@ -53,53 +58,6 @@ def _kinds(group: findings.FindingGroup) -> dict[str, list[findings.Finding]]:
     return out
 
 
-# ---------------------------------------------------------------------- the raw JSON, read without k25trace
-
-_BATCH = re.compile(r"generation_(\d+)\(")
-
-
-def _raw_allreduce_wait(folder: Path) -> dict[int, Decimal]:
-    """Per decode batch size: the all-reduce wait per engine step, mean over ranks (README: each paired collective's
-    wait on a rank = its duration − the shortest duration across ranks; the k-th all-reduce of a step is paired
-    across ranks), in ms, from the raw JSON: a kernel belongs to the execute_ marker during which the host launched
-    it (correlation → the runtime call), so an all-reduce launched after the last marker belongs to no step."""
-    per_rank: dict[int, list[tuple[int, list[Decimal]]]] = {}
-    for path in sorted(folder.iterdir()):
-        trace = read_exact(path)
-        rank = trace["distributedInfo"]["rank"]
-        events = trace["traceEvents"]
-        markers = sorted((e for e in events if e.get("cat") == "user_annotation"
-                          and str(e.get("name", "")).startswith("execute_")), key=lambda e: e["ts"])
-        launches = {e["args"]["correlation"]: e["ts"] for e in events
-                    if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})}
-        steps: list[tuple[int, list[Decimal]]] = [(int(_BATCH.search(m["name"]).group(1)), []) for m in markers]
-        kernels = sorted((e for e in events if e.get("cat") == "kernel"
-                          and e.get("args", {}).get("Collective name") == "allreduce"), key=lambda e: e["ts"])
-        for k in kernels:
-            t = launches[k["args"]["correlation"]]
-            for i, m in enumerate(markers):
-                if m["ts"] <= t <= m["ts"] + m["dur"]:
-                    steps[i][1].append(Decimal(k["dur"]))
-                    break
-        per_rank[rank] = steps
-    ranks = sorted(per_rank)
-    assert ranks == [0, 1] and len({len(per_rank[r]) for r in ranks}) == 1
-    waits: dict[int, list[Decimal]] = {}
-    for i, (batch, _) in enumerate(per_rank[0]):
-        durations = [per_rank[r][i][1] for r in ranks]
-        assert len({len(d) for d in durations}) == 1 and all(per_rank[r][i][0] == batch for r in ranks)
-        step_wait = sum((sum(d[k] for d in durations) / len(ranks) - min(d[k] for d in durations)
-                         for k in range(len(durations[0]))), Decimal(0))
-        waits.setdefault(batch, []).append(step_wait)
-    return {b: sum(w, Decimal(0)) / len(w) / 1000 for b, w in waits.items()}  # µs -> ms
-
-
-def _has_graph_launch(folder: Path) -> bool:
-    (path,) = folder.iterdir()
-    return any(e.get("cat") == "cuda_runtime" and e.get("name") in ("cudaGraphLaunch", "cudaGraphLaunch_v10000")
-               for e in read_exact(path)["traceEvents"])
-
-
 # --------------------------------------------------------------------------------- the real eager 2-GPU pair
 
 
@@ -109,7 +67,7 @@ def test_pair_names_the_waited_on_rank_its_cause_and_the_wait_as_saving(pair) ->
     groups = _groups(result)
     comm = {r["batch_size"]: r for r in report.breakdown(pair, by="comm").iter_rows(named=True)
             if r["category"] == "allreduce"}
-    raw = _raw_allreduce_wait(PAIR / "eager")
+    raw = raw_allreduce_wait(PAIR / "eager")
     assert sorted(groups) == sorted(comm) == sorted(raw) == [1, 8, 64]
     for batch, group in groups.items():
         (wait,) = [f for f in _kinds(group)["collective_wait"] if f.figures["category"] == "allreduce"]
@@ -207,7 +165,7 @@ def test_pair_without_a_floor_uses_a_labelled_bandwidth_only_bound(pair) -> None
 
 
 def test_eager_h200_names_host_bound_idle_and_launch_overhead(eager) -> None:
-    assert not _has_graph_launch(GAPS / "eager")
+    assert not has_graph_launch(GAPS / "eager")
     idle = {r["batch_size"]: r for r in report.breakdown(eager, by="idle").iter_rows(named=True)}
     for batch, group in _groups(findings.findings(eager, db="e.duckdb")).items():
         kinds = _kinds(group)
@@ -225,7 +183,7 @@ def test_eager_h200_names_host_bound_idle_and_launch_overhead(eager) -> None:
 
 
 def test_graph_twin_does_not_credit_graphs_with_launch_overhead(graph) -> None:
-    assert _has_graph_launch(GAPS / "graph")
+    assert has_graph_launch(GAPS / "graph")
     for group in _groups(findings.findings(graph, min_pct=0.0)).values():
         assert "cuda_graphs" not in _kinds(group)
         assert not any("CUDA graphs would" in f.sentence for f in group.findings)
@@ -284,3 +242,151 @@ def test_frame_and_json(pair) -> None:
     for f in (f for g in result.groups for f in g.findings):
         assert "None" not in f.sentence and "nan" not in f.sentence.lower()
         assert f.saving_ms is None or f.saving_ms >= 0
+
+
+# ------------------------------------------------------------------------------------------------ the terminal
+
+_FIGURE = re.compile(r"(?:< )?\d[\d,]*(?:\.\d+)?(?: (?:ms/step|ms|µs|%))?")
+"""A figure of a sentence: a number with its unit (and its sign), which the terminal must keep on one line."""
+_SAVES = re.compile(r"saves up to ([\d,]+\.\d{3}) ms/step \((\d+\.\d) %\)")
+
+
+def _file_db(tmp_path_factory: pytest.TempPathFactory, name: str, folder: Path) -> Path:
+    path = tmp_path_factory.mktemp(name) / f"{name}.duckdb"
+    con = db.connect(path)
+    pipeline.load_paths(con, [folder])
+    con.close()
+    return path
+
+
+@pytest.fixture(scope="module")
+def pair_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _file_db(tmp_path_factory, "pair-file", PAIR / "eager")
+
+
+@pytest.fixture(scope="module")
+def gaps_dbs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    return {name: _file_db(tmp_path_factory, f"gaps-{name}", GAPS / name) for name in ("eager", "graph")}
+
+
+def _invoke(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(cli, list(args))
+    return result.exit_code, result.stdout, result.stderr
+
+
+def _before_the_tables(stdout: str) -> str:
+    """The default report's text before its first per-batch table (whose title reads 'batch size N: … steps on')."""
+    at = re.search(r"^.*batch size \S+: \d+ steps on", stdout, flags=re.M)
+    assert at is not None, stdout[:2000]
+    return stdout[:at.start()]
+
+
+@pytest.mark.parametrize("width", [120, 80])
+def test_terminal_lines_fit_and_keep_every_figure_whole(pair, eager, graph, width: int) -> None:
+    for con in (pair, eager, graph):
+        result = findings.findings(con, db="x.duckdb", min_pct=0.0)
+        console = Console(width=width, record=True, force_terminal=False, color_system=None)
+        findings_view.print_findings(result, console, per_group=None, more="k25trace report --db x --by findings")
+        lines = console.export_text().splitlines()
+        assert max(len(line) for line in lines) <= width
+        for group in result.groups:
+            assert any(line.startswith(group.heading[:width - 10]) for line in lines)
+            for f in group.findings:
+                for figure in _FIGURE.findall(f.sentence):
+                    assert any(figure in line for line in lines), (width, figure, f.sentence)
+                if f.saving_ms is not None:
+                    assert any(f"saves up to {f.saving_ms:,.3f} ms/step ({f.saving_pct:.1f} %)" in line
+                               for line in lines), (width, f.kind)
+        # a wrapped line never ends inside a number that the next line goes on with
+        for this, after in zip(lines, lines[1:], strict=False):
+            if re.search(r"\d[.,]?$", this):
+                assert not re.match(r"\s*(?:[\d.,]|ms\b|ms/|%|µs)", after), (this, after)
+
+
+def test_terminal_shows_at_most_five_per_group_and_says_how_to_see_the_rest(pair) -> None:
+    result = findings.findings(pair, db="x.duckdb", min_pct=0.0)
+    text = findings_view.findings_text(result, 120, more="k25trace report --db x.duckdb --by findings").plain
+    numbered = re.findall(r"^ +(\d+)\. ", text, flags=re.M)
+    assert numbered and max(int(n) for n in numbered) <= findings_view.PER_GROUP
+    for group in result.groups:
+        assert len(group.findings) > 5  # min_pct 0: every finding kept, so the list was cut
+        assert findings_view.shown(group, 5)[-1].kind == "largest_category"
+    assert text.count("more: k25trace report --db x.duckdb --by findings") == len(result.groups)
+    assert result.overlap in " ".join(text.split())
+
+
+def test_default_table_report_opens_with_the_findings_on_the_pair(pair_db: Path) -> None:
+    """On the real eager pair: before the per-batch tables, per batch size its heading and ranked findings; the
+    wait's saving is the all-reduce wait re-read from the raw JSON, and the late rank the one the raw durations
+    name."""
+    code, out, _ = _invoke("report", "--db", str(pair_db), "--format", "table")
+    assert code == 0
+    head = _before_the_tables(out)
+    assert head.startswith("Findings, ranked by the most each fix alone could bring")
+    raw = raw_allreduce_wait(PAIR / "eager")
+    late = raw_wait_by_late_rank(PAIR / "eager")
+    con = pipeline.connect(pair_db, read_only=True)
+    try:
+        result = findings.findings(con, db=str(pair_db))
+    finally:
+        con.close()
+    positions = [head.index(g.heading) for g in result.groups]
+    assert positions == sorted(positions) and [g.batch_size for g in result.groups] == [1, 8, 64]
+    sections = [head[a:b] for a, b in zip(positions, [*positions[1:], len(head)], strict=True)]
+    for group, section in zip(result.groups, sections, strict=True):
+        flat = " ".join(section.split())
+        assert " 1. " + " ".join(group.findings[0].sentence.split())[:60] in flat
+        if group.batch_size != 1:
+            continue
+        # batch size 1: the wait comes first, names rank 0 (the raw JSON's late rank) and why
+        (worst,) = [r for r, w in late[1].items() if w == max(late[1].values())]
+        assert worst == 0 and f"Rank {worst} caused" in flat and "its host launched late" in flat
+        saves = _SAVES.search(flat)
+        assert saves is not None and "without the wait" in flat[saves.end():saves.end() + 20]
+        assert abs(Decimal(saves.group(1).replace(",", "")) - raw[1]) <= Decimal("0.0006"), (saves.group(1), raw[1])
+        assert "report --by comm, --by comm-site" in flat
+    # scripts keep the table they had: csv (the default off a terminal) and json carry no findings
+    code, csv_out, _ = _invoke("report", "--db", str(pair_db))
+    assert code == 0 and csv_out.startswith("run_id,") and "Findings" not in csv_out and "saves up to" not in csv_out
+    code, json_out, _ = _invoke("report", "--db", str(pair_db), "--format", "json")
+    assert code == 0 and json.loads(json_out)[0]["category"]
+
+
+def test_default_table_report_names_host_bound_idle_and_launch_overhead_only_when_eager(gaps_dbs) -> None:
+    assert not has_graph_launch(GAPS / "eager") and has_graph_launch(GAPS / "graph")
+    code, out, _ = _invoke("report", "--db", str(gaps_dbs["eager"]), "--format", "table")
+    head = " ".join(_before_the_tables(out).split())
+    assert code == 0 and head.startswith("Findings")
+    assert "1. The GPU sits idle" in head and "waiting for the host to launch work" in head  # ranked first at bs 1
+    assert "without CUDA graphs: their launch overhead" in head and "with CUDA graphs (launch overhead only)" in head
+    code, out, _ = _invoke("report", "--db", str(gaps_dbs["graph"]), "--format", "table")
+    head = " ".join(_before_the_tables(out).split())
+    assert code == 0 and head.startswith("Findings")
+    assert "without CUDA graphs" not in head and "CUDA graphs would remove" not in head
+    assert "CUDA-graph replays record no shapes" in head
+
+
+def test_by_findings_json_is_as_dict_and_csv_the_frame(pair_db: Path) -> None:
+    code, out, _ = _invoke("report", "--db", str(pair_db), "--by", "findings", "--format", "json")
+    assert code == 0
+    con = pipeline.connect(pair_db, read_only=True)
+    try:
+        result = findings.findings(con, db=str(pair_db))
+    finally:
+        con.close()
+    assert json.loads(out) == findings.as_dict(result)
+    code, out, _ = _invoke("report", "--db", str(pair_db), "--by", "findings", "--format", "csv")
+    assert code == 0 and out == findings.findings_frame(result).write_csv()
+    code, out, _ = _invoke("report", "--db", str(pair_db), "--by", "findings", "--format", "table")
+    lines = out.splitlines()
+    assert code == 0 and lines[0].startswith("Findings") and max(len(line) for line in lines) <= 120
+    total = sum(len(g.findings) for g in result.groups)
+    assert len(re.findall(r"^ +\d+\. ", out, flags=re.M)) == total  # every finding, not five per group
+
+
+def test_by_findings_refuses_per_rank_filters(pair_db: Path) -> None:
+    for args in (("--rank", "0"), ("--trace", "1"), ("--top", "3")):
+        code, out, err = _invoke("report", "--db", str(pair_db), "--by", "findings", *args)
+        assert code == 1 and out == "" and "--by findings does not take" in err, args
+    code, out, err = _invoke("report", "--db", str(pair_db), "--format", "table", "--rank", "0")
+    assert code == 0 and not out.startswith("Findings") and "the findings are of whole runs" in err

@@ -1,32 +1,78 @@
-"""Overview: the runs and ranks in the database, capture levels, step counts and the decode breakdown."""
+"""Overview: the findings first (what costs the step and the most each fix could save), then the runs and ranks in
+the database, capture levels, step counts and the decode breakdown."""
 
 from __future__ import annotations
 
 from typing import ClassVar
 
 import polars as pl
-from textual import on
+from rich.text import Text
+from textual import events, on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
-from textual.widgets import DataTable, Footer, Header, Label
+from textual.markup import escape
+from textual.widgets import DataTable, Footer, Header, Label, Static
 
-from k25trace.analysis import browse
-from k25trace.tui.messages import BreakdownLoaded, OpenSteps, OverviewLoaded
+from k25trace.analysis import browse, findings
+from k25trace.render.findings import all_command, findings_text
+from k25trace.tui.messages import BreakdownLoaded, FetchFailed, FindingsLoaded, OpenSteps, OverviewLoaded
 from k25trace.tui.screens.base import BrowseScreen
 from k25trace.tui.widgets import CategoryBars, fill_table
 
 
+class FindingsPanel(Static):
+    """The findings laid out as ``k25trace report`` prints them (:mod:`k25trace.render.findings`), at the panel's
+    width, laid out again when it changes."""
+
+    def __init__(self, *, id: str | None = None) -> None:  # noqa: A002 - Textual's own keyword
+        super().__init__("[b]Findings[/b]: computing…", id=id)
+        self.result: findings.Findings | None = None
+        self.more: str | None = None
+        self.text = Text("")
+
+    def show_findings(self, result: findings.Findings, more: str) -> None:
+        """Lay out ``result`` (``more``: the command that lists every finding) and show it."""
+        self.result, self.more = result, more
+        self._lay_out(self.size.width)
+
+    def _lay_out(self, width: int) -> None:
+        if self.result is not None:
+            self.text = findings_text(self.result, width or 120, more=self.more)
+            self.update(self.text)
+
+    def on_resize(self, event: events.Resize) -> None:
+        self._lay_out(event.size.width)
+
+
 class OverviewScreen(BrowseScreen):
-    """The first screen: pick a trace (rank) to see its steps."""
+    """The first screen: the findings, then pick a trace (rank) to see its steps."""
+
+    DEFAULT_CSS = """
+    #findings-scroll {
+        height: auto;
+        max-height: 45%;
+        padding: 0 1;
+        border-bottom: solid $primary-darken-2;
+    }
+    #findings {
+        height: auto;
+    }
+    """
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("enter", "open_trace", "Steps of trace", show=False),
         Binding("R", "reload", "Reload"),
     ]
 
+    def __init__(self, db_name: str = "FILE") -> None:
+        super().__init__()
+        self.db_name = db_name  # the database as the findings' commands name it
+
     def compose(self) -> ComposeResult:
         yield Header()
+        with VerticalScroll(id="findings-scroll"):
+            yield FindingsPanel(id="findings")
         with VerticalScroll(id="overview"):
             yield Label("loading…", id="status")
             yield Label("[b]Traces[/b] (one per rank) — Enter: its steps", classes="section")
@@ -47,8 +93,19 @@ class OverviewScreen(BrowseScreen):
         self.action_reload()
 
     def action_reload(self) -> None:
-        """Query the overview again (after a load in another terminal)."""
+        """Query the overview again (after a load in another terminal), and the findings beside it."""
         self.fetch(OverviewLoaded, browse.overview)
+        self.fetch(FindingsLoaded, lambda cursor: findings.findings(cursor, db=self.db_name), group="findings")
+
+    @on(FindingsLoaded)
+    def show_findings(self, message: FindingsLoaded) -> None:
+        self.query_one("#findings", FindingsPanel).show_findings(
+            message.result, all_command(self.db_name, message.result.phase))
+
+    @on(FetchFailed)
+    def show_findings_failure(self, message: FetchFailed) -> None:
+        if message.kind is FindingsLoaded:
+            self.query_one("#findings", FindingsPanel).update(f"[b]Findings[/b]: none ({escape(message.error)})")
 
     @on(BreakdownLoaded)
     def show_breakdown(self, message: BreakdownLoaded) -> None:
