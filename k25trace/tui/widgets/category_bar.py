@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from rich.text import Text
 from textual.widgets import Static
 
+from k25trace.render.colors import category_color
 from k25trace.tui.cells import LineText
-from k25trace.tui.colors import category_color
 
 BLOCK = "█"
 IDLE = "·"
