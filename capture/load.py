@@ -16,10 +16,11 @@ import math
 import random
 import time
 from dataclasses import asdict, dataclass, field
-from typing import AsyncIterator, Callable
+from typing import AsyncGenerator, Callable
 
 import httpx
 
+from k25trace.capture.manifest import Distribution, LevelStats
 from k25trace.stats import quantile
 
 
@@ -178,6 +179,11 @@ class LoadGenerator:
         headers = {"Authorization": f"Bearer {c.api_key}"} if c.api_key else {}
         rng = random.Random(c.seed ^ 0x5EED)
         sem = asyncio.Semaphore(c.concurrency)
+
+        def finished(task: asyncio.Task) -> None:
+            self._tasks.discard(task)
+            sem.release()
+
         self._t0 = time.monotonic()
         deadline = self._t0 + c.duration_s if c.duration_s else math.inf
         async with httpx.AsyncClient(base_url=c.url.rstrip("/"), limits=limits, timeout=timeout,
@@ -205,7 +211,7 @@ class LoadGenerator:
                         break
                     t = asyncio.create_task(self._one(client, i, now - self._t0))
                     self._tasks.add(t)
-                    t.add_done_callback(lambda t: (self._tasks.discard(t), sem.release()))
+                    t.add_done_callback(finished)
                     i += 1
                     if i % 64 == 0:
                         await asyncio.sleep(0)  # let started requests get going
@@ -223,7 +229,7 @@ class LoadGenerator:
 # --- one streamed response ------------------------------------------------------------------------
 
 
-async def _sse_events(resp: httpx.Response) -> AsyncIterator[dict]:
+async def _sse_events(resp: httpx.Response) -> AsyncGenerator[dict, None]:
     """The JSON objects of a server-sent-event stream's ``data:`` lines, until ``data: [DONE]``; lines that are
     not ``data:``, and data that is not a JSON object, are skipped. (The SSE framing is split by hand: cheaper
     than ``aiter_lines``.)"""
@@ -338,22 +344,17 @@ def _finish(st: _Stream, end: float) -> int:
 # --- statistics ----------------------------------------------------------------------------------
 
 
-def dist(values: list[float | None]) -> dict:
+def dist(values: list[float | None]) -> Distribution:
     """Mean, p50, p90 and p99 (:func:`k25trace.stats.quantile`, rounded to 3 decimals) and n; None values are
     left out, and with none left every statistic is None."""
     vals = sorted(v for v in values if v is not None)
     if not vals:
-        return {"mean": None, "p50": None, "p90": None, "p99": None, "n": 0}
-    return {
-        "mean": round(sum(vals) / len(vals), 3),
-        "p50": round(quantile(vals, 0.50), 3),
-        "p90": round(quantile(vals, 0.90), 3),
-        "p99": round(quantile(vals, 0.99), 3),
-        "n": len(vals),
-    }
+        return Distribution(n=0)
+    return Distribution(mean=round(sum(vals) / len(vals), 3), p50=round(quantile(vals, 0.50), 3),
+                        p90=round(quantile(vals, 0.90), 3), p99=round(quantile(vals, 0.99), 3), n=len(vals))
 
 
-def summarize(result: LoadResult) -> dict:
+def level_stats(result: LoadResult) -> LevelStats:
     """The level's ``stats`` in the manifest: counts, throughput and latency distributions of the successful
     requests, the first distinct errors."""
     recs = result.records
@@ -361,20 +362,25 @@ def summarize(result: LoadResult) -> dict:
     out_tok = sum(r.output_tokens for r in ok)
     in_tok = sum(r.input_tokens or 0 for r in ok)
     dur = result.duration_s
-    return {
-        "requests": len(recs),
-        "completed": len(ok),
-        "errors": len(recs) - len(ok),
-        "output_tokens": out_tok,
-        "input_tokens": in_tok,
-        "duration_s": round(dur, 4),
-        "output_tok_s": round(out_tok / dur, 3) if dur > 0 else None,
-        "request_throughput": round(len(ok) / dur, 4) if dur > 0 else None,
-        "max_in_flight": result.max_in_flight,
-        "aborted": result.aborted,
-        "ttft_ms": dist([r.ttft_ms for r in ok]),
-        "tpot_ms": dist([r.tpot_ms for r in ok if r.tpot_ms is not None]),
-        "itl_ms": dist([x for r in ok for x in r.itl_ms]),
-        "e2e_ms": dist([r.e2e_ms for r in ok]),
-        "first_errors": sorted({r.error for r in recs if r.error})[:5],
-    }
+    return LevelStats(
+        requests=len(recs),
+        completed=len(ok),
+        errors=len(recs) - len(ok),
+        output_tokens=out_tok,
+        input_tokens=in_tok,
+        duration_s=round(dur, 4),
+        output_tok_s=round(out_tok / dur, 3) if dur > 0 else None,
+        request_throughput=round(len(ok) / dur, 4) if dur > 0 else None,
+        max_in_flight=result.max_in_flight,
+        aborted=result.aborted,
+        ttft_ms=dist([r.ttft_ms for r in ok]),
+        tpot_ms=dist([r.tpot_ms for r in ok if r.tpot_ms is not None]),
+        itl_ms=dist([x for r in ok for x in r.itl_ms]),
+        e2e_ms=dist([r.e2e_ms for r in ok]),
+        first_errors=sorted({r.error for r in recs if r.error})[:5],
+    )
+
+
+def summarize(result: LoadResult) -> dict:
+    """:func:`level_stats` as the manifest's JSON object."""
+    return level_stats(result).to_json()

@@ -2,18 +2,19 @@
 from __future__ import annotations
 
 import gzip
-import io
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from rich.console import Console
 
 import helpers
 from fakevllm import trace_bytes, write_trace
 from k25trace.capture.files import StepScan, _MarkerScan, check_trace_file, parse_step_marker, scan_step_markers
-from k25trace.capture.runner import EXIT_OK, CaptureOptions, Run
+from k25trace.capture.level_checks import check_batch
+from k25trace.capture.manifest import ManifestFile, ManifestLevel
+from k25trace.capture.runner import EXIT_OK, CaptureOptions
 from manifest_shape import check_shape
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -91,26 +92,26 @@ def test_no_profile_level_uses_metrics(fake, run_cap):
     assert lv["decode_batch_sizes_seen"] is None and not lv["warnings"]
 
 
-def _run(tmp_path) -> Run:
-    opts = CaptureOptions(url="http://127.0.0.1:1", out=tmp_path, trace_dir=tmp_path, concurrency=[8])
-    return Run(opts, Console(file=io.StringIO()), Console(file=io.StringIO()))
+def _opts(tmp_path) -> CaptureOptions:
+    return CaptureOptions(url="http://127.0.0.1:1", out=tmp_path, trace_dir=tmp_path, concurrency=[8])
 
 
 def test_data_parallel_ranks_add_up_tensor_parallel_ranks_do_not(tmp_path):
     def f(name, rank, hist):
-        return {"path": f"c8/{name}", "rank": rank, "frontend": False, "valid": True, "decode_batch_sizes": hist}
+        return ManifestFile(f"c8/{name}", rank=rank, frontend=False, valid=True, decode_batch_sizes=hist)
 
-    lv = {"name": "c8", "concurrency": 8, "profiled": True, "warnings": [], "max_running_requests": None,
-          "files": [f("dp0_pp0_tp0_dcp0_ep0_rank0.1.pt.trace.json.gz", 0, {"3": 5, "4": 9}),
-                    f("dp0_pp0_tp1_dcp0_ep1_rank1.1.pt.trace.json.gz", 1, {"4": 9}),
-                    f("dp1_pp0_tp0_dcp0_ep2_rank2.1.pt.trace.json.gz", 2, {"4": 9}),
-                    f("dp1_pp0_tp1_dcp0_ep3_rank3.1.pt.trace.json.gz", 3, {"4": 9})]}
-    _run(tmp_path).check_batch(lv, 8)
-    assert lv["decode_batch_sizes_seen"] == {"3": 5, "4": 9} and lv["decode_batch_sizes_rank"] == 0
-    assert lv["max_decode_batch_seen"] == 8 and lv["reached_concurrency"] is True and not lv["warnings"]
-    tp_only = dict(lv, warnings=[], files=[dict(x, path=x["path"].replace("dp1_", "dp0_")) for x in lv["files"]])
-    _run(tmp_path).check_batch(tp_only, 8)
-    assert tp_only["max_decode_batch_seen"] == 4 and tp_only["reached_concurrency"] is False
+    lv = ManifestLevel("c8", 8, profiled=True,
+                       files=[f("dp0_pp0_tp0_dcp0_ep0_rank0.1.pt.trace.json.gz", 0, {3: 5, 4: 9}),
+                              f("dp0_pp0_tp1_dcp0_ep1_rank1.1.pt.trace.json.gz", 1, {4: 9}),
+                              f("dp1_pp0_tp0_dcp0_ep2_rank2.1.pt.trace.json.gz", 2, {4: 9}),
+                              f("dp1_pp0_tp1_dcp0_ep3_rank3.1.pt.trace.json.gz", 3, {4: 9})])
+    check_batch(_opts(tmp_path), lv, 8, print)
+    assert lv.decode_batch_sizes_seen == {3: 5, 4: 9} and lv.decode_batch_sizes_rank == 0
+    assert lv.to_json()["decode_batch_sizes_seen"] == {"3": 5, "4": 9}  # JSON keys are strings
+    assert lv.max_decode_batch_seen == 8 and lv.reached_concurrency is True and not lv.warnings
+    tp_only = replace(lv, warnings=[], files=[replace(x, path=x.path.replace("dp1_", "dp0_")) for x in lv.files])
+    check_batch(_opts(tmp_path), tp_only, 8, print)
+    assert tp_only.max_decode_batch_seen == 4 and tp_only.reached_concurrency is False
 
 
 # ------------------------------------------------------------------------------- the streaming marker scan

@@ -6,7 +6,18 @@ import math
 
 import pytest
 
-from k25trace.capture.manifest import LEVEL_COLUMNS, check_manifest, level_rows, write_manifest
+from k25trace.capture.manifest import (
+    LEVEL_COLUMNS,
+    Distribution,
+    ExtraFile,
+    LevelStats,
+    Manifest,
+    ManifestFile,
+    ManifestLevel,
+    check_manifest,
+    level_rows,
+    write_manifest,
+)
 from k25trace.capture.runner import EXIT_ERROR, EXIT_OK
 
 SHA = "ab" * 32
@@ -47,12 +58,39 @@ def test_good_manifest_reads_clean(tmp_path):
     assert m.lookup("c2/rank0.1.pt.trace.json.gz")[0]["name"] == "c2"
     assert m.lookup("c2/rank0.1.pt.trace.json.gz")[1]["sha256"] == SHA
     assert m.lookup("c4/other.pt.trace.json.gz")[1] is None and m.lookup("x/y.gz") == (None, None)
-    assert m.levels[0].stats.ttft_ms.p90 == 2.0 and m.levels[1].stats.requests is None
+    assert m.levels[0].stats.ttft_ms.p90 == 2.0 and m.levels[1].stats is None  # "stats": null: no load ran
     rows = level_rows(m)
     assert [r["level"] for r in rows] == ["c2", "c4"] and list(rows[0])[:len(LEVEL_COLUMNS)] == list(LEVEL_COLUMNS)
     assert rows[0]["ttft_p90_ms"] == 2.0 and rows[0]["max_decode_batch_seen"] == 2 and rows[1]["requests"] is None
     assert m.levels[0].decode_batch_sizes_seen == {1: 3, 2: 5}
     assert json.loads(m.json_text()) == good()
+
+
+def test_one_definition_writes_and_reads_every_key(tmp_path):
+    # what the runner writes (to_json) reads back (from_json) as the same entries; keys an older manifest lacks
+    # read as their defaults
+    level = ManifestLevel("c2", 2, profiled=True, start_status="200", start_detail=None, stop_status="500",
+                          stop_seconds=1.5, stop_detail="engine dead", world_size=2, running_requests_note="404",
+                          stats=LevelStats(requests=2, completed=2, aborted=False, ttft_ms=Distribution(1.0, 1.0, 2.0,
+                                           3.0, 2), first_errors=["HTTP 503"]),
+                          files=[ManifestFile("c2/rank0.1.pt.trace.json.gz", rank=0, world_size=2, frontend=False,
+                                              size=10, sha256=SHA, valid=True, vllm_version="0.11",
+                                              step_markers=7, decode_batch_sizes={2: 7})],
+                          missing_ranks=[1], extra_files=[ExtraFile("c2/x.txt", 3, SHA)], warnings=["w"],
+                          decode_batch_sizes_seen={2: 7}, decode_batch_sizes_rank=0, max_decode_batch_seen=2)
+    manifest = Manifest(name="x", status="incomplete", error="boom", levels=[level, ManifestLevel("c4", 4)])
+    write_manifest(tmp_path, manifest.to_json())
+    m = check_manifest(tmp_path)
+    assert m.problems == [] and m.levels == manifest.levels and m.manifest == manifest
+    assert m.data["levels"][0]["decode_batch_sizes_seen"] == {"2": 7} and m.data["error"] == "boom"
+    old = check_manifest_of(tmp_path / "old", {"k25trace_capture": 1, "levels": [{"name": "c8"}]})
+    assert old.problems == [] and old.levels == [ManifestLevel("c8", status=None, running_requests_samples=None)]
+    assert old.manifest.status is None and old.manifest.settings == {} and old.levels[0].dir == "c8"
+
+
+def check_manifest_of(d, data):
+    _write(d, json.dumps(data))
+    return check_manifest(d)
 
 
 def test_no_manifest_or_someone_elses(tmp_path):
