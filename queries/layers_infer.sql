@@ -10,12 +10,20 @@
 --     (its gap signature). Tokens launched once per layer at the same place share one signature. Among the
 --     signatures of at least 4 occurrences, held by at least two tokens and by at least a quarter as many tokens
 --     as the most common signature, whose tokens' most common distance is 4 or more and is at least 3/4 of their
---     distances (a kernel launched twice per layer alternates two distances), the one with the most occurrences wins (the layer count L: it counts every layer, also dense
---     layers that lack the MoE's kernels), then the one with the most tokens. With a model config ($layers) only
---     a signature of exactly $layers occurrences counts. Its earliest token is the anchor. Layer k starts phi
+--     distances (steady tokens; a kernel launched twice per layer alternates two distances), the one with the
+--     most occurrences wins (the layer count L: it counts every layer, also dense layers that lack the MoE's
+--     kernels), then the one with the most tokens. Layers of two kinds in turn (gpt-oss: sliding-window and full
+--     attention, whose kernels differ) make that signature repeat once per two layers: when more tokens
+--     alternate two distances a, b (neither under a third of a + b; a + b in 3/4 of their pairs of distances)
+--     with a + b that signature's distance and twice (±1) its occurrences than hold it, they are the layers. With
+--     a model config ($layers) only a steady signature of exactly $layers occurrences counts, or alternating
+--     tokens of $layers occurrences when none does. The earliest token is the anchor. Layer k starts phi
 --     activities before the anchor's k-th occurrence: phi is how far back the activities before the occurrences
 --     agree (at each distance the most common kernel, held by layer 0's and by all but one in ten (at least one)
---     of the others; it stops where layer 0's predecessor, the pre's last activity, differs). When the one
+--     of the others; it stops where layer 0's predecessor, the pre's last activity, differs). Where layer 0 alone
+--     differs, one activity short of the others (vLLM's first layer whose copy torch.compile fused into the
+--     embedding) or one over, and its activities moved by one agree for two or more distances more (two norms
+--     agree), phi goes on and layer 0 starts one activity nearer (farther from) its anchor. When the one
 --     activity before the layers' start is a norm kernel, the same in every layer but the first, and a norm in
 --     the first too (vLLM: rms_norm, then fused_add_rms_norm), the layers start there. A layer with an activity
 --     more or less before its anchor (a spin kernel, an injected copy) whose start is not the layers' first
@@ -57,9 +65,12 @@ ann_starts as (
 ),
 
 occ as (  -- one ordered pass (a partitioned window is slower): the distance to the token's previous occurrence
+          -- (gap) and to the one before it (pair)
     select step_index, token, pos,
         case when lag(step_index) over w = step_index and lag(token) over w = token then pos - lag(pos) over w end
-            as gap
+            as gap,
+        case when lag(step_index, 2) over w = step_index and lag(token, 2) over w = token
+            then pos - lag(pos, 2) over w end as pair
     from _layer_seq
     where step_index not in (select step_index from ann_ok)
     window w as (order by step_index, token, pos)
@@ -74,24 +85,38 @@ token_gaps as (
 
 token_mode as (
     select step_index, token, arg_max(gap, at_gap * 4294967296 - gap) as mode_gap, max(at_gap) as at_mode,
-        sum(at_gap) as gaps
+        sum(at_gap) as gaps, min(gap) as min_gap
     from token_gaps
     group by all
 ),
 
-tokens as (
+pair_mode as (  -- the most common distance over two occurrences
+    select step_index, token, arg_max(pair, at_pair * 4294967296 - pair) as mode_pair, max(at_pair) as at_mode_pair,
+        sum(at_pair) as pairs
+    from (select step_index, token, pair, count(*) as at_pair from occ where pair is not null group by all)
+    group by all
+),
+
+tokens as (  -- steady tokens (one distance in 3/4 of their gaps) and alternating ones (two distances a, b, neither
+             -- under a third of a + b, with a + b in 3/4 of their pairs)
     select occ.step_index, occ.token, count(*)::integer as c, min(occ.pos) as first_pos,
-        string_agg(occ.gap::varchar, ',' order by occ.pos) as signature
+        string_agg(occ.gap::varchar, ',' order by occ.pos) as signature,
+        any_value(token_mode.mode_gap) as mode_gap, any_value(pair_mode.mode_pair) as mode_pair,
+        any_value(token_mode.at_mode * 4 < token_mode.gaps * 3) as alternating
     from occ
     join token_mode using (step_index, token)
-    where token_mode.mode_gap >= 4 and token_mode.at_mode * 4 >= token_mode.gaps * 3
+    left join pair_mode using (step_index, token)
+    where (token_mode.mode_gap >= 4 and token_mode.at_mode * 4 >= token_mode.gaps * 3)
+        or (pair_mode.pairs >= 3 and pair_mode.mode_pair >= 8 and pair_mode.at_mode_pair * 4 >= pair_mode.pairs * 3
+            and token_mode.min_gap * 3 >= pair_mode.mode_pair)
     group by all
 ),
 
 signatures as (
     select step_index, c, signature, count(*)::integer as members, min(first_pos) as first_pos,
-        arg_min(token, first_pos) as anchor
+        arg_min(token, first_pos) as anchor, any_value(mode_gap) as gap
     from tokens
+    where not alternating
     group by all
 ),
 
@@ -101,12 +126,39 @@ candidates as (
     where members >= 2 and c >= 4 and ($layers is null or c = $layers)
 ),
 
-chosen as (
-    select step_index, c, anchor
+steady_chosen as (
+    select step_index, c, anchor, members, gap
     from (select *, row_number() over (partition by step_index order by c desc, members desc, first_pos) as r
           from candidates
           where members * 4 >= top_members)
     where r = 1
+),
+
+alternating_chosen as (  -- layers of two kinds in turn (e.g. sliding-window and full attention): the steady
+                         -- signature found repeats once per two layers, and more tokens occur twice as often with
+                         -- two distances that add up to its distance (once per layer) than hold it; with a model
+                         -- config, alternating tokens that occur $layers times when no steady signature does
+    select step_index, c, anchor
+    from (select alt.*, row_number() over (partition by alt.step_index order by alt.members desc, alt.c desc,
+                                           alt.first_pos) as r
+          from (select step_index, c, mode_pair, count(*)::integer as members, min(first_pos) as first_pos,
+                    arg_min(token, first_pos) as anchor
+                from tokens
+                where alternating
+                group by all) as alt
+          left join steady_chosen as steady using (step_index)
+          where alt.members >= 2 and alt.c >= 4
+              and (($layers is null and alt.c between 2 * steady.c - 1 and 2 * steady.c + 1
+                    and alt.mode_pair = steady.gap and alt.members > steady.members)
+                   or ($layers is not null and alt.c = $layers and steady.step_index is null)))
+    where r = 1
+),
+
+chosen as (
+    select step_index, c, anchor from alternating_chosen
+    union all
+    select step_index, c, anchor from steady_chosen
+    where step_index not in (select step_index from alternating_chosen)
 ),
 
 anchors as (
@@ -116,7 +168,8 @@ anchors as (
 ),
 
 back as (  -- the activities before each occurrence (back to the previous one), by distance i from it
-    select s.step_index, a.q - s.pos as i, s.token, count(*) as hits, count(*) filter (where a.k = 0) as first_hits
+    select s.step_index, a.q - s.pos as i, s.token, count(*) as hits, count(*) filter (where a.k = 0) as first_hits,
+        any_value(s.category) as category
     from _layer_seq as s
     asof join anchors as a on s.step_index = a.step_index and s.pos < a.q
     where s.step_index in (select step_index from chosen)
@@ -125,32 +178,61 @@ back as (  -- the activities before each occurrence (back to the previous one), 
 
 back_mode as (  -- per distance: the most common activity, how many layers have it, and whether layer 0 has it
     select step_index, i, arg_max(token, hits * 4294967296 - token) as token, max(hits) as hits,
-        arg_max(first_hits > 0, hits * 4294967296 - token) as first_agrees
+        arg_max(first_hits > 0, hits * 4294967296 - token) as first_agrees,
+        arg_max(category, hits * 4294967296 - token) as category
     from back
     group by all
 ),
 
-phase as (  -- the first distance where layer 0 differs or more than one layer in ten (at least 1) does
-    select back_mode.step_index,
-        coalesce(min(back_mode.i) filter (where not back_mode.first_agrees
-                                          or back_mode.hits < chosen.c - greatest(1, chosen.c // 10)),
-                 max(back_mode.i) + 1) - 1 as phi
+agreed as (  -- per distance: the most common activity, whether layer 0 has it, whether all but one layer in ten
+            -- (at least 1) do
+    select back_mode.step_index, back_mode.i, back_mode.token, back_mode.category, back_mode.first_agrees,
+        back_mode.hits >= chosen.c - greatest(1, chosen.c // 10) as holds
     from back_mode
     join chosen using (step_index)
-    group by back_mode.step_index
 ),
 
-phased as (
-    select chosen.step_index, chosen.c, coalesce(phase.phi, 0) as phi
+phase as (  -- the first distance where layer 0 differs or more than one layer in ten does (m0), and whether the
+            -- others agree there (then layer 0 alone differs)
+    select step_index, coalesce(min(i) filter (where not first_agrees or not holds), max(i) + 1) as m0,
+        coalesce(arg_min(holds, i) filter (where not first_agrees or not holds), false) as m0_holds
+    from agreed
+    group by step_index
+),
+
+shifted as (  -- layer 0 one activity short of the others at m0 (shift 1: vLLM's first layer can lack a copy that
+              -- torch.compile fused into the embedding) or one over (shift -1): the first distance where its
+              -- activities, moved by one, no longer agree (two norms agree: the first layer's has no residual add)
+    select phase.step_index, sh.shift, phase.m0,
+        coalesce(min(agreed.i) filter (where not agreed.holds or (l0.token is distinct from agreed.token
+                                                                  and not (l0.category = 'norm'
+                                                                           and agreed.category = 'norm'))),
+                 max(agreed.i) + 1) as m
+    from phase
+    cross join (values (1), (-1)) as sh(shift)
+    join agreed on agreed.step_index = phase.step_index and agreed.i >= phase.m0 + (sh.shift = 1)::integer
+    left join (select step_index, i, token, category from back where first_hits > 0) as l0
+        on l0.step_index = phase.step_index and l0.i = agreed.i - sh.shift
+    where phase.m0_holds
+    group by all
+),
+
+phased as (  -- phi, and layer 0's shift when its moved activities agree for 2 or more distances beyond m0
+    select chosen.step_index, chosen.c, coalesce(best.m, phase.m0, 1) - 1 as phi, coalesce(best.shift, 0) as shift0
     from chosen
     left join phase using (step_index)
+    left join (select step_index, arg_max(shift, m * 4 + shift) as shift, max(m) as m
+               from shifted
+               where m - m0 - (shift = 1)::integer >= 2
+               group by step_index) as best using (step_index)
 ),
 
 before as (  -- the activity just before each layer's start
     select a.step_index, a.k, s.token, s.category
     from anchors as a
     join phased using (step_index)
-    join _layer_seq as s on s.step_index = a.step_index and s.pos = a.q - phased.phi - 1
+    join _layer_seq as s on s.step_index = a.step_index
+        and s.pos = a.q - phased.phi + (a.k = 0)::integer * phased.shift0 - 1
 ),
 
 norm_start as (  -- every layer but the first preceded by one norm kernel, the first by a norm too
@@ -180,7 +262,7 @@ edges as (  -- the layers' first kernel (head) and the one before it (the previo
 ),
 
 rough as (
-    select a.step_index, a.k, a.q, a.q - framed.lead_in as s0,
+    select a.step_index, a.k, a.q, a.q - framed.lead_in + (a.k = 0)::integer * framed.shift0 as s0,
         lag(a.q) over (partition by a.step_index order by a.k) as prev_q
     from anchors as a
     join framed using (step_index)
@@ -267,9 +349,11 @@ step_list as (
 ),
 
 layer_rows as (
-    select step_index, k, s from ann_starts where step_index in (select step_index from step_list where evidence = 'annotation')
+    select step_index, k, s from ann_starts
+    where step_index in (select step_index from step_list where evidence = 'annotation')
     union all
-    select step_index, k, s from seq_starts where step_index in (select step_index from step_list where evidence = 'sequence')
+    select step_index, k, s from seq_starts
+    where step_index in (select step_index from step_list where evidence = 'sequence')
 ),
 
 segments as (

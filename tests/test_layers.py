@@ -311,31 +311,175 @@ def test_sequence_inference_agrees_with_the_annotations(twins, tmp_path) -> None
 
 # ------------------------------------------------------------------------------------------ the shared vLLM traces
 
+SAMPLES = Path(__file__).resolve().parents[1] / "k25trace" / "samples"
+MI300X = {"fullgraph": SAMPLES / "vllm-mi300x-decode-fullgraph" / "graph_execution.json.gz",
+          "piecewise": SAMPLES / "vllm-mi300x-prefilldecode-piecewise" / "graph_execution.json.gz"}
+CAPTURE = SHARED / "vllm-mi300x-decode-fullgraph" / "capture_traces"
+# The public Hugging Face configs (config.json of openai/gpt-oss-20b and openai/gpt-oss-120b): gpt-oss-20b 24 layers,
+# gpt-oss-120b 36, both hidden 2880, 64 query heads and 8 KV heads of 64, vocabulary 201088, MXFP4 experts (32 and
+# 128, top-4), layer_types sliding_attention and full_attention in turn, every layer MoE.
+GPT_OSS = {"gpt-oss-20b": {"num_hidden_layers": 24, "num_local_experts": 32},
+           "gpt-oss-120b": {"num_hidden_layers": 36, "num_local_experts": 128}}
+GPT_OSS_SHARED = {"hidden_size": 2880, "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 64,
+                  "vocab_size": 201088, "num_experts_per_tok": 4, "model_type": "gpt_oss"}
+RMS = "Rmsnorm2dFwd"
+
+
+def linear_shapes(path: Path) -> dict[tuple[int, ...], int]:
+    """How many ``aten::linear`` CPU ops of a trace have each weight shape (their second input's dims)."""
+    with gzip.open(path, "rt", encoding="utf-8") as fh:
+        events = json.load(fh)["traceEvents"]
+    out: dict[tuple[int, ...], int] = {}
+    for e in events:
+        if e.get("cat") == "cpu_op" and e.get("name") == "aten::linear":
+            dims = e.get("args", {}).get("Input Dims") or []
+            if len(dims) > 1:
+                out[tuple(dims[1])] = out.get(tuple(dims[1]), 0) + 1
+    return out
+
+
+def gpt_oss_weights(model: str) -> dict[tuple[int, ...], int]:
+    """Per layer of the model (TP=1): the qkv, o_proj and router weights of the public config, one each."""
+    layers_n, experts = GPT_OSS[model]["num_hidden_layers"], GPT_OSS[model]["num_local_experts"]
+    c = GPT_OSS_SHARED
+    q, kv = c["num_attention_heads"] * c["head_dim"], c["num_key_value_heads"] * c["head_dim"]
+    return {(q + 2 * kv, c["hidden_size"]): layers_n, (c["hidden_size"], q): layers_n,
+            (experts, c["hidden_size"]): layers_n}
+
+
+def test_mi300x_traces_are_gpt_oss_20b() -> None:
+    """The MI300X samples do not name their model; their shapes do: the full-graph step's capture trace runs 24
+    layers of gpt-oss-20b's qkv (5120 x 2880), o_proj and 32-expert router, and the piecewise step's lm_head is
+    2880 x 201088 (gpt-oss's vocabulary) after 2880-wide MXFP4 experts."""
+    if CAPTURE.exists():
+        (capture,) = sorted(CAPTURE.glob("*.pt.trace.json.gz"))
+        shapes = linear_shapes(capture)
+        want = gpt_oss_weights("gpt-oss-20b")
+        assert {k: shapes.get(k) for k in want} == want
+    shapes = linear_shapes(MI300X["piecewise"])
+    assert shapes.get((GPT_OSS_SHARED["vocab_size"], GPT_OSS_SHARED["hidden_size"])) == 1
+
+
+def check_gpt_oss_layers(con, trace_id: int, raw: list[dict], n_layers: int) -> None:
+    """vLLM's gpt-oss layers: each starts with its RMSNorm and ends with the MoE's finalize (scatter) kernel, with
+    one attention kernel (the 2d one for sliding-window layers, the 3d one and its reduce for full attention) and one
+    top-k; the pre holds the embedding, the post the final norm and lm_head."""
+    for k, rows in _segments(con, trace_id).items():
+        names = [a[3] for a in raw[k]["acts"]]
+        assert [r["evidence"] for r in rows] == ["sequence"] * len(rows)
+        assert [r["label"] for r in rows] == ["pre", *map(str, range(n_layers)), "post"]
+        assert {r["layers"] for r in rows} == {n_layers}
+        attention = []
+        for r in rows[1:-1]:
+            layer = names[r["first_pos"]:r["first_pos"] + r["kernel_count"]]
+            assert RMS in layer[0] and layer[-1].startswith("_finalize_matmul_scatter"), r["label"]
+            attn = [n for n in layer if n.startswith("kernel_unified_attention")]
+            assert len(attn) == 1 and sum(n == "_topk_forward" for n in layer) == 1
+            assert ("reduce_segments" in layer) == attn[0].endswith("_3d")
+            attention.append(attn[0])
+            assert r["kind"] == "moe"
+        pre, post = rows[0], rows[-1]
+        assert not any("attention" in n or "topk" in n for n in names[:pre["kernel_count"]])
+        tail = names[post["first_pos"]:]
+        assert RMS in tail[0] and not any("topk" in n or "attention" in n for n in tail) and len(tail) == 4
+        assert len(attention) == n_layers
+
+
+@pytest.fixture(scope="module")
+def mi300x(tmp_path_factory):
+    con = _load(tmp_path_factory.mktemp("layers_mi300x"), *MI300X.values())
+    yield con
+    con.close()
+
+
+@pytest.mark.parametrize("sample", sorted(MI300X))
+def test_mi300x_samples_have_gpt_oss_20b_layer_count(mi300x, sample: str) -> None:
+    """gpt-oss-20b has 24 layers (its public config): both MI300X samples segment into 24, not 12 double layers;
+    in the full-graph decode step the attention kernel follows the config's layer_types (2d for sliding-window
+    layers, 3d + reduce_segments for full attention), in the 8,192-token mixed step it is the 2d one throughout.
+    Layer 0 is one kernel short (its ``_to_copy`` is fused into the embedding's Triton kernel)."""
+    path = MI300X[sample]
+    raw = raw_steps(path)
+    tid = _trace_ids(mi300x)[str(path.resolve())]
+    check_exact(mi300x, tid, raw)
+    n_layers = GPT_OSS["gpt-oss-20b"]["num_hidden_layers"]
+    check_gpt_oss_layers(mi300x, tid, raw, n_layers)
+    (rows,) = _segments(mi300x, tid).values()
+    names = [a[3] for a in raw[0]["acts"]]
+    kinds = [next(n for n in names[r["first_pos"]:r["first_pos"] + r["kernel_count"]]
+                  if n.startswith("kernel_unified_attention"))[-2:] for r in rows[1:-1]]
+    if sample == "fullgraph":
+        assert kinds == ["2d", "3d"] * (n_layers // 2)  # layer_types: sliding_attention, full_attention, …
+    else:
+        assert kinds == ["2d"] * n_layers
+    assert "_to_copy" not in " ".join(names[rows[1]["first_pos"]:rows[2]["first_pos"]])
+    assert all(sum("_to_copy" in n for n in names[r["first_pos"]:r["first_pos"] + r["kernel_count"]]) == 1
+               for r in rows[2:-1])
+
+
+def test_mi300x_with_the_model_config(mi300x) -> None:
+    """With gpt-oss-20b's config kept (``load --model-config``), the same 24 layers, all MoE from the config."""
+    path = MI300X["fullgraph"]
+    tid = _trace_ids(mi300x)[str(path.resolve())]
+    before = _segments(mi300x, tid)
+    config = {**GPT_OSS_SHARED, **GPT_OSS["gpt-oss-20b"]}
+    mi300x.execute("begin")
+    try:
+        mi300x.execute("insert or replace into meta (key, value) values ('model_config', ?)", [json.dumps(config)])
+        assert layers.config_layers(mi300x) == {"layers": 24, "dense_layers": 0, "moe_every": 1}
+        layers.build_layers(mi300x, tid)
+        after = _segments(mi300x, tid)
+    finally:
+        mi300x.execute("rollback")
+    strip = lambda segs: {k: [(r["label"], r["kind"], r["first_pos"], r["kernel_count"]) for r in rows]  # noqa: E731
+                          for k, rows in segs.items()}
+    assert strip(after) == strip(before)
+
 
 def test_shared_vllm_traces(tmp_path) -> None:
-    """The real traces in ../shared/traces: what is segmented, from what, and what is not.
+    """The real traces in ../shared/traces whose model is publicly known, segmented to its layer count.
 
-    * vllm-b200-tp8-rank0-eager: one prefill step of an MXFP4 MoE model the trace does not name: 36 layers
-      inferred from the period (no layer annotations), each with its two all-reduces (73 = 1 + 2 x 36).
+    * vllm-b200-tp8-rank0-eager: one prefill step of gpt-oss-120b (its weights: 36 layers of 2880-wide qkv at
+      TP=8 and a 128-expert router; the public config: 36 layers): 36 layers inferred from the period (no layer
+      annotations), each with its two all-reduces (73 = 1 + 2 x 36).
     * sglang-mi300x-decode (Qwen3-8B, named by the file; its public config has 36 layers): 36 layers.
-    * vllm-mi300x-decode-fullgraph: its layers alternate two attention kernels (2d / 3d + reduce_segments), so
-      the kernel sequence repeats every two layers: 12 double-layer segments, not the model's layer count (the
-      trace does not name the model); what it finds is pinned here as a known limit.
+    * vllm-mi300x-decode-fullgraph: gpt-oss-20b, 24 layers (test_mi300x_samples_have_gpt_oss_20b_layer_count).
     """
     paths = {"b200": SHARED / "vllm-b200-tp8-rank0-eager" / "eager_trace.json.gz",
              "sglang": SHARED / "sglang-mi300x-decode" / "sglang_Qwen3-8B_decode.json.gz",
              "mi300x": SHARED / "vllm-mi300x-decode-fullgraph" / "graph_execution.json.gz"}
     if not all(p.exists() for p in paths.values()):
         pytest.skip("../shared/traces is not there")
+    tp = 8
+    shapes = linear_shapes(paths["b200"])
+    hidden, heads = GPT_OSS_SHARED["hidden_size"], GPT_OSS_SHARED["head_dim"]
+    qkv = (GPT_OSS_SHARED["num_attention_heads"] + 2 * GPT_OSS_SHARED["num_key_value_heads"]) * heads // tp
+    n_b200 = GPT_OSS["gpt-oss-120b"]["num_hidden_layers"]
+    assert shapes.get((qkv, hidden)) == shapes.get((GPT_OSS["gpt-oss-120b"]["num_local_experts"], hidden)) == n_b200
     con = _load(tmp_path, *paths.values())
     ids = _trace_ids(con)
     segs = {k: _segments(con, ids[str(p.resolve())]) for k, p in paths.items()}
     (b200,) = segs["b200"].values()
-    assert {r["evidence"] for r in b200} == {"sequence"} and b200[0]["layers"] == 36
-    assert [r["collectives"] for r in b200[1:-1]] == [2] * 36 and b200[0]["collectives"] == 1
+    assert {r["evidence"] for r in b200} == {"sequence"} and b200[0]["layers"] == n_b200
+    assert [r["collectives"] for r in b200[1:-1]] == [2] * n_b200 and b200[0]["collectives"] == 1
     (sgl,) = segs["sglang"].values()
     assert sgl[0]["layers"] == 36
     (mi,) = segs["mi300x"].values()
-    assert mi[0]["layers"] == 12
+    assert mi[0]["layers"] == GPT_OSS["gpt-oss-20b"]["num_hidden_layers"]
     for k, p in paths.items():
         check_exact(con, ids[str(p.resolve())], raw_steps(p)) if k != "sglang" else None
+
+
+def test_kimi_synthetic_sample_has_61_layers(tmp_path) -> None:
+    """The bundled Kimi-K2.5-shaped pair (synth --layers 61: Kimi-K2.5's num_hidden_layers, first_k_dense_replace
+    1): every step with GPU work is 61 layers, the first dense, the others MoE, from the kernels alone."""
+    files = sorted((SAMPLES / "kimi-k25-synthetic-tp2").glob("*.pt.trace.json.gz"))
+    con = _load(tmp_path, *files)
+    for f in files:
+        for rows in _segments(con, _trace_ids(con)[str(f.resolve())]).values():
+            if rows[0]["evidence"] == "none":
+                assert rows[0]["reason"] == "no GPU work"
+                continue
+            assert rows[0]["layers"] == 61
+            assert [r["kind"] for r in rows[1:-1]] == ["dense"] + ["moe"] * 60
+    con.close()
