@@ -275,10 +275,11 @@ def _invoke(*args: str) -> tuple[int, str, str]:
 
 
 def _before_the_tables(stdout: str) -> str:
-    """The default report's text before its first per-batch table (whose title reads 'batch size N: … steps on')."""
-    at = re.search(r"^.*batch size \S+: \d+ steps on", stdout, flags=re.M)
-    assert at is not None, stdout[:2000]
-    return stdout[:at.start()]
+    """The default report's text before its first per-batch table (its title line, then the table's top border)."""
+    lines = stdout.splitlines(keepends=True)
+    border = next((i for i, line in enumerate(lines) if line.lstrip().startswith("┏")), None)
+    assert border is not None and border > 1, stdout[:2000]
+    return "".join(lines[:border - 1])
 
 
 @pytest.mark.parametrize("width", [120, 80])
@@ -390,3 +391,32 @@ def test_by_findings_refuses_per_rank_filters(pair_db: Path) -> None:
         assert code == 1 and out == "" and "--by findings does not take" in err, args
     code, out, err = _invoke("report", "--db", str(pair_db), "--format", "table", "--rank", "0")
     assert code == 0 and not out.startswith("Findings") and "the findings are of whole runs" in err
+
+
+# ---------------------------------------------------------------------------------------------------- the page
+
+
+def test_the_html_page_opens_with_the_findings(pair) -> None:
+    """The page's first section is the findings: every finding's sentence in rank order, its saving as data, the
+    all-reduce wait's equal to the raw JSON's (batch size 1: named first, rank 0 the late rank)."""
+    import html
+
+    from k25trace.render import html as page
+
+    text, _ = page.build(pair, source="pair.duckdb")
+    sections = re.findall(r'<section id="([\w-]+)"', text)
+    assert sections[0] == "findings" and sections[1] == "runs"
+    assert text.index('href="#findings"') < text.index('href="#runs"')
+    section = html.unescape(text[text.index('<section id="findings">'):text.index('<section id="runs">')])
+    result = findings.findings(pair, db="pair.duckdb")
+    at = 0
+    for group in result.groups:
+        at = section.index(group.heading, at)
+        for f in group.findings:
+            at = section.index(f.sentence, at)
+    raw = raw_allreduce_wait(PAIR / "eager")
+    items = re.findall(r'<li data-kind="([\w_]+)" data-saving-ms="([^"]*)"', section)
+    waits = [Decimal(ms) for kind, ms in items if kind == "collective_wait"]
+    assert len(waits) == 3 and all(abs(w - raw[b]) < Decimal("0.00006") for w, b in zip(waits, (1, 8, 64),
+                                                                                          strict=True))
+    assert items[0][0] == "collective_wait" and "Rank 0 caused" in section and result.overlap in section

@@ -50,8 +50,8 @@ def idle_findings(ctx: _Context, group: dict[str, Any], idle: dict[str, Any], st
         which = (("This step runs" if rank_steps == 1 else "These steps run") + " without CUDA graphs"
                  if eager == rank_steps else
                  f"{eager} of the {rank_steps} rank-steps run without CUDA graphs")
-        sentence = (f"{which}: their launch overhead (from each launch call's start to its kernel's start, while the "
-                    f"GPU waits) is {_ms(eager_launch)} ms/step ({_pct(100 * eager_launch / step_ms)} of the step), "
+        sentence = (f"{which}: their launch overhead (from each launch call's start to its kernel's start, the GPU "
+                    f"idle) is {_ms(eager_launch)} ms/step ({_pct(100 * eager_launch / step_ms)} of the step), "
                     "the part CUDA graphs would remove that is measured as such. Their host-bound idle "
                     f"({_ms(_num(group['eager_host_ms']))} ms/step) may shrink too; it is not counted here.")
         caveats = [t for t in (
@@ -63,8 +63,8 @@ def idle_findings(ctx: _Context, group: dict[str, Any], idle: dict[str, Any], st
                             rank_steps=rank_steps, eager_launch_ms=eager_launch,
                             eager_host_ms=_num(group["eager_host_ms"])))
     if graph_launch > 0:
-        sentence = (f"Launch overhead in the CUDA-graph steps (from a launch call's start to its GPU start, while the "
-                    f"GPU waits) is {_ms(graph_launch)} ms/step ({_pct(100 * graph_launch / step_ms)} of the step).")
+        sentence = (f"Launch overhead in the CUDA-graph steps (from a launch call's start to its GPU start, the GPU "
+                    f"idle) is {_ms(graph_launch)} ms/step ({_pct(100 * graph_launch / step_ms)} of the step).")
         out.append(_finding("idle_launch", sentence, evidence, "findings_groups, report_idle", graph_launch, step_ms,
                             "without that launch overhead", "", graph_launch_ms=graph_launch,
                             graph_steps=rank_steps - eager))

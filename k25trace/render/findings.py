@@ -2,8 +2,9 @@
 the ranked findings, each one sentence with its figures, the most it could save and the views that show it.
 
 Lines are wrapped here, at word boundaries with a hanging indent, to at most 120 columns (fewer on a narrower
-console); a number is never split from its unit or its sign (``< 0.001``, ``12.3 %``, ``4.367 ms``), and a line is
-never wider than the width asked for. The TUI's overview and ``k25trace report`` print the same lines.
+console); a number is never split from its unit or its sign (``< 0.001``, ``12.3 %``, ``4.367 ms``) nor an option
+from its value (``--by comm``), and a line is never wider than the width asked for. The TUI's overview and
+``k25trace report`` print the same lines.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ _NBSP = "\u00a0"  # binds a number to its unit while wrapping; a plain space aga
 _UNITS = r"(?:ms/step|ms|µs|us|ns|MB|GB/s|GB|B|%|×|ranks?|rank-steps?|engine steps?|steps?|kernels)"
 _NUMBER_UNIT = re.compile(r"(\d) (?=" + _UNITS + r"(?![\w/-]))")
 _SIGN_NUMBER = re.compile(r"([<>≤≥~]) (?=\d)")
+_OPTION = re.compile(r"(--by|--phase) (?=[\w-])")  # an option stays with its value
 _VIEW = re.compile(r"--by ([\w-]+)")
 _PHASE = re.compile(r"--phase ([\w-]+)")
 
@@ -76,6 +78,7 @@ def _wrap(text: str, width: int, first: str, rest: str, *, break_words: bool = F
     """``text`` wrapped to ``width`` at spaces, the first line after ``first``, the next after ``rest``; numbers
     stay with their units and signs."""
     bound = _SIGN_NUMBER.sub(r"\1" + _NBSP, _NUMBER_UNIT.sub(r"\1" + _NBSP, " ".join(text.split())))
+    bound = _OPTION.sub(r"\1" + _NBSP, bound)
     lines = textwrap.wrap(bound, width=max(width, len(first) + 8), initial_indent=first, subsequent_indent=rest,
                           break_long_words=break_words, break_on_hyphens=False)
     out = []
