@@ -10,8 +10,9 @@ header of ``-- key: value`` lines::
     -- grain: one row per engine step per trace
 
 The loader parses the header, checks that the declared parameters are the ``$name`` tokens the SQL uses,
-and binds parameters (never formats them into the SQL string). DuckDB errors are wrapped in
-:class:`~k25trace.errors.QueryError` carrying the query name.
+and binds parameters (never formats them into the SQL string). ``-- optional: $batch_size, $run_id`` names
+declared parameters that are NULL when not given (filters added after callers were written). DuckDB errors are
+wrapped in :class:`~k25trace.errors.QueryError` carrying the query name.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ class NamedQuery:
     reads: tuple[str, ...] = ()
     params: tuple[str, ...] = ()
     grain: str = ""
+    optional: tuple[str, ...] = ()
     header: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -88,6 +90,9 @@ def _parse_query_file(path: Path) -> NamedQuery:
     if sorted(set(declared)) != used:
         raise K25Error(f"{path}: header declares params {sorted(set(declared))} but the SQL uses {used}")
     reads = tuple(r.strip() for r in header.get("reads", "").split(",") if r.strip())
+    optional = tuple(p.strip().lstrip("$") for p in header.get("optional", "").split(",") if p.strip())
+    if not set(optional) <= set(declared):
+        raise K25Error(f"{path}: header's optional params {sorted(set(optional) - set(declared))} are not declared")
     return NamedQuery(
         name=name,
         path=path,
@@ -98,6 +103,7 @@ def _parse_query_file(path: Path) -> NamedQuery:
         params=declared,
         grain=header.get("grain", ""),
         header=header,
+        optional=optional,
     )
 
 
@@ -129,7 +135,7 @@ def run_query(
 ) -> duckdb.DuckDBPyConnection:
     """Run a named query with bound parameters; returns the cursor (fetch with ``.pl()``, ``.arrow()``, …)."""
     query = get_query(name)
-    params = dict(params or {})
+    params = {**dict.fromkeys(query.optional), **(params or {})}
     missing = [p for p in query.params if p not in params]
     if missing:
         raise QueryError(name, f"missing parameter(s): {', '.join('$' + m for m in missing)}")
@@ -171,7 +177,7 @@ def reading(what: str | Path) -> Iterator[None]:
         raise K25Error(f"{what}: {describe_error(exc)}") from exc
 
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 """The schema this k25trace writes (``meta.schema_version``). 1: the first release; 2: gpu_gaps, comm_alignment,
 trace_runs sessions, traces.rank_source, collectives' caused wait / wait kind, allreduce_bench kernel times; 3: the
 allreduce_bench table in every database (it was made by the first `bench allreduce`), the phase_steps and
@@ -179,7 +185,12 @@ selected_steps table macros and the run_labels view (what the report and TUI que
 columns of trace_runs (session, run_name, group_label, run_label; the run_labels view projects them), the
 phase_collectives table macro; 5: collective_causes (why the late rank was late), steps.far_activities,
 trace_runs.session_label (in the run_labels view), step_layers and step_layer_categories (layer segments), the
-categories all2all, quantize and embedding (the built-in rules re-installed and every name re-classified)."""
+categories all2all, quantize and embedding (the built-in rules re-installed and every name re-classified); 6: the
+step filters' table macros (phase_steps, selected_steps, phase_collectives) take a batch size and a run."""
+
+REBUILT_BELOW = 5
+"""An upgrade from a version below this one rebuilds the derived tables; from it on, only the schema's macros and
+views changed, so the upgrade re-runs the schema alone and every stored row stays as it is."""
 
 
 def check_database(con: duckdb.DuckDBPyConnection, path: Path | str, *, read_only: bool) -> int | None:
@@ -224,12 +235,14 @@ def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[duckdb.DuckDBPyConne
 
 
 def upgrade_schema(con: duckdb.DuckDBPyConnection, version: int, rebuild: Callable[[], Any]) -> None:
-    """Bring an older k25trace database to SCHEMA_VERSION in one transaction: new tables and columns, then
-    ``rebuild()`` (the derived tables, see :func:`k25trace.pipeline.upgrade`), then the version."""
+    """Bring an older k25trace database to SCHEMA_VERSION in one transaction: new tables, columns and macros, then
+    ``rebuild()`` (the derived tables, see :func:`k25trace.pipeline.upgrade`; not from :data:`REBUILT_BELOW` on),
+    then the version."""
     print(f"upgrading the database from schema version {version} to {SCHEMA_VERSION} …", file=sys.stderr)
     with transaction(con):
         ensure_schema(con)
-        rebuild()
+        if version < REBUILT_BELOW:
+            rebuild()
         con.execute("update meta set value = ? where key = 'schema_version'", [str(SCHEMA_VERSION)])
 
 

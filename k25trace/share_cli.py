@@ -15,6 +15,7 @@ import click
 
 from k25trace.cli import err, esc  # this module is one of the CLI's lazy commands: k25trace.cli is loaded already
 from k25trace.options import db_option, match_option, output_option, phase_option, side_options
+from k25trace.vocab import ALL
 
 
 def _err(message: str) -> None:
@@ -120,6 +121,7 @@ def html_command(db_path: Path, out: Path, phase: str | None, top: int, title: s
         return
     with _guarded(db_path):
         with _reading(db_path, out) as (con, inputs):
+            _check_steps(con, phase)
             page, data = html.build(con, source=db_path.name, phase=phase, top=top, title=title)
         for note in data.notes:
             _err(f"note: {note}")
@@ -129,6 +131,18 @@ def html_command(db_path: Path, out: Path, phase: str | None, top: int, title: s
         runs = data.batch["run_id"].n_unique() if not data.batch.is_empty() else 0
         _err(f"wrote {out}: {_size(len(encoded))}, {runs}"
              f" run(s), {len(data.timelines)} step timeline(s), in {time.perf_counter() - started:.1f} s")
+
+
+def _check_steps(con: Any, phase: str | None) -> None:
+    """A K25Error saying what the database holds when ``phase`` (None: as the report resolves it) selects no step
+    with GPU work, before anything is written (a page of "0 runs" is not worth a file); a database without traces
+    still gets its page, which says so."""
+    from k25trace.analysis import report  # deferred: start-up time
+
+    if report.summary(con).is_empty():
+        return
+    resolved, _ = report.resolve_phase(con, phase)
+    report.check_filters(con, phase=resolved)
 
 
 def _html_comparison(db_path: Path, vs_path: Path | None, select_a: tuple[str, ...], select_b: tuple[str, ...],
@@ -201,7 +215,10 @@ def perfetto_command(db_path: Path, out: Path, run: str | None, steps: str | Non
     started = time.perf_counter()
     with _guarded(db_path):
         with _reading(db_path, out) as (con, inputs):
+            report.check_filters(con, phase=ALL)  # no traces, or no step with GPU work: say what the database holds
             run_id = perfetto.resolve_run(con, run)
+            if steps is None:  # a batch size the run lacks: name those it has
+                report.check_filters(con, phase=ALL, batch_size=batch, run_id=run_id)
             chosen = perfetto.select_steps(con, run_id, steps, batch)
             rank_list = perfetto.parse_int_list(ranks, "--rank")
             result = perfetto.perfetto_trace(con, run_id, chosen, rank_list, details=details, source=db_path.name)

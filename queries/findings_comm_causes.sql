@@ -10,12 +10,13 @@
 -- of the wait; those of at least 10 % of it, longest first); longer_kernel: the kernel that ran longest beyond, of
 -- the collective with the largest GPU-work part.
 -- reads: phase_collectives (macro: collectives of selected_steps), collective_causes
--- params: $phase
+-- params: $phase, $batch_size, $run_id
+-- optional: $batch_size, $run_id
 -- grain: one row per (run_id, batch_size, category, late_rank)
 with per_collective as (  -- as report_comm
     select run_id, batch_size, min(step_index) as step_index, pair_step, category, ordinal,
         avg(wait_ns) as mean_wait_ns, arg_max(rank, is_late::int) as late_rank
-    from phase_collectives($phase)
+    from phase_collectives($phase, of_batch_size := $batch_size, of_run_id := $run_id)
     group by run_id, batch_size, pair_step, category, ordinal
 ),
 

@@ -7,14 +7,15 @@
 -- of the whole group: the part of the idle that CUDA graphs would remove (launch overhead) is measured on the
 -- eager steps only. Empty steps are left out (selected_steps).
 -- reads: selected_steps (macro), gpu_gaps, trace_runs, traces
--- params: $phase
+-- params: $phase, $batch_size, $run_id
+-- optional: $batch_size, $run_id
 -- grain: one row per (run_id, batch_size)
 with selected as (
     select steps.trace_id, steps.rank, steps.step_index, steps.batch_size, steps.wall_ns, steps.is_inferred,
         steps.graph_launches = 0 as eager,
         coalesce(trace_runs.run_id, traces.path) as run_id,
         coalesce(trace_runs.world_size, traces.world_size) as world_size
-    from selected_steps($phase, null, null) as steps
+    from selected_steps($phase, null, null, of_batch_size := $batch_size, of_run_id := $run_id) as steps
     join traces using (trace_id)
     left join trace_runs using (trace_id)
 ),

@@ -6,12 +6,13 @@
 -- sync, device, gpu, other, unknown) with the total of each part. Steps of the phase filter only ($phase, 'all'
 -- for any).
 -- reads: collective_causes, step_layers, phase_collectives, run_labels
--- params: $phase
+-- params: $phase, $batch_size, $run_id
+-- optional: $batch_size, $run_id
 -- grain: one row per run, batch size, segment label and late rank
 with late as (
     select causes.*, pc.start_ns, pc.batch_size
     from collective_causes as causes
-    join phase_collectives($phase) as pc
+    join phase_collectives($phase, of_batch_size := $batch_size, of_run_id := $run_id) as pc
         on pc.run_id = causes.run_id and pc.pair_step = causes.pair_step and pc.category = causes.category
         and pc.ordinal = causes.ordinal and pc.trace_id = causes.trace_id
 ),

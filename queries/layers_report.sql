@@ -9,12 +9,13 @@
 -- steps: those where the layer's wall is at least 25 % over its own median wall (step indexes, at most 10 listed;
 -- outlier_steps counts them all).
 -- reads: step_layers, step_layer_categories, selected_steps, trace_runs
--- params: $phase, $rank, $trace_id
+-- params: $phase, $rank, $trace_id, $batch_size, $run_id
+-- optional: $batch_size, $run_id
 -- grain: one row per run, batch size and segment label
 with chosen as (
     select steps.trace_id, steps.step_index, coalesce(steps.batch_size, -1) as batch_size, trace_runs.run_id,
         coalesce(trace_runs.run_label, trace_runs.run_id) as run_label
-    from selected_steps($phase, $rank, $trace_id) as steps
+    from selected_steps($phase, $rank, $trace_id, of_batch_size := $batch_size, of_run_id := $run_id) as steps
     join trace_runs using (trace_id)
 ),
 

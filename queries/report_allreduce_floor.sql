@@ -14,12 +14,13 @@
 -- message size is the traces' (In msg nelems x dtype) where recorded, else the bench row measured for that
 -- batch size.
 -- reads: selected_steps (macro), step_categories, gpu_events, collectives, traces, trace_runs, allreduce_bench, dtype_bytes (macro)
--- params: $phase
+-- params: $phase, $batch_size, $run_id
+-- optional: $batch_size, $run_id
 -- grain: one row per (run_id, batch_size)
 with selected as (
     select steps.trace_id, steps.rank, steps.step_index, steps.batch_size, trace_runs.run_id, traces.level,
         traces.world_size
-    from selected_steps($phase, null, null) as steps
+    from selected_steps($phase, null, null, of_batch_size := $batch_size, of_run_id := $run_id) as steps
     join traces using (trace_id)
     join trace_runs using (trace_id)
 ),

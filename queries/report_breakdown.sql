@@ -4,11 +4,12 @@
 -- calls per step and mean µs per call; plus 'overlap' (several categories at once) and 'idle' (no GPU activity)
 -- rows, so that the shares of one group add up to 100 %; 'other' is always listed. Empty steps are left out.
 -- reads: selected_steps (macro), step_categories, traces, trace_runs
--- params: $phase, $rank, $trace_id
+-- params: $phase, $rank, $trace_id, $batch_size, $run_id
+-- optional: $batch_size, $run_id
 -- grain: one row per (run_id, batch_size, category) — 'overlap' and 'idle' included
 with selected_steps as (
     select steps.*, traces.level, coalesce(trace_runs.run_id, traces.path) as run_id
-    from selected_steps($phase, $rank, $trace_id) as steps
+    from selected_steps($phase, $rank, $trace_id, of_batch_size := $batch_size, of_run_id := $run_id) as steps
     join traces using (trace_id)
     left join trace_runs using (trace_id)
 ),

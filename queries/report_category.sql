@@ -2,10 +2,11 @@
 -- The breakdown over all selected steps regardless of batch size: per category mean exclusive ms per step,
 -- share of wall time, summed kernel ms, calls per step, µs per call; 'overlap' and 'idle' rows complete 100 %.
 -- reads: selected_steps (macro), step_categories
--- params: $phase, $rank, $trace_id
+-- params: $phase, $rank, $trace_id, $batch_size, $run_id
+-- optional: $batch_size, $run_id
 -- grain: one row per category
 with selected_steps as (
-    select * from selected_steps($phase, $rank, $trace_id)
+    select * from selected_steps($phase, $rank, $trace_id, of_batch_size := $batch_size, of_run_id := $run_id)
 ),
 
 totals as (

@@ -19,11 +19,12 @@
 -- NULL; wait_kind unknown, so launch + gpu wait is 0 there).
 -- reads: phase_collectives (macro: collectives of selected_steps), collective_causes, trace_runs, traces,
 --   comm_alignment
--- params: $phase
+-- params: $phase, $batch_size, $run_id
+-- optional: $batch_size, $run_id
 -- grain: one row per (run, batch_size, category)
 with selected as (
     -- batch_size -1 stands for "no batch size" (inferred steps) so that the joins below match it; shown as NULL
-    select * from phase_collectives($phase)
+    select * from phase_collectives($phase, of_batch_size := $batch_size, of_run_id := $run_id)
 ),
 
 per_collective as (

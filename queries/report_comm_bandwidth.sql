@@ -9,12 +9,13 @@
 -- size gives it (size_source 'bench'); else the size is unknown and so is the bandwidth. Beside each all-reduce
 -- size: the bench's kernel-only time for that size (graph burst preferred, latest run) and its bus bandwidth.
 -- reads: collectives, gpu_events, selected_steps (macro), trace_runs, allreduce_bench, dtype_bytes (macro)
--- params: $phase
+-- params: $phase, $batch_size, $run_id
+-- optional: $batch_size, $run_id
 -- grain: one row per (run, batch_size, category, collective, size_bytes)
 with steps_of_run as (
     select trace_runs.run_id, steps.step_index, any_value(steps.batch_size) as batch_size,
         any_value(trace_runs.world_size) as world_size
-    from selected_steps($phase, null, null) as steps
+    from selected_steps($phase, null, null, of_batch_size := $batch_size, of_run_id := $run_id) as steps
     join trace_runs using (trace_id)
     group by all
 ),

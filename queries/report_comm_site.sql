@@ -10,11 +10,12 @@
 -- work (the categories, and the kernel that ran longest beyond) | waited on the device | at the first collective
 -- (none before it) | unexplained.
 -- reads: phase_collectives (macro: collectives of selected_steps), collective_causes
--- params: $phase
+-- params: $phase, $batch_size, $run_id
+-- optional: $batch_size, $run_id
 -- grain: one row per (run, batch_size, category, site)
 with selected as (
     -- batch_size -1 stands for "no batch size" (inferred steps) so that the joins below match it; shown as NULL
-    select * from phase_collectives($phase)
+    select * from phase_collectives($phase, of_batch_size := $batch_size, of_run_id := $run_id)
     where pair_step >= 0
 ),
 

@@ -7,7 +7,8 @@
 -- of all ranks of the run (of one rank with $rank, one trace with $trace_id; NULL: all); a step with no previous
 -- step contributes no between-step time (the previous step is the trace's, whatever the filters).
 -- reads: steps, selected_steps (macro), gpu_gaps, trace_runs
--- params: $phase, $rank, $trace_id
+-- params: $phase, $rank, $trace_id, $batch_size, $run_id
+-- optional: $batch_size, $run_id
 -- grain: one row per (run, batch_size)
 with per_step as (
     select
@@ -40,7 +41,8 @@ gap_sums as (
 selected as (
     select per_step.*, gap_sums.* exclude (trace_id, step_index)
     from per_step
-    semi join selected_steps($phase, $rank, $trace_id) as chosen using (trace_id, step_index)
+    semi join selected_steps($phase, $rank, $trace_id, of_batch_size := $batch_size, of_run_id := $run_id) as chosen
+        using (trace_id, step_index)
     left join gap_sums using (trace_id, step_index)
 )
 

@@ -2,11 +2,12 @@
 -- The kernels that take the most time in the selected steps: per short name and category, calls and time per
 -- step, mean/min/max µs per call, share of step wall time.
 -- reads: gpu_events, kernel_names, selected_steps (macro)
--- params: $phase, $rank, $trace_id, $top
+-- params: $phase, $rank, $trace_id, $top, $batch_size, $run_id
+-- optional: $batch_size, $run_id
 -- grain: one row per (category, short kernel name), the $top largest by time
 with selected_steps as (
     select trace_id, step_index, wall_ns
-    from selected_steps($phase, $rank, $trace_id)
+    from selected_steps($phase, $rank, $trace_id, of_batch_size := $batch_size, of_run_id := $run_id)
 ),
 
 totals as (

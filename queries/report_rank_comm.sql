@@ -7,12 +7,14 @@
 -- sync, longer GPU work, waited on the device and other (no earlier collective to compare with, clocks); the five
 -- add up to late_ms_per_step (to rounding).
 -- reads: collectives, collective_causes, rank_offsets, selected_steps (macro)
--- params: $phase
+-- params: $phase, $batch_size, $run_id
+-- optional: $batch_size, $run_id
 -- grain: one row per (run, rank, category)
 with selected as (
     select collectives.*
     from collectives
-    join selected_steps($phase, null, null) as steps using (trace_id, step_index)
+    join selected_steps($phase, null, null, of_batch_size := $batch_size, of_run_id := $run_id) as steps
+        using (trace_id, step_index)
 ),
 
 per_rank as (
@@ -39,7 +41,8 @@ late as (
         sum(causes.device_ns) as device_ns,
         sum(causes.other_ns) as other_ns
     from collective_causes as causes
-    join selected_steps($phase, null, null) as steps using (trace_id, step_index)
+    join selected_steps($phase, null, null, of_batch_size := $batch_size, of_run_id := $run_id) as steps
+        using (trace_id, step_index)
     group by all
 )
 

@@ -3,11 +3,12 @@
 -- the ranks of a run can be compared side by side (a slow rank shows less AllReduce wait and more of everything
 -- else). A run is as trace_runs defines it, so two files claiming the same rank are never merged.
 -- reads: selected_steps (macro), step_categories, trace_runs
--- params: $phase, $trace_id
+-- params: $phase, $trace_id, $batch_size, $run_id
+-- optional: $batch_size, $run_id
 -- grain: one row per (run, rank, category), 'idle' included
 with selected_steps as (
     select steps.*, coalesce(trace_runs.run_id, '?') as run_id
-    from selected_steps($phase, null, $trace_id) as steps
+    from selected_steps($phase, null, $trace_id, of_batch_size := $batch_size, of_run_id := $run_id) as steps
     left join trace_runs using (trace_id)
 ),
 

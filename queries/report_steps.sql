@@ -2,10 +2,11 @@
 -- One line per engine step: phase, batch size, GPU wall/busy/idle, kernel count, AllReduce share and the top
 -- categories by exclusive time.
 -- reads: phase_steps (macro), step_categories
--- params: $phase, $rank, $trace_id
+-- params: $phase, $rank, $trace_id, $batch_size, $run_id
+-- optional: $batch_size, $run_id
 -- grain: one row per step per trace (rank), empty steps included
 with selected_steps as (
-    select * from phase_steps($phase, $rank, $trace_id)
+    select * from phase_steps($phase, $rank, $trace_id, of_batch_size := $batch_size, of_run_id := $run_id)
 ),
 
 ranked as (

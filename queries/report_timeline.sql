@@ -6,13 +6,14 @@
 -- between_busy = GPU work between the two steps that belongs to neither), the
 -- launch overhead per gap (p50 / max µs), and a flag when one gap or one copy dominates the step.
 -- reads: selected_steps (macro), gpu_gaps, gpu_events, trace_runs
--- params: $phase, $rank, $trace_id
+-- params: $phase, $rank, $trace_id, $batch_size, $run_id
+-- optional: $batch_size, $run_id
 -- grain: one row per non-empty step of the selected traces
 with selected as (
     -- every phase here: the gap before a step is measured from the previous step whatever its phase
     select steps.*, trace_runs.run_id,
         lag(steps.gpu_end_ns) over (partition by steps.trace_id order by steps.gpu_start_ns, steps.step_index) as prev_end_ns
-    from selected_steps('all', $rank, $trace_id) as steps
+    from selected_steps('all', $rank, $trace_id, of_run_id := $run_id) as steps  -- any batch size, as any phase
     left join trace_runs using (trace_id)
 ),
 
@@ -60,7 +61,8 @@ rows as (
         coalesce(gap_sums.between_device_ns, 0) as between_device_ns,
         longest_copy.copy_ns
     from selected
-    semi join selected_steps($phase, $rank, $trace_id) as chosen using (trace_id, step_index)
+    semi join selected_steps($phase, $rank, $trace_id, of_batch_size := $batch_size, of_run_id := $run_id) as chosen
+        using (trace_id, step_index)
     left join gap_sums using (trace_id, step_index)
     left join longest_copy using (trace_id, step_index)
 )

@@ -9,7 +9,7 @@ create table if not exists meta (
     value varchar
 );
 
-insert or ignore into meta by name select 'schema_version' as key, '5' as value;  -- k25trace.db.SCHEMA_VERSION
+insert or ignore into meta by name select 'schema_version' as key, '6' as value;  -- k25trace.db.SCHEMA_VERSION
 
 -- bytes per element of a collective's `dtype` arg (NCCL/torch spellings); NULL when unknown
 create or replace macro dtype_bytes(dtype) as
@@ -232,18 +232,29 @@ create table if not exists step_categories (
 );
 
 -- The steps of a phase filter, one definition for every report and TUI query: phase `of_phase` ('all': any), rank
--- `of_rank` and trace `of_trace_id` (NULL: any), empty steps included (the per-step listings show them).
-create or replace macro phase_steps(of_phase, of_rank, of_trace_id) as table
+-- `of_rank`, trace `of_trace_id`, batch size `of_batch_size` and run `of_run_id` (trace_runs.run_id, else the
+-- trace's path as the reports name a trace without a run) (NULL: any; the last two by name, `of_batch_size :=
+-- $batch_size`), empty steps included (the per-step listings show them).
+create or replace macro phase_steps(of_phase, of_rank, of_trace_id, of_batch_size := null,
+                                    of_run_id := null) as table
 select *
 from steps
 where (of_phase = 'all' or steps.phase = of_phase)
     and (of_rank is null or steps.rank = of_rank)
-    and (of_trace_id is null or steps.trace_id = of_trace_id);
+    and (of_trace_id is null or steps.trace_id = of_trace_id)
+    and (of_batch_size is null or steps.batch_size = of_batch_size)
+    and (of_run_id is null or steps.trace_id in (
+        select traces.trace_id
+        from traces
+        left join trace_runs using (trace_id)
+        where coalesce(trace_runs.run_id, traces.path) = of_run_id
+    ));
 
 -- The steps a breakdown reads: those of phase_steps with GPU work (empty steps left out).
-create or replace macro selected_steps(of_phase, of_rank, of_trace_id) as table
+create or replace macro selected_steps(of_phase, of_rank, of_trace_id, of_batch_size := null,
+                                       of_run_id := null) as table
 select *
-from phase_steps(of_phase, of_rank, of_trace_id)
+from phase_steps(of_phase, of_rank, of_trace_id, of_batch_size := of_batch_size, of_run_id := of_run_id)
 where not is_empty;
 
 create table if not exists trace_runs (
@@ -311,14 +322,14 @@ create table if not exists collectives (
     wait_kind varchar                 -- launch (the step's first collective) | gpu (a later one) | unknown (inferred steps)
 );
 
--- The paired collectives of the steps of a phase filter (selected_steps: 'all' for any phase; empty steps left
--- out), one definition for the cross-rank report queries (report_comm, report_comm_site), each with the batch size
--- of its step (the run's ranks share step indexes; -1 for "no batch size", inferred steps, so that joins on it
--- match; the reports show it as NULL).
-create or replace macro phase_collectives(of_phase) as table
+-- The paired collectives of the steps of a phase filter (selected_steps: 'all' for any phase; a batch size and a
+-- run, NULL for any; empty steps left out), one definition for the cross-rank report queries (report_comm,
+-- report_comm_site), each with the batch size of its step (the run's ranks share step indexes; -1 for "no batch
+-- size", inferred steps, so that joins on it match; the reports show it as NULL).
+create or replace macro phase_collectives(of_phase, of_batch_size := null, of_run_id := null) as table
 with steps_of_run as (
     select trace_runs.run_id, steps.step_index, any_value(steps.batch_size) as batch_size
-    from selected_steps(of_phase, null, null) as steps
+    from selected_steps(of_phase, null, null, of_batch_size := of_batch_size, of_run_id := of_run_id) as steps
     join trace_runs using (trace_id)
     group by all
 )

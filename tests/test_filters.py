@@ -63,13 +63,21 @@ def test_the_fixture_is_what_the_messages_say() -> None:
     (("--rank", "99"), "error: no rank 99: ranks 0–1"),
     (("--rank", "-1"), "error: no rank -1: ranks 0–1"),
     (("--trace", "999"), "error: no trace 999: traces 1–2"),
-    (("--phase", "prefill"), "error: no prefill steps: phases present: decode 18"),
-    (("--phase", "prefill", "--rank", "1"), "error: no prefill steps (rank 1): phases present: decode 9"),
+    (("--phase", "prefill"), "error: no prefill steps: phases present: decode 9 engine steps (18 rank-steps); use "
+                             "--phase decode or --phase all"),
+    (("--phase", "prefill", "--rank", "1"), "error: no prefill steps (rank 1): phases present: decode 9 engine steps "
+                                            "(9 rank-steps); use --phase decode or --phase all"),
+    (("--batch", "3"), "error: no decode steps of batch size 3: batch sizes present: 1: 3 engine steps (6 rank-steps), "
+                       "8: 3 engine steps (6 rank-steps), 64: 3 engine steps (6 rank-steps)"),
+    (("--run", "nope"), "error: no run matches --run 'nope'. Runs: eager (TP2) = "
+                        f"{X2_EAGER.resolve()}#ws2"),
 ])
 def test_a_filter_that_selects_nothing_says_what_exists(x2: Path, view: str, args: tuple[str, ...],
                                                         message: str) -> None:
     if "--rank" in args and "rank" not in view_filters(view):
         pytest.skip("the view refuses --rank (tested below)")
+    if args[0] in ("--batch", "--run") and "batch_size" not in view_filters(view):
+        pytest.skip("the view refuses --batch and --run (tested in test_filters_everywhere)")
     code, out, err = _report(x2, "--by", view, *args)
     assert code == 1 and out == "" and err.strip() == message
 
@@ -83,7 +91,7 @@ def test_views_refuse_the_filters_they_cannot_honour(x2: Path) -> None:
     """`--by comm --rank 0` and `--rank 1` would print the same rows (the view sums every rank of a run): refused.
     (`--by idle` honours them now: tested below.)"""
     refusing = [v for v in VIEWS if "rank" not in view_filters(v)]
-    assert {"comm", "comm-site", "comm-bw", "rank-comm", "floor", "rank"} == set(refusing)
+    assert {"comm", "comm-site", "comm-bw", "rank-comm", "floor", "rank", "layer-late", "findings"} == set(refusing)
     for view in refusing:
         code, out, err = _report(x2, "--by", view, "--rank", "0")
         assert code == 1 and out == "", view

@@ -16,40 +16,59 @@ from k25trace.errors import K25Error
 from k25trace.vocab import ALL, CROSS_RANK_VIEWS, PHASES, VIEWS, check_phase, check_view
 
 __all__ = ["CROSS_RANK_VIEWS", "PHASES", "SOL_VIEWS", "VIEWS", "alignment_warnings", "allreduce_floor", "breakdown",
-           "check_filters", "far_activity_warnings", "resolve_phase", "run_labels", "run_warnings", "summary",
-           "view_filters"]
+           "check_filters", "empty_view_reason", "engine_steps", "far_activity_warnings", "refuse_filters",
+           "resolve_phase", "resolve_run", "run_labels", "run_warnings", "steps_seen", "summary", "view_filters"]
 
 SOL_VIEWS = ("roofline", "sol")
 """The views :mod:`.sol` computes (:func:`.sol.roofline`, :func:`.sol.step_sol`)."""
 
-_VIEW_QUERIES = {  # view -> (its query, the parameters it takes of phase, rank, trace_id, top)
-    "batch": ("report_breakdown", ("phase", "rank", "trace_id")),
-    "category": ("report_category", ("phase", "rank", "trace_id")),
-    "step": ("report_steps", ("phase", "rank", "trace_id")),
-    "rank": ("report_ranks", ("phase", "trace_id")),
-    "kernel": ("report_kernels", ("phase", "rank", "trace_id", "top")),
-    "idle": ("report_idle", ("phase", "rank", "trace_id")),
-    "timeline": ("report_timeline", ("phase", "rank", "trace_id")),
-    "comm": ("report_comm", ("phase",)),
-    "comm-site": ("report_comm_site", ("phase",)),
-    "comm-bw": ("report_comm_bandwidth", ("phase",)),
-    "rank-comm": ("report_rank_comm", ("phase",)),
-    "floor": ("report_allreduce_floor", ("phase",)),
-    "layer": ("layers_report", ("phase", "rank", "trace_id")),
-    "layer-late": ("layers_lateness", ("phase",)),
+STEP_FILTERS = ("batch_size", "run_id")
+"""The filters every view of this module and the findings take (``--batch``, ``--run``): a view's rows are per run
+and batch size, so choosing steps by either keeps each row what it was."""
+
+_VIEW_QUERIES = {  # view -> (its query, the parameters it takes of phase, rank, trace_id, batch_size, run_id, top)
+    "batch": ("report_breakdown", ("phase", "rank", "trace_id", *STEP_FILTERS)),
+    "category": ("report_category", ("phase", "rank", "trace_id", *STEP_FILTERS)),
+    "step": ("report_steps", ("phase", "rank", "trace_id", *STEP_FILTERS)),
+    "rank": ("report_ranks", ("phase", "trace_id", *STEP_FILTERS)),
+    "kernel": ("report_kernels", ("phase", "rank", "trace_id", *STEP_FILTERS, "top")),
+    "idle": ("report_idle", ("phase", "rank", "trace_id", *STEP_FILTERS)),
+    "timeline": ("report_timeline", ("phase", "rank", "trace_id", *STEP_FILTERS)),
+    "comm": ("report_comm", ("phase", *STEP_FILTERS)),
+    "comm-site": ("report_comm_site", ("phase", *STEP_FILTERS)),
+    "comm-bw": ("report_comm_bandwidth", ("phase", *STEP_FILTERS)),
+    "rank-comm": ("report_rank_comm", ("phase", *STEP_FILTERS)),
+    "floor": ("report_allreduce_floor", ("phase", *STEP_FILTERS)),
+    "layer": ("layers_report", ("phase", "rank", "trace_id", *STEP_FILTERS)),
+    "layer-late": ("layers_lateness", ("phase", *STEP_FILTERS)),
+}
+
+FILTER_OPTIONS = {"rank": "--rank", "trace_id": "--trace", "batch_size": "--batch", "run_id": "--run"}
+"""Each step filter's command-line option."""
+
+_WHY_NOT = {  # why a view does not take a filter
+    "rank": "it sums every rank of a run",
+    "trace_id": "it sums every trace of a run",
+    "batch_size": "its steps are chosen by the speed-of-light model, per rank and phase",
+    "run_id": "its steps are chosen by the speed-of-light model, per rank and phase",
 }
 
 
 def breakdown(con: duckdb.DuckDBPyConnection, *, by: str = "batch", phase: str = "decode", rank: int | None = None,
-              trace_id: int | None = None, top: int = 20) -> pl.DataFrame:
+              trace_id: int | None = None, batch_size: int | None = None, run_id: str | None = None,
+              top: int = 20) -> pl.DataFrame:
     """The table of one view (``by``): batch, category, step, rank, kernel, idle, timeline, comm, comm-site, comm-bw,
-    rank-comm, floor, layer or layer-late, over the steps of ``phase`` (``'all'``: every phase), optionally of one rank or trace (the
-    views that take them); ``top`` kernels for ``kernel``. ``roofline`` and ``sol`` are :mod:`.sol`'s."""
+    rank-comm, floor, layer or layer-late, over the steps of ``phase`` (``'all'``: every phase), of one batch size
+    and one run (``run_id``: :func:`resolve_run`) when given, optionally of one rank or trace (the views that take
+    them); ``top`` kernels for ``kernel``. ``roofline`` and ``sol`` are :mod:`.sol`'s."""
     if check_view(by) in SOL_VIEWS:
         raise K25Error(f"view {by!r} is computed by analysis.sol ({'roofline' if by == 'roofline' else 'step_sol'})")
-    refuse_filters(by, rank=rank, trace_id=trace_id)
+    if by == "findings":
+        raise K25Error("view 'findings' is computed by analysis.findings (findings), above this module")
+    refuse_filters(by, rank=rank, trace_id=trace_id, batch_size=batch_size, run_id=run_id)
     query, takes = _VIEW_QUERIES[by]
-    given = {"phase": check_phase(phase), "rank": rank, "trace_id": trace_id, "top": top}
+    given = {"phase": check_phase(phase), "rank": rank, "trace_id": trace_id, "batch_size": batch_size,
+             "run_id": run_id, "top": top}
     return query_frame(con, query, {name: given[name] for name in takes})
 
 
@@ -57,19 +76,23 @@ _SOL_FILTERS = ("phase", "rank", "trace_id", "top")  # roofline and sol (k25trac
 
 
 def view_filters(by: str) -> tuple[str, ...]:
-    """The filters (of phase, rank, trace_id, top) that view ``by`` honours."""
-    return _SOL_FILTERS if check_view(by) in SOL_VIEWS else _VIEW_QUERIES[by][1]
+    """The filters (of phase, rank, trace_id, batch_size, run_id, top) that view ``by`` honours."""
+    if check_view(by) == "findings":  # analysis.findings: whole runs (a rank's wait is another rank's lateness)
+        return ("phase", *STEP_FILTERS)  # per run and batch size: the CLI keeps the groups asked for
+    return _SOL_FILTERS if by in SOL_VIEWS else _VIEW_QUERIES[by][1]
 
 
-def refuse_filters(by: str, *, rank: int | None, trace_id: int | None) -> None:
-    """A K25Error when ``rank`` or ``trace_id`` is given to a view that does not honour it (it would print every
-    rank's or trace's rows as if they were the one asked for)."""
+def refuse_filters(by: str, *, rank: int | None, trace_id: int | None, batch_size: int | None = None,
+                   run_id: str | None = None) -> None:
+    """A K25Error when ``rank``, ``trace_id``, ``batch_size`` or ``run_id`` is given to a view that does not honour
+    it (it would print every rank's, trace's, batch size's or run's rows as if they were the one asked for)."""
     takes = view_filters(by)
-    for name, option, value in (("rank", "--rank", rank), ("trace_id", "--trace", trace_id)):
+    for name, value in (("rank", rank), ("trace_id", trace_id), ("batch_size", batch_size), ("run_id", run_id)):
         if value is not None and name not in takes:
+            option = FILTER_OPTIONS[name]
             honour = ", ".join(v for v in VIEWS if name in view_filters(v))
-            raise K25Error(f"--by {by} does not take {option}: it sums every {'rank' if name == 'rank' else 'trace'} "
-                           f"of a run (views that take {option}: {honour})")
+            raise K25Error(f"--by {by} does not take {option}: {_WHY_NOT[name]} (views that take {option}: "
+                           f"{honour})")
 
 
 def _span(values: list[int]) -> str:
@@ -84,10 +107,14 @@ def _span(values: list[int]) -> str:
 
 
 def check_filters(con: duckdb.DuckDBPyConnection, *, phase: str, rank: int | None = None,
-                  trace_id: int | None = None) -> None:
-    """A K25Error saying what exists when ``rank``, ``trace_id`` or ``phase`` selects no step of the database:
-    "no rank 99: ranks 0–1", "no trace 999: traces 1–2", "no prefill steps (rank 0): phases present: decode 9"."""
+                  trace_id: int | None = None, batch_size: int | None = None, run_id: str | None = None) -> None:
+    """A K25Error saying what exists when ``rank``, ``trace_id``, ``phase``, ``batch_size`` or ``run_id`` selects
+    no step of the database: "no rank 99: ranks 0–1", "no trace 999: traces 1–2", "no prefill steps (rank 1):
+    phases present: decode 9 engine steps (9 rank-steps); use --phase decode or --phase all", "no decode steps of
+    batch size 3: batch sizes present: 1: 3 engine steps (6 rank-steps), …"."""
     traces = summary(con)
+    if traces.is_empty():
+        raise K25Error("no traces in the database: load some first (`k25trace load TRACE... --db FILE`)")
     ranks = {int(t): int(r) for t, r in traces.select("trace_id", "rank").iter_rows() if r is not None}
     if trace_id is not None and trace_id not in set(traces["trace_id"].to_list()):
         raise K25Error(f"no trace {trace_id}: traces {_span(traces['trace_id'].to_list()) or 'none (empty database)'}")
@@ -96,15 +123,111 @@ def check_filters(con: duckdb.DuckDBPyConnection, *, phase: str, rank: int | Non
     if rank is not None and trace_id is not None and ranks.get(trace_id) != rank:
         raise K25Error(f"trace {trace_id} is rank {ranks.get(trace_id)}, not rank {rank}: give one of --rank and "
                        "--trace, or a trace of that rank")
-    if check_phase(phase) == ALL:
+    where = ", ".join(w for w in (f"rank {rank}" if rank is not None else "",
+                                  f"trace {trace_id}" if trace_id is not None else "",
+                                  f"run {run_labels(con).get(run_id, run_id)}" if run_id is not None else "") if w)
+    within = f" ({where})" if where else ""
+    counts = query_frame(con, "report_selection", {"rank": rank, "trace_id": trace_id, "run_id": run_id})
+    if run_id is not None and counts.is_empty():
+        raise K25Error(f"no steps in run {run_labels(con).get(run_id, run_id)}"
+                       + (f" of {where.rsplit(', ', 1)[0]}" if rank is not None or trace_id is not None else ""))
+    of_phase = counts if check_phase(phase) == ALL else counts.filter(pl.col("phase") == phase)
+    if of_phase["rank_steps"].sum() == 0:
+        present = counts.group_by("phase").agg(pl.col("engine_steps").sum(), pl.col("rank_steps").sum(),
+                                               pl.col("empty_steps").sum()).sort("phase")
+        listed = ", ".join(f"{p} {_steps_text(e, r)}" for p, e, r, _ in present.iter_rows() if r) or "none"
+        empty = int(of_phase["empty_steps"].sum())
+        others = [p for p, _, r, _ in present.iter_rows() if r]
+        advice = f"; use --phase {others[0]}{' or --phase all' if phase != ALL else ''}" if len(others) == 1 else \
+            "; use --phase all" if others else ""
+        what = "steps" if phase == ALL else f"{phase} steps"
+        raise K25Error(f"no {what}{within}"
+                       + (f" with GPU work ({empty} empty {what}, no GPU activity)" if empty else "")
+                       + f": phases present: {listed}{advice}")
+    if batch_size is None:
         return
-    steps = query_frame(con, "report_steps", {"phase": ALL, "rank": rank, "trace_id": trace_id})
-    if steps.filter(pl.col("phase") == phase).is_empty():
-        where = ", ".join(w for w in (f"rank {rank}" if rank is not None else "",
-                                      f"trace {trace_id}" if trace_id is not None else "") if w)
-        present = steps.group_by("phase").len().sort("phase")
-        listed = ", ".join(f"{p} {n}" for p, n in present.iter_rows()) or "none (no steps)"
-        raise K25Error(f"no {phase} steps{f' ({where})' if where else ''}: phases present: {listed}")
+    if of_phase.filter(pl.col("batch_size") == batch_size)["rank_steps"].sum() == 0:
+        sizes = of_phase.filter(pl.col("rank_steps") > 0).group_by("batch_size").agg(
+            pl.col("engine_steps").sum(), pl.col("rank_steps").sum()).sort("batch_size", nulls_last=True)
+        listed = ", ".join(f"{'none (inferred steps)' if b is None else b}: {_steps_text(e, r)}"
+                           for b, e, r in sizes.iter_rows())
+        what = "steps" if phase == ALL else f"{phase} steps"
+        raise K25Error(f"no {what} of batch size {batch_size}{within}: batch sizes present: {listed}")
+
+
+def engine_steps(con: duckdb.DuckDBPyConnection, *, phase: str, rank: int | None = None, trace_id: int | None = None,
+                 run_id: str | None = None) -> dict[tuple[str, int | None], int]:
+    """(run id, batch size) → its engine steps with GPU work (one scheduler step, however many ranks saw it) among
+    the steps the filters select; a breakdown's ``steps`` column counts rank-steps instead."""
+    counts = query_frame(con, "report_selection", {"rank": rank, "trace_id": trace_id, "run_id": run_id})
+    if check_phase(phase) != ALL:
+        counts = counts.filter(pl.col("phase") == phase)
+    summed = counts.group_by("run_id", "batch_size").agg(pl.col("engine_steps").sum())
+    return {(run, batch): int(n) for run, batch, n in summed.iter_rows()}
+
+
+def steps_seen(engine: int | None, rank_steps: int, ranks: int) -> str:
+    """How many steps a group holds, in the one wording of every front end (the findings' headings too): ``'3
+    engine steps × 2 ranks (6 rank-steps)'`` when every rank saw each, else ``'3 engine steps on 2 ranks (5
+    rank-steps)'``; ``'3 engine steps on 1 rank'``; ``'6 rank-steps on 2 ranks'`` when the engine steps are not
+    known."""
+    on = f"{ranks} rank{'s' if ranks != 1 else ''}"
+    if engine is None:
+        return f"{rank_steps} rank-step{'s' if rank_steps != 1 else ''} on {on}"
+    steps = f"{engine} engine step{'s' if engine != 1 else ''}"
+    if ranks == 1:
+        return f"{steps} on 1 rank"
+    return f"{steps} {'×' if engine * ranks == rank_steps else 'on'} {on} ({rank_steps} rank-steps)"
+
+
+def _steps_text(engine_steps: int, rank_steps: int) -> str:
+    """``'9 engine steps (18 rank-steps)'``: an engine step is one scheduler step, seen on every rank; a rank-step
+    is one rank's observation of it."""
+    return (f"{engine_steps} engine step{'s' if engine_steps != 1 else ''} "
+            f"({rank_steps} rank-step{'s' if rank_steps != 1 else ''})")
+
+
+_PAIRED_VIEWS = ("comm", "comm-site", "comm-bw", "rank-comm", "layer-late")
+"""The views of collectives paired across the ranks of a run (empty for a run of one loaded rank)."""
+
+
+def empty_view_reason(con: duckdb.DuckDBPyConnection, by: str, phase: str) -> str:
+    """Why view ``by`` has no row for steps that exist (:func:`check_filters` passed), and what to do: e.g. a
+    cross-rank view on runs of which one rank was loaded."""
+    what = "steps" if phase == ALL else f"{phase} steps"
+    if by in _PAIRED_VIEWS or by == "floor":
+        ranks = query_frame(con, "report_selection", {"rank": None, "trace_id": None, "run_id": None})["ranks"]
+        if by in _PAIRED_VIEWS and _int(ranks.max()) <= 1:
+            worlds = sorted(set(int(w) for w in summary(con)["world_size"].drop_nulls().to_list()))
+            return (f"--by {by} pairs the collectives of a run's ranks, and each run here has one rank loaded"
+                    + (f" (of world size {', '.join(map(str, worlds))})" if worlds and max(worlds) > 1 else "")
+                    + ": load every rank's trace of the run into the database")
+        return f"--by {by}: the {what} hold no {'all-reduce' if by == 'floor' else 'collective'} kernels"
+    if by in ("layer", "layer-late"):
+        return f"--by {by}: no layer segments were found in the {what} (see docs/methods.md, layers)"
+    return f"--by {by}: nothing to show for the {what}"
+
+
+def _int(value: object) -> int:
+    """A polars scalar (an aggregate) as an int; 0 for None."""
+    return int(value) if isinstance(value, (int, float)) else 0
+
+
+def resolve_run(con: duckdb.DuckDBPyConnection, wanted: str | None) -> str | None:
+    """The run id ``--run`` names: a run's id, its label as reports print it (e.g. 'graph (TP2)'), or a part of
+    its id that only one run has; a K25Error naming the runs otherwise (None stays None: every run)."""
+    if wanted is None:
+        return None
+    labels = run_labels(con)
+    if wanted in labels:
+        return wanted
+    matches = [run for run, label in labels.items() if label == wanted] or [run for run in labels if wanted in run]
+    if len(matches) == 1:
+        return matches[0]
+    known = "; ".join(f"{label} = {run}" for run, label in labels.items()) or "none (no traces loaded)"
+    if matches:
+        raise K25Error(f"--run {wanted!r} matches {len(matches)} runs; give more of the id. Runs: {known}")
+    raise K25Error(f"no run matches --run {wanted!r}. Runs: {known}")
 
 
 def allreduce_floor(con: duckdb.DuckDBPyConnection, phase: str = "decode") -> pl.DataFrame:
