@@ -3,8 +3,11 @@ step_layer_categories, the all2all/quantize/embedding rules): a database that th
 version 4) wrote is refused read-only with the command that upgrades it, and upgraded by the first write
 connection to what a fresh load of the same files gives, row for row.
 
-The version-4 databases are made by that revision's own code (``git archive fcdb562``, run in a subprocess with
-PYTHONPATH pointing at it), from the real eager TP2 pair of two H200s."""
+Schema version 6 (the step filters' macros take a batch size and a run): a version-5 database (0e8cc2b) is upgraded
+by re-running the schema alone, every stored row kept as it was, and its macros then take the new filters.
+
+The version-4 and version-5 databases are made by those revisions' own code (``git archive fcdb562`` / ``0e8cc2b``,
+run in a subprocess with PYTHONPATH pointing at it), from the real eager TP2 pair of two H200s."""
 
 from __future__ import annotations
 
@@ -53,11 +56,11 @@ def old_code(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return src
 
 
-def old_k25(old_code: Path, script: str) -> None:
-    """Run ``script`` with the previous revision's k25trace (checked: it is that code, schema version 4)."""
+def old_k25(old_code: Path, script: str, schema: int = 4) -> None:
+    """Run ``script`` with a previous revision's k25trace (checked: it is that code, of schema version ``schema``)."""
     env = {**os.environ, "PYTHONPATH": str(old_code)}
     check = (f"import k25trace, k25trace.db as d; assert k25trace.__file__.startswith({str(old_code)!r}), "
-             "k25trace.__file__; assert d.SCHEMA_VERSION == 4, d.SCHEMA_VERSION\n")
+             f"k25trace.__file__; assert d.SCHEMA_VERSION == {schema}, d.SCHEMA_VERSION\n")
     done = subprocess.run([sys.executable, "-c", check + script], env=env, cwd=old_code, capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr
@@ -117,7 +120,7 @@ def report_comm(path: Path) -> str:
 
 def test_the_old_database_is_version_4_without_the_new_tables(databases: dict[str, Path]) -> None:
     v4 = databases["v4"]
-    assert version(v4) == "4" and db.SCHEMA_VERSION == 5 and version(databases["fresh"]) == "5"
+    assert version(v4) == "4" and db.SCHEMA_VERSION == 6 and version(databases["fresh"]) == "6"
     con = duckdb.connect(str(v4), read_only=True)
     tables = {name for name, in con.execute("select table_name from duckdb_tables()").fetchall()}
     columns = {(t, c) for t, c in con.execute("select table_name, column_name from duckdb_columns()").fetchall()}
@@ -132,7 +135,7 @@ def test_a_read_only_open_of_a_version_4_database_says_how_to_upgrade_and_change
     path = tmp_path / "v4.duckdb"
     shutil.copy(databases["v4"], path)
     before = digest(path)
-    with pytest.raises(K25Error, match=r"schema version 4 is older than this k25trace's \(5\): run `k25trace steps "
+    with pytest.raises(K25Error, match=r"schema version 4 is older than this k25trace's \(6\): run `k25trace steps "
                                        r"--db .*v4.duckdb` once to upgrade it"):
         pipeline.connect(path, read_only=True)
     for command in (["report", "--by", "comm"], ["html", "-o", str(tmp_path / "page.html")],
@@ -155,8 +158,8 @@ def test_the_upgrade_gives_what_a_fresh_load_gives(databases: dict[str, Path], t
     fresh = databases["fresh" + kind]
     result = CliRunner().invoke(cli, ["steps", "--db", str(path)])  # the command the error names
     assert result.exit_code == 0, result.output
-    assert "upgrading the database from schema version 4 to 5" in result.stderr
-    assert version(path) == "5"
+    assert "upgrading the database from schema version 4 to 6" in result.stderr
+    assert version(path) == "6"
     assert report_comm(path) == report_comm(fresh)
     for table in TABLES:
         got, want = rows(path, table), rows(fresh, table)
@@ -186,3 +189,57 @@ def test_the_upgrade_path_still_rebuilds_with_no_extra_write(databases: dict[str
     db.connect(path).close()
     pipeline.connect(path, read_only=True).close()
     assert digest(path) == upgraded
+
+
+OLD5 = "0e8cc2b"  # the last revision of schema version 5
+
+
+@pytest.fixture(scope="module")
+def v5_database(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The eager pair loaded by the version-5 revision's own code."""
+    base = tmp_path_factory.mktemp("rev-" + OLD5)
+    archive = base / "src.tar"
+    with archive.open("wb") as fh:
+        subprocess.run(["git", "-C", str(REPO), "archive", OLD5], stdout=fh, check=True, timeout=60)
+    src = base / "src"
+    with tarfile.open(archive) as tar:
+        tar.extractall(src, filter="tar")
+    path = base / "v5.duckdb"
+    old_k25(src, f"""
+from pathlib import Path
+from k25trace import pipeline
+con = pipeline.connect({str(path)!r})
+results, _ = pipeline.load_paths(con, [Path({str(EAGER)!r})])
+assert [r.status for r in results] == ['loaded', 'loaded'], results
+con.close()
+""", schema=5)
+    return path
+
+
+def every_table(path: Path) -> dict[str, list[tuple]]:
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        names = [n for n, in con.execute("select table_name from duckdb_tables() where not temporary").fetchall()]
+    finally:
+        con.close()
+    return {name: rows(path, name) for name in sorted(names) if name != "meta"}
+
+
+def test_the_upgrade_from_version_5_keeps_every_stored_row(v5_database: Path, tmp_path: Path) -> None:
+    path = tmp_path / "v5.duckdb"
+    shutil.copy(v5_database, path)
+    assert version(path) == "5"
+    before = every_table(path)
+    with pytest.raises(K25Error, match=r"schema version 5 is older than this k25trace's \(6\)"):
+        pipeline.connect(path, read_only=True)
+    result = CliRunner().invoke(cli, ["report", "--db", str(path), "--format", "csv"])
+    assert result.exit_code == 1 and "k25trace steps --db" in result.stderr
+    pipeline.connect(path).close()  # the first write connection upgrades
+    assert version(path) == "6"
+    after = every_table(path)
+    assert sorted(after) == sorted(before) and all(before[t] == after[t] for t in before), \
+        [t for t in before if before[t] != after[t]]
+    assert sum(map(len, before.values())) > 1000  # the tables compared hold the pair's events
+    result = CliRunner().invoke(cli, ["report", "--db", str(path), "--by", "comm", "--batch", "8", "--format", "csv"])
+    assert result.exit_code == 0, result.output
+    assert {line.split(",")[2] for line in result.stdout.splitlines()[1:]} == {"8"}
