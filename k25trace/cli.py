@@ -10,7 +10,6 @@ that live in other modules are registered by name (``LAZY_COMMANDS``). Those def
 
 from __future__ import annotations
 
-import math
 import sys
 import tempfile
 from pathlib import Path
@@ -19,25 +18,29 @@ from typing import Any, NoReturn
 import click
 from rich.console import Console
 from rich.markup import escape as esc
+from rich.text import Text
 
 from k25trace import __version__
 from k25trace.errors import K25Error
-from k25trace.vocab import ALL, COMPARE_MATCHES, COMPARE_TABLES, FORMATS, PHASES, VIEW_HELP, VIEWS
+from k25trace.options import (
+    all_option,
+    batch_option,
+    database_option,
+    db_option,
+    format_option,
+    match_option,
+    model_config_option,
+    phase_option,
+    run_option,
+    side_options,
+    wide_option,
+)
+from k25trace.vocab import ALL, COMPARE_TABLES, VIEW_HELP, VIEWS
 
 err = Console(stderr=True, highlight=False)
 
 MAX_CONTEXT = 1 << 24
 """The largest --context taken (16,777,216 tokens per request; the longest public context window is 10 M)."""
-
-db_option = click.option(
-    "--db", "db_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
-    help="The k25trace DuckDB database file.",
-)
-format_option = click.option(
-    "--format", "fmt", type=click.Choice(FORMATS), default=None,
-    help="Output format (default: table on a terminal, csv otherwise).",
-)
-
 
 def _fail(message: str) -> None:
     err.print(f"[bold red]error:[/] {esc(message)}", soft_wrap=True)
@@ -47,9 +50,14 @@ def _fail(message: str) -> None:
 # Commands whose modules live beside the core; imported only when used (or listed by --help), so that
 # `k25trace load` does not pay for httpx/asyncio (capture) at start-up.
 LAZY_COMMANDS = {
+    "load": ("k25trace.load_cli", "load"),
+    "sql": ("k25trace.load_cli", "sql"),
+    "classify": ("k25trace.load_cli", "classify"),
+    "steps": ("k25trace.load_cli", "steps_cmd"),
+    "tui": ("k25trace.load_cli", "tui"),
     "capture": ("k25trace.capture.cli", "capture_command"),
     "synth": ("k25trace.synth", "command"),
-    "bench": ("k25trace.analysis.floor", "command"),
+    "bench": ("k25trace.bench_cli", "command"),
     "html": ("k25trace.share_cli", "html_command"),
     "export": ("k25trace.share_cli", "export_command"),
 }
@@ -79,7 +87,7 @@ class _Group(click.Group):
         except K25Error as exc:
             _fail(str(exc))
         except KeyboardInterrupt as exc:  # a command without its own handler (e.g. compare loading a trace side)
-            _interrupted("stopped before it finished", exc)
+            interrupted("stopped before it finished", exc)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -178,7 +186,7 @@ def _load(db_path: Path | None, paths: list[Path], options: Any, quiet: bool, co
     )
     for note in notes:
         err.print(f"[dim]note:[/] {esc(note)}", soft_wrap=True)
-    loaded_ids = {r.trace_id for r in results if r.status == "loaded"}
+    loaded_ids = {r.trace_id for r in results if r.status == "loaded" and r.trace_id is not None}
     if loaded_ids:  # said at load time: far timestamps of the files just loaded, sessions that share a rank
         from k25trace.analysis import report  # deferred: start-up time
 
@@ -191,156 +199,33 @@ def _load(db_path: Path | None, paths: list[Path], options: Any, quiet: bool, co
     return con, failed
 
 
-@cli.command()
-@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
-@db_option
-@click.option("--keep-python", is_flag=True, help="Also keep python_function events (50-90 % of a default trace).")
-@click.option("--include-frontend", is_flag=True,
-              help="Also load front-end (*.async_llm.*) CPU-only traces found in directories.")
-@click.option("-q", "--quiet", is_flag=True,
-              help="No progress or per-file lines; errors and warnings still go to stderr.")
-@click.option("--model-config", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
-              help="The traced model's Hugging Face config.json, kept in the database for `report --by sol`.")
-def load(paths: tuple[Path, ...], db_path: Path, keep_python: bool, include_frontend: bool, quiet: bool,
-         model_config: Path | None) -> None:
-    """Load Kineto trace files or directories (or a `k25trace capture` directory) into a database.
-
-    Directories are searched for *.pt.trace.json[.gz]; other .json[.gz] files load when named. Loading the same
-    file again is a no-op. A bad file gets a one-line error; the good ones are still loaded; exit status 1 if
-    any file failed.
-
-    \b
-    Example:
-      k25trace load /tmp/vllm_profile --db run.duckdb
-    """
-    from k25trace import models  # deferred: start-up time
-
-    if model_config is not None:
-        models.load_config(model_config)  # a config the bound cannot read is refused before anything is loaded
-    if not any(p.exists() for p in paths):  # nothing to load: the database is not opened (opening it writes it)
-        for p in paths:
-            err.print(f"[bold red]error:[/] {esc(str(p))}: no such file or directory", soft_wrap=True)
-        if not quiet:
-            err.print(f"0 loaded, 0 already there, {len(paths)} failed")
-        sys.exit(1)
-    try:
-        con, failed = run_load(db_path, list(paths), keep_python=keep_python, include_frontend=include_frontend,
-                               quiet=quiet)
-    except BaseException as exc:  # Ctrl-C (SIGTERM: pipeline.Stopped): the file being loaded was rolled back
-        if not _is_interrupt(exc):
-            raise
-        _interrupted("the file being loaded was rolled back; the files loaded before it are kept (with their "
-                     "cross-rank tables): run the same command again to load the rest", exc)
-    if model_config is not None:
-        models.store_config(con, model_config)
-        err.print(esc(f"model config {model_config} kept in {db_path} (report --by sol uses it)"), soft_wrap=True)
-    con.close()
-    if failed:
-        sys.exit(1)
-
-
-# ---------------------------------------------------------------------------------------------------------- sql
-
-
-@cli.command()
-@click.argument("query", required=False)
-@db_option
-@click.option("-f", "--file", "sql_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="Read the SQL from a file.")
-@click.option("--query", "-q", "query_name", help="Run a named query from queries/ (see --list).")
-@click.option("--param", "-p", "params", multiple=True,
-              help="name=value parameter: $name in the SQL or a named query (repeatable; null for NULL).")
-@click.option("--list", "list_queries", is_flag=True, help="List the named queries with their parameters.")
-@format_option
-def sql(query: str | None, db_path: Path, sql_file: Path | None, query_name: str | None, params: tuple[str, ...],
-        list_queries: bool, fmt: str | None) -> None:
-    """Run SQL against a database: a query argument, -f FILE, - for stdin, or --query NAME.
-
-    \b
-    Examples:
-      k25trace sql --db run.duckdb "select category, sum(dur_ns)/1e6 ms from kernels group by all order by ms desc"
-      k25trace sql --db run.duckdb --query report_kernels -p phase=decode -p rank=null -p trace_id=null -p top=10
-      echo "select * from steps limit 5" | k25trace sql --db run.duckdb - --format csv
-    """
-    import polars as pl  # deferred: start-up time
-
-    from k25trace import db, pipeline
-    from k25trace.render import output  # deferred: start-up time
-
-    if list_queries:
-        rows = [
-            {"name": q.name, "params": ", ".join("$" + p for p in q.params), "creates": q.creates, "grain": q.grain,
-             "summary": q.summary}
-            for q in db.named_queries().values()
-        ]
-        output.write(pl.DataFrame(rows), fmt or output.default_format())
-        return
-    fmt = fmt or output.default_format()
-    bound = dict(db.parse_param(item) for item in params)
-    if not query_name:
-        if sql_file:
-            text = _read_utf8(sql_file.read_bytes, f"{sql_file}")
-        elif query == "-":
-            text = _read_utf8(sys.stdin.buffer.read, "stdin")
-        elif query:
-            text = _read_utf8(lambda: query.encode("utf-8", "surrogateescape"), "the query argument")
-        else:
-            raise K25Error("give a query, -f FILE, - (stdin) or --query NAME")
-    con = pipeline.connect(db_path, read_only=True)
-    if query_name:
-        db.forbid_external_access(con)  # read-only means no file written (or read) either: see README
-        cursor = db.run_query(con, query_name, bound)
-        if cursor.description is not None:
-            output.write(db.fetch_frame(cursor), fmt)
-        return
-    try:
-        result = db.run_sql(con, text, bound, as_json=fmt == "json")
-    except BaseException as exc:  # Ctrl-C: KeyboardInterrupt, or DuckDB's interrupt (run_sql leaves those as they are)
-        if _is_interrupt(exc):
-            _interrupted("the query was stopped (Ctrl-C)")
-        raise
-    if result is not None:
-        output.write_result(result, fmt)
-
-
-def _read_utf8(read: Any, source: str) -> str:
-    """The SQL text from ``read()`` (bytes); a clear error, not a traceback, when it is not UTF-8."""
-    try:
-        data = read()
-    except OSError as exc:
-        raise K25Error(f"{source}: cannot read: {exc.strerror or exc}") from exc
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = data[: exc.start].count(b"\n") + 1
-        raise K25Error(f"{source}: not UTF-8 text: byte 0x{data[exc.start]:02x} at offset {exc.start} (line {line}); "
-                       "save it as UTF-8") from exc
-
-
 # ------------------------------------------------------------------------------------------------------- report
 
 
 @cli.command()
 @db_option
-@click.option("--phase", type=click.Choice(PHASES), default=None,
-              help="Steps to report (default: decode; when no trace has step markers, the inferred steps).")
+@phase_option("report")
 @click.option("--by", "by", type=click.Choice(VIEWS), default="batch", show_default=True,
               help="; ".join(f"{view}: {what}" for view, what in VIEW_HELP.items()) + ".")
 @click.option("--peaks", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="Device peaks CSV (columns of queries/device_peaks.csv), tried before the built-in peaks.")
-@click.option("--model-config", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
-              help="--by sol: the Hugging Face config.json of the traced model.")
+@model_config_option("--by sol: the Hugging Face config.json of the traced model.")
 @click.option("--quant", default=None,
               help="--by sol: weight/KV storage over the config's, e.g. experts=w4a16-g32,kv=fp8.")
 @click.option("--context", type=click.IntRange(min=0, max=MAX_CONTEXT), default=None,
               help="--by sol: tokens in each request's KV cache (the context length read per step).")
 @click.option("--rank", type=int, default=None, help="Only this rank (default: all ranks).")
 @click.option("--trace", "trace_id", type=int, default=None, help="Only this trace_id.")
+@batch_option
+@run_option
 @click.option("--top", type=click.IntRange(min=1), default=None,
               help="Rows to list with --by kernel, and per group with --by roofline (default 20).")
 @format_option
+@wide_option
+@all_option()
 def report(db_path: Path, phase: str, by: str, peaks: Path | None, model_config: Path | None, quant: str | None,
-           context: int | None, rank: int | None, trace_id: int | None, top: int, fmt: str | None) -> None:
+           context: int | None, rank: int | None, trace_id: int | None, batch_size: int | None, run: str | None,
+           top: int, fmt: str | None, wide: bool = False, all_rows: bool = False) -> None:
     """Print where the time of a step goes (default: decode steps, grouped by batch size).
 
     ms/step and % are exclusive GPU time (only that category running); with the 'overlap' and 'idle' rows they
@@ -354,22 +239,27 @@ def report(db_path: Path, phase: str, by: str, peaks: Path | None, model_config:
     """
     from k25trace import pipeline
     from k25trace.analysis import report as core
-    from k25trace.render import output  # deferred: start-up time
+    from k25trace.render import output, views  # deferred: start-up time
 
-    for option, value, views in (("--model-config", model_config, ("sol",)), ("--quant", quant, ("sol",)),
-                                 ("--context", context, ("sol",)), ("--peaks", peaks, core.SOL_VIEWS),
+    for option, value, takes in (("--model-config", model_config, ("sol",)), ("--quant", quant, ("sol",)),
+                                 ("--context", context, ("sol",)), ("--peaks", peaks, (*core.SOL_VIEWS, "findings")),
                                  ("--top", top, ("kernel", "roofline"))):
-        if value is not None and by not in views:
-            raise K25Error(f"--by {by} does not take {option} (only --by {' / '.join(views)})")
-    core.refuse_filters(by, rank=rank, trace_id=trace_id)
+        if value is not None and by not in takes:
+            raise K25Error(f"--by {by} does not take {option} (only --by {' / '.join(takes)})")
+    core.refuse_filters(by, rank=rank, trace_id=trace_id, batch_size=batch_size, run_id=run)
     con = pipeline.connect(db_path, read_only=True)
     filtered = rank is not None or trace_id is not None or phase is not None
     phase, note = core.resolve_phase(con, phase)
-    core.check_filters(con, phase=phase, rank=rank, trace_id=trace_id)
+    run_id = core.resolve_run(con, run)
+    core.check_filters(con, phase=phase, rank=rank, trace_id=trace_id, batch_size=batch_size, run_id=run_id)
+    steps: dict[str, Any] = {"batch_size": batch_size, "run_id": run_id}  # --batch, --run: every view takes them
     if note:
         err.print(f"note: {esc(note)}", soft_wrap=True)
     for line in core.run_warnings(con):
         err.print(f"warning: {esc(line)}", soft_wrap=True)
+    if by == "findings":  # above analysis.report: the ranked findings of analysis.findings
+        _report_findings(con, db_path, phase, peaks, fmt or output.default_format(), filtered, **steps)
+        return
     if by in core.SOL_VIEWS:
         from k25trace.analysis import sol  # deferred: start-up time (the speed-of-light model)
 
@@ -383,45 +273,96 @@ def report(db_path: Path, phase: str, by: str, peaks: Path | None, model_config:
             for line in notes:
                 err.print(f"[yellow]warning:[/] {esc(line)}", soft_wrap=True)
     else:
-        frame = core.breakdown(con, by=by, phase=phase, rank=rank, trace_id=trace_id,
+        frame = core.breakdown(con, by=by, phase=phase, rank=rank, trace_id=trace_id, **steps,
                                top=20 if top is None else top)
     fmt = fmt or output.default_format()
     if by in core.CROSS_RANK_VIEWS:
         for line in core.alignment_warnings(con):
             err.print(f"warning: {esc(line)}", soft_wrap=True)
-    if frame.is_empty():
+    if frame.is_empty():  # the steps exist (check_filters): say why this view has nothing of them
+        raise K25Error(core.empty_view_reason(con, by, phase))
+    whole_runs = rank is None and trace_id is None  # rank-comm sums every rank of a run
+    if fmt == "table" and by == "batch":  # the idle caption: of the same steps as the table (--rank, --trace)
+        _print_findings_first(con, db_path, phase, whole_runs, **steps)
+        print_batch_tables(frame, idle=core.breakdown(con, by="idle", phase=phase, rank=rank, trace_id=trace_id,
+                                                      **steps), labels=core.run_labels(con),
+                           engine=core.engine_steps(con, phase=phase, rank=rank, trace_id=trace_id, run_id=run_id))
+    elif fmt == "table" and by in core.SOL_VIEWS:
+        from k25trace.render import sol as sol_tables  # deferred: start-up time
+
+        sol_tables.print_tables(frame, by, labels=core.run_labels(con))
+    elif fmt == "table" and by == "rank":
+        views.write_view(frame, "rank", fmt, labels=core.run_labels(con), wide=wide, all_rows=all_rows)
+        comm = core.breakdown(con, by="rank-comm", phase=phase, **steps) if whole_runs else frame.clear()
+        if not comm.is_empty():
+            views.write_view(comm, "rank-comm", fmt, labels=core.run_labels(con), wide=wide, all_rows=all_rows)
+    else:
+        views.write_view(frame, by, fmt, labels=core.run_labels(con) if fmt == "table" else None, wide=wide,
+                         all_rows=all_rows)
+
+
+def _report_findings(con: Any, db_path: Path, phase: str, peaks: Path | None, fmt: str, filtered: bool,
+                     batch_size: int | None = None, run_id: str | None = None) -> None:
+    """``report --by findings``: every finding per run and batch size (:mod:`k25trace.render.findings`), of one
+    batch size and run when given."""
+    from k25trace.analysis import findings
+    from k25trace.analysis import report as core
+    from k25trace.render import findings as findings_view  # deferred: start-up time
+
+    for line in core.alignment_warnings(con):
+        err.print(f"warning: {esc(line)}", soft_wrap=True)
+    result = _chosen_groups(findings.findings(con, phase=phase, db=str(db_path), peaks_file=peaks), batch_size,
+                            run_id)
+    if not result.groups:
         err.print(esc(f"no {phase + ' ' if phase != 'all' else ''}steps with GPU activity in {db_path}"
                       + ("" if phase == "all" else " (try --phase all)")), soft_wrap=True)
         if fmt != "table":
-            output.write(frame, fmt)
+            findings_view.write(result, fmt)
         if filtered:
             sys.exit(1)
         return
-    whole_runs = rank is None and trace_id is None  # rank-comm sums every rank of a run
-    if fmt == "table" and by == "batch":  # the idle caption: of the same steps as the table (--rank, --trace)
-        print_batch_tables(frame, idle=core.breakdown(con, by="idle", phase=phase, rank=rank, trace_id=trace_id),
-                           labels=core.run_labels(con))
-    elif fmt == "table" and by in core.SOL_VIEWS:
-        sol.print_tables(frame, by, labels=core.run_labels(con))
-    elif fmt == "table" and by == "rank":
-        output.write(frame, fmt, title="Per rank and category")
-        comm = core.breakdown(con, by="rank-comm", phase=phase) if whole_runs else frame.clear()
-        if not comm.is_empty():
-            output.write(comm, fmt, title="Collectives per rank: transfer vs wait (waiting for the slowest rank)")
-    else:
-        output.write(frame, fmt)
+    findings_view.write(result, fmt)
+
+
+def _chosen_groups(result: Any, batch_size: int | None, run_id: str | None) -> Any:
+    """The findings of the groups (run, batch size) that ``--batch`` and ``--run`` choose (each group's findings
+    are computed from its own steps alone)."""
+    import dataclasses  # deferred: start-up time
+
+    return dataclasses.replace(result, groups=tuple(
+        g for g in result.groups if batch_size in (None, g.batch_size) and run_id in (None, g.run_id)))
+
+
+def _print_findings_first(con: Any, db_path: Path, phase: str, whole_runs: bool,
+                          console: Console | None = None, batch_size: int | None = None,
+                          run_id: str | None = None) -> None:
+    """The default report's opening on a terminal: the top findings per run and batch size (whole runs: with
+    --rank or --trace a note on stderr says where they are instead)."""
+    from k25trace.analysis import findings
+    from k25trace.render import findings as findings_view  # deferred: start-up time
+
+    if not whole_runs:
+        err.print(f"note: the findings are of whole runs: {esc(findings_view.all_command(db_path, phase))}",
+                  soft_wrap=True)
+        return
+    result = _chosen_groups(findings.findings(con, phase=phase, db=str(db_path)), batch_size, run_id)
+    findings_view.print_findings(result, console or Console(width=None if sys.stdout.isatty() else 120),
+                                 more=findings_view.all_command(db_path, phase))
 
 
 def print_batch_tables(frame: Any, console: Console | None = None, idle: Any = None,
-                       labels: dict[str, str] | None = None) -> None:
+                       labels: dict[str, str] | None = None, engine: dict[Any, int] | None = None) -> None:
     """The default report as one table per (level, batch size), with the group's totals as the title (named by
-    the run's label from ``labels`` when several runs are shown) and, when ``idle`` (``report --by idle``) is
-    given, why the GPU was idle as the caption."""
-    from k25trace.render.output import rich_table  # deferred: start-up time
+    the run's label from ``labels`` when several runs are shown; its engine steps from ``engine``,
+    ``report.engine_steps``) and, when ``idle`` (``report --by idle``) is given, why the GPU was idle as the
+    caption."""
+    from k25trace.analysis.report import steps_seen  # deferred: start-up time
+    from k25trace.render.output import console as stdout_console  # deferred: start-up time
+    from k25trace.render.output import print_table, rich_table
 
     idle_rows = {} if idle is None else {(r["run_id"], r["batch_size"]): r for r in idle.iter_rows(named=True)}
     labels = labels or {}
-    console = console or Console(width=None if sys.stdout.isatty() else 160)
+    console = console or stdout_console()
     several_runs = frame["run_id"].n_unique() > 1
     for (run_id, batch), group in frame.group_by(["run_id", "batch_size"], maintain_order=True):
         first = group.row(0, named=True)
@@ -429,23 +370,27 @@ def print_batch_tables(frame: Any, console: Console | None = None, idle: Any = N
         run = labels.get(run_id, str(run_id)) if several_runs and not level else ""
         title = (f"{run + ': ' if run else ''}{'level ' + str(level) + ', ' if level else ''}"
                  f"batch size {batch if batch is not None else '?'}: "
-                 f"{first['steps']} steps on {first['ranks']} rank(s), mean step {first['step_ms']:.3f} ms "
+                 f"{steps_seen((engine or {}).get((run_id, batch)), first['steps'], first['ranks'])}, mean step "
+                 f"{first['step_ms']:.3f} ms "
                  f"(median {first['median_step_ms']:.3f}), idle {first['idle_pct'] or 0:.1f} %")
         body = group.select(["category", "ms_per_step", "pct_of_step", "kernel_ms_per_step", "calls_per_step",
                              "us_per_call"])
         body = body.rename({"ms_per_step": "ms/step", "pct_of_step": "% of step",
                             "kernel_ms_per_step": "kernel ms/step", "calls_per_step": "calls/step",
                             "us_per_call": "µs/call"})
-        table = rich_table(body, title=title)
+        table = rich_table(body, title=title, width=console.width)
         why = idle_rows.get((run_id, batch))
+        caption = None
         if why:
-            table.caption = (
+            caption = (
                 f"idle {why['idle_ms']:.3f} ms/step = host-bound {why['host_ms']:.3f} + after a host sync "
                 f"{why['sync_ms']:.3f} + launch overhead {why['launch_overhead_ms']:.3f} + device-bound "
                 f"{why['device_ms']:.3f}" + (f" + unknown {why['unknown_ms']:.3f}" if why["unknown_ms"] else "")
                 + f"; between steps {why['between_ms']:.3f} ms/step ({why['between_pct_of_span'] or 0:.1f} % of the "
                 "GPU span) — report --by idle / --by timeline")
-        console.print(table)
+        print_table(table, target=console)
+        if caption:  # under the table at the console's width (a caption wraps to the table's)
+            console.print(Text(caption), Text(""))
 
 
 # ------------------------------------------------------------------------------------------------------ compare
@@ -459,17 +404,12 @@ def _is_trace_path(path: Path) -> bool:
 
 @cli.command()
 @click.argument("sides", nargs=-1, type=click.Path(path_type=Path), metavar="[A] [B]")
-@click.option("--db", "db_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="The database side A comes from (and side B, unless a path B is given).")
-@click.option("--a", "select_a", multiple=True, metavar="KEY=VALUE",
-              help="What side A holds: run=ID|LABEL|PART, level=NAME, trace=ID[,ID], rank=N, batch=N (repeatable).")
-@click.option("--b", "select_b", multiple=True, metavar="KEY=VALUE", help="What side B holds (as --a).")
+@database_option("The database side A comes from (and side B, unless a path B is given).")
+@side_options()
 @click.option("--by", type=click.Choice((ALL, *COMPARE_TABLES)), default=None,
               help="The table to print (default: all of them with the verdict; category with --format csv).")
-@click.option("--match", type=click.Choice(COMPARE_MATCHES), default="auto", show_default=True,
-              help="Pair steps by phase and batch size, by capture level, or each side's selection as one group "
-                   "(auto: side when --a and --b pick different batch sizes or levels, else batch).")
-@click.option("--phase", type=click.Choice(PHASES), default="decode", show_default=True, help="Steps to compare.")
+@match_option()
+@phase_option("compare", default="decode")
 @click.option("--alpha", type=float, default=0.05, show_default=True,
               help="Significance level of the Holm-adjusted Welch t-test.")
 @click.option("--min-change", type=float, default=5.0, show_default=True,
@@ -501,6 +441,7 @@ def compare(sides: tuple[Path, ...], db_path: Path | None, select_a: tuple[str, 
     """
     from k25trace import pipeline
     from k25trace.analysis import compare as core  # deferred: start-up time
+    from k25trace.render import compare as compare_view
     from k25trace.render import output
 
     sources = ([db_path] if db_path is not None else []) + list(sides)
@@ -538,42 +479,21 @@ def compare(sides: tuple[Path, ...], db_path: Path | None, select_a: tuple[str, 
         for side in result.sides.iter_rows(named=True):
             err.print(esc(f"{side['side']}: {side['source']} [{side['selection']}]: {side['runs']}, {side['ranks']} "
                            f"rank(s), {side['devices'] or 'GPU unknown'}, {side['steps']} "
-                           f"{'' if phase == 'all' else phase + ' '}steps, batch sizes "
+                           f"{'' if phase == 'all' else phase + ' '}engine steps, batch sizes "
                            f"{side['batch_sizes'] or '?'}"), soft_wrap=True)
         for note in result.notes:
             err.print(f"note: {esc(note)}", soft_wrap=True)
-        core.write(result, fmt, by=by or ("category" if fmt == "csv" else "all"), top=top)
+        compare_view.write(result, fmt, by=by or ("category" if fmt == "csv" else "all"), top=top)
         if fmt not in ("table", "markdown") or (by or "all") != "all":
             err.print(f"verdict: {esc(result.summary())}", soft_wrap=True)
         for con in opened.values():
             con.close()
 
 
-# ------------------------------------------------------------------------------------------- classify and steps
+# --------------------------------------------------------------------------------------------------- interrupts
 
 
-def _rules_option(ctx: click.Context, param: click.Parameter, value: Path | None) -> Path | None:
-    """--rules must be a readable UTF-8 file (checked here: a bad byte is a usage error, not a traceback)."""
-    if value is not None:
-        try:
-            _read_utf8(value.read_bytes, str(value))
-        except K25Error as exc:
-            raise click.BadParameter(str(exc), ctx, param) from exc
-    return value
-
-
-def _gap_us_option(ctx: click.Context, param: click.Parameter, value: float) -> float:
-    """--gap-us must be a finite, non-negative number of microseconds that fits in 64-bit nanoseconds."""
-    if not math.isfinite(value) or not 0 <= value <= MAX_GAP_US:
-        raise click.BadParameter(f"{value} is not a usable gap: give microseconds from 0 to {MAX_GAP_US:.0e}", ctx,
-                                 param)
-    return value
-
-
-MAX_GAP_US = 9e15  # 9e18 ns: the largest gap that fits in a BIGINT of nanoseconds
-
-
-def _is_interrupt(exc: BaseException) -> bool:
+def is_interrupt(exc: BaseException) -> bool:
     """Ctrl-C, as Python raises it or as DuckDB reports a query it stopped for it."""
     import duckdb
 
@@ -582,17 +502,7 @@ def _is_interrupt(exc: BaseException) -> bool:
     return isinstance(exc, (RuntimeError, K25Error)) and "interrupted" in str(exc).lower()
 
 
-def _close(con: Any) -> None:
-    """Close a connection after an interrupt (its transaction is already rolled back); a second Ctrl-C or a
-    connection DuckDB already gave up on must not turn the clean message into a traceback."""
-    if con is not None:
-        try:
-            con.close()
-        except BaseException:  # noqa: BLE001
-            pass
-
-
-def _interrupted(message: str, exc: BaseException | None = None) -> NoReturn:
+def interrupted(message: str, exc: BaseException | None = None) -> NoReturn:
     """One line and the shell's status for the signal: 130 for Ctrl-C, 128 + signum for a signal the pipeline
     turned into an interrupt (``pipeline.Stopped``: SIGTERM, 143)."""
     signum = getattr(exc, "signum", None) if isinstance(exc, KeyboardInterrupt) else None
@@ -609,75 +519,6 @@ def _interrupted(message: str, exc: BaseException | None = None) -> NoReturn:
     sys.exit(130)
 
 
-@cli.command()
-@db_option
-@click.option("--rules", type=click.Path(exists=True, dir_okay=False, path_type=Path), callback=_rules_option,
-              help="Your rules CSV (UTF-8), tried before the built-in rules.")
-@click.option("--replace", is_flag=True, help="Use only --rules, not the built-in rules.")
-@click.option("--show", is_flag=True, help="Print which rule matched each kernel name (no re-classification).")
-@format_option
-def classify(db_path: Path, rules: Path | None, replace: bool, show: bool, fmt: str | None) -> None:
-    """Re-classify every kernel with the built-in rules (plus --rules FILE) and rebuild the steps.
-
-    A rules file has the columns category,kind,name_pattern,collective_pattern,note; rules are RE2 regexes
-    tried in order, first match wins; yours come before the built-in ones. Ctrl-C stops it cleanly (exit 130).
-
-    \b
-    Examples:
-      k25trace classify --db run.duckdb --rules my_rules.csv
-      k25trace classify --db run.duckdb --show --format csv | grep ',other,'
-    """
-    from k25trace import db, pipeline
-    from k25trace.render import output  # deferred: start-up time
-
-    if show:
-        con = pipeline.connect(db_path, read_only=True)
-        output.write(db.query_frame(con, "kernel_rule_matches"), fmt or output.default_format())
-        return
-    if replace and rules is None:
-        raise K25Error("--replace needs --rules FILE")
-    stage, con = "classify", None
-    try:
-        con = pipeline.connect(db_path, create=False)
-        pipeline.reclassify(con, rules, replace=replace)
-        stage = "steps"
-        n = pipeline.rebuild(con)
-    except BaseException as exc:
-        if not _is_interrupt(exc):
-            raise
-        _close(con)
-        if stage == "classify":
-            _interrupted("nothing changed: the classification was rolled back")
-        _interrupted(f"the kernels are re-classified, but not every trace's steps were rebuilt (none is half-built); "
-                     f"run `k25trace steps --db {esc(str(db_path))}` to finish")
-    err.print(f"re-classified and rebuilt the steps of {n} trace(s)")
-
-
-@cli.command("steps")
-@db_option
-@click.option("--gap-us", type=float, default=1000.0, show_default=True, callback=_gap_us_option,
-              help="Idle gap that separates inferred steps (traces without step markers).")
-def steps_cmd(db_path: Path, gap_us: float) -> None:
-    """Rebuild the engine steps of every trace (e.g. with another --gap-us for traces without markers).
-
-    Each trace is rebuilt in a transaction of its own; Ctrl-C stops cleanly (exit 130), leaving every trace with
-    either its old or its new steps.
-    """
-    con = None
-    from k25trace import pipeline  # deferred: start-up time
-
-    try:
-        con = pipeline.connect(db_path, create=False)
-        n = pipeline.rebuild(con, gap_ns=round(gap_us * 1000))
-    except BaseException as exc:
-        if not _is_interrupt(exc):
-            raise
-        _close(con)
-        _interrupted(f"the traces not reached keep their previous steps (none is half-built); "
-                     f"run `k25trace steps --db {esc(str(db_path))}` again to finish")
-    err.print(f"rebuilt the steps of {n} trace(s)")
-
-
 # --------------------------------------------------------------------------------------------------------- demo
 
 
@@ -689,8 +530,7 @@ def sample_paths() -> list[Path]:
 
 
 @cli.command()
-@click.option("--db", "db_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Keep the database here (default: a temporary file, removed afterwards).")
+@database_option("Keep the database here (default: a temporary file, removed afterwards).")
 def demo(db_path: Path | None) -> None:
     """Load the sample traces bundled with k25trace and show what k25trace finds in them."""
     from k25trace.analysis import report as core
@@ -708,8 +548,9 @@ def demo(db_path: Path | None) -> None:
                                       "steps", "decode", "prefill", "mixed", "decode_batch_sizes"]),
             title=f"Traces loaded into {path}"))
         frame = core.breakdown(con, by="batch", phase="decode")
+        _print_findings_first(con, path, "decode", True, console)
         print_batch_tables(frame, console, idle=core.breakdown(con, by="idle", phase="decode"),
-                           labels=core.run_labels(con))
+                           labels=core.run_labels(con), engine=core.engine_steps(con, phase="decode"))
         console.print(output.rich_table(
             core.breakdown(con, by="step", phase="all").select(["trace_id", "rank", "step_index", "phase", "batch_size",
                                                                 "graph_launches", "kernel_count", "wall_ms", "busy_pct",
@@ -718,32 +559,6 @@ def demo(db_path: Path | None) -> None:
         con.close()
         if failed:
             sys.exit(1)
-
-
-@cli.command()
-@click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
-@click.option("--db", "db_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Database to browse; with PATHs, the traces are loaded into it first (default: a temporary one).")
-def tui(paths: tuple[Path, ...], db_path: Path | None) -> None:
-    """Browse captures, decode steps and kernels in a terminal UI.
-
-    \b
-    Examples:
-      k25trace tui --db run.duckdb
-      k25trace tui /tmp/vllm_profile        # load first (progress on stderr), then browse
-    """
-    from k25trace.tui.app import run_tui  # deferred: start-up time (Textual)
-
-    if not paths and db_path is None:
-        raise K25Error("give --db FILE, or trace PATHs to load first")
-    with tempfile.TemporaryDirectory(prefix="k25trace-tui-") as tmp:
-        path = db_path or Path(tmp) / "tui.duckdb"
-        if paths:
-            con, failed = run_load(path, list(paths))
-            con.close()
-        elif not path.exists():
-            raise K25Error(f"{path}: no such database")
-        run_tui(path)
 
 
 def main() -> None:

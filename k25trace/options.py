@@ -48,6 +48,16 @@ def phase_option(what: str = "report", *, default: str | None = None, help: str 
                         help=help or text)
 
 
+batch_option = click.option("--batch", "batch_size", type=int, default=None,
+                            help="Only steps of this batch size (requests per engine step; default: every one).")
+"""``--batch N`` (into ``batch_size``): the steps of one batch size."""
+
+run_option = click.option("--run", "run", default=None,
+                          help="Only this run: its id, its label as reports print it (e.g. 'graph (TP2)'), or a part "
+                               "of its id (default: every run).")
+"""``--run ID|LABEL|PART`` (into ``run``): the steps of one run (``analysis.report.resolve_run``)."""
+
+
 def output_option(help: str) -> Decorator:  # noqa: A002 - click's own keyword
     """``-o/--output FILE`` (into ``out``), required; ``-`` is stdout."""
     return click.option("-o", "--output", "out", required=True, type=click.Path(dir_okay=False, path_type=Path),
@@ -89,3 +99,13 @@ def match_option(prefix: str = "") -> Decorator:
     """``--match``: how the steps of the two sides are paired."""
     return click.option("--match", type=click.Choice(COMPARE_MATCHES), default="auto", show_default=True,
                         help=_sentence(prefix, MATCH_HELP))
+
+
+wide_option = click.option("--wide", is_flag=True,
+                           help="Tables: every column at full width, full kernel names (wider than the terminal).")
+"""``--wide``: a table prints every column (CSV/JSON always do)."""
+
+
+def all_option(help: str = "Tables: every row (default: the first 40).") -> Decorator:  # noqa: A002
+    """``--all`` (into ``all_rows``): everything, not the capped or the usual selection."""
+    return click.option("--all", "all_rows", is_flag=True, help=help)

@@ -21,6 +21,8 @@ PHASES = (ALL, *STEP_PHASES)
 
 VIEW_HELP = {
     "batch": "per batch size (and capture level)",
+    "findings": "the ranked findings per run and batch size: what costs the step, the most each fix could save "
+                "(ms/step, % of the step; savings overlap, never added up) and the view that shows it",
     "category": "all steps together",
     "step": "one line per step",
     "rank": "per rank (with the collective wait/transfer split on a terminal)",

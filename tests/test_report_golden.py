@@ -44,7 +44,7 @@ MODELS = DATA / "models"
 UPDATE = os.environ.get("K25TRACE_UPDATE_GOLDEN") == "1"
 
 VIEWS = ("batch", "category", "step", "rank", "kernel", "idle", "timeline", "comm", "comm-site", "comm-bw",
-         "rank-comm", "floor", "roofline", "sol")
+         "rank-comm", "floor", "roofline", "sol", "findings")
 EXTRA = {  # options a view needs beyond --by (per database)
     ("samples", "sol"): ["--model-config", str(MODELS / "kimi-k2-thinking" / "config.json"), "--context", "1024"],
     ("x2", "sol"): ["--model-config", str(MODELS / "decode-loop-8l" / "config.json"), "--context", "1024"],

@@ -56,6 +56,8 @@ class StepDetail:
     ranks: pl.DataFrame
     flag: str | None = None
     """Why the step is suspicious (one copy or one gap over half its wall), else None."""
+    layers: pl.DataFrame | None = None
+    """Its segments (pre, layers, post; one ``step`` row when unsegmented): :func:`step_layers`."""
 
     @property
     def kernel_total(self) -> int:
@@ -182,7 +184,24 @@ def step_detail(con: duckdb.DuckDBPyConnection, trace_id: int, step_index: int, 
     ranks = query_frame(con, "browse_step_ranks", {"trace_id": trace_id, "step_index": step_index})
     flag = first_row(query_frame(con, "browse_step_flag", {"trace_id": trace_id, "step_index": step_index}))
     return StepDetail(header=header, kernels=kernels, categories=categories, timeline=timeline, ranks=ranks,
-                      flag=None if flag is None else flag["flag"])
+                      flag=None if flag is None else flag["flag"], layers=step_layers(con, trace_id, step_index))
+
+
+def step_layers(con: duckdb.DuckDBPyConnection, trace_id: int, step_index: int) -> pl.DataFrame:
+    """One step's layer segments in order, with their times, slow flag and category split
+    (``browse_step_layers``); empty when the database has no segmentation of the step."""
+    return query_frame(con, "browse_step_layers", {"trace_id": trace_id, "step_index": step_index})
+
+
+def segment_kernels(con: duckdb.DuckDBPyConnection, header: dict[str, Any], segment: dict[str, Any], *,
+                    offset: int = 0, limit: int = KERNEL_PAGE) -> pl.DataFrame:
+    """A page of one segment's GPU activities (``segment``: a :func:`step_layers` row of the step of ``header``),
+    with :func:`step_kernels`' columns (``browse_step_layer_kernels``)."""
+    return query_frame(con, "browse_step_layer_kernels", {
+        "trace_id": header["trace_id"], "step_index": header["step_index"],
+        "start_ns": header.get("gpu_start_ns") or 0, "end_ns": header.get("gpu_end_ns") or -1,
+        "first_pos": segment["first_pos"] or 0, "count": segment["kernel_count"] or 0, "offset": offset,
+        "limit": limit})
 
 
 def kernel_detail(con: duckdb.DuckDBPyConnection, trace_id: int, event_id: int, start_ns: int) -> KernelDetail | None:

@@ -7,7 +7,6 @@ import sys
 from typing import Any
 
 import polars as pl
-from rich.console import Console
 from rich.text import Text
 
 from k25trace.analysis.compare import SECTIONS, TITLES, Comparison, display_frame, top_kernels
@@ -15,6 +14,8 @@ from k25trace.errors import K25Error
 from k25trace.render import output
 
 RIGHT = ("p_value",)  # text columns that hold numbers (right-aligned)
+NAMES = ("kernel", "name")  # kernel names: shortened in the middle in a table
+MAX_CHANGES = 15  # changes listed under the verdict in a table (Markdown lists every one)
 
 
 def write(comparison: Comparison, fmt: str, *, by: str = "all", top: int | None = 30, out: Any = None) -> None:
@@ -25,7 +26,7 @@ def write(comparison: Comparison, fmt: str, *, by: str = "all", top: int | None 
         if by == "kernel" and fmt in ("table", "markdown"):
             frame, _ = top_kernels(frame, top)
         output.write(display_frame(frame, by) if fmt in ("table", "markdown") else frame, fmt, out, title=TITLES[by],
-                     right=RIGHT)
+                     right=RIGHT, layout=output.Layout(right=RIGHT, names=NAMES))
         return
     if fmt == "csv":
         raise K25Error("CSV holds one table: choose --by category, kernel, step, comm or macro (or --format json)")
@@ -52,9 +53,14 @@ def write(comparison: Comparison, fmt: str, *, by: str = "all", top: int | None 
                 lines += ["", f"*{note}*"]
         out.write("\n".join(lines) + "\n")
         return
-    console = Console(file=out, width=None if out.isatty() else 200)
-    for name, frame, note in sections:
-        console.print(output.rich_table(frame, title=TITLES[name], caption=note or None, right=RIGHT))
+    console = output.console(out)
     console.print(Text("Verdict: " + comparison.summary(), style="bold"))
-    for change in comparison.changes():
+    changes = comparison.changes()
+    for change in changes[:MAX_CHANGES]:
         console.print(Text("  " + change))
+    if len(changes) > MAX_CHANGES:
+        console.print(Text(f"  … {len(changes) - MAX_CHANGES} more changes: in the tables below (--format markdown "
+                           "lists them all)", style="dim"))
+    for name, frame, note in sections:
+        output.print_table(output.rich_table(frame, title=TITLES[name], caption=note or None, width=console.width,
+                                             layout=output.Layout(right=RIGHT, names=NAMES)), target=console)

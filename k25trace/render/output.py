@@ -13,13 +13,17 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
+import textwrap
 from collections.abc import Collection
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import IO, TYPE_CHECKING, Any
 
 import orjson
 import polars as pl
+from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -30,8 +34,30 @@ if TYPE_CHECKING:
 _JSON_INT_RANGE = (-(2**63), 2**64 - 1)  # what orjson writes natively
 
 
+DEFAULT_WIDTH = 120
+"""The width tables are drawn to when stdout is no terminal and ``COLUMNS`` is not set."""
+
+
 def default_format() -> str:
     return "table" if sys.stdout.isatty() else "csv"
+
+
+def console_width(out: IO[str] | None = None) -> int:
+    """The width a table on ``out`` is drawn to: the terminal's, else ``$COLUMNS``, else :data:`DEFAULT_WIDTH`."""
+    out = out or sys.stdout
+    try:
+        if out.isatty():
+            return os.get_terminal_size(out.fileno()).columns
+    except (AttributeError, OSError, ValueError):  # a stream without a file descriptor (CliRunner, StringIO)
+        pass
+    columns = os.environ.get("COLUMNS", "").strip()
+    return int(columns) if columns.isdigit() and int(columns) > 0 else DEFAULT_WIDTH
+
+
+def console(out: IO[str] | None = None, width: int | None = None) -> Console:
+    """A Rich console on ``out`` (stdout) of :func:`console_width` (or ``width``) columns."""
+    out = out or sys.stdout
+    return Console(file=out, width=width or console_width(out))
 
 
 # ------------------------------------------------------------------------------------------ one value as text
@@ -83,23 +109,121 @@ def _one_line(text: str) -> str:
 # ------------------------------------------------------------------------------------------- DataFrame output
 
 
-def rich_table(frame: pl.DataFrame, title: str | None = None, caption: str | None = None, *,
-               right: Collection[str] = ()) -> Table:
-    """A Rich table of a frame; cells, title and caption are plain text (a ``[/x]`` in a kernel name, a file name or
-    a run label is not markup)."""
+TEXT_MIN = 10
+"""The fewest columns a text column is squeezed to before columns are left out."""
+
+NAME_MAX = 48
+"""The widest a name column (kernel names) is drawn: longer names keep their head and tail (:func:`shorten`)."""
+
+
+def shorten(text: str, width: int) -> str:
+    """``text`` in at most ``width`` cells: its head and its tail around a "…" (a kernel's family and its
+    template arguments both tell kernels apart)."""
+    if cell_len(text) <= width or width < 2:
+        return text
+    head = (width - 1) * 3 // 5
+    tail = width - 1 - head
+    return text[:head] + "…" + (text[-tail:] if tail else "")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How a frame is drawn as a table: header titles, columns holding numbers (kept whole, right-aligned), name
+    columns (shortened in the middle), columns that may wrap over lines, and the order columns are left out in when
+    the table is wider than the console (the rest from the right)."""
+
+    titles: dict[str, str] | None = None
+    right: Collection[str] = ()
+    names: Collection[str] = ()
+    wrap: Collection[str] = ()
+    drop_first: tuple[str, ...] = ()
+
+
+def _width(text: str) -> int:
+    return max((cell_len(line) for line in text.splitlines()), default=0)
+
+
+def _longest_word(text: str) -> int:
+    return max((cell_len(word) for word in text.split()), default=0)
+
+
+WRAP_MIN = 28
+"""The fewest columns a wrapping text column (a sentence) is squeezed to before columns are left out."""
+
+
+def _text_widths(wants: list[int], floors: list[int], room: int) -> list[int] | None:
+    """Each text column's width: min(want, max(L, floor)) for the widest level L that fits in ``room``; None when
+    not even the floors fit."""
+    def at(level: int) -> list[int]:
+        return [min(w, max(level, f)) for w, f in zip(wants, floors, strict=True)]
+
+    if sum(at(0)) > room:
+        return None
+    level = 0
+    top = max(wants, default=0)
+    while level < top and sum(at(level + 1)) <= room:
+        level += 1
+    return at(level)
+
+
+def fit_table(frame: pl.DataFrame, width: int | None, title: str | None = None, caption: str | None = None,
+              layout: Layout = Layout()) -> tuple[Table, list[str]]:
+    """A Rich table of a frame that fits ``width`` columns (None: as wide as its cells), and the frame columns left
+    out to fit. Numbers are never wrapped or cut (no_wrap, right-aligned), text is cut with "…" (or wrapped at
+    word boundaries in ``layout.wrap`` columns), names keep head and tail; cells, title and caption are plain
+    text (a ``[/x]`` in a kernel name, a file name or a run label is not markup)."""
+    titles = layout.titles or {}
+    numeric = {n for n, d in zip(frame.columns, frame.dtypes, strict=True) if d.is_numeric() or n in layout.right}
+    cells = {n: [_cell(v) for v in frame.get_column(n).to_list()] for n in frame.columns}
+    names = list(frame.columns)
+    while True:
+        wants = {n: max([_width(c) for c in cells[n]] + [_longest_word(titles.get(n, n))]) for n in names}
+        for n in layout.names:
+            if n in wants:
+                wants[n] = min(wants[n], max(NAME_MAX, _longest_word(titles.get(n, n))))
+        room = None if width is None else width - 3 * len(names) - 1 - sum(wants[n] for n in names if n in numeric)
+        texts = [n for n in names if n not in numeric]
+        floors = [WRAP_MIN if n in layout.wrap else TEXT_MIN for n in texts]
+        fitted = None if room is None else _text_widths([wants[n] for n in texts], floors, room)
+        if room is None or (room >= 0 and fitted is not None) or len(names) <= 1:
+            break
+        first = [n for n in layout.drop_first if n in names]
+        names.remove(first[0] if first else names[-1])
+    widths = dict(wants) if fitted is None else {**wants, **dict(zip(texts, fitted, strict=True))}
     table = Table(title=None if title is None else Text(title), caption=None if caption is None else Text(caption),
-                  show_lines=False, header_style="bold", title_justify="left")
-    for name, dtype in zip(frame.columns, frame.dtypes, strict=True):
-        table.add_column(Text(name), justify="right" if dtype.is_numeric() or name in right else "left",
-                         overflow="fold")
-    for row in frame.iter_rows():
-        table.add_row(*[Text(_cell(v)) for v in row])
+                  show_lines=False, header_style="bold", title_justify="left", caption_justify="left")
+    for n in names:
+        header = "\n".join(textwrap.wrap(titles.get(n, n), widths[n], break_long_words=False)) or titles.get(n, n)
+        if n in numeric:
+            table.add_column(Text(header), justify="right", no_wrap=True, min_width=widths[n])
+        elif n in layout.wrap:
+            table.add_column(Text(header), overflow="fold", max_width=widths[n])
+        else:
+            table.add_column(Text(header), no_wrap=True, overflow="ellipsis", max_width=widths[n])
+    for i in range(frame.height):
+        table.add_row(*[Text(shorten(cells[n][i], widths[n]) if n in layout.names else cells[n][i]) for n in names])
+    return table, [n for n in frame.columns if n not in names]
+
+
+def rich_table(frame: pl.DataFrame, title: str | None = None, caption: str | None = None, *,
+               right: Collection[str] = (), width: int | None = None, layout: Layout | None = None) -> Table:
+    """A Rich table of a frame (:func:`fit_table`): ``width`` None draws every column at its full width."""
+    layout = layout or Layout(right=right)
+    if right and not layout.right:
+        layout = Layout(titles=layout.titles, right=right, names=layout.names, wrap=layout.wrap,
+                        drop_first=layout.drop_first)
+    table, hidden = fit_table(frame, width, title, caption, layout)
+    if hidden:
+        note = f"{len(hidden)} more column(s) in --format csv: {', '.join(hidden)}"
+        table.caption = Text(note if caption is None else f"{caption}; {note}")
     return table
 
 
 def write(frame: pl.DataFrame, fmt: str, out: IO[str] | None = None, *, title: str | None = None,
-          right: Collection[str] = ()) -> None:
-    """Write a frame; ``right`` names text columns that hold numbers (right-aligned in tables)."""
+          right: Collection[str] = (), caption: str | None = None, layout: Layout | None = None,
+          wide: bool = False) -> None:
+    """Write a frame; ``right`` names text columns that hold numbers (right-aligned in tables); a table fits the
+    console (:func:`console_width`) unless ``wide``."""
     out = out or sys.stdout
     if fmt == "csv":
         out.write(_csv_ready(frame).write_csv())
@@ -109,8 +233,36 @@ def write(frame: pl.DataFrame, fmt: str, out: IO[str] | None = None, *, title: s
     elif fmt == "markdown":
         out.write(markdown(frame, right=right) + "\n")
     else:
-        console = Console(file=out, width=None if out.isatty() else 200)
-        console.print(rich_table(frame, title=title, right=right))
+        width = console_width(out)
+        table = rich_table(frame, title=title, caption=caption, right=right, layout=layout,
+                           width=None if wide else width)
+        print_table(table, out, width, wide=wide)
+
+
+def print_table(table: Table, out: IO[str] | None = None, width: int | None = None, *, wide: bool = False,
+                target: Console | None = None) -> None:
+    """Print a table on ``target`` or a console of ``width`` columns (:func:`console_width`), or as wide as the
+    table (``wide``); a title or caption wider than the table is printed above or below it at the console's width
+    (Rich wraps them to the table's)."""
+    if target is None:
+        out = out or sys.stdout
+        width = width or console_width(out)
+        target = console(out, width)
+        if wide:
+            target = console(out, max(width, target.measure(table, options=target.options.update_width(10**6)).maximum))
+    natural = target.measure(table).maximum
+    title, caption = table.title, table.caption
+    above = title is not None and cell_len(str(title)) > natural
+    below = caption is not None and cell_len(str(caption)) > natural
+    if above:
+        table.title = None
+        target.print(Text(str(title), style="italic"))
+    if below:
+        table.caption = None
+    target.print(table)
+    if below:
+        target.print(Text(str(caption), style="dim"))
+    table.title, table.caption = title, caption
 
 
 def markdown(frame: pl.DataFrame, *, right: Collection[str] = ()) -> str:
@@ -189,7 +341,7 @@ def write_json(value: Any, out: IO[str] | None = None) -> None:
 # ---------------------------------------------------------------------------------------- ad-hoc SQL results
 
 
-def write_result(result: "SqlResult", fmt: str, out: IO[str] | None = None) -> None:
+def write_result(result: "SqlResult", fmt: str, out: IO[str] | None = None, *, wide: bool = False) -> None:
     """Write what :func:`k25trace.db.run_sql` returned (run with ``as_json=(fmt == "json")``)."""
     out = out or sys.stdout
     if fmt == "json":
@@ -200,7 +352,7 @@ def write_result(result: "SqlResult", fmt: str, out: IO[str] | None = None) -> N
                 for row in result.frame.iter_rows()]
         out.write(_dump_json(rows))
     else:
-        write(result.frame, fmt, out, right=result.numeric_text)
+        write(result.frame, fmt, out, right=result.numeric_text, wide=wide)
 
 
 def _json_fragment(text: str | None) -> Any:
@@ -214,4 +366,5 @@ def _json_fragment(text: str | None) -> Any:
     return orjson.Fragment(text)
 
 
-__all__ = ["blob_text", "default_format", "markdown", "rich_table", "write", "write_json", "write_result"]
+__all__ = ["DEFAULT_WIDTH", "Layout", "blob_text", "console", "console_width", "default_format", "fit_table",
+           "markdown", "print_table", "rich_table", "shorten", "write", "write_json", "write_result"]

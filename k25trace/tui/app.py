@@ -73,7 +73,7 @@ class K25TraceApp(App[None]):
     def on_mount(self) -> None:
         self._gc_thresholds = gc.get_threshold()
         gc.set_threshold(YOUNG_OBJECTS_PER_COLLECTION, *self._gc_thresholds[1:])
-        self.push_screen(OverviewScreen())
+        self.push_screen(OverviewScreen(self.db_path.name))
 
     @contextmanager
     def query_cursor(self) -> Iterator[duckdb.DuckDBPyConnection]:

@@ -16,7 +16,7 @@ from rich.text import Text
 from textual.message import Message
 
 from k25trace import db
-from k25trace.analysis import browse, compare
+from k25trace.analysis import browse, compare, findings
 
 T = TypeVar("T")
 
@@ -81,6 +81,10 @@ class OverviewLoaded(Loaded[browse.Overview]):
 
 class BreakdownLoaded(Loaded[tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, dict[str, str]]]):
     """The overview's slower part: the decode breakdown, the collectives split and the idle split."""
+
+
+class FindingsLoaded(Loaded[findings.Findings]):
+    """The overview's findings panel: the ranked findings per run and batch size (:mod:`k25trace.analysis.findings`)."""
 
 
 class StepsLoaded(Loaded[browse.TraceSteps]):

@@ -78,8 +78,8 @@ def _compare_categories(comparison: Comparison) -> str:
         order += [c for c in ("overlap", "idle") if c in by_cat]
         totals = {side: sum((by_cat[c][f"ms_{side}"] or 0.0) for c in order) for side in ("a", "b")}
         parts.append(figure(f"{group} ({phase}): A {num(totals['a'])} ms → B {num(totals['b'])} ms per step",
-                            f"{esc(by_cat[order[0]]['steps_a'])} steps in A, {esc(by_cat[order[0]]['steps_b'])} in B. "
-                            "Top: each "
+                            f"{esc(by_cat[order[0]]['steps_a'])} engine steps in A, "
+                            f"{esc(by_cat[order[0]]['steps_b'])} in B. Top: each "
                             "side's step by category. Bottom: the change per category, largest first; bright bars "
                             "changed (Welch's t-test, Holm-adjusted), faint ones are within noise or negligible.",
                             _sides_chart(group, by_cat, order, totals) + _delta_chart(group, by_cat, order)))

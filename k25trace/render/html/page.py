@@ -11,9 +11,10 @@ from string import Template
 import duckdb
 
 from k25trace import __version__
-from k25trace.analysis import page_data
+from k25trace.analysis import findings, page_data
 from k25trace.analysis.page_data import ReportData
 from k25trace.render.colors import CATEGORY_COLORS
+from k25trace.render.html.findings import section_findings
 from k25trace.render.html.markup import IDLE_CAUSE_COLORS, IDLE_COLOR, esc
 from k25trace.render.html.sections import section_breakdown, section_comm, section_idle, section_kernels, section_runs
 from k25trace.render.html.step_sections import (
@@ -56,11 +57,13 @@ def shell(title: str, subtitle: str, notes: list[str], sections: list[str], nav_
         script=asset("page.js"))
 
 
-def render(data: ReportData, title: str | None = None) -> str:
-    """The whole page as one string."""
-    sections = [section_runs(data), section_breakdown(data), section_scaling(data), section_comm(data),
+def render(data: ReportData, title: str | None = None, found: findings.Findings | None = None) -> str:
+    """The whole page as one string (headed by the findings ``found``, when given)."""
+    sections = [section_findings(found)] if found is not None else []
+    sections += [section_runs(data), section_breakdown(data), section_scaling(data), section_comm(data),
                 section_idle(data), section_distribution(data), section_timeline(data), section_kernels(data)]
-    nav_items = [("runs", "Runs"), ("breakdown", "Breakdown"), ("scaling", "Step time vs batch"),
+    nav_items = [("findings", "Findings"), ("runs", "Runs"), ("breakdown", "Breakdown"),
+                 ("scaling", "Step time vs batch"),
                  ("comm", "Collectives"), ("idle", "Idle"), ("distribution", "Distribution"),
                  ("timeline", "Timeline"), ("kernels", "Top kernels")]
     return shell(title or "k25trace report", f"{data.source} · {data.phase} steps", data.notes, sections, nav_items,
@@ -71,4 +74,4 @@ def build(con: duckdb.DuckDBPyConnection, *, source: str = "", phase: str | None
           title: str | None = None) -> tuple[str, ReportData]:
     """Collect and render: (the page, the data it shows)."""
     data = page_data.collect(con, source=source, phase=phase, top=top, buckets=TIMELINE_WIDTH)
-    return render(data, title), data
+    return render(data, title, findings.findings(con, phase=data.phase, db=source or "FILE")), data

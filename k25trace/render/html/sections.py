@@ -106,7 +106,7 @@ def section_breakdown(data: ReportData) -> str:
                     f'data-step-ms="{attr(b.step_ms)}" data-x0="{x0}" data-scale="{scale!r}">' + "".join(marks)
                     + "</g>")
             svg.text(x1 + 10, y + row_h / 2 + 4,
-                     f"{num(b.step_ms)} ms (median {num(b.median_ms)}) · {plural(b.steps, 'step')} × "
+                     f"{num(b.step_ms)} ms (median {num(b.median_ms)}) · {plural(b.steps, 'rank-step')} on "
                      f"{b.ranks} rank{'s' if b.ranks != 1 else ''} · idle {num(b.idle_pct, 1)} %", "start", "note")
         parts.append(figure(
             f"Milliseconds per step by category — {data.run_name(run_id)}",

@@ -211,7 +211,8 @@ def _box_panel(svg: Svg, px: int, pw: int, ph: int, run_id: str, level: str | No
 
     n_steps, n_ranks = group["step_index"].n_unique(), group["rank"].n_unique()
     svg.text(px + pw / 2 - 10, 14, ((f"{level} " if level else "") + batch_label(batch)
-                                    + f" · {plural(n_steps, 'step')} × {plural(n_ranks, 'rank')}"), "middle", "label")
+                                    + f" · {plural(n_steps, 'engine step')} × {plural(n_ranks, 'rank')}"),
+             "middle", "label")
     svg.add(f'<line class="axisline" x1="{px}" x2="{px}" y1="{top}" y2="{bottom}"/>')
     yticks = range_ticks(lo, hi)
     for t in yticks:

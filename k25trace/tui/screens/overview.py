@@ -131,7 +131,7 @@ class OverviewScreen(BrowseScreen):
             ranks = traces["rank"].drop_nulls().n_unique()
             runs = traces["run_key"].n_unique()
             total_steps = int(traces["steps"].sum())
-            self.set_status(f"{traces.height} trace(s), {ranks} rank(s), {runs} run(s), {total_steps} step(s)"
+            self.set_status(f"{traces.height} trace(s), {ranks} rank(s), {runs} run(s), {total_steps} rank-step(s)"
                             + ("" if total_steps else " — no steps: run [b]k25trace steps[/b]"))
         fill_table(self.query_one("#traces", DataTable), traces, key_column="trace_id",
                    columns=["trace_id", "run", "level", "rank", "device_name", "file_name", "gpu_event_count",
@@ -179,7 +179,7 @@ def breakdown_rows(frame: pl.DataFrame, idle: pl.DataFrame | None = None, labels
         run = labels.get(str(run_id), str(run_id))[:24] + " " if several_runs and not level else ""
         label = run + (f"{level} " if level else "") + f"bs={'?' if batch_size is None else batch_size}"
         shares = [(r["category"], float(r["pct_of_step"] or 0.0)) for r in group.iter_rows(named=True)]
-        note = f"{first['step_ms']:.3f} ms/step, {first['steps']} steps"
+        note = f"{first['step_ms']:.3f} ms/step, {first['steps']} rank-steps"
         why = between.get((run_id, batch_size))
         if why is not None and why["between_ms"]:  # none when the batch size has a single step
             note += f", +{why['between_ms']:.3f} between ({why['between_pct_of_span']:.0f} % of span)"

@@ -26,6 +26,7 @@ from k25trace.tui.cells import LineText, cell, name_cell
 from k25trace.tui.messages import KernelPageLoaded, OpenKernel, StepLoaded, StepsPrefetched
 from k25trace.tui.screens.base import BrowseScreen
 from k25trace.tui.widgets import CategoryBars, LineTable, Timeline, category_text, one_cell_rows
+from k25trace.tui.widgets.layer_strip import LayerStrip, segment_summary
 
 if TYPE_CHECKING:
     import duckdb
@@ -73,6 +74,8 @@ class StepScreen(BrowseScreen):
         Binding("p,left_square_bracket", "move(-1)", "Prev step"),
         Binding("r", "other_rank", "Next rank"),
         Binding("m", "more_kernels", "More kernels"),
+        Binding("full_stop", "layer(1)", "Next layer (pre, layers, post, whole step)", show=False),
+        Binding("comma", "layer(-1)", "Prev layer", show=False),
         Binding("escape", "app.pop_screen", "Back"),
     ]
 
@@ -94,6 +97,12 @@ class StepScreen(BrowseScreen):
         """The first kernel page of steps read ahead, drawn already (in the worker)."""
         self.reading_ahead: set[StepKey] = set()
         """Steps the read-ahead worker is reading now."""
+        self.layer_rows: list[dict[str, Any]] = []
+        """The segments of the step on screen (browse_step_layers rows; one ``step`` row when unsegmented)."""
+        self.segment: int | None = None
+        """The layer strip's current segment (an index into :attr:`layer_rows`), or None for the whole step."""
+        self.segment_label: str | None = None
+        """Its label, kept across step moves: the next step opens at the same layer when it has it."""
 
     @property
     def wanted(self) -> StepKey:
@@ -106,6 +115,7 @@ class StepScreen(BrowseScreen):
             yield Label("loading…", id="title")
             yield Label("", id="status")
             yield Timeline(id="timeline")
+            yield LayerStrip(id="layer-strip")
             with Horizontal(id="step-body"):
                 with Vertical(id="kernel-pane"):
                     yield Label("", id="kernel-count")
@@ -182,6 +192,7 @@ class StepScreen(BrowseScreen):
 
     def show_step(self, detail: browse.StepDetail | None) -> None:
         self.detail = detail
+        self.segment = None  # the kernel table lists the whole step until the layer strip is painted
         self.query_one("#kernels", LineTable).set_lines(Text(KERNEL_HEADER), [])
         self.kernel_rows = 0
         self.kernel_start_ns = {}
@@ -194,6 +205,8 @@ class StepScreen(BrowseScreen):
             self.query_one("#kernel-count", Label).update("")
             self.query_one("#category-bar", CategoryBars).show_bars([], empty_message="")
             self.query_one("#ranks", Label).update("")
+            self.layer_rows, self.segment = [{"label": "step", "reason": "no such step"}], None
+            self.query_one("#layer-strip", LayerStrip).show_segments(self.layer_rows, None)
             return
         header = detail.header
         tokens = ""
@@ -215,15 +228,72 @@ class StepScreen(BrowseScreen):
         self.query_one("#timeline", Timeline).show_slices(
             detail.timeline, caption=f"0 … {wall_ms:.3f} ms, {len(detail.timeline)} slices")
         self.append_kernels(detail.kernels, self.kernel_lines.get((int(header["trace_id"]), int(header["step_index"]))))
+        self.paint_categories(list(detail.categories.iter_rows(named=True)), wall_ms)
+        self.query_one("#ranks", Label).update(self.ranks_line(detail.ranks))
+        self.layer_rows = [] if detail.layers is None else list(detail.layers.iter_rows(named=True))
+        labels = [row["label"] for row in self.layer_rows] if len(self.layer_rows) > 1 else []
+        self.segment = labels.index(self.segment_label) if self.segment_label in labels else None
+        if self.segment is None:
+            self.query_one("#layer-strip", LayerStrip).show_segments(self.layer_rows, None)
+        else:
+            self.show_segment()
+
+    def paint_categories(self, rows: list[dict[str, Any]], wall_ms: float) -> None:
+        """Fill the category table and bar (``rows``: browse_step_categories' columns)."""
         header_line, lines = one_cell_rows(CATEGORY_COLUMNS, [
             [category_text(row["category"]), cell(row["busy_ms"]), cell(row["pct_of_step"]), cell(row["kernel_ms"]),
-             cell(row["calls"])] for row in detail.categories.iter_rows(named=True)])
-        categories.set_lines(header_line, lines)
-        shares = [(r["category"], float(r["pct_of_step"] or 0)) for r in detail.categories.iter_rows(named=True)
+             cell(row["calls"])] for row in rows])
+        self.query_one("#categories", LineTable).set_lines(header_line, lines)
+        shares = [(r["category"], float(r["pct_of_step"] or 0)) for r in rows
                   if not r["category"].startswith("idle: ") and r["category"] != "gap before step"]  # parts of idle
         self.query_one("#category-bar", CategoryBars).show_bars([("", shares, "")] if wall_ms else [], width=40,
                                                                  empty_message="")
-        self.query_one("#ranks", Label).update(self.ranks_line(detail.ranks))
+
+    def current_segment(self) -> dict[str, Any] | None:
+        """The layer strip's current segment (a browse_step_layers row), or None for the whole step."""
+        return None if self.segment is None else self.layer_rows[self.segment]
+
+    def kernel_total(self) -> int:
+        """GPU activities of what the kernel table lists: the current segment, else the step."""
+        segment = self.current_segment()
+        if segment is not None:
+            return int(segment["kernel_count"] or 0)
+        return self.detail.kernel_total if self.detail else 0
+
+    def show_segment(self) -> None:
+        """Show the current segment in the strip, its kernels (fetched) and its category split; the whole step's
+        when there is none."""
+        detail = self.detail
+        if detail is None:
+            return
+        self.query_one("#layer-strip", LayerStrip).show_segments(self.layer_rows, self.segment)
+        self.query_one("#kernels", LineTable).set_lines(Text(KERNEL_HEADER), [])
+        self.kernel_rows = 0
+        self.kernel_start_ns = {}
+        segment = self.current_segment()
+        if segment is None:
+            self.append_kernels(detail.kernels, self.kernel_lines.get(self.wanted))
+            self.paint_categories(list(detail.categories.iter_rows(named=True)), (detail.header["wall_ns"] or 0) / 1e6)
+            return
+        self.paint_categories(segment_categories(segment), float(segment["wall_ms"] or 0))
+        self.query_one("#kernel-count", Label).update(segment_summary(segment) + " — loading kernels…")
+        header, index = detail.header, segment["segment_index"]
+        self.fetch(KernelPageLoaded, lambda cursor: browse.segment_kernels(cursor, header, segment),
+                   request=(*self.wanted, index, 0))
+
+    def action_layer(self, delta: int) -> None:
+        """Move the layer strip's current segment: pre, the layers, post, then the whole step again."""
+        if self.detail is None or self.shown != self.wanted:
+            return
+        if len(self.layer_rows) < 2:
+            reason = self.layer_rows[0]["reason"] if self.layer_rows else "no layer segmentation stored"
+            self.notify(f"This step is not segmented: {reason}.", severity="warning")
+            return
+        positions: list[int | None] = [None, *range(len(self.layer_rows))]
+        self.segment = positions[(positions.index(self.segment) + delta) % len(positions)]
+        segment = self.current_segment()
+        self.segment_label = None if segment is None else segment["label"]
+        self.show_segment()
 
     def ranks_line(self, ranks: pl.DataFrame) -> str:
         """``ranks: 0 (this) 12.3 ms · 1 12.9 ms · 2 missing``."""
@@ -249,12 +319,14 @@ class StepScreen(BrowseScreen):
             self.kernel_start_ns[str(event_id)] = start_ns
         self.query_one("#kernels", LineTable).add_lines(lines, keys)
         self.kernel_rows += page.height
-        total = self.detail.kernel_total if self.detail else 0
+        segment = self.current_segment()
+        total = self.kernel_total()
         if total == 0:
-            text = "no GPU activity in this step"
+            text = "no GPU activity in this " + ("step" if segment is None else "segment")
         else:
-            text = f"kernels: showing {self.kernel_rows} of {total}" + (
-                "  (m: load more)" if self.kernel_rows < total else "") + "  — Enter: kernel details"
+            text = ("" if segment is None else segment_summary(segment) + " — ") + \
+                f"kernels: showing {self.kernel_rows} of {total}" + (
+                    "  (m: load more)" if self.kernel_rows < total else "") + "  — Enter: kernel details"
         self.query_one("#kernel-count", Label).update(text)
 
     def action_move(self, delta: int) -> None:
@@ -290,15 +362,22 @@ class StepScreen(BrowseScreen):
 
     def action_more_kernels(self) -> None:
         """Fetch the next page of kernels (of the step on screen, unless another one is on its way)."""
-        if self.detail is None or self.shown != self.wanted or self.kernel_rows >= self.detail.kernel_total:
+        if self.detail is None or self.shown != self.wanted or self.kernel_rows >= self.kernel_total():
             return
-        header, offset = self.detail.header, self.kernel_rows
-        self.fetch(KernelPageLoaded, lambda cursor: browse.step_kernels(cursor, header, offset=offset),
-                   request=(*self.wanted, offset))
+        header, offset, segment = self.detail.header, self.kernel_rows, self.current_segment()
+        if segment is None:
+            self.fetch(KernelPageLoaded, lambda cursor: browse.step_kernels(cursor, header, offset=offset),
+                       request=(*self.wanted, None, offset))
+        else:
+            self.fetch(KernelPageLoaded,
+                       lambda cursor: browse.segment_kernels(cursor, header, segment, offset=offset),
+                       request=(*self.wanted, segment["segment_index"], offset))
 
     @on(KernelPageLoaded)
     def kernel_page_loaded(self, message: KernelPageLoaded) -> None:
-        if self.shown is not None and message.request == (*self.shown, self.kernel_rows):
+        segment = self.current_segment()
+        index = None if segment is None else segment["segment_index"]
+        if self.shown is not None and message.request == (*self.shown, index, self.kernel_rows):
             self.append_kernels(message.result)
 
     @on(LineTable.RowSelected, "#kernels")
@@ -364,3 +443,15 @@ def read_steps(plan: list[tuple[StepKey, int]], known: dict[StepKey, dict[str, A
         return read
 
     return call
+
+
+def segment_categories(segment: dict[str, Any]) -> list[dict[str, Any]]:
+    """A segment's category split as the category table's rows: each category's exclusive busy ms, then overlap
+    and idle, each with its percent of the segment's wall (they add up to 100 %)."""
+    wall = float(segment["wall_ms"] or 0)
+    rows = [{**row, "pct_of_step": None} for row in segment["categories"] or []]
+    rows.append({"category": "overlap", "busy_ms": segment["overlap_ms"], "kernel_ms": None, "calls": None})
+    rows.append({"category": "idle", "busy_ms": segment["idle_ms"], "kernel_ms": None, "calls": None})
+    for row in rows:
+        row["pct_of_step"] = round(100.0 * float(row["busy_ms"] or 0) / wall, 1) if wall else None
+    return rows
