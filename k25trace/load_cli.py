@@ -16,7 +16,7 @@ import click
 # this module is one of the CLI's lazy commands: k25trace.cli is loaded already
 from k25trace.cli import err, esc, interrupted, is_interrupt, run_load
 from k25trace.errors import K25Error
-from k25trace.options import database_option, db_option, format_option, model_config_option
+from k25trace.options import all_option, database_option, db_option, format_option, model_config_option, wide_option
 
 
 @click.command()
@@ -77,10 +77,13 @@ def load(paths: tuple[Path, ...], db_path: Path, keep_python: bool, include_fron
 @click.option("--query", "-q", "query_name", help="Run a named query from queries/ (see --list).")
 @click.option("--param", "-p", "params", multiple=True,
               help="name=value parameter: $name in the SQL or a named query (repeatable; null for NULL).")
-@click.option("--list", "list_queries", is_flag=True, help="List the named queries with their parameters.")
+@click.option("--list", "list_queries", is_flag=True,
+              help="List the named queries a user runs (reports, browsing) with their parameters.")
+@all_option("With --list: also the queries k25trace runs itself (loading, building tables, settings).")
 @format_option
+@wide_option
 def sql(query: str | None, db_path: Path, sql_file: Path | None, query_name: str | None, params: tuple[str, ...],
-        list_queries: bool, fmt: str | None) -> None:
+        list_queries: bool, fmt: str | None, all_rows: bool = False, wide: bool = False) -> None:
     """Run SQL against a database: a query argument, -f FILE, - for stdin, or --query NAME.
 
     \b
@@ -92,15 +95,18 @@ def sql(query: str | None, db_path: Path, sql_file: Path | None, query_name: str
     import polars as pl  # deferred: start-up time
 
     from k25trace import db, pipeline
-    from k25trace.render import output  # deferred: start-up time
+    from k25trace.render import output, views  # deferred: start-up time
 
     if list_queries:
         rows = [
             {"name": q.name, "params": ", ".join("$" + p for p in q.params), "creates": q.creates, "grain": q.grain,
              "summary": q.summary}
-            for q in db.named_queries().values()
+            for q in db.named_queries().values() if all_rows or not q.is_internal
         ]
-        output.write(pl.DataFrame(rows), fmt or output.default_format())
+        views.write_view(pl.DataFrame(rows), "sql-list", fmt or output.default_format(), wide=wide)
+        if not all_rows:
+            err.print(f"note: {len(db.named_queries()) - len(rows)} queries k25trace runs itself are not listed: "
+                      "--list --all lists them", soft_wrap=True)
         return
     fmt = fmt or output.default_format()
     bound = dict(db.parse_param(item) for item in params)
@@ -118,7 +124,7 @@ def sql(query: str | None, db_path: Path, sql_file: Path | None, query_name: str
         db.forbid_external_access(con)  # read-only means no file written (or read) either: see README
         cursor = db.run_query(con, query_name, bound)
         if cursor.description is not None:
-            output.write(db.fetch_frame(cursor), fmt)
+            output.write(db.fetch_frame(cursor), fmt, wide=wide)
         return
     try:
         result = db.run_sql(con, text, bound, as_json=fmt == "json")
@@ -127,7 +133,7 @@ def sql(query: str | None, db_path: Path, sql_file: Path | None, query_name: str
             interrupted("the query was stopped (Ctrl-C)")
         raise
     if result is not None:
-        output.write_result(result, fmt)
+        output.write_result(result, fmt, wide=wide)
 
 
 def _read_utf8(read: Any, source: str) -> str:
@@ -197,11 +203,11 @@ def classify(db_path: Path, rules: Path | None, replace: bool, show: bool, fmt: 
       k25trace classify --db run.duckdb --show --format csv | grep ',other,'
     """
     from k25trace import db, pipeline
-    from k25trace.render import output  # deferred: start-up time
+    from k25trace.render import output, views  # deferred: start-up time
 
     if show:
         reader = pipeline.connect(db_path, read_only=True)
-        output.write(db.query_frame(reader, "kernel_rule_matches"), fmt or output.default_format())
+        views.write_view(db.query_frame(reader, "kernel_rule_matches"), "classify", fmt or output.default_format())
         return
     if replace and rules is None:
         raise K25Error("--replace needs --rules FILE")

@@ -14,7 +14,9 @@ from k25trace.errors import K25Error
 from k25trace.render import output
 
 RIGHT = ("p_value",)  # text columns that hold numbers (right-aligned)
-NAMES = ("kernel", "name")  # kernel names: shortened in the middle in a table
+NAMES = ("kernel", "name", "name_a", "name_b")  # kernel names: shortened in the middle in a table
+DROP_FIRST = (("calls_a", "calls_b"), ("us_per_call_a", "us_per_call_b"), ("steps_a", "steps_b"),
+              ("ranks_a", "ranks_b"), "ci95_ms", "match")  # left out first when a table is wider than the console
 MAX_CHANGES = 15  # changes listed under the verdict in a table (Markdown lists every one)
 
 
@@ -26,7 +28,7 @@ def write(comparison: Comparison, fmt: str, *, by: str = "all", top: int | None 
         if by == "kernel" and fmt in ("table", "markdown"):
             frame, _ = top_kernels(frame, top)
         output.write(display_frame(frame, by) if fmt in ("table", "markdown") else frame, fmt, out, title=TITLES[by],
-                     right=RIGHT, layout=output.Layout(right=RIGHT, names=NAMES))
+                     right=RIGHT, layout=output.Layout(right=RIGHT, names=NAMES, drop_first=DROP_FIRST))
         return
     if fmt == "csv":
         raise K25Error("CSV holds one table: choose --by category, kernel, step, comm or macro (or --format json)")
@@ -61,6 +63,20 @@ def write(comparison: Comparison, fmt: str, *, by: str = "all", top: int | None 
     if len(changes) > MAX_CHANGES:
         console.print(Text(f"  … {len(changes) - MAX_CHANGES} more changes: in the tables below (--format markdown "
                            "lists them all)", style="dim"))
+    layout = output.Layout(right=RIGHT, names=NAMES, drop_first=DROP_FIRST)
     for name, frame, note in sections:
-        output.print_table(output.rich_table(frame, title=TITLES[name], caption=note or None, width=console.width,
-                                             layout=output.Layout(right=RIGHT, names=NAMES)), target=console)
+        table = output.rich_table(_one_name(frame), title=TITLES[name], caption=note or None, width=console.width,
+                                  layout=layout)
+        output.print_table(table, target=console)
+
+
+def _one_name(frame: pl.DataFrame) -> pl.DataFrame:
+    """A kernel table's two names as one ``kernel`` column (a terminal is too narrow for both): the name, or
+    "A → B" when the sides' names differ (matched by family, or only on one side)."""
+    if not {"name_a", "name_b"} <= set(frame.columns):
+        return frame
+    a, b = pl.col("name_a").fill_null("—"), pl.col("name_b").fill_null("—")
+    kernel = pl.when(a == b).then(a).otherwise(a + " → " + b).alias("kernel")
+    at = frame.columns.index("name_a")
+    frame = frame.with_columns(kernel).drop("name_a", "name_b")
+    return frame.select([*frame.columns[:at], "kernel", *frame.columns[at:-1]])

@@ -109,7 +109,7 @@ def _one_line(text: str) -> str:
 # ------------------------------------------------------------------------------------------- DataFrame output
 
 
-TEXT_MIN = 10
+TEXT_MIN = 12
 """The fewest columns a text column is squeezed to before columns are left out."""
 
 NAME_MAX = 48
@@ -129,14 +129,14 @@ def shorten(text: str, width: int) -> str:
 @dataclass(frozen=True)
 class Layout:
     """How a frame is drawn as a table: header titles, columns holding numbers (kept whole, right-aligned), name
-    columns (shortened in the middle), columns that may wrap over lines, and the order columns are left out in when
-    the table is wider than the console (the rest from the right)."""
+    columns (shortened in the middle), columns that may wrap over lines, and the order columns (or groups of
+    columns) are left out in when the table is wider than the console (then the rest from the right)."""
 
     titles: dict[str, str] | None = None
     right: Collection[str] = ()
     names: Collection[str] = ()
     wrap: Collection[str] = ()
-    drop_first: tuple[str, ...] = ()
+    drop_first: tuple[str | tuple[str, ...], ...] = ()
 
 
 def _width(text: str) -> int:
@@ -149,6 +149,9 @@ def _longest_word(text: str) -> int:
 
 WRAP_MIN = 28
 """The fewest columns a wrapping text column (a sentence) is squeezed to before columns are left out."""
+
+NAME_MIN = 24
+"""The fewest columns a name column is squeezed to before columns are left out."""
 
 
 def _text_widths(wants: list[int], floors: list[int], room: int) -> list[int] | None:
@@ -183,12 +186,14 @@ def fit_table(frame: pl.DataFrame, width: int | None, title: str | None = None, 
                 wants[n] = min(wants[n], max(NAME_MAX, _longest_word(titles.get(n, n))))
         room = None if width is None else width - 3 * len(names) - 1 - sum(wants[n] for n in names if n in numeric)
         texts = [n for n in names if n not in numeric]
-        floors = [WRAP_MIN if n in layout.wrap else TEXT_MIN for n in texts]
+        floors = [WRAP_MIN if n in layout.wrap else NAME_MIN if n in layout.names else TEXT_MIN for n in texts]
         fitted = None if room is None else _text_widths([wants[n] for n in texts], floors, room)
         if room is None or (room >= 0 and fitted is not None) or len(names) <= 1:
             break
-        first = [n for n in layout.drop_first if n in names]
-        names.remove(first[0] if first else names[-1])
+        groups = [(g,) if isinstance(g, str) else g for g in layout.drop_first]
+        first = [[n for n in g if n in names] for g in groups]
+        for n in next((g for g in first if g), [names[-1]]):
+            names.remove(n)
     widths = dict(wants) if fitted is None else {**wants, **dict(zip(texts, fitted, strict=True))}
     table = Table(title=None if title is None else Text(title), caption=None if caption is None else Text(caption),
                   show_lines=False, header_style="bold", title_justify="left", caption_justify="left")

@@ -27,7 +27,8 @@ MAX_ROWS = 40
 class View:
     """One view's table: a title, the default columns (in order; the others only with ``--wide``), header titles
     beyond the automatic ones (:func:`title_of`), kernel-name columns, text columns that may wrap, text columns
-    holding numbers, the columns left out first when the console is narrow, and whether rows are capped."""
+    holding numbers, the columns left out first when the console is narrow, whether rows are capped, and text
+    columns shown by their first sentence (all of it with ``--wide``), and what shows the rows left out."""
 
     title: str
     columns: tuple[str, ...] = ()
@@ -37,6 +38,8 @@ class View:
     right: tuple[str, ...] = ()
     drop_first: tuple[str, ...] = ()
     capped: bool = True
+    sentence: tuple[str, ...] = ()
+    more: str = "--all"
 
 
 _RUN = ("run",)
@@ -114,8 +117,14 @@ VIEWS: dict[str, View] = {
                        titles={"late_rank": "late rank", "late_collectives": "late collectives",
                                "lateness_p50_us": "lateness p50 µs"}),
     "sql": View("", capped=False),
+    "sql-list": View("Named queries (k25trace sql --query NAME -p name=value)", ("name", "params", "summary"),
+                     wrap=("params", "summary"), sentence=("summary",), capped=False),
     "classify": View("Which rule matched each kernel name",
-                     ("category", "kind", "name", "rule", "pattern", "events"), names=("name",)),
+                     ("category", "short_name", "kind", "calls", "total_ms", "rule_id", "rule_source",
+                      "rule_name_pattern"),
+                     titles={"short_name": "kernel", "rule_id": "rule", "rule_source": "source",
+                             "rule_name_pattern": "pattern"},
+                     names=("short_name",), more="--format csv lists them all"),
 }
 """The terminal view of each ``report --by`` view (``batch``, ``findings``, ``roofline`` and ``sol`` have tables
 of their own), of ``sql`` results and of ``classify --show``."""
@@ -156,6 +165,9 @@ def table_parts(frame: pl.DataFrame, view: View, *, labels: dict[str, str] | Non
     heading = title if title is not None else view.title
     if run is not None:
         heading = f"{run}: {heading}" if heading else run
+    if not wide:
+        frame = frame.with_columns(pl.col(c).str.replace(r"^(.*?\.)\s.*$", "$1")
+                                   for c in view.sentence if c in frame.columns)
     if not wide and view.columns:
         shown = [c for c in view.columns if c in frame.columns]
         left = len(frame.columns) - len(shown)
@@ -165,7 +177,7 @@ def table_parts(frame: pl.DataFrame, view: View, *, labels: dict[str, str] | Non
     rows = frame.height
     if view.capped and not all_rows and rows > MAX_ROWS:
         frame = frame.head(MAX_ROWS)
-        notes.append(f"{rows - MAX_ROWS} more of {rows} rows: --all")
+        notes.append(f"{rows - MAX_ROWS} more of {rows} rows: {view.more}")
     if heading:
         heading = f"{heading} ({rows} row{'s' if rows != 1 else ''})"
     return frame, heading, notes

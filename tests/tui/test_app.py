@@ -59,7 +59,7 @@ async def test_overview_lists_traces_counts_and_breakdown(trace_db: Path) -> Non
         # one bar per run and batch size: the SGLang and the vLLM MI300X decode steps are separate runs
         assert "sglang-mi300x-decode bs=32" in breakdown and "vllm-mi300x-decode-full" in breakdown
         assert breakdown.count("bs=32") == 2
-        assert "1 steps" in breakdown and "gemm" in breakdown
+        assert "1 rank-steps" in breakdown and "gemm" in breakdown
         assert "none" in text_of(app, "#levels-title")
 
 
@@ -264,7 +264,8 @@ async def test_named_query_loads_with_its_parameters(trace_db: Path) -> None:
         names.focus()
         names.move_cursor(row=names.get_row_index("report_kernels"))
         await pilot.press("enter")
-        assert app.screen.query_one("#params").value == "phase=decode rank=null trace_id=null top=20"  # type: ignore[attr-defined]
+        params = "phase=decode rank=null trace_id=null top=20 batch_size=null run_id=null"
+        assert app.screen.query_one("#params").value == params  # type: ignore[attr-defined]
         await pilot.press("ctrl+r")
         await wait_for_workers(pilot)
         assert table(app, "#results").row_count == 20
