@@ -534,7 +534,7 @@ def sample_paths() -> list[Path]:
 def demo(db_path: Path | None) -> None:
     """Load the sample traces bundled with k25trace and show what k25trace finds in them."""
     from k25trace.analysis import report as core
-    from k25trace.render import output  # deferred: start-up time
+    from k25trace.render import output, views  # deferred: start-up time
 
     samples = sample_paths()
     if not samples:
@@ -542,20 +542,14 @@ def demo(db_path: Path | None) -> None:
     with tempfile.TemporaryDirectory(prefix="k25trace-demo-") as tmp:
         path = db_path or Path(tmp) / "demo.duckdb"
         con, failed = run_load(path, samples)
-        console = Console(width=None if sys.stdout.isatty() else 160)
-        console.print(output.rich_table(
-            core.summary(con).select(["trace_id", "file_name", "rank", "world_size", "device_name", "gpu_event_count",
-                                      "steps", "decode", "prefill", "mixed", "decode_batch_sizes"]),
-            title=f"Traces loaded into {path}"))
+        console = output.console()
+        views.write_view(core.summary(con), "traces", "table", title=f"Traces loaded into {path}")
         frame = core.breakdown(con, by="batch", phase="decode")
         _print_findings_first(con, path, "decode", True, console)
         print_batch_tables(frame, console, idle=core.breakdown(con, by="idle", phase="decode"),
                            labels=core.run_labels(con), engine=core.engine_steps(con, phase="decode"))
-        console.print(output.rich_table(
-            core.breakdown(con, by="step", phase="all").select(["trace_id", "rank", "step_index", "phase", "batch_size",
-                                                                "graph_launches", "kernel_count", "wall_ms", "busy_pct",
-                                                                "allreduce_pct", "top_categories"]),
-            title="All steps"))
+        views.write_view(core.breakdown(con, by="step", phase="all"), "step", "table", title="All steps",
+                         more=f"k25trace report --db {path} --by step --phase all --all (with --db FILE)")
         con.close()
         if failed:
             sys.exit(1)

@@ -130,13 +130,15 @@ def shorten(text: str, width: int) -> str:
 class Layout:
     """How a frame is drawn as a table: header titles, columns holding numbers (kept whole, right-aligned), name
     columns (shortened in the middle), columns that may wrap over lines, and the order columns (or groups of
-    columns) are left out in when the table is wider than the console (then the rest from the right)."""
+    columns) are left out in when the table is wider than the console (then the rest from the right), and the
+    widest some text columns are drawn (``caps``)."""
 
     titles: dict[str, str] | None = None
     right: Collection[str] = ()
     names: Collection[str] = ()
     wrap: Collection[str] = ()
     drop_first: tuple[str | tuple[str, ...], ...] = ()
+    caps: dict[str, int] | None = None
 
 
 def _width(text: str) -> int:
@@ -184,6 +186,9 @@ def fit_table(frame: pl.DataFrame, width: int | None, title: str | None = None, 
         for n in layout.names:
             if n in wants:
                 wants[n] = min(wants[n], max(NAME_MAX, _longest_word(titles.get(n, n))))
+        for n, cap in (layout.caps or {}).items():
+            if n in wants and n not in numeric:
+                wants[n] = min(wants[n], cap)
         room = None if width is None else width - 3 * len(names) - 1 - sum(wants[n] for n in names if n in numeric)
         texts = [n for n in names if n not in numeric]
         floors = [WRAP_MIN if n in layout.wrap else NAME_MIN if n in layout.names else TEXT_MIN for n in texts]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import IO
 
 import polars as pl
@@ -28,7 +28,8 @@ class View:
     """One view's table: a title, the default columns (in order; the others only with ``--wide``), header titles
     beyond the automatic ones (:func:`title_of`), kernel-name columns, text columns that may wrap, text columns
     holding numbers, the columns left out first when the console is narrow, whether rows are capped, and text
-    columns shown by their first sentence (all of it with ``--wide``), and what shows the rows left out."""
+    columns shown by their first sentence (all of it with ``--wide``), what shows the rows left out, and the widest
+    some text columns are drawn."""
 
     title: str
     columns: tuple[str, ...] = ()
@@ -40,6 +41,7 @@ class View:
     capped: bool = True
     sentence: tuple[str, ...] = ()
     more: str = "--all"
+    caps: dict[str, int] = field(default_factory=dict)
 
 
 _RUN = ("run",)
@@ -117,8 +119,13 @@ VIEWS: dict[str, View] = {
                        titles={"late_rank": "late rank", "late_collectives": "late collectives",
                                "lateness_p50_us": "lateness p50 µs"}),
     "sql": View("", capped=False),
+    "traces": View("", ("trace_id", "file_name", "rank", "world_size", "device_name", "gpu_event_count", "steps",
+                        "decode", "prefill", "mixed", "decode_batch_sizes"),
+                   titles={"trace_id": "trace", "file_name": "file", "world_size": "world", "device_name": "device",
+                           "gpu_event_count": "GPU events", "decode_batch_sizes": "decode batch sizes"},
+                   names=("file_name",), capped=False),
     "sql-list": View("Named queries (k25trace sql --query NAME -p name=value)", ("name", "params", "summary"),
-                     wrap=("params", "summary"), sentence=("summary",), capped=False),
+                     wrap=("params",), sentence=("summary",), capped=False, caps={"params": 30}),
     "classify": View("Which rule matched each kernel name",
                      ("category", "short_name", "kind", "calls", "total_ms", "rule_id", "rule_source",
                       "rule_name_pattern"),
@@ -186,18 +193,21 @@ def table_parts(frame: pl.DataFrame, view: View, *, labels: dict[str, str] | Non
 def layout_of(view: View, columns: list[str], right: tuple[str, ...] = ()) -> output.Layout:
     """The :class:`~k25trace.render.output.Layout` of a view's table of ``columns``."""
     return output.Layout(titles={c: view.titles.get(c, title_of(c)) for c in columns}, right=(*view.right, *right),
-                         names=view.names, wrap=view.wrap, drop_first=view.drop_first)
+                         names=view.names, wrap=view.wrap, drop_first=view.drop_first, caps=view.caps)
 
 
 def write_view(frame: pl.DataFrame, by: str, fmt: str, out: IO[str] | None = None, *,
                labels: dict[str, str] | None = None, wide: bool = False, all_rows: bool = False,
-               title: str | None = None, right: tuple[str, ...] = ()) -> None:
-    """Write one view's frame: as it is in CSV, JSON and Markdown; shaped by :data:`VIEWS` in a table."""
+               title: str | None = None, right: tuple[str, ...] = (), more: str | None = None) -> None:
+    """Write one view's frame: as it is in CSV, JSON and Markdown; shaped by :data:`VIEWS` in a table (``more``:
+    what shows the rows left out, when not the view's own)."""
     out = out or sys.stdout
     if fmt != "table":
         output.write(frame, fmt, out, right=right)
         return
     view = VIEWS.get(by, View(""))
+    if more is not None:
+        view = replace(view, more=more)
     shown, heading, notes = table_parts(frame, view, labels=labels, wide=wide, all_rows=all_rows, title=title)
     width = output.console_width(out)
     layout = layout_of(view, shown.columns, right)
