@@ -151,12 +151,13 @@ def title_of(column: str) -> str:
 def _run_column(frame: pl.DataFrame, labels: dict[str, str]) -> tuple[pl.DataFrame, str | None]:
     """The frame with its run ids as labels in a ``run`` column, and the run's label when only one run is shown
     (then the column is left out and the title names the run)."""
-    if "run_id" not in frame.columns:
+    if "run_id" in frame.columns:
+        ids = frame["run_id"].cast(pl.String)
+        if "run" not in frame.columns:
+            frame = frame.with_columns(ids.replace_strict(labels, default=ids, return_dtype=pl.String).alias("run"))
+        frame = frame.drop("run_id")
+    if "run" not in frame.columns or frame.is_empty():
         return frame, None
-    ids = frame["run_id"].cast(pl.String)
-    if "run" not in frame.columns:
-        frame = frame.with_columns(ids.replace_strict(labels, default=ids, return_dtype=pl.String).alias("run"))
-    frame = frame.drop("run_id")
     runs = frame["run"].unique().to_list()
     if len(runs) == 1:
         return frame.drop("run"), str(runs[0])
@@ -164,9 +165,9 @@ def _run_column(frame: pl.DataFrame, labels: dict[str, str]) -> tuple[pl.DataFra
 
 
 def table_parts(frame: pl.DataFrame, view: View, *, labels: dict[str, str] | None = None, wide: bool = False,
-                all_rows: bool = False, title: str | None = None) -> tuple[pl.DataFrame, str, list[str]]:
+                all_rows: bool = False, title: str | None = None) -> tuple[pl.DataFrame, str, list[str], int]:
     """The frame as its table shows it (run labels, the default columns unless ``wide``, at most
-    :data:`MAX_ROWS` rows unless ``all_rows``), its title and the caption's notes."""
+    :data:`MAX_ROWS` rows unless ``all_rows``), its title, the caption's notes and how many columns it leaves out."""
     frame, run = _run_column(frame, labels or {})
     notes: list[str] = []
     heading = title if title is not None else view.title
@@ -175,19 +176,18 @@ def table_parts(frame: pl.DataFrame, view: View, *, labels: dict[str, str] | Non
     if not wide:
         frame = frame.with_columns(pl.col(c).str.replace(r"^(.*?\.)\s.*$", "$1")
                                    for c in view.sentence if c in frame.columns)
+    left = 0
     if not wide and view.columns:
         shown = [c for c in view.columns if c in frame.columns]
         left = len(frame.columns) - len(shown)
         frame = frame.select(shown)
-        if left:
-            notes.append(f"{left} more column(s): --wide")
     rows = frame.height
     if view.capped and not all_rows and rows > MAX_ROWS:
         frame = frame.head(MAX_ROWS)
         notes.append(f"{rows - MAX_ROWS} more of {rows} rows: {view.more}")
     if heading:
         heading = f"{heading} ({rows} row{'s' if rows != 1 else ''})"
-    return frame, heading, notes
+    return frame, heading, notes, left
 
 
 def layout_of(view: View, columns: list[str], right: tuple[str, ...] = ()) -> output.Layout:
@@ -208,12 +208,13 @@ def write_view(frame: pl.DataFrame, by: str, fmt: str, out: IO[str] | None = Non
     view = VIEWS.get(by, View(""))
     if more is not None:
         view = replace(view, more=more)
-    shown, heading, notes = table_parts(frame, view, labels=labels, wide=wide, all_rows=all_rows, title=title)
+    shown, heading, notes, left = table_parts(frame, view, labels=labels, wide=wide, all_rows=all_rows, title=title)
     width = output.console_width(out)
     layout = layout_of(view, shown.columns, right)
     table, hidden = output.fit_table(shown, None if wide else width, heading or None, None, layout)
-    if hidden:
-        notes.insert(0, f"left out to fit {width} columns: {', '.join(hidden)} (--wide)")
+    if hidden or left:
+        fitted = f" ({', '.join(hidden)} to fit {width} columns)" if hidden else ""
+        notes.insert(0, f"{len(hidden) + left} more columns{fitted}: --wide")
     if notes:
         table.caption = Text("; ".join(notes))
     output.print_table(table, out, width, wide=wide)
