@@ -549,7 +549,7 @@ def demo(db_path: Path | None) -> None:
         print_batch_tables(frame, console, idle=core.breakdown(con, by="idle", phase="decode"),
                            labels=core.run_labels(con), engine=core.engine_steps(con, phase="decode"))
         views.write_view(core.breakdown(con, by="step", phase="all"), "step", "table", title="All steps",
-                         more=f"k25trace report --db {path} --by step --phase all --all (with --db FILE)")
+                         more="k25trace demo --db FILE, then k25trace report --db FILE --by step --phase all --all")
         con.close()
         if failed:
             sys.exit(1)

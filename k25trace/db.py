@@ -37,9 +37,6 @@ from k25trace.errors import K25Error, QueryError
 
 _PARAM_RE = re.compile(r"(?<![:$\w])\$([A-Za-z_][A-Za-z0-9_]*)")
 _HEADER_RE = re.compile(r"^--\s*([a-z_]+)\s*:\s*(.*)$")
-_INTERNAL = ("ingest_", "meta_", "settings_", "db_", "export_", "floor_bench_", "kernel_rules_")
-_WRITES_RE = re.compile(r"^\s*(insert|update|delete|create|drop|alter|set|copy|attach|detach|install|load)\b",
-                        re.IGNORECASE | re.MULTILINE)
 
 
 def queries_dir() -> Path:
@@ -69,19 +66,6 @@ class NamedQuery:
     def is_report(self) -> bool:
         """A query that returns rows (no ``creates:``), as opposed to one that builds a table."""
         return not self.creates
-
-    @property
-    def is_internal(self) -> bool:
-        """A step of k25trace's own work rather than a query a user runs (``sql --list`` leaves it out unless
-        ``--all``): its header declares what it creates or writes (``creates:``, even "none"), it reads a relation
-        only k25trace registers (a name starting with ``_``, a table named by a parameter, a macro another query
-        makes) or no table at all (``reads: none``, only settings), its SQL writes (insert, update, delete, …), or
-        its name is of a stage's own queries (:data:`_INTERNAL`: loading, the meta table, the database check,
-        export, the bench table, the rules table)."""
-        registered = any(r.startswith("_") or "$" in r or "macro of" in r for r in self.reads)
-        no_table = not self.reads or all(r in ("none", "current_setting()") for r in self.reads)
-        writes = bool(_WRITES_RE.search(_strip_sql_comments(self.sql)))
-        return "creates" in self.header or registered or no_table or writes or self.name.startswith(_INTERNAL)
 
 
 def _parse_query_file(path: Path) -> NamedQuery:

@@ -98,10 +98,12 @@ def sql(query: str | None, db_path: Path, sql_file: Path | None, query_name: str
     from k25trace.render import output, views  # deferred: start-up time
 
     if list_queries:
+        from k25trace.analysis import browse  # deferred: start-up time
+
         rows = [
             {"name": q.name, "params": ", ".join("$" + p for p in q.params), "creates": q.creates, "grain": q.grain,
              "summary": q.summary}
-            for q in db.named_queries().values() if all_rows or not q.is_internal
+            for q in browse.user_queries(everything=all_rows)
         ]
         views.write_view(pl.DataFrame(rows), "sql-list", fmt or output.default_format(), wide=wide)
         if not all_rows:

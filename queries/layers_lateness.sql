@@ -27,7 +27,7 @@ placed as (
 
 select run_id, any_value(run_labels.run_label) as run, nullif(batch_size, -1) as batch_size, label as segment, any_value(kind) as kind, rank as late_rank,
     count(*) as late_collectives, round(sum(lateness_ns) / 1e6, 4) as lateness_ms,
-    round(median(lateness_ns) / 1e3, 2) as lateness_p50_us, mode(cause) as cause,
+    round(median(lateness_ns) / 1e3, 2) as lateness_p50_us, mode(cause order by cause) as cause,
     round(sum(host_ns) / 1e6, 4) as host_ms, round(sum(launch_ns) / 1e6, 4) as launch_ms,
     round(sum(sync_ns) / 1e6, 4) as sync_ms, round(sum(device_ns) / 1e6, 4) as device_ms,
     round(sum(gpu_ns) / 1e6, 4) as gpu_ms, round(sum(other_ns) / 1e6, 4) as other_ms

@@ -52,7 +52,8 @@ def empty_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def sql(dbfile: Path, query: str, fmt: str) -> Result:
-    return k25("sql", "--db", str(dbfile), "--format", fmt, "--", query)
+    wide = ("--wide",) if fmt == "table" else ()  # every column, whatever the terminal's width
+    return k25("sql", "--db", str(dbfile), "--format", fmt, *wide, "--", query)
 
 
 # ------------------------------------------------------------------------------------------------- item 1 / 13

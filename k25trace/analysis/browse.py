@@ -13,6 +13,7 @@ database is; lists are fetched a page at a time with a hard ``limit``.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +21,7 @@ import duckdb
 import polars as pl
 
 from k25trace.analysis import report
-from k25trace.db import get_query, named_queries, parse_param, query_frame
+from k25trace.db import NamedQuery, get_query, named_queries, parse_param, query_frame
 from k25trace.vocab import PHASES, check_phase
 
 KERNEL_PAGE = 100
@@ -241,6 +242,32 @@ def query_catalog() -> pl.DataFrame:
         for q in named_queries().values() if q.is_report and q.name != "schema"
     ]
     return pl.DataFrame(rows, schema={"name": pl.String, "params": pl.String, "summary": pl.String, "grain": pl.String})
+
+
+INTERNAL_QUERIES = ("ingest_", "meta_", "settings_", "db_", "export_", "floor_bench_", "kernel_rules_")
+"""Name prefixes of the queries of one stage's own work: loading, the meta table, the database check, export, the
+bench table, the rules table."""
+
+_WRITES = re.compile(r"^\s*(insert|update|delete|create|drop|alter|set|copy|attach|detach|install|load)\b",
+                     re.IGNORECASE | re.MULTILINE)
+
+
+def is_internal(query: NamedQuery) -> bool:
+    """A step of k25trace's own work rather than a query a user runs (``sql --list`` leaves it out unless ``--all``):
+    its header declares what it creates or writes (``creates:``, even "none"), it reads a relation only k25trace
+    registers (a name starting with ``_``, a table named by a parameter, a macro another query makes) or no table
+    (``reads: none``, only settings), its SQL writes (insert, update, delete, …), or its name is one of
+    :data:`INTERNAL_QUERIES`."""
+    registered = any(r.startswith("_") or "$" in r or "macro of" in r for r in query.reads)
+    no_table = not query.reads or all(r in ("none", "current_setting()") for r in query.reads)
+    code = "\n".join(line.split("--", 1)[0] for line in query.sql.splitlines())
+    return ("creates" in query.header or registered or no_table or bool(_WRITES.search(code))
+            or query.name.startswith(INTERNAL_QUERIES))
+
+
+def user_queries(everything: bool = False) -> list[NamedQuery]:
+    """The named queries a user runs (every one with ``everything``), by name."""
+    return [q for q in named_queries().values() if everything or not is_internal(q)]
 
 
 def named_query_text(name: str) -> str:
