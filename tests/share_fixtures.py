@@ -16,6 +16,16 @@ TP2 = DATA / "h200x2-decode-loop"
 H200_SINGLE = DATA / "h200-decode-loop"
 
 
+def load_into(path: Path, inputs: list[Path]) -> None:
+    """Load ``inputs`` into the database at ``path``, asserting every file loaded."""
+    con = pipeline.connect(path)
+    try:
+        results, _notes = pipeline.load_paths(con, inputs)
+        assert results and all(r.status == "loaded" for r in results), [(r.status, r.message) for r in results]
+    finally:
+        con.close()
+
+
 def _build(path: Path, sources: list[Path]) -> Path:
     if path.exists():
         return path

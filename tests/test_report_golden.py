@@ -32,8 +32,8 @@ import pytest
 from click.testing import CliRunner
 
 import k25trace
-from k25trace import pipeline
 from k25trace.cli import cli
+from share_fixtures import load_into
 
 HERE = Path(__file__).resolve().parent
 GOLDEN = HERE / "golden"
@@ -60,22 +60,13 @@ def test_the_golden_cases_cover_every_view() -> None:
     assert set(REPORT_VIEWS) == set(VIEWS), "a report view was added or removed: add it to VIEWS here"
 
 
-def _load(path: Path, inputs: list[Path]) -> None:
-    con = pipeline.connect(path)
-    try:
-        results, _notes = pipeline.load_paths(con, inputs)
-        assert results and all(r.status == "loaded" for r in results), [(r.status, r.message) for r in results]
-    finally:
-        con.close()
-
-
 @pytest.fixture(scope="module")
 def databases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("golden")
     samples = root / "samples.duckdb"
-    _load(samples, sorted(SAMPLES.rglob("*.json.gz")))
+    load_into(samples, sorted(SAMPLES.rglob("*.json.gz")))
     x2 = root / "x2.duckdb"
-    _load(x2, sorted((X2 / "eager").rglob("*.json.gz")))
+    load_into(x2, sorted((X2 / "eager").rglob("*.json.gz")))
     out = CliRunner().invoke(cli, ["bench", "import", str(X2 / "allreduce_bench_kimi.json"), "--db", str(x2)])
     assert out.exit_code == 0, out.output
     return {"samples": samples, "x2": x2}

@@ -25,10 +25,10 @@ from click.testing import CliRunner
 from rich.cells import cell_len
 
 import k25trace
-from k25trace import pipeline
 from k25trace.cli import cli
 from k25trace.render.output import _cell
 from k25trace.vocab import VIEWS
+from share_fixtures import load_into
 
 HERE = Path(__file__).resolve().parent
 GOLDEN = HERE / "golden" / "terminal"
@@ -57,22 +57,13 @@ CASES: dict[str, list[str]] = {
 }
 
 
-def _load(path: Path, inputs: list[Path]) -> None:
-    con = pipeline.connect(path)
-    try:
-        results, _notes = pipeline.load_paths(con, inputs)
-        assert results and all(r.status == "loaded" for r in results), [(r.status, r.message) for r in results]
-    finally:
-        con.close()
-
-
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The databases, each loaded once: x2 (eager pair + bench floor), x2-graph (its twin), b200."""
     root = tmp_path_factory.mktemp("terminal")
-    _load(root / "x2.duckdb", sorted((X2 / "eager").glob("*.json.gz")))
-    _load(root / "x2-graph.duckdb", sorted((X2 / "graph").glob("*.json.gz")))
-    _load(root / "b200.duckdb", sorted(B200.glob("*.json.gz")))
+    load_into(root / "x2.duckdb", sorted((X2 / "eager").glob("*.json.gz")))
+    load_into(root / "x2-graph.duckdb", sorted((X2 / "graph").glob("*.json.gz")))
+    load_into(root / "b200.duckdb", sorted(B200.glob("*.json.gz")))
     out = CliRunner().invoke(cli, ["bench", "import", str(X2 / "allreduce_bench_kimi.json"), "--db",
                                    str(root / "x2.duckdb")])
     assert out.exit_code == 0, out.output
