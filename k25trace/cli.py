@@ -251,7 +251,8 @@ def report(db_path: Path, phase: str, by: str, peaks: Path | None, model_config:
     filtered = rank is not None or trace_id is not None or phase is not None
     phase, note = core.resolve_phase(con, phase)
     run_id = core.resolve_run(con, run)
-    core.check_filters(con, phase=phase, rank=rank, trace_id=trace_id, batch_size=batch_size, run_id=run_id)
+    core.check_filters(con, phase=phase, rank=rank, trace_id=trace_id, batch_size=batch_size, run_id=run_id,
+                      with_empty=by == "step")  # the step view lists empty steps too
     steps: dict[str, Any] = {"batch_size": batch_size, "run_id": run_id}  # --batch, --run: every view takes them
     if note:
         err.print(f"note: {esc(note)}", soft_wrap=True)

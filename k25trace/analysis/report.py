@@ -107,7 +107,8 @@ def _span(values: list[int]) -> str:
 
 
 def check_filters(con: duckdb.DuckDBPyConnection, *, phase: str, rank: int | None = None,
-                  trace_id: int | None = None, batch_size: int | None = None, run_id: str | None = None) -> None:
+                  trace_id: int | None = None, batch_size: int | None = None, run_id: str | None = None,
+                  with_empty: bool = False) -> None:
     """A K25Error saying what exists when ``rank``, ``trace_id``, ``phase``, ``batch_size`` or ``run_id`` selects
     no step of the database: "no rank 99: ranks 0–1", "no trace 999: traces 1–2", "no prefill steps (rank 1):
     phases present: decode 9 engine steps (9 rank-steps); use --phase decode or --phase all", "no decode steps of
@@ -128,6 +129,8 @@ def check_filters(con: duckdb.DuckDBPyConnection, *, phase: str, rank: int | Non
                                   f"run {run_labels(con).get(run_id, run_id)}" if run_id is not None else "") if w)
     within = f" ({where})" if where else ""
     counts = query_frame(con, "report_selection", {"rank": rank, "trace_id": trace_id, "run_id": run_id})
+    if with_empty:  # a view that lists empty steps too (--by step): they count as selected
+        counts = counts.with_columns(rank_steps=pl.col("rank_steps") + pl.col("empty_steps"), empty_steps=0)
     if run_id is not None and counts.is_empty():
         raise K25Error(f"no steps in run {run_labels(con).get(run_id, run_id)}"
                        + (f" of {where.rsplit(', ', 1)[0]}" if rank is not None or trace_id is not None else ""))
