@@ -55,8 +55,14 @@ def compile_scanner(source: Path, target: Path) -> str | None:
                 if attempt:
                     env["ZIG_GLOBAL_CACHE_DIR"] = env["ZIG_LOCAL_CACHE_DIR"] = str(Path(tmp) / "zig-cache")
                 try:
-                    done = subprocess.run([*compiler, *FLAGS, "-o", str(built), str(source)], env=env,
-                                          capture_output=True, text=True, timeout=600, check=False)
+                    done = subprocess.run(
+                        [*compiler, *FLAGS, "-o", str(built), str(source)],
+                        env=env,
+                        capture_output=True,
+                        text=True,
+                        timeout=600,
+                        check=False,
+                    )
                 except (OSError, subprocess.TimeoutExpired) as exc:
                     print(f"k25trace: {' '.join(compiler)}: {exc}", file=sys.stderr)
                     break
@@ -64,8 +70,10 @@ def compile_scanner(source: Path, target: Path) -> str | None:
                     target.parent.mkdir(parents=True, exist_ok=True)
                     shutil.copyfile(built, target)
                     return " ".join(compiler)
-                print(f"k25trace: {' '.join(compiler)} could not build the scanner:\n{done.stderr[-2000:]}",
-                      file=sys.stderr)
+                print(
+                    f"k25trace: {' '.join(compiler)} could not build the scanner:\n{done.stderr[-2000:]}",
+                    file=sys.stderr,
+                )
                 if "ziglang" not in compiler:
                     break
     return None
@@ -81,8 +89,11 @@ class CustomBuildHook(BuildHookInterface):  # type: ignore[type-arg]
             target = Path(self._tmp) / Path(TARGET).name
         used = compile_scanner(root / SOURCE, target)
         if used is None:
-            print("k25trace: installed without the compiled scanner: loads decode every chunk with msgspec (same "
-                  "tables, slower)", file=sys.stderr)
+            print(
+                "k25trace: installed without the compiled scanner: loads decode every chunk with msgspec (same "
+                "tables, slower)",
+                file=sys.stderr,
+            )
             return
         print(f"k25trace: chunk scanner compiled with {used}", file=sys.stderr)
         build_data["pure_python"] = False

@@ -41,8 +41,13 @@ def _walk(command: click.Command, path: list[str]) -> list[tuple[list[str], clic
 def _help(path: list[str], command: click.Command) -> str:
     parent = None
     for depth, name in enumerate(path):
-        parent = click.Context(command if depth == len(path) - 1 else click.Group(name), info_name=name,
-                               parent=parent, terminal_width=WIDTH, max_content_width=WIDTH)
+        parent = click.Context(
+            command if depth == len(path) - 1 else click.Group(name),
+            info_name=name,
+            parent=parent,
+            terminal_width=WIDTH,
+            max_content_width=WIDTH,
+        )
     assert parent is not None
     return command.get_help(parent)
 

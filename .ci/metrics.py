@@ -44,8 +44,9 @@ def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1]
-                                + ([base] if base else []))
+                base = ".".join(
+                    package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else [])
+                )
             base = base.replace("capture.", "k25trace.capture.") if base.startswith("capture") else base
             targets = [f"{base}.{a.name}" for a in node.names] + [base]
         for t in targets:
@@ -108,29 +109,57 @@ def long_functions(path: Path, limit: int = 80) -> list[tuple[int, str]]:
 def main() -> None:
     root = Path(sys.argv[1] if len(sys.argv) > 1 else ".").resolve()
     mods = modules(root)
-    sizes = sorted(((len(p.read_text(encoding="utf-8").splitlines()), str(p.relative_to(root))) for p in mods.values()),
-                   reverse=True)
-    print(f"modules: {len(mods)}; largest: {sizes[0][1]} ({sizes[0][0]} lines); next: "
-          + ", ".join(f"{n} ({c})" for c, n in sizes[1:4]))
+    sizes = sorted(
+        ((len(p.read_text(encoding="utf-8").splitlines()), str(p.relative_to(root))) for p in mods.values()),
+        reverse=True,
+    )
+    print(
+        f"modules: {len(mods)}; largest: {sizes[0][1]} ({sizes[0][0]} lines); next: "
+        + ", ".join(f"{n} ({c})" for c, n in sizes[1:4])
+    )
     longs = sorted((f for p in mods.values() for f in long_functions(p)), reverse=True)
-    total = sum(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) for p in mods.values()
-                for n in ast.walk(ast.parse(p.read_text(encoding="utf-8"))))
-    print(f"functions over 80 lines: {len(longs)} of {total}" + "".join(
-        f"\n  {n} {where.replace(str(root) + '/', '')}" for n, where in longs))
+    total = sum(
+        isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+        for p in mods.values()
+        for n in ast.walk(ast.parse(p.read_text(encoding="utf-8")))
+    )
+    print(
+        f"functions over 80 lines: {len(longs)} of {total}"
+        + "".join(f"\n  {n} {where.replace(str(root) + '/', '')}" for n, where in longs)
+    )
     known = set(mods)
     graph = {name: imports_of(name, path, known) for name, path in mods.items()}
     found = cycles(graph)
     print(f"import cycles: {len(found)}" + "".join(f"\n  {' <-> '.join(c)}" for c in found))
     if shutil.which("ruff"):
-        res = subprocess.run(["ruff", "check", "--no-cache", "--isolated", "--select", "A,B,E,F,I", "--line-length",
-                              "120", "--statistics", "--exclude", "tests/data", "."], cwd=root, capture_output=True,
-                             text=True)
+        res = subprocess.run(
+            [
+                "ruff",
+                "check",
+                "--no-cache",
+                "--isolated",
+                "--select",
+                "A,B,E,F,I",
+                "--line-length",
+                "120",
+                "--statistics",
+                "--exclude",
+                "tests/data",
+                ".",
+            ],
+            cwd=root,
+            capture_output=True,
+            text=True,
+        )
         lines = [ln for ln in res.stdout.splitlines() if ln.strip() and ln.split()[0].isdigit()]
-        print(f"ruff findings (A,B,E,F,I, 120 columns, isolated): {sum(int(ln.split()[0]) for ln in lines)}"
-              + "".join(f"\n  {ln}" for ln in lines[:8]))
+        print(
+            f"ruff findings (A,B,E,F,I, 120 columns, isolated): {sum(int(ln.split()[0]) for ln in lines)}"
+            + "".join(f"\n  {ln}" for ln in lines[:8])
+        )
     if shutil.which("duplicates"):
-        res = subprocess.run(["duplicates", "--repo", str(root), "--most", "3", "--seconds", "120"],
-                             capture_output=True, text=True)
+        res = subprocess.run(
+            ["duplicates", "--repo", str(root), "--most", "3", "--seconds", "120"], capture_output=True, text=True
+        )
         print("duplicates: " + (res.stdout.splitlines() or ["?"])[0])
 
 

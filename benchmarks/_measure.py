@@ -42,14 +42,20 @@ class Measured:
     stderr_tail: str
 
 
-def run(cmd: list[str], *, env: dict[str, str] | None = None, interval: float = 0.05, cwd: Path | None = None,
-        ) -> Measured:
+def run(
+    cmd: list[str],
+    *,
+    env: dict[str, str] | None = None,
+    interval: float = 0.05,
+    cwd: Path | None = None,
+) -> Measured:
     """Run ``cmd`` to completion; its wall time, peak RSS of its process tree and CPU time. ``cwd``: where it runs
     (``python -m`` puts the working directory first on sys.path: run a given checkout's code from elsewhere)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, **(env or {})}, cwd=cwd)
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})}, cwd=cwd
+    )
     peak = 0
     tick = 0
     kids: list[int] = []

@@ -69,9 +69,16 @@ def warm_up(paths: list[Path], tmp: Path, env: dict[str, str], name: str) -> Non
     Path(str(db) + ".wal").unlink(missing_ok=True)
 
 
-def measure_load(paths: list[Path], runs: int, tmp: Path, *, name: str = "bench",
-                 env: dict[str, str] | None = None, versions: dict[str, dict[str, str]] | None = None,
-                 warm: bool = True) -> tuple[dict[str, list[_measure.Measured]], Path]:
+def measure_load(
+    paths: list[Path],
+    runs: int,
+    tmp: Path,
+    *,
+    name: str = "bench",
+    env: dict[str, str] | None = None,
+    versions: dict[str, dict[str, str]] | None = None,
+    warm: bool = True,
+) -> tuple[dict[str, list[_measure.Measured]], Path]:
     """``runs`` loads of ``paths`` into fresh databases in ``tmp`` (the last one of the first version kept), per
     version (name -> extra environment; default one, ``name``), interleaved run by run so that a machine that
     slows down or speeds up meanwhile does so for every version alike. ``warm``: one uncounted load first."""
@@ -162,20 +169,30 @@ def report_timings(db: Path, ranks: int) -> None:
             start = time.perf_counter()
             frame = report.breakdown(con, by=view, phase=phase)
             times.append(time.perf_counter() - start)
-        print(f"report --by {view:9s} --phase {phase} over {ranks} ranks: median "
-              f"{statistics.median(times) * 1000:.0f} ms (5 runs, {frame.height} rows)")
+        print(
+            f"report --by {view:9s} --phase {phase} over {ranks} ranks: median "
+            f"{statistics.median(times) * 1000:.0f} ms (5 runs, {frame.height} rows)"
+        )
     con.close()
 
 
 def worktree(rev: str, work: Path) -> Path:
     """A checkout of ``rev`` (run from source with PYTHONPATH: its own code and queries, this Python's packages),
     named by its commit (``HEAD`` moves), with its compiled scanner built as its install would build it."""
-    commit = subprocess.run(["git", "-C", str(HERE.parent), "rev-parse", "--short=12", f"{rev}^{{commit}}"],
-                            check=True, capture_output=True, text=True).stdout.strip()
+    commit = subprocess.run(
+        ["git", "-C", str(HERE.parent), "rev-parse", "--short=12", f"{rev}^{{commit}}"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     path = work / f"rev-{commit}"
     if not path.exists():
-        subprocess.run(["git", "-C", str(HERE.parent), "worktree", "add", "--detach", str(path), commit], check=True,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.run(
+            ["git", "-C", str(HERE.parent), "worktree", "add", "--detach", str(path), commit],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
     build_scanner(path)
     return path
 
@@ -192,8 +209,13 @@ def build_scanner(tree: Path) -> None:
     if not source.exists() or target.exists():
         return
     stubs = {}
-    for name in ("hatchling", "hatchling.builders", "hatchling.builders.hooks", "hatchling.builders.hooks.plugin",
-                 "hatchling.builders.hooks.plugin.interface"):
+    for name in (
+        "hatchling",
+        "hatchling.builders",
+        "hatchling.builders.hooks",
+        "hatchling.builders.hooks.plugin",
+        "hatchling.builders.hooks.plugin.interface",
+    ):
         stubs[name] = sys.modules.get(name)
         sys.modules[name] = types.ModuleType(name)
     sys.modules["hatchling.builders.hooks.plugin.interface"].BuildHookInterface = object  # type: ignore[attr-defined]
@@ -220,14 +242,33 @@ def ensure_input(kind: str, work: Path, ranks: int, gz_mb: float) -> Path:
             log(f"generating {ranks} synthetic ranks of {gz_mb} MB gz into {folder} ...")
             from k25trace.synth import generate
 
-            generate(folder, ranks=ranks, target_gz_mb=gz_mb, workers=2, delays=[(3, 200.0, None, None, 7)],
-                     clock_offsets_us=800.0)
+            generate(
+                folder,
+                ranks=ranks,
+                target_gz_mb=gz_mb,
+                workers=2,
+                delays=[(3, 200.0, None, None, 7)],
+                clock_offsets_us=800.0,
+            )
         return folder
     folder = work / f"real-dense-{ranks}x{int(gz_mb)}mb"
     if len(list(folder.glob("*.pt.trace.json.gz"))) < ranks:
         log(f"tiling {ranks} real-structure ranks of {gz_mb} MB gz into {folder} ...")
-        subprocess.run([PY, str(HERE / "realstructure.py"), str(folder), "--mix", "dense", "--gz-mb", str(gz_mb),
-                        "--ranks", str(ranks)], check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(
+            [
+                PY,
+                str(HERE / "realstructure.py"),
+                str(folder),
+                "--mix",
+                "dense",
+                "--gz-mb",
+                str(gz_mb),
+                "--ranks",
+                str(ranks),
+            ],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
     return folder
 
 
@@ -255,42 +296,56 @@ def bench_input(label: str, traces: Path, args: argparse.Namespace) -> None:
         walls = [m.wall_s for m in runs]
         one_wall = statistics.median(walls)
         cpu = statistics.median(m.cpu_s for m in runs)
-        print(f"load 1 rank:  median {one_wall:.2f} s wall "
-              f"(min {min(walls):.2f}, max {max(walls):.2f}, {len(walls)} runs), "
-              f"{cpu:.1f} s CPU = {cpu / (events / 1e6):.2f} s per M events, "
-              f"peak RSS {max(m.peak_mb for m in runs):.0f} MB, "
-              f"{events / one_wall / 1e6:.2f} M events/s, {raw_mb / one_wall:.0f} MB/s JSON  "
-              f"({events:,} events, {raw_mb * 1e6 / events:.0f} bytes/event, {gz_mb:.1f} MB gz)")
+        print(
+            f"load 1 rank:  median {one_wall:.2f} s wall "
+            f"(min {min(walls):.2f}, max {max(walls):.2f}, {len(walls)} runs), "
+            f"{cpu:.1f} s CPU = {cpu / (events / 1e6):.2f} s per M events, "
+            f"peak RSS {max(m.peak_mb for m in runs):.0f} MB, "
+            f"{events / one_wall / 1e6:.2f} M events/s, {raw_mb / one_wall:.0f} MB/s JSON  "
+            f"({events:,} events, {raw_mb * 1e6 / events:.0f} bytes/event, {gz_mb:.1f} MB gz)"
+        )
         if args.runs_all:
             log(f"[{label}] all {len(files)} ranks ...")
             all_old = {"old": versions["old"]} if "old" in versions else {}  # interleaved too, run by run
-            all_versions, db_all = measure_load(files, args.runs_all, tmp, env=env, warm=False,  # warm already
-                                                versions={"bench": {}, **all_old})
+            all_versions, db_all = measure_load(
+                files,
+                args.runs_all,
+                tmp,
+                env=env,
+                warm=False,  # warm already
+                versions={"bench": {}, **all_old},
+            )
             runs_all = all_versions["bench"]
             walls_all = [m.wall_s for m in runs_all]
             all_wall = statistics.median(walls_all)
             cpu_all = statistics.median(m.cpu_s for m in runs_all)
-            print(f"load {len(files)} ranks: median {all_wall:.2f} s wall "
-                  f"({', '.join(f'{w:.2f}' for w in walls_all)}), "
-                  f"{cpu_all:.1f} s CPU = {cpu_all / (len(files) * events / 1e6):.2f} s per M events, "
-                  f"peak RSS {max(m.peak_mb for m in runs_all):.0f} MB, "
-                  f"{len(files) * events / all_wall / 1e6:.2f} M events/s")
+            print(
+                f"load {len(files)} ranks: median {all_wall:.2f} s wall "
+                f"({', '.join(f'{w:.2f}' for w in walls_all)}), "
+                f"{cpu_all:.1f} s CPU = {cpu_all / (len(files) * events / 1e6):.2f} s per M events, "
+                f"peak RSS {max(m.peak_mb for m in runs_all):.0f} MB, "
+                f"{len(files) * events / all_wall / 1e6:.2f} M events/s"
+            )
             if all_old:
                 old_all = all_versions["old"]
                 old_all_wall = statistics.median(m.wall_s for m in old_all)
-                print(f"  k25trace {args.compare_rev}, {len(files)} ranks (interleaved): median {old_all_wall:.2f} s "
-                      f"wall ({', '.join(f'{m.wall_s:.2f}' for m in old_all)}), "
-                      f"{statistics.median(m.cpu_s for m in old_all):.1f} s CPU, peak RSS "
-                      f"{max(m.peak_mb for m in old_all):.0f} MB   ratio {old_all_wall / all_wall:5.2f} wall")
+                print(
+                    f"  k25trace {args.compare_rev}, {len(files)} ranks (interleaved): median {old_all_wall:.2f} s "
+                    f"wall ({', '.join(f'{m.wall_s:.2f}' for m in old_all)}), "
+                    f"{statistics.median(m.cpu_s for m in old_all):.1f} s CPU, peak RSS "
+                    f"{max(m.peak_mb for m in old_all):.0f} MB   ratio {old_all_wall / all_wall:5.2f} wall"
+                )
             report_timings(db_all, len(files))
         if args.compare_rev:
             old_runs = by_version["old"]
             old_wall = statistics.median(m.wall_s for m in old_runs)
             old_cpu = statistics.median(m.cpu_s for m in old_runs)
-            print(f"  k25trace {args.compare_rev} (interleaved with the runs above): median {old_wall:.2f} s wall "
-                  f"({', '.join(f'{m.wall_s:.2f}' for m in old_runs)}), {old_cpu:.1f} s CPU, peak RSS "
-                  f"{max(m.peak_mb for m in old_runs):.0f} MB   ratio {old_wall / one_wall:5.2f} wall, "
-                  f"{old_cpu / cpu:5.2f} CPU")
+            print(
+                f"  k25trace {args.compare_rev} (interleaved with the runs above): median {old_wall:.2f} s wall "
+                f"({', '.join(f'{m.wall_s:.2f}' for m in old_runs)}), {old_cpu:.1f} s CPU, peak RSS "
+                f"{max(m.peak_mb for m in old_runs):.0f} MB   ratio {old_wall / one_wall:5.2f} wall, "
+                f"{old_cpu / cpu:5.2f} CPU"
+            )
         if args.skip_baselines:
             return
         print(f"baselines on the same file ({one.name}), same run; ratio = baseline / k25trace 1-rank median:")
@@ -303,8 +358,10 @@ def bench_input(label: str, traces: Path, args: argparse.Namespace) -> None:
             except RuntimeError as exc:
                 print(f"  {name:26s} failed: {str(exc)[-200:]}")
                 continue
-            print(f"  {name:26s} {m.wall_s:7.2f} s wall {m.cpu_s:7.1f} s CPU  peak RSS {m.peak_mb:6.0f} MB   "
-                  f"ratio {m.wall_s / one_wall:5.2f}")
+            print(
+                f"  {name:26s} {m.wall_s:7.2f} s wall {m.cpu_s:7.1f} s CPU  peak RSS {m.peak_mb:6.0f} MB   "
+                f"ratio {m.wall_s / one_wall:5.2f}"
+            )
 
 
 def main() -> None:
@@ -318,9 +375,13 @@ def main() -> None:
     parser.add_argument("--runs-all", type=int, default=1, help="runs of the all-ranks load (0: skip)")
     parser.add_argument("--skip-baselines", action="store_true")
     parser.add_argument("--skip-duckdb", action="store_true", help="skip the DuckDB read_json baseline (slow, 5 GB)")
-    parser.add_argument("--compare-rev", metavar="REV", help="also load with k25trace at this git revision "
-                        "(a worktree in --work; the same files, the same run, one rank and all ranks): the "
-                        "before/after of a change")
+    parser.add_argument(
+        "--compare-rev",
+        metavar="REV",
+        help="also load with k25trace at this git revision "
+        "(a worktree in --work; the same files, the same run, one rank and all ranks): the "
+        "before/after of a change",
+    )
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     if args.traces is not None:

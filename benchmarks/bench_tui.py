@@ -51,8 +51,24 @@ def build_synthetic_db(path: Path, *, ranks: int, steps: int) -> None:
 
     with tempfile.TemporaryDirectory(prefix="k25trace-bench-tui-") as tmp:
         traces = Path(tmp) / "traces"
-        subprocess.run([sys.executable, "-m", "k25trace", "synth", "--out", str(traces), "--ranks", str(ranks),
-                        "--steps", str(steps), "--workers", "2"], check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "k25trace",
+                "synth",
+                "--out",
+                str(traces),
+                "--ranks",
+                str(ranks),
+                "--steps",
+                str(steps),
+                "--workers",
+                "2",
+            ],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
         con = pipeline.connect(path)
         try:
             results, _ = pipeline.load_paths(con, [traces])
@@ -93,10 +109,12 @@ class PaintClock:
             what = "kernel"
         if what is not None and self.app is not None:
             self.app.call_after_refresh(
-                lambda: self.paints.append((what, key, time.perf_counter(), time.thread_time())))
+                lambda: self.paints.append((what, key, time.perf_counter(), time.thread_time()))
+            )
 
-    async def wait_for(self, pilot: Any, what: str, key: Any = None, *, after: int = 0,
-                       timeout: float = 60.0) -> tuple[float, float]:
+    async def wait_for(
+        self, pilot: Any, what: str, key: Any = None, *, after: int = 0, timeout: float = 60.0
+    ) -> tuple[float, float]:
         """The wall and UI-thread CPU times of the first paint of ``what`` (with ``key``, when given) among the paints
         from index ``after``."""
         deadline = time.perf_counter() + timeout
@@ -126,18 +144,26 @@ def pick_start(db_path: Path, moves: int) -> tuple[int, int, list[int]]:
 
     con = duckdb.connect(str(db_path), read_only=True)
     try:
-        trace_id, = con.execute("select min(trace_id) from steps").fetchone()
-        indexes = [i for i, in con.execute("select step_index from steps where trace_id = ? order by step_index",
-                                           [trace_id]).fetchall()]
-        decode = [i for i, in con.execute("select step_index from steps where trace_id = ? and phase = 'decode' "
-                                          "order by step_index", [trace_id]).fetchall()]
+        (trace_id,) = con.execute("select min(trace_id) from steps").fetchone()
+        indexes = [
+            i
+            for (i,) in con.execute(
+                "select step_index from steps where trace_id = ? order by step_index", [trace_id]
+            ).fetchall()
+        ]
+        decode = [
+            i
+            for (i,) in con.execute(
+                "select step_index from steps where trace_id = ? and phase = 'decode' order by step_index", [trace_id]
+            ).fetchall()
+        ]
     finally:
         con.close()
     if len(indexes) < moves + 1:
         raise SystemExit(f"trace {trace_id} has {len(indexes)} steps; --moves {moves} needs {moves + 1}")
     start = decode[0] if decode else indexes[0]
     position = min(indexes.index(start), len(indexes) - 1 - moves)
-    return trace_id, indexes[position], indexes[position:position + moves + 1]
+    return trace_id, indexes[position], indexes[position : position + moves + 1]
 
 
 @dataclass
@@ -202,17 +228,28 @@ def describe(db_path: Path) -> str:
     try:
         events, traces, steps, per_step = con.execute(
             "select (select count(*) from gpu_events), (select count(*) from traces), (select count(*) from steps), "
-            "(select max(kernel_count) from steps)").fetchone()
+            "(select max(kernel_count) from steps)"
+        ).fetchone()
     finally:
         con.close()
-    return (f"database {db_path}: {traces} ranks, {events:,} GPU activities, {steps:,} steps "
-            f"(up to {per_step:,} activities per step), {db_path.stat().st_size / 1e6:.0f} MB")
+    return (
+        f"database {db_path}: {traces} ranks, {events:,} GPU activities, {steps:,} steps "
+        f"(up to {per_step:,} activities per step), {db_path.stat().st_size / 1e6:.0f} MB"
+    )
 
 
 def run_in_process(tree: Path, db_path: Path, moves: int, *, back_to_back: bool) -> RunResult:
     """One run in a new process with the k25trace of ``tree`` (this script's own measuring code)."""
-    command = [sys.executable, str(Path(__file__).resolve()), "--db", str(db_path), "--moves", str(moves),
-               "--one-run", str(tree)] + (["--back-to-back"] if back_to_back else [])
+    command = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--db",
+        str(db_path),
+        "--moves",
+        str(moves),
+        "--one-run",
+        str(tree),
+    ] + (["--back-to-back"] if back_to_back else [])
     out = subprocess.run(command, check=True, capture_output=True, text=True, env=dict(os.environ)).stdout
     fields = json.loads(out.splitlines()[-1])
     if Path(fields.pop("k25trace")).resolve() != (tree / "k25trace").resolve():
@@ -228,35 +265,52 @@ def print_figures(runs: list[RunResult], label: str, back_to_back: bool) -> None
     run_medians = [statistics.median(r.next_ms + r.prev_ms) for r in runs]
     run_p90s = [p90(r.next_ms + r.prev_ms) for r in runs]
     mode = "back to back" if back_to_back else "paced: idle between keys"
-    print(f"{label}first paint (overview), median of {len(first)} runs: {statistics.median(first):.3f} s "
-          f"(min {min(first):.3f}, max {max(first):.3f})   target < {FIRST_PAINT_TARGET_S:.0f} s")
+    print(
+        f"{label}first paint (overview), median of {len(first)} runs: {statistics.median(first):.3f} s "
+        f"(min {min(first):.3f}, max {max(first):.3f})   target < {FIRST_PAINT_TARGET_S:.0f} s"
+    )
     print(f"{label}step moves ({mode}), key → step painted with its data, {len(both)} moves over {len(runs)} runs:")
     for what, values in (("next (n)", nexts), ("previous (p)", prevs), ("both", both)):
-        print(f"  {what:<13} median {statistics.median(values):6.1f} ms   p90 {p90(values):6.1f} ms   "
-              f"max {max(values):6.1f} ms")
-    print(f"  per run: medians {', '.join(f'{m:.1f}' for m in run_medians)} ms; p90s "
-          f"{', '.join(f'{m:.1f}' for m in run_p90s)} ms; median of the runs' p90s {statistics.median(run_p90s):.1f} ms"
-          f"   target p90 ≤ {STEP_TARGET_P90_MS:.0f} ms")
+        print(
+            f"  {what:<13} median {statistics.median(values):6.1f} ms   p90 {p90(values):6.1f} ms   "
+            f"max {max(values):6.1f} ms"
+        )
+    print(
+        f"  per run: medians {', '.join(f'{m:.1f}' for m in run_medians)} ms; p90s "
+        f"{', '.join(f'{m:.1f}' for m in run_p90s)} ms; median of the runs' p90s {statistics.median(run_p90s):.1f} ms"
+        f"   target p90 ≤ {STEP_TARGET_P90_MS:.0f} ms"
+    )
     cpus = [m for r in runs for m in r.cpu_ms]
-    print(f"  UI-thread CPU per move: median {statistics.median(cpus):.1f} ms, p90 {p90(cpus):.1f} ms "
-          f"(the latency on an idle machine; the rest of the wall time is waiting for a core)")
+    print(
+        f"  UI-thread CPU per move: median {statistics.median(cpus):.1f} ms, p90 {p90(cpus):.1f} ms "
+        f"(the latency on an idle machine; the rest of the wall time is waiting for a core)"
+    )
     kernels = [r.kernel_ms for r in runs]
-    print(f"{label}open kernel (enter → details painted), median of {len(kernels)} runs: "
-          f"{statistics.median(kernels):.1f} ms")
+    print(
+        f"{label}open kernel (enter → details painted), median of {len(kernels)} runs: "
+        f"{statistics.median(kernels):.1f} ms"
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--db", type=Path, default=None,
-                        help="database to measure (built from the generator when missing); default: the synthetic "
-                             "TP8 database cached in the temporary directory")
+    parser.add_argument(
+        "--db",
+        type=Path,
+        default=None,
+        help="database to measure (built from the generator when missing); default: the synthetic "
+        "TP8 database cached in the temporary directory",
+    )
     parser.add_argument("--ranks", type=int, default=8, help="ranks of the synthetic run")
     parser.add_argument("--steps", type=int, default=20, help="decode steps per batch size of the synthetic run")
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--moves", type=int, default=20, help="presses of n, then as many of p, per run")
     parser.add_argument("--back-to-back", action="store_true", help="press the next key as soon as the step is painted")
-    parser.add_argument("--compare-rev", metavar="REV", help="also measure k25trace at this git revision, runs "
-                        "interleaved (a worktree in --work)")
+    parser.add_argument(
+        "--compare-rev",
+        metavar="REV",
+        help="also measure k25trace at this git revision, runs interleaved (a worktree in --work)",
+    )
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "k25trace-bench")
     parser.add_argument("--one-run", type=Path, metavar="TREE", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -294,11 +348,18 @@ def main() -> None:
             old_runs.append(old)
         runs.append(result)
         moves = result.next_ms + result.prev_ms
-        print(f"  run {i + 1}: first paint {result.first_paint_s:.3f} s; step move median "
-              f"{statistics.median(moves):.1f} ms, p90 {p90(moves):.1f} ms (UI-thread CPU median "
-              f"{statistics.median(result.cpu_ms):.1f} ms); kernel {result.kernel_ms:.1f} ms"
-              + (f"   | {args.compare_rev}: median {statistics.median(old.next_ms + old.prev_ms):.1f} ms, p90 "
-                 f"{p90(old.next_ms + old.prev_ms):.1f} ms" if old_tree is not None else ""), flush=True)
+        print(
+            f"  run {i + 1}: first paint {result.first_paint_s:.3f} s; step move median "
+            f"{statistics.median(moves):.1f} ms, p90 {p90(moves):.1f} ms (UI-thread CPU median "
+            f"{statistics.median(result.cpu_ms):.1f} ms); kernel {result.kernel_ms:.1f} ms"
+            + (
+                f"   | {args.compare_rev}: median {statistics.median(old.next_ms + old.prev_ms):.1f} ms, p90 "
+                f"{p90(old.next_ms + old.prev_ms):.1f} ms"
+                if old_tree is not None
+                else ""
+            ),
+            flush=True,
+        )
     print_figures(runs, "", args.back_to_back)
     if old_runs:
         print()
@@ -307,11 +368,13 @@ def main() -> None:
         old_moves = [m for r in old_runs for m in r.next_ms + r.prev_ms]
         new_cpu = [m for r in runs for m in r.cpu_ms]
         old_cpu = [m for r in old_runs for m in r.cpu_ms]
-        print(f"ratio {args.compare_rev} / this tree: step move median "
-              f"{statistics.median(old_moves) / statistics.median(new_moves):.2f}, "
-              f"p90 {p90(old_moves) / p90(new_moves):.2f}, "
-              f"UI-thread CPU median "
-              f"{statistics.median(old_cpu) / statistics.median(new_cpu):.2f}")
+        print(
+            f"ratio {args.compare_rev} / this tree: step move median "
+            f"{statistics.median(old_moves) / statistics.median(new_moves):.2f}, "
+            f"p90 {p90(old_moves) / p90(new_moves):.2f}, "
+            f"UI-thread CPU median "
+            f"{statistics.median(old_cpu) / statistics.median(new_cpu):.2f}"
+        )
 
 
 if __name__ == "__main__":

@@ -39,20 +39,23 @@ class Outcome:
 
 
 def run(args: list[str], *, timeout: float = 300, env: dict | None = None, preexec=None) -> subprocess.CompletedProcess:
-    return subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=env, preexec_fn=preexec,
-                          errors="replace")
+    return subprocess.run(
+        args, capture_output=True, text=True, timeout=timeout, env=env, preexec_fn=preexec, errors="replace"
+    )
 
 
 def db_sound(db: Path) -> tuple[bool, str]:
     """The database opens, every trace has its events, and loading the sample into it works."""
     if not db.exists():
         return True, "no database written"
-    code = ("import sys, duckdb; c = duckdb.connect(sys.argv[1], read_only=True); "
-            "has = c.execute(\"select count(*) from duckdb_tables() where table_name = 'traces'\").fetchone()[0]; "
-            "has or (print(0, 0), sys.exit(0)); "  # killed before the schema: an empty database, nothing stored
-            "t = c.execute('select count(*) from traces').fetchone()[0]; "
-            "bad = c.execute('select count(*) from traces where trace_id not in (select trace_id from steps) "
-            "and gpu_event_count > 0').fetchone()[0]; print(t, bad)")
+    code = (
+        "import sys, duckdb; c = duckdb.connect(sys.argv[1], read_only=True); "
+        "has = c.execute(\"select count(*) from duckdb_tables() where table_name = 'traces'\").fetchone()[0]; "
+        "has or (print(0, 0), sys.exit(0)); "  # killed before the schema: an empty database, nothing stored
+        "t = c.execute('select count(*) from traces').fetchone()[0]; "
+        "bad = c.execute('select count(*) from traces where trace_id not in (select trace_id from steps) "
+        "and gpu_event_count > 0').fetchone()[0]; print(t, bad)"
+    )
     p = run([sys.executable, "-c", code, str(db)])
     if p.returncode != 0:
         return False, "database does not open: " + p.stderr.strip().splitlines()[-1][:120]
@@ -65,8 +68,9 @@ def db_sound(db: Path) -> tuple[bool, str]:
     return True, f"{traces} trace(s), re-load ok"
 
 
-def judge(case: str, expect: str, p: subprocess.CompletedProcess, *, names: str | None = None,
-          db: Path | None = None) -> Outcome:
+def judge(
+    case: str, expect: str, p: subprocess.CompletedProcess, *, names: str | None = None, db: Path | None = None
+) -> Outcome:
     text = p.stdout + p.stderr
     problems = []
     if "Traceback (most recent call last)" in text:
@@ -83,8 +87,9 @@ def judge(case: str, expect: str, p: subprocess.CompletedProcess, *, names: str 
         if not sound:
             problems.append(note)
     last = next((line for line in reversed(p.stderr.strip().splitlines()) if line.strip()), "")
-    return Outcome(case, expect, p.returncode, not problems,
-                   "; ".join(problems) or (last[:110] + (f" [{note}]" if note else "")))
+    return Outcome(
+        case, expect, p.returncode, not problems, "; ".join(problems) or (last[:110] + (f" [{note}]" if note else ""))
+    )
 
 
 def write_gz(path: Path, text: str | bytes) -> Path:
@@ -99,8 +104,16 @@ def trace_json(events: list[dict], **extra) -> str:
 
 
 def kernel(ts, dur, name="k", corr=1) -> dict:
-    return {"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": 7, "ts": ts, "dur": dur,
-            "args": {"stream": 7, "correlation": corr, "device": 0}}
+    return {
+        "ph": "X",
+        "cat": "kernel",
+        "name": name,
+        "pid": 0,
+        "tid": 7,
+        "ts": ts,
+        "dur": dur,
+        "args": {"stream": 7, "correlation": corr, "device": 0},
+    }
 
 
 def cases(work: Path) -> list[Outcome]:
@@ -120,16 +133,23 @@ def cases(work: Path) -> list[Outcome]:
         "fake .gz (plain JSON)": lambda p: p.write_text(trace_json(good_events)),
         "NaN timestamp": lambda p: write_gz(p, trace_json(good_events).replace('"ts": 1000', '"ts": NaN', 1)),
         "huge timestamp 1e300": lambda p: write_gz(p, trace_json(good_events).replace('"ts": 1000', '"ts": 1e300', 1)),
-        "args nested 1,000 deep": lambda p: write_gz(p, trace_json(good_events[:1]).replace(
-            '"device": 0}', '"device": 0, "deep": ' + "[" * 1000 + "]" * 1000 + "}", 1)),
-        "'}, {' inside a string": lambda p: write_gz(p, trace_json(
-            [dict(good_events[0], name="a}, {b")] + good_events[1:])),
-        "metadata after traceEvents (two GPUs)": lambda p: write_gz(p, trace_json(
-            good_events, deviceProperties=[{"id": 0, "name": "A"}, {"id": 1, "name": "B"}])),
+        "args nested 1,000 deep": lambda p: write_gz(
+            p,
+            trace_json(good_events[:1]).replace(
+                '"device": 0}', '"device": 0, "deep": ' + "[" * 1000 + "]" * 1000 + "}", 1
+            ),
+        ),
+        "'}, {' inside a string": lambda p: write_gz(
+            p, trace_json([dict(good_events[0], name="a}, {b")] + good_events[1:])
+        ),
+        "metadata after traceEvents (two GPUs)": lambda p: write_gz(
+            p, trace_json(good_events, deviceProperties=[{"id": 0, "name": "A"}, {"id": 1, "name": "B"}])
+        ),
         "duplicated events": lambda p: write_gz(p, trace_json(good_events + good_events)),
         "negative duration": lambda p: write_gz(p, trace_json([dict(good_events[0], dur=-5)] + good_events[1:])),
-        "kernels without ts": lambda p: write_gz(p, trace_json([{k: v for k, v in e.items() if k != "ts"}
-                                                                for e in good_events])),
+        "kernels without ts": lambda p: write_gz(
+            p, trace_json([{k: v for k, v in e.items() if k != "ts"} for e in good_events])
+        ),
     }
     for name, make in files.items():
         d = bad / name.replace(" ", "_").replace("'", "").replace(",", "").replace("{", "").replace("}", "")
@@ -150,19 +170,30 @@ def cases(work: Path) -> list[Outcome]:
     shutil.copy(SAMPLE, d / "sub" / SAMPLE.name)
     os.chmod(d / "sub", 0)
     # root reads any directory: drop the capabilities that let it (util-linux setpriv), as an ordinary user has none
-    drop = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search"] if os.geteuid() == 0 and shutil.which(
-        "setpriv") else []
+    drop = (
+        ["setpriv", "--bounding-set", "-dac_override,-dac_read_search"]
+        if os.geteuid() == 0 and shutil.which("setpriv")
+        else []
+    )
     p = run(drop + K25 + ["load", str(d), "--db", str(work / "u.duckdb")])
     os.chmod(d / "sub", 0o755)
-    out.append(judge("load: unreadable subdirectory" + (" (root without read override)" if drop else ""), "error",
-                     p, names="sub"))
+    out.append(
+        judge(
+            "load: unreadable subdirectory" + (" (root without read override)" if drop else ""), "error", p, names="sub"
+        )
+    )
 
     weird = work / "weird"
     weird.mkdir()
     name = os.fsdecode(b"rank0-\xff.pt.trace.json.gz")
     shutil.copy(SAMPLE, weird / name)
-    out.append(judge("load: file name with a non-UTF-8 byte", "ok", run(K25 + ["load", str(weird), "--db",
-                                                                              str(work / "w.duckdb")])))
+    out.append(
+        judge(
+            "load: file name with a non-UTF-8 byte",
+            "ok",
+            run(K25 + ["load", str(weird), "--db", str(work / "w.duckdb")]),
+        )
+    )
 
     small = work / "fsize"
     small.mkdir()
@@ -173,8 +204,10 @@ def cases(work: Path) -> list[Outcome]:
         resource.setrlimit(resource.RLIMIT_FSIZE, (2 * 1024 * 1024, 2 * 1024 * 1024))
 
     big = work / "big"
-    p = run([sys.executable, "-m", "k25trace.cli", "synth", "--out", str(big), "--ranks", "1", "--target-gz-mb", "20"],
-            timeout=600)
+    p = run(
+        [sys.executable, "-m", "k25trace.cli", "synth", "--out", str(big), "--ranks", "1", "--target-gz-mb", "20"],
+        timeout=600,
+    )
     big_file = next(big.glob("*.pt.trace.json.gz"))
     p = run(K25 + ["load", str(big_file), str(SAMPLE), "--db", str(small / "f.duckdb")], preexec=limit)
     o = judge("load: file-size limit 2 MiB (ulimit -f) under a 20 MB trace", "error", p)
@@ -184,8 +217,12 @@ def cases(work: Path) -> list[Outcome]:
     for sig in (signal.SIGKILL, signal.SIGTERM):
         for after in (0.5, 2.0, 5.0):
             db = work / f"kill-{sig.name}-{after}.duckdb"
-            proc = subprocess.Popen(K25 + ["load", str(big_file), "--db", str(db)], stdout=subprocess.DEVNULL,
-                                    stderr=subprocess.DEVNULL, start_new_session=False)
+            proc = subprocess.Popen(
+                K25 + ["load", str(big_file), "--db", str(db)],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=False,
+            )
             time.sleep(after)
             proc.send_signal(sig)
             proc.wait(timeout=60)
@@ -200,13 +237,21 @@ def cases(work: Path) -> list[Outcome]:
                 problems.append(f"{len(shm)} shared-memory segment(s) left")
             if not sound:
                 problems.append(note)
-            out.append(Outcome(f"load: {sig.name} after {after} s of a 20 MB load", "clean", proc.returncode,
-                               not problems, "; ".join(problems) or note))
+            out.append(
+                Outcome(
+                    f"load: {sig.name} after {after} s of a 20 MB load",
+                    "clean",
+                    proc.returncode,
+                    not problems,
+                    "; ".join(problems) or note,
+                )
+            )
 
     # ------------------------------------------------------------------ two loads into one database at once
     db = work / "concurrent.duckdb"
-    a = subprocess.Popen(K25 + ["load", str(big_file), "--db", str(db)], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
+    a = subprocess.Popen(
+        K25 + ["load", str(big_file), "--db", str(db)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     time.sleep(0.3)
     b = run(K25 + ["load", str(SAMPLE), "--db", str(db)])
     a.communicate(timeout=600)
@@ -215,8 +260,13 @@ def cases(work: Path) -> list[Outcome]:
 
     # ------------------------------------------------------------------ databases that are not ours
     foreign = work / "foreign.duckdb"
-    run([sys.executable, "-c", f"import duckdb; c = duckdb.connect({str(foreign)!r}); "
-                               "c.execute('create table traces (x int)'); c.close()"])
+    run(
+        [
+            sys.executable,
+            "-c",
+            f"import duckdb; c = duckdb.connect({str(foreign)!r}); c.execute('create table traces (x int)'); c.close()",
+        ]
+    )
     before = hashlib.sha256(foreign.read_bytes()).hexdigest()
     for cmd in (["load", str(SAMPLE)], ["steps"], ["report"], ["sql", "select 1"]):
         p = run(K25 + [cmd[0], "--db", str(foreign), *cmd[1:]])
@@ -228,30 +278,79 @@ def cases(work: Path) -> list[Outcome]:
     # ------------------------------------------------------------------ sql and report on odd input
     ok_db = work / "ok.duckdb"
     run(K25 + ["load", str(SAMPLE), "--db", str(ok_db)])
-    for sql, expect in (("select sum(gpu_event_count) as n from traces", "ok"), ("", "error"), (" -- nothing", "error"),
-                        ("select 1; -- note", "ok"),
-                        (f"copy traces to '{work / 'x.csv'}'", "error"), ("export database '/tmp/k25x'", "error"),
-                        ("select interval 3 day, [1,2], {'a': 1}, 1e308 * 10, 'nan'::double", "ok")):
+    for sql, expect in (
+        ("select sum(gpu_event_count) as n from traces", "ok"),
+        ("", "error"),
+        (" -- nothing", "error"),
+        ("select 1; -- note", "ok"),
+        (f"copy traces to '{work / 'x.csv'}'", "error"),
+        ("export database '/tmp/k25x'", "error"),
+        ("select interval 3 day, [1,2], {'a': 1}, 1e308 * 10, 'nan'::double", "ok"),
+    ):
         for fmt in ("json", "csv", "table", "markdown"):
             p = run(K25 + ["sql", "--db", str(ok_db), "--format", fmt, sql])
             out.append(judge(f"sql --format {fmt}: {sql[:40]!r}", expect, p))
     empty = work / "empty.duckdb"
     run(K25 + ["load", str(work / "nothing-here"), "--db", str(empty)])
-    for by in ("batch", "step", "rank", "kernel", "idle", "timeline", "comm", "comm-site", "comm-bw", "rank-comm",
-               "floor"):
-        out.append(judge(f"report --by {by} on a database with no traces", "ok",
-                         run(K25 + ["report", "--db", str(ok_db if by == "x" else empty), "--by", by])))
+    for by in (
+        "batch",
+        "step",
+        "rank",
+        "kernel",
+        "idle",
+        "timeline",
+        "comm",
+        "comm-site",
+        "comm-bw",
+        "rank-comm",
+        "floor",
+    ):
+        out.append(
+            judge(
+                f"report --by {by} on a database with no traces",
+                "ok",
+                run(K25 + ["report", "--db", str(ok_db if by == "x" else empty), "--by", by]),
+            )
+        )
     out.append(judge("steps --gap-us nan", "error", run(K25 + ["steps", "--db", str(ok_db), "--gap-us", "nan"])))
-    out.append(judge("report on a missing database", "error", run(K25 + ["report", "--db", str(work / "no.duckdb")]),
-                     names="no.duckdb"))
+    out.append(
+        judge(
+            "report on a missing database",
+            "error",
+            run(K25 + ["report", "--db", str(work / "no.duckdb")]),
+            names="no.duckdb",
+        )
+    )
 
     # ------------------------------------------------------------------ capture against nothing / a bad URL
-    out.append(judge("capture --url 'http://[::1'", "error",
-                     run(K25 + ["capture", "--url", "http://[::1", "--trace-dir", str(work),
-                                "--out", str(work / "c")])))
-    out.append(judge("capture against a closed port", "error",
-                     run(K25 + ["capture", "--url", "http://127.0.0.1:9", "--trace-dir", str(work / "td"), "--out",
-                                str(work / "c2"), "--concurrency", "1"], timeout=120)))
+    out.append(
+        judge(
+            "capture --url 'http://[::1'",
+            "error",
+            run(K25 + ["capture", "--url", "http://[::1", "--trace-dir", str(work), "--out", str(work / "c")]),
+        )
+    )
+    out.append(
+        judge(
+            "capture against a closed port",
+            "error",
+            run(
+                K25
+                + [
+                    "capture",
+                    "--url",
+                    "http://127.0.0.1:9",
+                    "--trace-dir",
+                    str(work / "td"),
+                    "--out",
+                    str(work / "c2"),
+                    "--concurrency",
+                    "1",
+                ],
+                timeout=120,
+            ),
+        )
+    )
     return out
 
 

@@ -37,8 +37,18 @@ import numpy as np
 
 KEYS = [b"ph", b"cat", b"name", b"pid", b"tid", b"ts", b"dur", b"args"]
 ARGKEYS = [b"correlation", b"External id", b"stream", b"device", b"cbid"]
-CATS = [b"kernel", b"gpu_memcpy", b"gpu_memset", b"cuda_runtime", b"cuda_driver", b"cpu_op", b"user_annotation",
-        b"gpu_user_annotation", b"python_function", b"ac2g"]
+CATS = [
+    b"kernel",
+    b"gpu_memcpy",
+    b"gpu_memset",
+    b"cuda_runtime",
+    b"cuda_driver",
+    b"cpu_op",
+    b"user_annotation",
+    b"gpu_user_annotation",
+    b"python_function",
+    b"ac2g",
+]
 
 
 def table(words):
@@ -263,9 +273,17 @@ def scan(b, kd, ko, ad, ao, cd, co, cat, name_s, name_e, ts, dur, pid, tid, argv
 def run(chunk):
     b = np.frombuffer(chunk, dtype=np.uint8)
     cap = len(chunk) // 40 + 16
-    out = (np.empty(cap, np.int8), np.empty(cap, np.int64), np.empty(cap, np.int64), np.empty(cap, np.int64),
-           np.empty(cap, np.int64), np.empty(cap, np.int64), np.empty(cap, np.int64), np.empty((cap, 5), np.int64),
-           np.empty(cap, np.bool_))
+    out = (
+        np.empty(cap, np.int8),
+        np.empty(cap, np.int64),
+        np.empty(cap, np.int64),
+        np.empty(cap, np.int64),
+        np.empty(cap, np.int64),
+        np.empty(cap, np.int64),
+        np.empty(cap, np.int64),
+        np.empty((cap, 5), np.int64),
+        np.empty(cap, np.bool_),
+    )
     n = scan(b, *KT, *AT, *CT, *out)
     return n, out
 
@@ -277,6 +295,7 @@ if __name__ == "__main__":
 
     from k25trace.ingest.chunks import _decode_and_build
     from k25trace.ingest.stream import _Reader, _Splitter
+
     p = Path(sys.argv[1])
     sp = _Splitter(p)
     r = _Reader(p)
@@ -298,7 +317,7 @@ if __name__ == "__main__":
         t = time.process_time()
         ref = [_decode_and_build(str(p), c, False) for c in chunks]
         m = time.process_time() - t
-        print(f"per rank: numba scan {a*scale:.2f} s   msgspec decode+columns {m*scale:.2f} s")
+        print(f"per rank: numba scan {a * scale:.2f} s   msgspec decode+columns {m * scale:.2f} s")
     # check against the loader: event counts, kept GPU rows, GPU and cpu_op times
     tot = odd = 0
     for (n, o), rf in zip(res, ref, strict=True):

@@ -167,8 +167,11 @@ def main() -> None:
         tmp = path.with_suffix(".tmp")
         head = write_rank(tmp, body, parts, rank, args.ranks)
         tmp.rename(path)
-        shown = (f"\t{(raw + head) / 1e6:.0f} MB JSON\t{events} events\t{(raw + head) / events:.0f} bytes/event"
-                 if events else "")
+        shown = (
+            f"\t{(raw + head) / 1e6:.0f} MB JSON\t{events} events\t{(raw + head) / events:.0f} bytes/event"
+            if events
+            else ""
+        )
         print(f"{path}\t{path.stat().st_size / 1e6:.1f} MB gz{shown}")
 
 

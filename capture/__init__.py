@@ -14,6 +14,7 @@ Runs next to the server (httpx, click, rich and the standard library only).  Mod
 
 The folder sits at the top of the checkout (``capture/``) and installs as ``k25trace.capture``.
 """
+
 from k25trace.capture.files import check_trace_file
 
 __all__ = ["check_trace_file"]

@@ -2,6 +2,7 @@
 
 Every option's destination is the name of a :class:`~k25trace.capture.runner.CaptureOptions` field, so the
 command builds its options object in one step."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -65,50 +66,131 @@ Server side (vLLM 0.13+), settings that keep /stop_profile short:
 
 @click.command("capture", epilog=EPILOG, context_settings={"max_content_width": 100})
 @click.option("--url", required=True, callback=_url, help="vLLM server base URL, e.g. http://127.0.0.1:8000")
-@click.option("--trace-dir", type=click.Path(file_okay=False, path_type=Path),
-              help="The server's torch_profiler_dir (same host). Required unless --no-profile.")
-@click.option("--out", "out", required=True, type=click.Path(file_okay=False, path_type=Path),
-              help="CAPTURE_DIR: new or empty directory for the traces and manifest.json.")
-@click.option("--concurrency", "concurrency", default="1", show_default=True, callback=_levels,
-              help="Comma-separated levels; one profiling window per level.")
-@click.option("--requests", "requests", type=click.IntRange(min=1),
-              help="Requests per level [default: one per concurrent slot, i.e. C]; with --duration, whichever "
-                   "ends first.")
-@click.option("--duration", "duration_s", type=click.FloatRange(min=0, min_open=True),
-              help="Seconds of load per level (new requests stop after it; in-flight ones finish).")
-@click.option("--request-rate", type=click.FloatRange(min=0, min_open=True),
-              help="Poisson arrivals at this many requests/s, still at most C in flight [default: inf].")
-@click.option("--prompt-tokens", default=128, show_default=True, type=click.IntRange(min=1),
-              help="Prompt length in tokens (random tokens of the server's own tokenizer via /tokenize).")
-@click.option("--max-tokens", default=64, show_default=True, type=click.IntRange(min=1),
-              help="Output tokens per request.")
-@click.option("--ignore-eos/--no-ignore-eos", default=True, show_default=True,
-              help="Generate exactly --max-tokens per request (keeps the decode batch at C).")
-@click.option("--temperature", default=0.0, show_default=True, type=float,
-              help="Sampling temperature of every request (0: greedy, so runs repeat).")
-@click.option("--endpoint", type=click.Choice(["completions", "chat"]), default="completions", show_default=True,
-              help="The OpenAI API the requests use: /v1/completions or /v1/chat/completions.")
-@click.option("--warmup", default=2, show_default=True, type=click.IntRange(min=0),
-              help="Unprofiled requests before each level's window.")
+@click.option(
+    "--trace-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="The server's torch_profiler_dir (same host). Required unless --no-profile.",
+)
+@click.option(
+    "--out",
+    "out",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="CAPTURE_DIR: new or empty directory for the traces and manifest.json.",
+)
+@click.option(
+    "--concurrency",
+    "concurrency",
+    default="1",
+    show_default=True,
+    callback=_levels,
+    help="Comma-separated levels; one profiling window per level.",
+)
+@click.option(
+    "--requests",
+    "requests",
+    type=click.IntRange(min=1),
+    help="Requests per level [default: one per concurrent slot, i.e. C]; with --duration, whichever ends first.",
+)
+@click.option(
+    "--duration",
+    "duration_s",
+    type=click.FloatRange(min=0, min_open=True),
+    help="Seconds of load per level (new requests stop after it; in-flight ones finish).",
+)
+@click.option(
+    "--request-rate",
+    type=click.FloatRange(min=0, min_open=True),
+    help="Poisson arrivals at this many requests/s, still at most C in flight [default: inf].",
+)
+@click.option(
+    "--prompt-tokens",
+    default=128,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Prompt length in tokens (random tokens of the server's own tokenizer via /tokenize).",
+)
+@click.option(
+    "--max-tokens", default=64, show_default=True, type=click.IntRange(min=1), help="Output tokens per request."
+)
+@click.option(
+    "--ignore-eos/--no-ignore-eos",
+    default=True,
+    show_default=True,
+    help="Generate exactly --max-tokens per request (keeps the decode batch at C).",
+)
+@click.option(
+    "--temperature",
+    default=0.0,
+    show_default=True,
+    type=float,
+    help="Sampling temperature of every request (0: greedy, so runs repeat).",
+)
+@click.option(
+    "--endpoint",
+    type=click.Choice(["completions", "chat"]),
+    default="completions",
+    show_default=True,
+    help="The OpenAI API the requests use: /v1/completions or /v1/chat/completions.",
+)
+@click.option(
+    "--warmup",
+    default=2,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="Unprofiled requests before each level's window.",
+)
 @click.option("--name", help="Capture name [default: <model>-<date>-<time>].")
 @click.option("--model", help="Model to request [default: the first of /v1/models].")
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed for prompts and arrivals.")
 @click.option("--api-key", envvar="OPENAI_API_KEY", help="Bearer token [env: OPENAI_API_KEY].")
-@click.option("--start-timeout", "start_timeout_s", default=30.0, show_default=True,
-              type=click.FloatRange(min=0, min_open=True),
-              help="Read timeout (s) of /start_profile. Unanswered in time: one /stop_profile is sent anyway.")
-@click.option("--stop-timeout", "stop_timeout_s", default=3600.0, show_default=True, type=click.FloatRange(min=1),
-              help="Read timeout (s) of the single /stop_profile call.")
-@click.option("--file-timeout", "file_timeout_s", default=300.0, show_default=True, type=click.FloatRange(min=0),
-              help="How long (s) to wait for the trace files after the stop returned.")
-@click.option("--request-timeout", "request_timeout_s", default=3600.0, show_default=True, type=click.FloatRange(min=1),
-              help="Read timeout (s) of each streaming request (the engine stalls while traces export).")
-@click.option("--expect-ranks", type=click.IntRange(min=1),
-              help="Worker count to wait for [default: distributedInfo.world_size of the first trace].")
-@click.option("--max-iterations", type=click.IntRange(min=0),
-              help="vLLM 0.32+: auto-stop the workers' profiler after N engine steps.")
-@click.option("--delay-iterations", type=click.IntRange(min=0),
-              help="vLLM 0.32+: start recording N engine steps after /start_profile.")
+@click.option(
+    "--start-timeout",
+    "start_timeout_s",
+    default=30.0,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Read timeout (s) of /start_profile. Unanswered in time: one /stop_profile is sent anyway.",
+)
+@click.option(
+    "--stop-timeout",
+    "stop_timeout_s",
+    default=3600.0,
+    show_default=True,
+    type=click.FloatRange(min=1),
+    help="Read timeout (s) of the single /stop_profile call.",
+)
+@click.option(
+    "--file-timeout",
+    "file_timeout_s",
+    default=300.0,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="How long (s) to wait for the trace files after the stop returned.",
+)
+@click.option(
+    "--request-timeout",
+    "request_timeout_s",
+    default=3600.0,
+    show_default=True,
+    type=click.FloatRange(min=1),
+    help="Read timeout (s) of each streaming request (the engine stalls while traces export).",
+)
+@click.option(
+    "--expect-ranks",
+    type=click.IntRange(min=1),
+    help="Worker count to wait for [default: distributedInfo.world_size of the first trace].",
+)
+@click.option(
+    "--max-iterations",
+    type=click.IntRange(min=0),
+    help="vLLM 0.32+: auto-stop the workers' profiler after N engine steps.",
+)
+@click.option(
+    "--delay-iterations",
+    type=click.IntRange(min=0),
+    help="vLLM 0.32+: start recording N engine steps after /start_profile.",
+)
 @click.option("--no-profile", is_flag=True, help="Load and latency numbers only (the macro benchmark).")
 @click.option("--force", is_flag=True, help="Replace a previous capture in --out.")
 def capture_command(**options: Any) -> None:

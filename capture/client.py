@@ -16,6 +16,7 @@ Rules this module keeps:
 - On 0.32+ the start body carries ``profile_prefix`` (so our files are told apart from anyone
   else's) and, when asked, ``delay_iterations`` / ``max_iterations``.
 """
+
 from __future__ import annotations
 
 import json
@@ -100,12 +101,15 @@ def disabled_message(url: str, trace_dir: str, version: str | None) -> str:
     if v is not None and v < (0, 13):
         lines.append(
             f"vLLM {version} is older than 0.13: restart it with VLLM_TORCH_PROFILER_DIR={trace_dir} "
-            "VLLM_TORCH_PROFILER_WITH_STACK=0 in the API server's environment.")
+            "VLLM_TORCH_PROFILER_WITH_STACK=0 in the API server's environment."
+        )
     else:
         lines.append("Restart vLLM with:")
         lines.append("  " + suggested_profiler_config(trace_dir))
-        lines.append("(stack capture and the key-averages table off, front end ignored: these keep "
-                     "/stop_profile short; add \"max_iterations\": N to bound the window.)")
+        lines.append(
+            "(stack capture and the key-averages table off, front end ignored: these keep "
+            '/stop_profile short; add "max_iterations": N to bound the window.)'
+        )
         lines.append("Or run with --no-profile for load and latency numbers only.")
     return "\n".join(lines)
 
@@ -255,8 +259,9 @@ class ControlClient:
         r.raise_for_status()
         return list(r.json()["tokens"])
 
-    async def start_profile(self, body: dict | None, trace_dir: str, version: str | None,
-                            timeout: float | None = None) -> None:
+    async def start_profile(
+        self, body: dict | None, trace_dir: str, version: str | None, timeout: float | None = None
+    ) -> None:
         """One POST /start_profile. Raises on anything but 200 (404/409 with their own errors).
 
         Not connected (connect error or timeout, no pooled connection): :class:`CaptureError`, the
@@ -267,9 +272,12 @@ class ControlClient:
         t = timeout if timeout is not None else self.timeout
         try:
             # a fresh connection: a reset then means the server had the request, never a stale pooled socket
-            async with httpx.AsyncClient(base_url=self.url, headers=self.headers,
-                                         timeout=httpx.Timeout(t, connect=min(t, self.timeout)),
-                                         transport=httpx.AsyncHTTPTransport(retries=0)) as c:
+            async with httpx.AsyncClient(
+                base_url=self.url,
+                headers=self.headers,
+                timeout=httpx.Timeout(t, connect=min(t, self.timeout)),
+                transport=httpx.AsyncHTTPTransport(retries=0),
+            ) as c:
                 r = await c.post("/start_profile", **kw)
         except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol) as e:
             raise CaptureError(f"/start_profile failed: {type(e).__name__}: {e}") from e
@@ -286,7 +294,8 @@ class ControlClient:
         if r.status_code == 409:
             raise SessionActive(
                 "/start_profile answered 409: a profiling session is already active on this server "
-                "(someone else's). Not stopping it; wait for it to end, then run again.")
+                "(someone else's). Not stopping it; wait for it to end, then run again."
+            )
         text = r.text[:300].replace("\n", " ")
         raise CaptureError(f"/start_profile answered {r.status_code}: {text}")
 
@@ -296,8 +305,9 @@ class ControlClient:
         t0 = time.monotonic()
         # A dedicated client without pooled connections: the call must not be replayed on a stale socket.
         transport = httpx.AsyncHTTPTransport(retries=0)
-        async with httpx.AsyncClient(base_url=self.url, headers=self.headers, timeout=timeout,
-                                     transport=transport) as c:
+        async with httpx.AsyncClient(
+            base_url=self.url, headers=self.headers, timeout=timeout, transport=transport
+        ) as c:
             try:
                 r = await c.post("/stop_profile")
                 detail = None if not r.content else r.text[:300].replace("\n", " ")

@@ -14,6 +14,7 @@ Everything here streams: a 1 GB trace is never held in memory.  The rank and wor
 
 Standard library only: this module runs next to the server and the loader may reuse it.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -86,7 +87,7 @@ def _extract_object(buf: bytes, key: bytes) -> dict | None:
     if j < 0:
         return None
     # Allow only whitespace and the colon between the key and the object.
-    if buf[i + len(key): j].strip() not in (b":",):
+    if buf[i + len(key) : j].strip() not in (b":",):
         return None
     text = buf[j:].decode("utf-8", "replace")
     try:

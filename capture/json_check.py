@@ -3,6 +3,7 @@
 The manifest's entries (:mod:`k25trace.capture.manifest`) read themselves through a :class:`Checker`: a field of the
 wrong type reads as its default, and the checker records a problem (a JSON path and what was found).
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -14,8 +15,15 @@ SHA256_DIGITS = frozenset("0123456789abcdef")
 
 def kind(v: object) -> str:
     """What a JSON value is, as a message says it ("an object", "null", ...)."""
-    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null",
-            int: "an integer", float: "a number"}.get(type(v), type(v).__name__)
+    return {
+        dict: "an object",
+        list: "a list",
+        str: "a string",
+        bool: "a boolean",
+        type(None): "null",
+        int: "an integer",
+        float: "a number",
+    }.get(type(v), type(v).__name__)
 
 
 def _at(where: str, key: str) -> str:

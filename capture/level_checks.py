@@ -1,5 +1,6 @@
 """What a level reached and whether it is complete (its decode batch, its tokens, its files), and the run's summary
 table: the checks the runner makes on a level's manifest entry."""
+
 from __future__ import annotations
 
 import os
@@ -15,23 +16,33 @@ from k25trace.capture.manifest import MANIFEST, LevelStats, Manifest, ManifestLe
 from k25trace.capture.options import CaptureOptions
 
 
-def unknown_start_message(opts: CaptureOptions, level: ManifestLevel, e: StartOutcomeUnknown,
-                          stop: StopResult | None) -> str:
+def unknown_start_message(
+    opts: CaptureOptions, level: ManifestLevel, e: StartOutcomeUnknown, stop: StopResult | None
+) -> str:
     """The error of a level whose /start_profile went unanswered: what its one stop found, what to do now."""
     name = level.name
     kept = sum(1 for f in level.files if f.valid)
-    head = (f"{name}: /start_profile got no answer ({e.status} after {e.seconds:,.1f}s), so its outcome is "
-            f"unknown; one /stop_profile was sent")
+    head = (
+        f"{name}: /start_profile got no answer ({e.status} after {e.seconds:,.1f}s), so its outcome is "
+        f"unknown; one /stop_profile was sent"
+    )
     if stop is not None and stop.status == "200":
-        files = (f"{kept} trace file(s) of the window were salvaged into {name}/ (no load ran in it)" if kept
-                 else "no trace file appeared, so the start had not taken effect")
-        return (f"{head} and answered 200: the server is not profiling; {files}. If the server is just slow "
-                f"to start its profiler, raise --start-timeout (now {opts.start_timeout_s:g}s).")
+        files = (
+            f"{kept} trace file(s) of the window were salvaged into {name}/ (no load ran in it)"
+            if kept
+            else "no trace file appeared, so the start had not taken effect"
+        )
+        return (
+            f"{head} and answered 200: the server is not profiling; {files}. If the server is just slow "
+            f"to start its profiler, raise --start-timeout (now {opts.start_timeout_s:g}s)."
+        )
     got = f"answered {stop.status}" if stop is not None else "could not be sent"
-    return (f"{head} and {got}.\n"
-            f"WARNING: the server at {opts.url} MAY STILL BE PROFILING (its traces grow, its engine "
-            "slows down). Check it; once it answers again, send one POST /stop_profile by hand "
-            f"(curl -X POST {opts.url}/stop_profile) and look for trace files in {opts.trace_dir}.")
+    return (
+        f"{head} and {got}.\n"
+        f"WARNING: the server at {opts.url} MAY STILL BE PROFILING (its traces grow, its engine "
+        "slows down). Check it; once it answers again, send one POST /stop_profile by hand "
+        f"(curl -X POST {opts.url}/stop_profile) and look for trace files in {opts.trace_dir}."
+    )
 
 
 def check_batch(opts: CaptureOptions, level: ManifestLevel, requests: int | None, say: Callable[[str], None]) -> None:
@@ -58,8 +69,10 @@ def check_batch(opts: CaptureOptions, level: ManifestLevel, requests: int | None
     seen = by_markers if by_markers is not None else by_metrics
     level.reached_concurrency = None if seen is None else seen >= conc
     if level.profiled and level.files and not workers:
-        level.warnings.append("no engine-step markers in the worker traces: the decode batch reached is "
-                              "known only from /metrics" + ("" if by_metrics is not None else " (unavailable)"))
+        level.warnings.append(
+            "no engine-step markers in the worker traces: the decode batch reached is "
+            "known only from /metrics" + ("" if by_metrics is not None else " (unavailable)")
+        )
     if seen is None or seen >= conc:
         return
     hist = level.decode_batch_sizes_seen
@@ -68,13 +81,14 @@ def check_batch(opts: CaptureOptions, level: ManifestLevel, requests: int | None
         shown = ", ".join(f"{n} at batch {b}" for b, n in sorted((hist or {}).items()))
         parts.append(f"decode steps in rank {level.decode_batch_sizes_rank}'s trace: {shown or 'none'}")
     if by_metrics is not None:
-        parts.append(f"at most {by_metrics} request(s) running on /metrics "
-                     f"({level.running_requests_samples} samples)")
+        parts.append(f"at most {by_metrics} request(s) running on /metrics ({level.running_requests_samples} samples)")
     o = opts
     more = f"more requests per level (--requests, now {requests})" if requests else "a longer --duration"
-    msg = (f"{level.name}: the engine never ran a decode batch of {conc} ({'; '.join(parts)}): this level "
-           f"measures batch {seen}, not {conc}. Make the requests overlap: longer outputs (--max-tokens, now "
-           f"{o.max_tokens}, with --ignore-eos), {more}; and check the server's --max-num-seqs.")
+    msg = (
+        f"{level.name}: the engine never ran a decode batch of {conc} ({'; '.join(parts)}): this level "
+        f"measures batch {seen}, not {conc}. Make the requests overlap: longer outputs (--max-tokens, now "
+        f"{o.max_tokens}, with --ignore-eos), {more}; and check the server's --max-num-seqs."
+    )
     level.warnings.append(msg)
     say(f"[yellow]{msg}[/]")
 
@@ -87,11 +101,9 @@ def check_output(level: ManifestLevel, say: Callable[[str], None]) -> None:
     zero = sum(1 for e in st.first_errors if e.startswith("no tokens generated"))
     why = "; ".join(st.first_errors) or "no request completed"
     if zero:
-        msg = (f"{level.name}: none of the {st.requests} request(s) produced a token ({why}): "
-               "the level is not complete")
+        msg = f"{level.name}: none of the {st.requests} request(s) produced a token ({why}): the level is not complete"
     else:
-        msg = (f"{level.name}: none of the {st.requests} request(s) succeeded ({why}): "
-               "the level is not complete")
+        msg = f"{level.name}: none of the {st.requests} request(s) succeeded ({why}): the level is not complete"
     level.warnings.append(msg)
     say(f"[red]{msg}[/]")
 
@@ -119,8 +131,21 @@ def batch_cell(lv: ManifestLevel) -> str:
 def print_summary(m: Manifest, capture_dir: Path, out: Console) -> None:
     """The run's table of levels, and what to run next, on ``out``."""
     t = Table(title=f"capture {m.name} ({m.status})")
-    for col in ("level", "reqs", "err", "conc", "batch", "tok/s", "ttft p50", "tpot p50",
-                "itl p99", "stop", "stop s", "files", "missing"):
+    for col in (
+        "level",
+        "reqs",
+        "err",
+        "conc",
+        "batch",
+        "tok/s",
+        "ttft p50",
+        "tpot p50",
+        "itl p99",
+        "stop",
+        "stop s",
+        "files",
+        "missing",
+    ):
         t.add_column(col, justify="right" if col not in ("level", "stop") else "left")
 
     def f(x: float | None, fmt: str = "{:,.1f}") -> str:
@@ -129,19 +154,30 @@ def print_summary(m: Manifest, capture_dir: Path, out: Console) -> None:
     for lv in m.levels:
         st = lv.stats or LevelStats()
         nfiles = sum(1 for x in lv.files if x.valid)
-        t.add_row(lv.name, f(st.requests, "{}"), f(st.errors, "{}"),
-                  f(st.max_in_flight, "{}"), batch_cell(lv), f(st.output_tok_s),
-                  f(st.ttft_ms.p50), f(st.tpot_ms.p50, "{:,.2f}"),
-                  f(st.itl_ms.p99), lv.stop_status or "-",
-                  f(lv.stop_seconds), f"{nfiles}/{len(lv.files)}" if lv.profiled else "-",
-                  ",".join(map(str, lv.missing_ranks)) or "-")
+        t.add_row(
+            lv.name,
+            f(st.requests, "{}"),
+            f(st.errors, "{}"),
+            f(st.max_in_flight, "{}"),
+            batch_cell(lv),
+            f(st.output_tok_s),
+            f(st.ttft_ms.p50),
+            f(st.tpot_ms.p50, "{:,.2f}"),
+            f(st.itl_ms.p99),
+            lv.stop_status or "-",
+            f(lv.stop_seconds),
+            f"{nfiles}/{len(lv.files)}" if lv.profiled else "-",
+            ",".join(map(str, lv.missing_ranks)) or "-",
+        )
     out.print(t)
-    out.print("latencies in ms; conc = most requests in flight; batch = largest decode batch the engine "
-              "ran (step markers, else /metrics running; ! = below the level's concurrency); "
-              "files = valid/copied", highlight=False)
+    out.print(
+        "latencies in ms; conc = most requests in flight; batch = largest decode batch the engine "
+        "ran (step markers, else /metrics running; ! = below the level's concurrency); "
+        "files = valid/copied",
+        highlight=False,
+    )
     outp = str(capture_dir)
     if any(lv.profiled and lv.files for lv in m.levels):
-        out.print(f"next: k25trace load {outp} --db {outp.rstrip('/')}.duckdb", highlight=False,
-                  soft_wrap=True)
+        out.print(f"next: k25trace load {outp} --db {outp.rstrip('/')}.duckdb", highlight=False, soft_wrap=True)
     else:
         out.print(f"manifest: {os.path.join(outp, MANIFEST)}", highlight=False, soft_wrap=True)

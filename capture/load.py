@@ -7,6 +7,7 @@ streaming ``/v1/completions`` (or ``/v1/chat/completions``) call with
 ``stream_options.include_usage``; per request it records TTFT, inter-token latencies (between
 streamed chunks), TPOT, end-to-end latency and token counts (from the usage chunk).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -186,8 +187,9 @@ class LoadGenerator:
 
         self._t0 = time.monotonic()
         deadline = self._t0 + c.duration_s if c.duration_s else math.inf
-        async with httpx.AsyncClient(base_url=c.url.rstrip("/"), limits=limits, timeout=timeout,
-                                     headers=headers) as client:
+        async with httpx.AsyncClient(
+            base_url=c.url.rstrip("/"), limits=limits, timeout=timeout, headers=headers
+        ) as client:
             i = 0
             try:
                 while not self._stop.is_set():
@@ -267,9 +269,9 @@ class _Stream:
 
     rec: RequestRecord
     chat: bool
-    t_send: float                     # time.perf_counter() when the request was sent
-    last: float | None = None         # when the previous token chunk arrived
-    usage_tokens: int | None = None   # usage.completion_tokens, once the server sent it (0 is an answer)
+    t_send: float  # time.perf_counter() when the request was sent
+    last: float | None = None  # when the previous token chunk arrived
+    usage_tokens: int | None = None  # usage.completion_tokens, once the server sent it (0 is an answer)
     empty_final: float | None = None  # when a closing chunk with "" text arrived
 
 
@@ -329,9 +331,12 @@ def _finish(st: _Stream, end: float) -> int:
         counted = 1
     rec.output_tokens = st.usage_tokens if st.usage_tokens is not None else rec.chunks
     if rec.output_tokens == 0:
-        rec.error = ("no tokens generated (" + ("usage.completion_tokens = 0" if st.usage_tokens == 0
-                                                else "no token in the stream")
-                     + (f", finish_reason {rec.finish_reason}" if rec.finish_reason else "") + ")")
+        rec.error = (
+            "no tokens generated ("
+            + ("usage.completion_tokens = 0" if st.usage_tokens == 0 else "no token in the stream")
+            + (f", finish_reason {rec.finish_reason}" if rec.finish_reason else "")
+            + ")"
+        )
     elif rec.chunks == 0:
         rec.error = f"stream ended without any token chunk (usage says {rec.output_tokens})"
     else:
@@ -350,8 +355,13 @@ def dist(values: list[float | None]) -> Distribution:
     vals = sorted(v for v in values if v is not None)
     if not vals:
         return Distribution(n=0)
-    return Distribution(mean=round(sum(vals) / len(vals), 3), p50=round(quantile(vals, 0.50), 3),
-                        p90=round(quantile(vals, 0.90), 3), p99=round(quantile(vals, 0.99), 3), n=len(vals))
+    return Distribution(
+        mean=round(sum(vals) / len(vals), 3),
+        p50=round(quantile(vals, 0.50), 3),
+        p90=round(quantile(vals, 0.90), 3),
+        p99=round(quantile(vals, 0.99), 3),
+        n=len(vals),
+    )
 
 
 def level_stats(result: LoadResult) -> LevelStats:

@@ -21,6 +21,7 @@ definition each for the runner that writes them (``to_json``) and the readers (`
 step markers), ``max_decode_batch_seen`` is the largest decode batch (data-parallel groups added up),
 ``max_running_requests`` the largest ``vllm:num_requests_running`` polled from ``/metrics`` during the load.
 """
+
 from __future__ import annotations
 
 import datetime as _dt
@@ -35,9 +36,22 @@ from k25trace.capture.json_check import BIGINT_MAX, INT_MAX, Checker, kind
 
 MANIFEST = "manifest.json"
 FORMAT = 1
-__all__ = ["BIGINT_MAX", "INT_MAX", "CheckedManifest", "Distribution", "ExtraFile", "LevelStats", "Manifest",
-           "ManifestFile", "ManifestLevel", "check_manifest", "level_rows", "new_manifest", "read_manifest",
-           "write_manifest"]
+__all__ = [
+    "BIGINT_MAX",
+    "INT_MAX",
+    "CheckedManifest",
+    "Distribution",
+    "ExtraFile",
+    "LevelStats",
+    "Manifest",
+    "ManifestFile",
+    "ManifestLevel",
+    "check_manifest",
+    "level_rows",
+    "new_manifest",
+    "read_manifest",
+    "write_manifest",
+]
 
 
 def now_iso() -> str:
@@ -77,8 +91,13 @@ class Distribution:
 
     @classmethod
     def from_json(cls, c: Checker, raw: dict, where: str) -> Distribution:
-        return cls(mean=c.num(raw, "mean", where), p50=c.num(raw, "p50", where), p90=c.num(raw, "p90", where),
-                   p99=c.num(raw, "p99", where), n=c.int_(raw, "n", where, 0, BIGINT_MAX))
+        return cls(
+            mean=c.num(raw, "mean", where),
+            p50=c.num(raw, "p50", where),
+            p90=c.num(raw, "p90", where),
+            p99=c.num(raw, "p99", where),
+            n=c.int_(raw, "n", where, 0, BIGINT_MAX),
+        )
 
 
 _STATS_INT = ("requests", "completed", "errors", "input_tokens", "max_in_flight")
@@ -125,7 +144,7 @@ class LevelStats:
 class ManifestFile:
     """A level's trace file, copied into the capture (a field read from a damaged manifest may be None)."""
 
-    path: str                  # relative to the capture directory, e.g. "c64/dp0_…rank0.….pt.trace.json.gz"
+    path: str  # relative to the capture directory, e.g. "c64/dp0_…rank0.….pt.trace.json.gz"
     rank: int | None = None
     world_size: int | None = None
     frontend: bool | None = None
@@ -150,12 +169,19 @@ class ManifestFile:
             if "path" not in f:
                 c.bad(f"{where}.path", "missing")
             return None
-        return cls(path, rank=c.int_(f, "rank", where), world_size=c.int_(f, "world_size", where, 1),
-                   frontend=c.bool_(f, "frontend", where), size=c.int_(f, "size", where, 0, BIGINT_MAX),
-                   sha256=c.sha256(f, "sha256", where), valid=c.bool_(f, "valid", where),
-                   problem=c.str_(f, "problem", where), vllm_version=c.str_(f, "vllm_version", where),
-                   step_markers=c.int_(f, "step_markers", where, 0, BIGINT_MAX),
-                   decode_batch_sizes=c.batches(f, "decode_batch_sizes", where))
+        return cls(
+            path,
+            rank=c.int_(f, "rank", where),
+            world_size=c.int_(f, "world_size", where, 1),
+            frontend=c.bool_(f, "frontend", where),
+            size=c.int_(f, "size", where, 0, BIGINT_MAX),
+            sha256=c.sha256(f, "sha256", where),
+            valid=c.bool_(f, "valid", where),
+            problem=c.str_(f, "problem", where),
+            vllm_version=c.str_(f, "vllm_version", where),
+            step_markers=c.int_(f, "step_markers", where, 0, BIGINT_MAX),
+            decode_batch_sizes=c.batches(f, "decode_batch_sizes", where),
+        )
 
 
 @dataclass
@@ -192,7 +218,7 @@ class ManifestLevel:
 
     name: str
     concurrency: int | None = None
-    dir: str = ""              # directory of the level's files, inside the capture ("c64"); the name when not given
+    dir: str = ""  # directory of the level's files, inside the capture ("c64"); the name when not given
     profiled: bool | None = None
     started_at: str | None = None
     stopped_at: str | None = None
@@ -226,9 +252,12 @@ class ManifestLevel:
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
-        out.update(stats=None if self.stats is None else self.stats.to_json(),
-                   files=[f.to_json() for f in self.files], extra_files=[e.to_json() for e in self.extra_files],
-                   decode_batch_sizes_seen=_batch_json(self.decode_batch_sizes_seen))
+        out.update(
+            stats=None if self.stats is None else self.stats.to_json(),
+            files=[f.to_json() for f in self.files],
+            extra_files=[e.to_json() for e in self.extra_files],
+            decode_batch_sizes_seen=_batch_json(self.decode_batch_sizes_seen),
+        )
         return out
 
     @classmethod
@@ -253,24 +282,35 @@ class ManifestLevel:
         def count(key: str) -> int | None:
             return c.int_(lv, key, where)
 
-        return cls(name, concurrency=c.int_(lv, "concurrency", where, 1), dir=d or name,
-                   profiled=c.bool_(lv, "profiled", where), started_at=text("started_at"),
-                   stopped_at=text("stopped_at"), start_status=text("start_status"), start_detail=text("start_detail"),
-                   stop_status=text("stop_status"), stop_seconds=c.num(lv, "stop_seconds", where),
-                   stop_detail=text("stop_detail"),
-                   stats=LevelStats.from_json(c, stats, f"{where}.stats") if stats else None,
-                   files=_entries(c, lv.get("files"), f"{where}.files", ManifestFile.from_json),
-                   missing_ranks=c.ints(lv, "missing_ranks", where),
-                   extra_files=_entries(c, lv.get("extra_files"), f"{where}.extra_files", ExtraFile.from_json),
-                   world_size=c.int_(lv, "world_size", where, 1), warnings=c.strs(lv, "warnings", where),
-                   requests_file=text("requests_file"), profile_prefix=text("profile_prefix"), status=text("status"),
-                   decode_batch_sizes_seen=c.batches(lv, "decode_batch_sizes_seen", where),
-                   decode_batch_sizes_rank=count("decode_batch_sizes_rank"),
-                   max_decode_batch_seen=count("max_decode_batch_seen"),
-                   max_running_requests=count("max_running_requests"),
-                   running_requests_samples=count("running_requests_samples"),
-                   running_requests_note=text("running_requests_note"),
-                   reached_concurrency=c.bool_(lv, "reached_concurrency", where))
+        return cls(
+            name,
+            concurrency=c.int_(lv, "concurrency", where, 1),
+            dir=d or name,
+            profiled=c.bool_(lv, "profiled", where),
+            started_at=text("started_at"),
+            stopped_at=text("stopped_at"),
+            start_status=text("start_status"),
+            start_detail=text("start_detail"),
+            stop_status=text("stop_status"),
+            stop_seconds=c.num(lv, "stop_seconds", where),
+            stop_detail=text("stop_detail"),
+            stats=LevelStats.from_json(c, stats, f"{where}.stats") if stats else None,
+            files=_entries(c, lv.get("files"), f"{where}.files", ManifestFile.from_json),
+            missing_ranks=c.ints(lv, "missing_ranks", where),
+            extra_files=_entries(c, lv.get("extra_files"), f"{where}.extra_files", ExtraFile.from_json),
+            world_size=c.int_(lv, "world_size", where, 1),
+            warnings=c.strs(lv, "warnings", where),
+            requests_file=text("requests_file"),
+            profile_prefix=text("profile_prefix"),
+            status=text("status"),
+            decode_batch_sizes_seen=c.batches(lv, "decode_batch_sizes_seen", where),
+            decode_batch_sizes_rank=count("decode_batch_sizes_rank"),
+            max_decode_batch_seen=count("max_decode_batch_seen"),
+            max_running_requests=count("max_running_requests"),
+            running_requests_samples=count("running_requests_samples"),
+            running_requests_note=text("running_requests_note"),
+            reached_concurrency=c.bool_(lv, "reached_concurrency", where),
+        )
 
 
 @dataclass
@@ -316,21 +356,46 @@ class Manifest:
             return c.str_(data, key, "")
 
         args = c.obj(data, "server_args", "") if data.get("server_args") is not None else None
-        return cls(name=text("name"), server_url=text("server_url"), vllm_version=text("vllm_version"),
-                   model=text("model"), max_model_len=c.int_(data, "max_model_len", "", 1, BIGINT_MAX),
-                   server_args=args, started_at=text("started_at"), finished_at=text("finished_at"),
-                   complete=c.bool_(data, "complete", ""), status=text("status"), error=text("error"),
-                   settings=c.obj(data, "settings", ""), levels=levels,
-                   k25trace_capture=c.int_(data, "k25trace_capture", "", 0, BIGINT_MAX),
-                   k25trace_version=text("k25trace_version"))
+        return cls(
+            name=text("name"),
+            server_url=text("server_url"),
+            vllm_version=text("vllm_version"),
+            model=text("model"),
+            max_model_len=c.int_(data, "max_model_len", "", 1, BIGINT_MAX),
+            server_args=args,
+            started_at=text("started_at"),
+            finished_at=text("finished_at"),
+            complete=c.bool_(data, "complete", ""),
+            status=text("status"),
+            error=text("error"),
+            settings=c.obj(data, "settings", ""),
+            levels=levels,
+            k25trace_capture=c.int_(data, "k25trace_capture", "", 0, BIGINT_MAX),
+            k25trace_version=text("k25trace_version"),
+        )
 
 
-def new_manifest(name: str, server_url: str, vllm_version: str | None, model: str,
-                 server_args: dict | None, settings: dict, max_model_len: int | None = None) -> Manifest:
+def new_manifest(
+    name: str,
+    server_url: str,
+    vllm_version: str | None,
+    model: str,
+    server_args: dict | None,
+    settings: dict,
+    max_model_len: int | None = None,
+) -> Manifest:
     """The manifest at the start of a run (no level yet, status "running")."""
-    return Manifest(name=name, server_url=server_url, vllm_version=vllm_version, model=model,
-                    max_model_len=max_model_len, server_args=server_args, started_at=now_iso(), settings=settings,
-                    k25trace_version=k25trace_version())
+    return Manifest(
+        name=name,
+        server_url=server_url,
+        vllm_version=vllm_version,
+        model=model,
+        max_model_len=max_model_len,
+        server_args=server_args,
+        started_at=now_iso(),
+        settings=settings,
+        k25trace_version=k25trace_version(),
+    )
 
 
 def write_manifest(capture_dir: str | os.PathLike, manifest: dict) -> Path:
@@ -444,9 +509,24 @@ def check_manifest(capture_dir: str | os.PathLike) -> CheckedManifest | None:
 
 
 # capture_levels' columns after capture_dir, in table order; level_rows() adds the item-4 ones after them
-LEVEL_COLUMNS = ("level", "concurrency", "requests", "errors", "output_tokens", "duration_s", "output_tok_s",
-                 "ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p90_ms", "tpot_p99_ms",
-                 "itl_p50_ms", "itl_p90_ms", "itl_p99_ms")
+LEVEL_COLUMNS = (
+    "level",
+    "concurrency",
+    "requests",
+    "errors",
+    "output_tokens",
+    "duration_s",
+    "output_tok_s",
+    "ttft_p50_ms",
+    "ttft_p90_ms",
+    "ttft_p99_ms",
+    "tpot_p50_ms",
+    "tpot_p90_ms",
+    "tpot_p99_ms",
+    "itl_p50_ms",
+    "itl_p90_ms",
+    "itl_p99_ms",
+)
 
 
 def level_rows(m: CheckedManifest) -> list[dict]:
@@ -455,8 +535,15 @@ def level_rows(m: CheckedManifest) -> list[dict]:
     rows = []
     for lv in m.levels:
         st = lv.stats or LevelStats()
-        row = {"level": lv.name, "concurrency": lv.concurrency, "requests": st.requests, "errors": st.errors,
-               "output_tokens": st.output_tokens, "duration_s": st.duration_s, "output_tok_s": st.output_tok_s}
+        row = {
+            "level": lv.name,
+            "concurrency": lv.concurrency,
+            "requests": st.requests,
+            "errors": st.errors,
+            "output_tokens": st.output_tokens,
+            "duration_s": st.duration_s,
+            "output_tok_s": st.output_tok_s,
+        }
         for metric in ("ttft", "tpot", "itl"):
             dist = getattr(st, f"{metric}_ms")
             for q in ("p50", "p90", "p99"):

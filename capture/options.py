@@ -1,4 +1,5 @@
 """What a capture run is told (:class:`CaptureOptions`), how it ends (the exit codes) and the interrupts it takes."""
+
 from __future__ import annotations
 
 import asyncio

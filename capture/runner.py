@@ -6,6 +6,7 @@ started, whatever happens (load error, Ctrl-C, SIGTERM); after the stop, whateve
 files are awaited, validated by streaming and copied into ``CAPTURE_DIR/c<C>/``; the manifest is rewritten
 (atomically) after every level.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -60,13 +61,15 @@ PromptFn = Callable[[int], list[int] | str]  # request index -> its prompt (toke
 
 _WATCH_GRACE_S = 5.0  # most seconds a /metrics sample under way may delay the end of a level's load
 
-_WORDS = ("time year people way day man thing woman life child world school state family student group "
-          "country problem hand part place case week company system program question work government "
-          "number night point home water room mother area money story fact month lot right study book "
-          "eye job word business issue side kind head house service friend father power hour game line "
-          "end member law car city community name president team minute idea kid body information back "
-          "parent face others level office door health person art war history party result change "
-          "morning reason research girl guy moment air teacher force education").split()
+_WORDS = (
+    "time year people way day man thing woman life child world school state family student group "
+    "country problem hand part place case week company system program question work government "
+    "number night point home water room mother area money story fact month lot right study book "
+    "eye job word business issue side kind head house service friend father power hour game line "
+    "end member law car city community name president team minute idea kid body information back "
+    "parent face others level office door health person art war history party result change "
+    "morning reason research girl guy moment air teacher force education"
+).split()
 
 
 @dataclass
@@ -140,18 +143,23 @@ class Run:
         if out.exists() and any(out.iterdir()):
             if not self.opts.force:
                 what = "holds a capture (manifest.json)" if (out / MANIFEST).exists() else "is not empty"
-                raise CaptureError(f"--out {out} {what}; choose a new directory, or pass --force to replace "
-                                   "the previous capture's manifest and level directories")
+                raise CaptureError(
+                    f"--out {out} {what}; choose a new directory, or pass --force to replace "
+                    "the previous capture's manifest and level directories"
+                )
             if (out / MANIFEST).exists():
                 old = check_manifest(out)
                 if old is None:
-                    raise CaptureError(f"--force: {out / MANIFEST} is not a k25trace capture manifest (no "
-                                       "k25trace_capture key); not replacing it. Choose a new --out.")
+                    raise CaptureError(
+                        f"--force: {out / MANIFEST} is not a k25trace capture manifest (no "
+                        "k25trace_capture key); not replacing it. Choose a new --out."
+                    )
                 if old.problems:
                     raise CaptureError(
                         f"--force: {out / MANIFEST} is damaged ({old.summary()}), so which directories belong "
                         "to the previous capture is unknown; nothing was removed. Remove the previous capture "
-                        "by hand, or choose a new --out.")
+                        "by hand, or choose a new --out."
+                    )
                 for lv in old.levels:
                     d = out / lv.dir
                     if d.is_dir() and not d.is_symlink() and d.resolve().parent == out.resolve():
@@ -184,13 +192,33 @@ class Run:
         return token_prompt if pool else text_prompt
 
     # ---------------------------------------------------------------- load with progress
-    async def drive(self, control_url: str, model: str, concurrency: int, requests: int | None,
-                    duration: float | None, prompt: PromptFn, label: str, seed: int) -> LoadResult:
+    async def drive(
+        self,
+        control_url: str,
+        model: str,
+        concurrency: int,
+        requests: int | None,
+        duration: float | None,
+        prompt: PromptFn,
+        label: str,
+        seed: int,
+    ) -> LoadResult:
         o = self.opts
-        cfg = LoadConfig(url=control_url, model=model, concurrency=concurrency, requests=requests,
-                         duration_s=duration, request_rate=o.request_rate, max_tokens=o.max_tokens,
-                         ignore_eos=o.ignore_eos, temperature=o.temperature, endpoint=o.endpoint,
-                         api_key=o.api_key, seed=seed, request_timeout_s=o.request_timeout_s)
+        cfg = LoadConfig(
+            url=control_url,
+            model=model,
+            concurrency=concurrency,
+            requests=requests,
+            duration_s=duration,
+            request_rate=o.request_rate,
+            max_tokens=o.max_tokens,
+            ignore_eos=o.ignore_eos,
+            temperature=o.temperature,
+            endpoint=o.endpoint,
+            api_key=o.api_key,
+            seed=seed,
+            request_timeout_s=o.request_timeout_s,
+        )
         gen = LoadGenerator(cfg, prompt)
         task = asyncio.create_task(gen.run())
 
@@ -203,8 +231,10 @@ class Run:
                 rate = (gen.tokens_streamed - last_tok) / max(now - last_t, 1e-9)
                 last_tok, last_t = gen.tokens_streamed, now
                 total = f"/{requests}" if requests else ""
-                self.say(f"{label}: {gen.done}{total} requests done, {gen.in_flight} in flight, "
-                         f"{rate:,.0f} tok/s, {gen.errors} errors, {now - t0:,.0f}s")
+                self.say(
+                    f"{label}: {gen.done}{total} requests done, {gen.in_flight} in flight, "
+                    f"{rate:,.0f} tok/s, {gen.errors} errors, {now - t0:,.0f}s"
+                )
 
         tick = asyncio.create_task(ticker())
         intr = self.interrupts.next()
@@ -245,14 +275,17 @@ class Run:
                     await asyncio.gather(task, return_exceptions=True)
                     self.say("[yellow]gave up waiting for /stop_profile (it was sent; the server finishes it)[/]")
                     return StopResult("interrupted", time.monotonic() - t0, "client stopped waiting")
-                self.say("[yellow]/stop_profile was already sent and is not repeated; waiting for it "
-                         "(interrupt again to stop waiting)[/]")
+                self.say(
+                    "[yellow]/stop_profile was already sent and is not repeated; waiting for it "
+                    "(interrupt again to stop waiting)[/]"
+                )
             else:
                 self.say(f"waiting for /stop_profile: {time.monotonic() - t0:,.0f}s (the server writes the traces)")
 
     # ---------------------------------------------------------------- one level
-    async def run_level(self, control: ControlClient, info: ServerInfo, model: str, conc: int,
-                        prompt: PromptFn, level_index: int) -> ManifestLevel:
+    async def run_level(
+        self, control: ControlClient, info: ServerInfo, model: str, conc: int, prompt: PromptFn, level_index: int
+    ) -> ManifestLevel:
         """One level: warm up, start profiling, C concurrent requests, the one stop, the files; returns its
         manifest entry (also appended to the manifest)."""
         o = self.opts
@@ -300,8 +333,16 @@ class Run:
         if o.warmup <= 0:
             return
         self.say(f"{name}: warm-up, {o.warmup} requests")
-        wres = await self.drive(o.url, model, min(o.warmup, conc), o.warmup, None,
-                                lambda i: prompt(10_000_000 + seed + i), f"{name} warm-up", seed)
+        wres = await self.drive(
+            o.url,
+            model,
+            min(o.warmup, conc),
+            o.warmup,
+            None,
+            lambda i: prompt(10_000_000 + seed + i),
+            f"{name} warm-up",
+            seed,
+        )
         werr = sum(1 for r in wres.records if not r.ok)
         if werr:
             first = next(r.error for r in wres.records if not r.ok)
@@ -313,8 +354,10 @@ class Run:
         o = self.opts
         if not supports_start_body(info.version):
             if o.max_iterations is not None or o.delay_iterations is not None:
-                level.warnings.append("max/delay iterations need vLLM 0.32+ over HTTP; set them in "
-                                      "--profiler-config instead (ignored here)")
+                level.warnings.append(
+                    "max/delay iterations need vLLM 0.32+ over HTTP; set them in "
+                    "--profiler-config instead (ignored here)"
+                )
             return None, None
         safe = re.sub(r"[^A-Za-z0-9._-]", "-", self.manifest.name or "k25")
         prefix = f"k25-{safe}"[:80].rstrip("-._") + f"-{level.name}-{secrets.token_hex(3)}"
@@ -325,8 +368,9 @@ class Run:
             body["delay_iterations"] = o.delay_iterations
         return body, prefix
 
-    async def start_profiling(self, control: ControlClient, info: ServerInfo,
-                              level: ManifestLevel) -> tuple[str | None, StartOutcomeUnknown | None]:
+    async def start_profiling(
+        self, control: ControlClient, info: ServerInfo, level: ManifestLevel
+    ) -> tuple[str | None, StartOutcomeUnknown | None]:
         """POST /start_profile; returns (file prefix, the unknown outcome of an unanswered start or None). Raises
         on a refusal (404/409/other): then nothing was started and nothing is owed. Otherwise one stop is owed."""
         o = self.opts
@@ -341,23 +385,35 @@ class Run:
             unknown = e
             level.start_status = e.status
             level.start_detail = e.detail
-            self.say(f"[red]{name}: /start_profile got no answer ({e.status} after {e.seconds:,.1f}s; "
-                     f"--start-timeout {o.start_timeout_s:g}s): whether the server is profiling now is "
-                     "unknown. Sending the one /stop_profile so that it is not left profiling; no load "
-                     "for this level.[/]")
+            self.say(
+                f"[red]{name}: /start_profile got no answer ({e.status} after {e.seconds:,.1f}s; "
+                f"--start-timeout {o.start_timeout_s:g}s): whether the server is profiling now is "
+                "unknown. Sending the one /stop_profile so that it is not left profiling; no load "
+                "for this level.[/]"
+            )
         else:
             level.start_status = "200"
             self.say(f"{name}: profiling started" + (f" (prefix {prefix})" if prefix else ""))
         self.profiling_active = True
         return prefix, unknown
 
-    async def load(self, control: ControlClient, model: str, level: ManifestLevel, requests: int | None,
-                   prompt: PromptFn, seed: int) -> LoadResult:
+    async def load(
+        self,
+        control: ControlClient,
+        model: str,
+        level: ManifestLevel,
+        requests: int | None,
+        prompt: PromptFn,
+        seed: int,
+    ) -> LoadResult:
         """The level's load (C concurrent streaming requests), with /metrics polled for the running requests."""
         o = self.opts
         name, conc = level.name, level.concurrency or 0
-        self.say(f"{name}: {conc} concurrent streaming requests"
-                 + (f", {requests} in all" if requests else "") + (f", {o.duration_s}s" if o.duration_s else ""))
+        self.say(
+            f"{name}: {conc} concurrent streaming requests"
+            + (f", {requests} in all" if requests else "")
+            + (f", {o.duration_s}s" if o.duration_s else "")
+        )
         running = RunningWatch()
         load_done = asyncio.Event()
         watch = asyncio.create_task(running.watch(control, o.metrics_interval_s, load_done))
@@ -385,8 +441,14 @@ class Run:
                 f.write(json.dumps(r.to_json()) + "\n")
         level.requests_file = f"{level.dir}/requests.jsonl"
 
-    async def record_files(self, level: ManifestLevel, stop: StopResult, before: dict, prefix: str | None,
-                           unknown: StartOutcomeUnknown | None) -> None:
+    async def record_files(
+        self,
+        level: ManifestLevel,
+        stop: StopResult,
+        before: dict,
+        prefix: str | None,
+        unknown: StartOutcomeUnknown | None,
+    ) -> None:
         """After the stop, whatever it answered: wait for the level's trace files, check and copy them."""
         name = level.name
         level.stop_status = stop.status
@@ -449,24 +511,34 @@ class Run:
             if o.trace_dir is None:
                 raise CaptureError("--trace-dir is required (the server's torch_profiler_dir), or use --no-profile")
             if not o.trace_dir.is_dir():
-                raise CaptureError(f"--trace-dir {o.trace_dir} is not a directory on this host; it must be the "
-                                   "server's torch_profiler_dir")
+                raise CaptureError(
+                    f"--trace-dir {o.trace_dir} is not a directory on this host; it must be the "
+                    "server's torch_profiler_dir"
+                )
         self.say(f"preflight {o.url} ...")
         info = await control.preflight(str(o.trace_dir.resolve()) if o.trace_dir else None, not o.no_profile)
         model = o.model or info.models[0]
         if model not in info.models:
             raise CaptureError(f"--model {model} is not served; /v1/models lists {', '.join(info.models)}")
         if info.max_model_len and o.prompt_tokens + o.max_tokens > info.max_model_len:
-            raise CaptureError(f"--prompt-tokens {o.prompt_tokens} + --max-tokens {o.max_tokens} exceed the "
-                               f"server's max_model_len {info.max_model_len}")
-        self.say(f"vLLM {info.version or '?'}, model {model}"
-                 + ("" if o.no_profile else f", profiler routes present, traces in {o.trace_dir}"))
+            raise CaptureError(
+                f"--prompt-tokens {o.prompt_tokens} + --max-tokens {o.max_tokens} exceed the "
+                f"server's max_model_len {info.max_model_len}"
+            )
+        self.say(
+            f"vLLM {info.version or '?'}, model {model}"
+            + ("" if o.no_profile else f", profiler routes present, traces in {o.trace_dir}")
+        )
         self.prepare_out()
-        settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(o).items()
-                    if k not in ("api_key", "force", "progress_interval_s", "poll_s", "settle_s")}
+        settings = {
+            k: (str(v) if isinstance(v, Path) else v)
+            for k, v in vars(o).items()
+            if k not in ("api_key", "force", "progress_interval_s", "poll_s", "settle_s")
+        }
         name = o.name or f"{model.rstrip('/').split('/')[-1]}-{time.strftime('%Y%m%d-%H%M%S')}"
-        self.manifest = new_manifest(name, o.url, info.version, model, info.server_args, settings,
-                                     max_model_len=info.max_model_len)
+        self.manifest = new_manifest(
+            name, o.url, info.version, model, info.server_args, settings, max_model_len=info.max_model_len
+        )
         self.manifest_started = True
         self.save()
         prompt = await self.make_prompt_fn(control, info, model, o.seed)
@@ -482,10 +554,12 @@ class Run:
         interrupted = self.interrupts.count > 0
         done_all = len(self.manifest.levels) == len(o.concurrency)
         self.manifest.finished_at = now_iso()
-        self.manifest.complete = (not interrupted and done_all and rc == EXIT_OK
-                                  and all(level_ok(lv) for lv in self.manifest.levels))
-        self.manifest.status = ("interrupted" if interrupted
-                                else ("complete" if self.manifest.complete else "incomplete"))
+        self.manifest.complete = (
+            not interrupted and done_all and rc == EXIT_OK and all(level_ok(lv) for lv in self.manifest.levels)
+        )
+        self.manifest.status = (
+            "interrupted" if interrupted else ("complete" if self.manifest.complete else "incomplete")
+        )
         self.save()
         print_summary(self.manifest, o.out, self.out)
         if interrupted:

@@ -1,4 +1,5 @@
 """After a level's one stop: await its new trace files, check them by streaming, copy them into the capture."""
+
 from __future__ import annotations
 
 import asyncio
@@ -31,8 +32,9 @@ class TraceFiles:
     interrupts: Interrupts
     interval: float  # seconds between progress lines
 
-    async def wait_for_files(self, before: dict, prefix: str | None, stop: StopResult,
-                             maybe_none: bool = False) -> tuple[dict, int | None]:
+    async def wait_for_files(
+        self, before: dict, prefix: str | None, stop: StopResult, maybe_none: bool = False
+    ) -> tuple[dict, int | None]:
         """Wait until every rank's file is complete. ``maybe_none``: the session may never have started
         (its /start_profile went unanswered), so a 200 stop followed by a quiet directory ends the wait."""
         o = self.opts
@@ -60,8 +62,7 @@ class TraceFiles:
                     # a size change while reading would be caught next round
                     st.seen = trace_files.snapshot_one(o.trace_dir / n) or seen
             world = self.world_size(states)
-            workers_ok = {s.check.rank for s in states.values()
-                          if s.check and s.check.ok and not s.check.frontend}
+            workers_ok = {s.check.rank for s in states.values() if s.check and s.check.ok and not s.check.frontend}
             all_ok = all(s.check and s.check.ok for s in states.values()) and not pending_tmp
             settled = time.monotonic() - last_change >= o.settle_s
             if world is not None:
@@ -104,8 +105,9 @@ class TraceFiles:
                 return s.check.world_size
         return None
 
-    def collect(self, level_dir: Path, states: dict[str, FileState], world: int | None, before: dict,
-                prefix: str | None) -> tuple[list[ManifestFile], list[int], list[ExtraFile], list[str]]:
+    def collect(
+        self, level_dir: Path, states: dict[str, FileState], world: int | None, before: dict, prefix: str | None
+    ) -> tuple[list[ManifestFile], list[int], list[ExtraFile], list[str]]:
         """Copy the level's files into ``level_dir``; returns (their entries, the ranks missing, the extra files
         copied along, warnings)."""
         o = self.opts
@@ -121,9 +123,18 @@ class TraceFiles:
             try:
                 size, sha = trace_files.copy_with_hash(src, level_dir / s.name)
             except OSError as e:
-                entries.append(ManifestFile(rel, rank=rank, world_size=world_size,
-                                            frontend=trace_files.is_frontend_name(s.name), size=0, sha256=None,
-                                            valid=False, problem=f"copy failed: {e}"))
+                entries.append(
+                    ManifestFile(
+                        rel,
+                        rank=rank,
+                        world_size=world_size,
+                        frontend=trace_files.is_frontend_name(s.name),
+                        size=0,
+                        sha256=None,
+                        valid=False,
+                        problem=f"copy failed: {e}",
+                    )
+                )
                 continue
             valid = bool(c and c.ok)
             problem = c.problem if c else "not checked"
@@ -132,12 +143,21 @@ class TraceFiles:
                 # it changed after it was validated: check the copy itself
                 c2 = trace_files.check_trace_file(level_dir / s.name)
                 valid, problem, steps = c2.ok, c2.problem, c2.steps
-            entries.append(ManifestFile(
-                rel, rank=rank, world_size=world_size,
-                frontend=bool(c.frontend) if c else trace_files.is_frontend_name(s.name), size=size, sha256=sha,
-                valid=valid, problem=problem, vllm_version=c.metadata.get("vllm_version") if c else None,
-                step_markers=steps.steps if steps and valid else None,
-                decode_batch_sizes=dict(steps.decode_batches) if steps and steps.source and valid else None))
+            entries.append(
+                ManifestFile(
+                    rel,
+                    rank=rank,
+                    world_size=world_size,
+                    frontend=bool(c.frontend) if c else trace_files.is_frontend_name(s.name),
+                    size=size,
+                    sha256=sha,
+                    valid=valid,
+                    problem=problem,
+                    vllm_version=c.metadata.get("vllm_version") if c else None,
+                    step_markers=steps.steps if steps and valid else None,
+                    decode_batch_sizes=dict(steps.decode_batches) if steps and steps.source and valid else None,
+                )
+            )
         ws = {e.world_size for e in entries if e.world_size and not e.frontend}
         if o.expect_ranks and ws and ws != {o.expect_ranks}:
             warnings.append(f"--expect-ranks {o.expect_ranks} but the traces say world_size {sorted(ws)}")

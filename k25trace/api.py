@@ -55,8 +55,16 @@ class Run:
         """Close the database connection."""
         self.con.close()
 
-    def view(self, by: str, *, phase: str | None = None, rank: int | None = None, trace: int | None = None,
-             batch: int | None = None, top: int = 20) -> pl.DataFrame:
+    def view(
+        self,
+        by: str,
+        *,
+        phase: str | None = None,
+        rank: int | None = None,
+        trace: int | None = None,
+        batch: int | None = None,
+        top: int = 20,
+    ) -> pl.DataFrame:
         """Any ``report --by`` view except the speed-of-light ones (see :data:`k25trace.vocab.VIEWS`)."""
         phase, _ = report.resolve_phase(self.con, phase)
         frame = report.breakdown(self.con, by=by, phase=phase, rank=rank, trace_id=trace, top=top)
@@ -129,8 +137,9 @@ class LoadSummary:
         return [r for r in self.results if r.status == "failed"]
 
 
-def load(paths: PathLike | Iterable[PathLike], *, db: PathLike, keep_python: bool = False,
-         include_frontend: bool = False) -> LoadSummary:
+def load(
+    paths: PathLike | Iterable[PathLike], *, db: PathLike, keep_python: bool = False, include_frontend: bool = False
+) -> LoadSummary:
     """Load trace files or directories into the database ``db`` (created if missing), as ``k25trace load``."""
     items = [paths] if isinstance(paths, (str, Path)) else list(paths)
     options = pipeline.LoadOptions(keep_python=keep_python, include_frontend=include_frontend)
@@ -142,8 +151,15 @@ def load(paths: PathLike | Iterable[PathLike], *, db: PathLike, keep_python: boo
     return LoadSummary(Path(db), results, notes)
 
 
-def compare(a: PathLike | Run, b: PathLike | Run, *, a_select: Iterable[str] = (), b_select: Iterable[str] = (),
-            phase: str = "decode", **options: Any) -> compare_core.Comparison:
+def compare(
+    a: PathLike | Run,
+    b: PathLike | Run,
+    *,
+    a_select: Iterable[str] = (),
+    b_select: Iterable[str] = (),
+    phase: str = "decode",
+    **options: Any,
+) -> compare_core.Comparison:
     """What changed from database ``a`` to ``b`` (``k25trace compare A B``); ``a_select``/``b_select`` take the
     CLI's ``--a``/``--b`` items (``"batch=1"``, ``"level=c64"``) and may pick two parts of one database."""
     opened: dict[Path, Run] = {}  # the databases this call opened (one, when both sides are the same file)
@@ -162,4 +178,3 @@ def compare(a: PathLike | Run, b: PathLike | Run, *, a_select: Iterable[str] = (
     finally:
         for run in opened.values():
             run.close()
-

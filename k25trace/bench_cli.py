@@ -45,8 +45,19 @@ def _log(msg: str) -> None:
 
 command = click.Group("bench", help="Measure floors on this machine (all-reduce) and store them in a database.")
 
-DISPLAY = ("backend", "world_size", "batch_size", "size_bytes", "mode", "count", "median_us", "p90_us", "burst_ms",
-           "busbw_gbps", "kernel_median_us")
+DISPLAY = (
+    "backend",
+    "world_size",
+    "batch_size",
+    "size_bytes",
+    "mode",
+    "count",
+    "median_us",
+    "p90_us",
+    "burst_ms",
+    "busbw_gbps",
+    "kernel_median_us",
+)
 
 
 def _emit(rows: list[dict[str, Any]], fmt: str | None) -> None:
@@ -59,59 +70,145 @@ def _emit(rows: list[dict[str, Any]], fmt: str | None) -> None:
         for r in shown:
             print(json.dumps(r, default=str))
         return
-    frame = pl.DataFrame(shown, schema_overrides={"batch_size": pl.Int64, "burst_ms": pl.Float64,
-                                                  "busbw_gbps": pl.Float64, "kernel_median_us": pl.Float64})
-    frame = frame.with_columns(pl.col(c).round(3) for c in ("median_us", "p90_us", "burst_ms", "busbw_gbps",
-                                                            "kernel_median_us"))
+    frame = pl.DataFrame(
+        shown,
+        schema_overrides={
+            "batch_size": pl.Int64,
+            "burst_ms": pl.Float64,
+            "busbw_gbps": pl.Float64,
+            "kernel_median_us": pl.Float64,
+        },
+    )
+    frame = frame.with_columns(
+        pl.col(c).round(3) for c in ("median_us", "p90_us", "burst_ms", "busbw_gbps", "kernel_median_us")
+    )
     output.write(frame, fmt or output.default_format(), title="All-reduce floor")
 
 
 def _timeout_option(ctx: click.Context, param: click.Parameter, value: float) -> float:
     if not math.isfinite(value) or not 0 < value <= MAX_TIMEOUT_S:
-        raise click.BadParameter(f"{value} is not a usable timeout: give seconds above 0, at most "
-                                 f"{MAX_TIMEOUT_S:g} (a week)", ctx, param)
+        raise click.BadParameter(
+            f"{value} is not a usable timeout: give seconds above 0, at most {MAX_TIMEOUT_S:g} (a week)", ctx, param
+        )
     return value
 
 
 @command.command("allreduce")
-@database_option("Read the per-step all-reduce pattern from this database (unless --sizes) and store the results in "
-                 "it; it must exist (`k25trace load` makes one).")
-@click.option("--sizes", default=None, help="Message sizes in bytes, comma-separated (K/M/G suffixes: KiB, MiB, GiB); "
-              "instead of the database's pattern.")
-@click.option("--count", type=click.IntRange(1, MAX_COUNT), default=None,
-              help="All-reduces per burst (default: the database's per-step count, else 122).")
-@click.option("--batch-sizes", default="1,8,64", show_default=True,
-              help="Without --db or --sizes: sizes = hidden x batch x dtype for these.")
-@click.option("--hidden", type=click.IntRange(1, MAX_HIDDEN), default=7168, show_default=True,
-              help="Hidden size when the trace has no message sizes.")
-@click.option("--dtype", type=click.Choice(sorted(DTYPE_BYTES)), default="bf16", show_default=True,
-              help="Element type of the all-reduced tensors (the trace's activations: bf16 for most models).")
+@database_option(
+    "Read the per-step all-reduce pattern from this database (unless --sizes) and store the results in "
+    "it; it must exist (`k25trace load` makes one)."
+)
+@click.option(
+    "--sizes",
+    default=None,
+    help="Message sizes in bytes, comma-separated (K/M/G suffixes: KiB, MiB, GiB); instead of the database's pattern.",
+)
+@click.option(
+    "--count",
+    type=click.IntRange(1, MAX_COUNT),
+    default=None,
+    help="All-reduces per burst (default: the database's per-step count, else 122).",
+)
+@click.option(
+    "--batch-sizes",
+    default="1,8,64",
+    show_default=True,
+    help="Without --db or --sizes: sizes = hidden x batch x dtype for these.",
+)
+@click.option(
+    "--hidden",
+    type=click.IntRange(1, MAX_HIDDEN),
+    default=7168,
+    show_default=True,
+    help="Hidden size when the trace has no message sizes.",
+)
+@click.option(
+    "--dtype",
+    type=click.Choice(sorted(DTYPE_BYTES)),
+    default="bf16",
+    show_default=True,
+    help="Element type of the all-reduced tensors (the trace's activations: bf16 for most models).",
+)
 @phase_option(default="decode", help="Steps whose pattern is read from --db.")
-@click.option("--backend", type=click.Choice(["auto", "nccl", "gloo"]), default="auto", show_default=True,
-              help="nccl on GPUs (auto when CUDA is there), gloo on CPUs.")
-@click.option("--world-size", type=click.IntRange(min=1), default=None,
-              help="Processes (default: all local GPUs; gloo: 2).")
-@click.option("--iters", type=click.IntRange(1, MAX_ITERS), default=200, show_default=True,
-              help=f"Single all-reduces timed per size (1 to {MAX_ITERS:,}).")
-@click.option("--warmup", type=click.IntRange(0, MAX_WARMUP), default=20, show_default=True,
-              help=f"Untimed all-reduces per size before the timed ones (0 to {MAX_WARMUP:,}).")
-@click.option("--bursts", type=click.IntRange(1, MAX_BURSTS), default=20, show_default=True,
-              help=f"Bursts timed per size and mode (1 to {MAX_BURSTS:,}).")
+@click.option(
+    "--backend",
+    type=click.Choice(["auto", "nccl", "gloo"]),
+    default="auto",
+    show_default=True,
+    help="nccl on GPUs (auto when CUDA is there), gloo on CPUs.",
+)
+@click.option(
+    "--world-size", type=click.IntRange(min=1), default=None, help="Processes (default: all local GPUs; gloo: 2)."
+)
+@click.option(
+    "--iters",
+    type=click.IntRange(1, MAX_ITERS),
+    default=200,
+    show_default=True,
+    help=f"Single all-reduces timed per size (1 to {MAX_ITERS:,}).",
+)
+@click.option(
+    "--warmup",
+    type=click.IntRange(0, MAX_WARMUP),
+    default=20,
+    show_default=True,
+    help=f"Untimed all-reduces per size before the timed ones (0 to {MAX_WARMUP:,}).",
+)
+@click.option(
+    "--bursts",
+    type=click.IntRange(1, MAX_BURSTS),
+    default=20,
+    show_default=True,
+    help=f"Bursts timed per size and mode (1 to {MAX_BURSTS:,}).",
+)
 @click.option("--no-graph", is_flag=True, help="Skip the CUDA-graph burst.")
-@click.option("--profile", "profile_dir", type=click.Path(file_okay=False), default=None,
-              help="Also write a torch.profiler trace of a few bursts per size here.")
+@click.option(
+    "--profile",
+    "profile_dir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Also write a torch.profiler trace of a few bursts per size here.",
+)
 @click.option("--run-name", default=None, help="Name of this bench run (default: backend-ws-time-pid).")
-@click.option("--timeout", "timeout_s", type=float, default=600.0, show_default=True, callback=_timeout_option,
-              help="Seconds to wait for the ranks' results, above 0 and at most a week (a rank that dies stops the "
-              "bench at once).")
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=float,
+    default=600.0,
+    show_default=True,
+    callback=_timeout_option,
+    help="Seconds to wait for the ranks' results, above 0 and at most a week (a rank that dies stops the "
+    "bench at once).",
+)
 @format_option
-@click.option("--save-json", "save_json", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Also write every result row (all allreduce_bench columns) to this JSON file, for "
-              "`k25trace bench import` on a machine with the database (the GPU machine may have no DuckDB).")
-def allreduce(db_path: Path | None, sizes: str | None, count: int | None, batch_sizes: str, hidden: int, dtype: str,
-              phase: str, backend: str, world_size: int | None, iters: int, warmup: int, bursts: int, no_graph: bool,
-              profile_dir: str | None, run_name: str | None, timeout_s: float, fmt: str | None,
-              save_json: Path | None) -> None:
+@click.option(
+    "--save-json",
+    "save_json",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Also write every result row (all allreduce_bench columns) to this JSON file, for "
+    "`k25trace bench import` on a machine with the database (the GPU machine may have no DuckDB).",
+)
+def allreduce(
+    db_path: Path | None,
+    sizes: str | None,
+    count: int | None,
+    batch_sizes: str,
+    hidden: int,
+    dtype: str,
+    phase: str,
+    backend: str,
+    world_size: int | None,
+    iters: int,
+    warmup: int,
+    bursts: int,
+    no_graph: bool,
+    profile_dir: str | None,
+    run_name: str | None,
+    timeout_s: float,
+    fmt: str | None,
+    save_json: Path | None,
+) -> None:
     """Measure the all-reduce floor for a trace's message sizes: single ops, eager bursts, CUDA-graph bursts.
 
     \b
@@ -124,8 +221,16 @@ def allreduce(db_path: Path | None, sizes: str | None, count: int | None, batch_
     if sizes is None and db_path is None:
         parse_batch_sizes(batch_sizes)  # checked before torch starts
     elif sizes is not None:
-        bench_specs(None, sizes=sizes, count=count, batch_sizes=batch_sizes, hidden=hidden, dtype=dtype,
-                    phase=phase, world_size=1)
+        bench_specs(
+            None,
+            sizes=sizes,
+            count=count,
+            batch_sizes=batch_sizes,
+            hidden=hidden,
+            dtype=dtype,
+            phase=phase,
+            world_size=1,
+        )
     con = None
     if db_path is not None:
         from k25trace import pipeline  # deferred: DuckDB only where a database is used (see the module doc)
@@ -140,8 +245,18 @@ def allreduce(db_path: Path | None, sizes: str | None, count: int | None, batch_
     try:
         backend, world_size = resolve_backend(backend, world_size)
         notes: list[str] = []
-        specs = bench_specs(con, sizes=sizes, count=count, batch_sizes=batch_sizes, hidden=hidden, dtype=dtype,
-                            phase=phase, world_size=world_size, source=str(db_path), notes=notes)
+        specs = bench_specs(
+            con,
+            sizes=sizes,
+            count=count,
+            batch_sizes=batch_sizes,
+            hidden=hidden,
+            dtype=dtype,
+            phase=phase,
+            world_size=world_size,
+            source=str(db_path),
+            notes=notes,
+        )
         for note in notes:
             _log(note)
         if con is not None:
@@ -149,13 +264,28 @@ def allreduce(db_path: Path | None, sizes: str | None, count: int | None, batch_
             con = None
         check_memory(specs, backend=backend, world_size=world_size)
         if world_size == 1:
-            _log("note: with one rank an all-reduce moves nothing (NCCL skips it; a captured graph stays empty): "
-                 "this is a smoke run of the code path, not a floor")
-        _log(f"{backend}, {world_size} process(es), {len(specs)} size(s): "
-             + ", ".join(f"{s['size_bytes']:,} B x {s['count']}" for s in specs))
-        rows = run_allreduce_bench(specs, backend=backend, world_size=world_size, dtype=dtype, iters=iters,
-                                   warmup=warmup, bursts=bursts, graph=not no_graph, profile=profile_dir,
-                                   timeout_s=timeout_s, bench_run=run_name, on_progress=_log)
+            _log(
+                "note: with one rank an all-reduce moves nothing (NCCL skips it; a captured graph stays empty): "
+                "this is a smoke run of the code path, not a floor"
+            )
+        _log(
+            f"{backend}, {world_size} process(es), {len(specs)} size(s): "
+            + ", ".join(f"{s['size_bytes']:,} B x {s['count']}" for s in specs)
+        )
+        rows = run_allreduce_bench(
+            specs,
+            backend=backend,
+            world_size=world_size,
+            dtype=dtype,
+            iters=iters,
+            warmup=warmup,
+            bursts=bursts,
+            graph=not no_graph,
+            profile=profile_dir,
+            timeout_s=timeout_s,
+            bench_run=run_name,
+            on_progress=_log,
+        )
         if save_json is not None:
             save_rows(save_json, rows)
             _log(f"{len(rows)} rows written to {save_json}")

@@ -46,14 +46,22 @@ def builtin_rules_path() -> Path:
 def read_rules(path: Path, *, first_id: int = 1, source: str | None = None) -> list[Rule]:
     """Parse a rules CSV; errors name the file and line."""
     source = source or path.name
-    table = read_commented_csv(path, columns=RULE_COLUMNS, required="category", unreadable="cannot read rules file",
-                               no_header="a rules file needs a header line with columns", noun="rules")
+    table = read_commented_csv(
+        path,
+        columns=RULE_COLUMNS,
+        required="category",
+        unreadable="cannot read rules file",
+        no_header="a rules file needs a header line with columns",
+        noun="rules",
+    )
     rules: list[Rule] = []
     for line in table.rows:
         row, number = line.fields, line.number
         if line.extra:
-            raise K25Error(f"{path}: rule {number} has {len(table.columns) + len(line.extra)} fields, expected "
-                           f"{len(table.columns)}: quote patterns that contain commas")
+            raise K25Error(
+                f"{path}: rule {number} has {len(table.columns) + len(line.extra)} fields, expected "
+                f"{len(table.columns)}: quote patterns that contain commas"
+            )
         category = (row.get("category") or "").strip()
         kind = (row.get("kind") or "").strip() or None
         name_pattern = (row.get("name_pattern") or "") or None
@@ -65,8 +73,15 @@ def read_rules(path: Path, *, first_id: int = 1, source: str | None = None) -> l
         if kind is None and name_pattern is None and collective_pattern is None:
             raise K25Error(f"{path}: rule {number} ({category}) matches everything; give a kind or a pattern")
         rules.append(
-            Rule(first_id + len(rules), category, kind, name_pattern, collective_pattern,
-                 (row.get("note") or "").strip(), source)
+            Rule(
+                first_id + len(rules),
+                category,
+                kind,
+                name_pattern,
+                collective_pattern,
+                (row.get("note") or "").strip(),
+                source,
+            )
         )
     return rules
 
@@ -96,11 +111,27 @@ def install_rules(con: duckdb.DuckDBPyConnection, rules: list[Rule]) -> None:
             try:
                 run_query(con, "kernel_rule_check", {"pattern": pattern}).fetchall()
             except QueryError as exc:
-                raise K25Error(f"rule {rule.rule_id} ({rule.source}, {rule.category}): bad pattern {pattern!r}: "
-                               f"{exc.message}") from exc
-    run_query(con, "kernel_rules_install", {"rules": [
-        {"rule_id": r.rule_id, "category": r.category, "kind": r.kind, "name_pattern": r.name_pattern,
-         "collective_pattern": r.collective_pattern, "note": r.note, "source": r.source} for r in rules]})
+                raise K25Error(
+                    f"rule {rule.rule_id} ({rule.source}, {rule.category}): bad pattern {pattern!r}: {exc.message}"
+                ) from exc
+    run_query(
+        con,
+        "kernel_rules_install",
+        {
+            "rules": [
+                {
+                    "rule_id": r.rule_id,
+                    "category": r.category,
+                    "kind": r.kind,
+                    "name_pattern": r.name_pattern,
+                    "collective_pattern": r.collective_pattern,
+                    "note": r.note,
+                    "source": r.source,
+                }
+                for r in rules
+            ]
+        },
+    )
 
 
 def classify(con: duckdb.DuckDBPyConnection, user_rules: Path | None = None, *, replace: bool = False) -> None:
@@ -128,23 +159,33 @@ def classify_names(
         ...     ["ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)"])[0]["category"]
         'allreduce'
     """
-    norm: list[tuple[str, str, str | None]] = [(k, "kernel", None) if isinstance(k, str) else tuple(k)  # type: ignore[misc]
-                                               for k in keys]
+    norm: list[tuple[str, str, str | None]] = [
+        (k, "kernel", None) if isinstance(k, str) else tuple(k)  # type: ignore[misc]
+        for k in keys
+    ]
     names = sorted({k[0] for k in norm})
     name_ids = {n: i for i, n in enumerate(names, start=1)}
     con = duckdb.connect(":memory:")
     try:
         ensure_schema(con)
-        run_query(con, "kernel_names_stage", {
-            "names": [{"name_id": i, "name": n, "short_name": short_name(n)} for n, i in name_ids.items()],
-            "keys": [{"event_id": i, "kind": kind, "name_id": name_ids[name], "collective_name": coll}
-                     for i, (name, kind, coll) in enumerate(norm)],
-        })
+        run_query(
+            con,
+            "kernel_names_stage",
+            {
+                "names": [{"name_id": i, "name": n, "short_name": short_name(n)} for n, i in name_ids.items()],
+                "keys": [
+                    {"event_id": i, "kind": kind, "name_id": name_ids[name], "collective_name": coll}
+                    for i, (name, kind, coll) in enumerate(norm)
+                ],
+            },
+        )
         classify(con, user_rules, replace=replace)
         cursor = run_query(con, "kernel_rule_matches")
         columns = [d[0] for d in cursor.description]
-        got = {(r["name"], r["kind"], r["collective_name"]): (r["category"], r["rule_id"])
-               for r in (dict(zip(columns, row, strict=True)) for row in cursor.fetchall())}
+        got = {
+            (r["name"], r["kind"], r["collective_name"]): (r["category"], r["rule_id"])
+            for r in (dict(zip(columns, row, strict=True)) for row in cursor.fetchall())
+        }
     finally:
         con.close()
     return [

@@ -42,6 +42,7 @@ err = Console(stderr=True, highlight=False)
 MAX_CONTEXT = 1 << 24
 """The largest --context taken (16,777,216 tokens per request; the longest public context window is 10 M)."""
 
+
 def _fail(message: str) -> None:
     err.print(f"[bold red]error:[/] {esc(message)}", soft_wrap=True)
     sys.exit(1)
@@ -128,8 +129,14 @@ class _Progress:
         self.quiet = quiet or not files
         total = sum(file_size(f.path) for f in files)
         self.progress = Progress(
-            TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeElapsedColumn(),
-            console=err, transient=False, disable=self.quiet,
+            TextColumn("{task.description}"),
+            BarColumn(),
+            DownloadColumn(),
+            TransferSpeedColumn(),
+            TimeElapsedColumn(),
+            console=err,
+            transient=False,
+            disable=self.quiet,
         )
         self.nfiles = len(files)
         self.done = 0
@@ -148,8 +155,15 @@ class _Progress:
         self.progress.stop()
 
 
-def run_load(db_path: Path | None, paths: list[Path], *, keep_python: bool = False, include_frontend: bool = False,
-             quiet: bool = False, con: Any = None) -> tuple[Any, int]:
+def run_load(
+    db_path: Path | None,
+    paths: list[Path],
+    *,
+    keep_python: bool = False,
+    include_frontend: bool = False,
+    quiet: bool = False,
+    con: Any = None,
+) -> tuple[Any, int]:
     """Load paths into a database, reporting each file on stderr; returns (connection, number of failures)."""
     from k25trace.ingest import LoadOptions, start_workers  # deferred: start-up time (both light)
 
@@ -177,11 +191,18 @@ def _load(db_path: Path | None, paths: list[Path], options: Any, quiet: bool, co
         elif r.status == "skipped":
             err.print(f"[dim]skipped:[/] {esc(r.message)}", soft_wrap=True)
         elif not quiet:
-            err.print(f"loaded {esc(r.path)}: rank {r.rank}, {r.events:,} events, {r.gpu_events:,} GPU activities "
-                      f"in {r.seconds:.1f} s (trace {r.trace_id})", soft_wrap=True)
+            err.print(
+                f"loaded {esc(r.path)}: rank {r.rank}, {r.events:,} events, {r.gpu_events:,} GPU activities "
+                f"in {r.seconds:.1f} s (trace {r.trace_id})",
+                soft_wrap=True,
+            )
 
     results, notes = pipeline.load_paths(
-        con, paths, options, on_result=on_result, progress_factory=lambda files: _Progress(files, quiet),
+        con,
+        paths,
+        options,
+        on_result=on_result,
+        progress_factory=lambda files: _Progress(files, quiet),
         workers=early,
     )
     for note in notes:
@@ -205,27 +226,60 @@ def _load(db_path: Path | None, paths: list[Path], options: Any, quiet: bool, co
 @cli.command()
 @db_option
 @phase_option("report")
-@click.option("--by", "by", type=click.Choice(VIEWS), default="batch", show_default=True,
-              help="; ".join(f"{view}: {what}" for view, what in VIEW_HELP.items()) + ".")
-@click.option("--peaks", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
-              help="Device peaks CSV (columns of queries/device_peaks.csv), tried before the built-in peaks.")
+@click.option(
+    "--by",
+    "by",
+    type=click.Choice(VIEWS),
+    default="batch",
+    show_default=True,
+    help="; ".join(f"{view}: {what}" for view, what in VIEW_HELP.items()) + ".",
+)
+@click.option(
+    "--peaks",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="Device peaks CSV (columns of queries/device_peaks.csv), tried before the built-in peaks.",
+)
 @model_config_option("--by sol: the Hugging Face config.json of the traced model.")
-@click.option("--quant", default=None,
-              help="--by sol: weight/KV storage over the config's, e.g. experts=w4a16-g32,kv=fp8.")
-@click.option("--context", type=click.IntRange(min=0, max=MAX_CONTEXT), default=None,
-              help="--by sol: tokens in each request's KV cache (the context length read per step).")
+@click.option(
+    "--quant", default=None, help="--by sol: weight/KV storage over the config's, e.g. experts=w4a16-g32,kv=fp8."
+)
+@click.option(
+    "--context",
+    type=click.IntRange(min=0, max=MAX_CONTEXT),
+    default=None,
+    help="--by sol: tokens in each request's KV cache (the context length read per step).",
+)
 @click.option("--rank", type=int, default=None, help="Only this rank (default: all ranks).")
 @click.option("--trace", "trace_id", type=int, default=None, help="Only this trace_id.")
 @batch_option
 @run_option
-@click.option("--top", type=click.IntRange(min=1), default=None,
-              help="Rows to list with --by kernel, and per group with --by roofline (default 20).")
+@click.option(
+    "--top",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Rows to list with --by kernel, and per group with --by roofline (default 20).",
+)
 @format_option
 @wide_option
 @all_option()
-def report(db_path: Path, phase: str, by: str, peaks: Path | None, model_config: Path | None, quant: str | None,
-           context: int | None, rank: int | None, trace_id: int | None, batch_size: int | None, run: str | None,
-           top: int, fmt: str | None, wide: bool = False, all_rows: bool = False) -> None:
+def report(
+    db_path: Path,
+    phase: str,
+    by: str,
+    peaks: Path | None,
+    model_config: Path | None,
+    quant: str | None,
+    context: int | None,
+    rank: int | None,
+    trace_id: int | None,
+    batch_size: int | None,
+    run: str | None,
+    top: int,
+    fmt: str | None,
+    wide: bool = False,
+    all_rows: bool = False,
+) -> None:
     """Print where the time of a step goes (default: decode steps, grouped by batch size).
 
     ms/step and % are exclusive GPU time (only that category running); with the 'overlap' and 'idle' rows they
@@ -241,9 +295,13 @@ def report(db_path: Path, phase: str, by: str, peaks: Path | None, model_config:
     from k25trace.analysis import report as core
     from k25trace.render import output, views  # deferred: start-up time
 
-    for option, value, takes in (("--model-config", model_config, ("sol",)), ("--quant", quant, ("sol",)),
-                                 ("--context", context, ("sol",)), ("--peaks", peaks, (*core.SOL_VIEWS, "findings")),
-                                 ("--top", top, ("kernel", "roofline"))):
+    for option, value, takes in (
+        ("--model-config", model_config, ("sol",)),
+        ("--quant", quant, ("sol",)),
+        ("--context", context, ("sol",)),
+        ("--peaks", peaks, (*core.SOL_VIEWS, "findings")),
+        ("--top", top, ("kernel", "roofline")),
+    ):
         if value is not None and by not in takes:
             raise K25Error(f"--by {by} does not take {option} (only --by {' / '.join(takes)})")
     core.refuse_filters(by, rank=rank, trace_id=trace_id, batch_size=batch_size, run_id=run)
@@ -251,8 +309,9 @@ def report(db_path: Path, phase: str, by: str, peaks: Path | None, model_config:
     filtered = rank is not None or trace_id is not None or phase is not None
     phase, note = core.resolve_phase(con, phase)
     run_id = core.resolve_run(con, run)
-    core.check_filters(con, phase=phase, rank=rank, trace_id=trace_id, batch_size=batch_size, run_id=run_id,
-                      with_empty=by == "step")  # the step view lists empty steps too
+    core.check_filters(
+        con, phase=phase, rank=rank, trace_id=trace_id, batch_size=batch_size, run_id=run_id, with_empty=by == "step"
+    )  # the step view lists empty steps too
     steps: dict[str, Any] = {"batch_size": batch_size, "run_id": run_id}  # --batch, --run: every view takes them
     if note:
         err.print(f"note: {esc(note)}", soft_wrap=True)
@@ -265,17 +324,28 @@ def report(db_path: Path, phase: str, by: str, peaks: Path | None, model_config:
         from k25trace.analysis import sol  # deferred: start-up time (the speed-of-light model)
 
         if by == "roofline":
-            frame = sol.roofline(con, phase=phase, rank=rank, trace_id=trace_id, top=20 if top is None else top,
-                                 peaks_file=peaks)
+            frame = sol.roofline(
+                con, phase=phase, rank=rank, trace_id=trace_id, top=20 if top is None else top, peaks_file=peaks
+            )
         else:
             notes: list[str] = []
-            frame = sol.step_sol(con, model_config=model_config, quant=quant, context=context, phase=phase,
-                                 rank=rank, trace_id=trace_id, peaks_file=peaks, notes=notes)
+            frame = sol.step_sol(
+                con,
+                model_config=model_config,
+                quant=quant,
+                context=context,
+                phase=phase,
+                rank=rank,
+                trace_id=trace_id,
+                peaks_file=peaks,
+                notes=notes,
+            )
             for line in notes:
                 err.print(f"[yellow]warning:[/] {esc(line)}", soft_wrap=True)
     else:
-        frame = core.breakdown(con, by=by, phase=phase, rank=rank, trace_id=trace_id, **steps,
-                               top=20 if top is None else top)
+        frame = core.breakdown(
+            con, by=by, phase=phase, rank=rank, trace_id=trace_id, **steps, top=20 if top is None else top
+        )
     fmt = fmt or output.default_format()
     if by in core.CROSS_RANK_VIEWS:
         for line in core.alignment_warnings(con):
@@ -285,9 +355,12 @@ def report(db_path: Path, phase: str, by: str, peaks: Path | None, model_config:
     whole_runs = rank is None and trace_id is None  # rank-comm sums every rank of a run
     if fmt == "table" and by == "batch":  # the idle caption: of the same steps as the table (--rank, --trace)
         _print_findings_first(con, db_path, phase, whole_runs, **steps)
-        print_batch_tables(frame, idle=core.breakdown(con, by="idle", phase=phase, rank=rank, trace_id=trace_id,
-                                                      **steps), labels=core.run_labels(con),
-                           engine=core.engine_steps(con, phase=phase, rank=rank, trace_id=trace_id, run_id=run_id))
+        print_batch_tables(
+            frame,
+            idle=core.breakdown(con, by="idle", phase=phase, rank=rank, trace_id=trace_id, **steps),
+            labels=core.run_labels(con),
+            engine=core.engine_steps(con, phase=phase, rank=rank, trace_id=trace_id, run_id=run_id),
+        )
     elif fmt == "table" and by in core.SOL_VIEWS:
         from k25trace.render import sol as sol_tables  # deferred: start-up time
 
@@ -298,12 +371,21 @@ def report(db_path: Path, phase: str, by: str, peaks: Path | None, model_config:
         if not comm.is_empty():
             views.write_view(comm, "rank-comm", fmt, labels=core.run_labels(con), wide=wide, all_rows=all_rows)
     else:
-        views.write_view(frame, by, fmt, labels=core.run_labels(con) if fmt == "table" else None, wide=wide,
-                         all_rows=all_rows)
+        views.write_view(
+            frame, by, fmt, labels=core.run_labels(con) if fmt == "table" else None, wide=wide, all_rows=all_rows
+        )
 
 
-def _report_findings(con: Any, db_path: Path, phase: str, peaks: Path | None, fmt: str, filtered: bool,
-                     batch_size: int | None = None, run_id: str | None = None) -> None:
+def _report_findings(
+    con: Any,
+    db_path: Path,
+    phase: str,
+    peaks: Path | None,
+    fmt: str,
+    filtered: bool,
+    batch_size: int | None = None,
+    run_id: str | None = None,
+) -> None:
     """``report --by findings``: every finding per run and batch size (:mod:`k25trace.render.findings`), of one
     batch size and run when given."""
     from k25trace.analysis import findings
@@ -312,11 +394,15 @@ def _report_findings(con: Any, db_path: Path, phase: str, peaks: Path | None, fm
 
     for line in core.alignment_warnings(con):
         err.print(f"warning: {esc(line)}", soft_wrap=True)
-    result = _chosen_groups(findings.findings(con, phase=phase, db=str(db_path), peaks_file=peaks), batch_size,
-                            run_id)
+    result = _chosen_groups(findings.findings(con, phase=phase, db=str(db_path), peaks_file=peaks), batch_size, run_id)
     if not result.groups:
-        err.print(esc(f"no {phase + ' ' if phase != 'all' else ''}steps with GPU activity in {db_path}"
-                      + ("" if phase == "all" else " (try --phase all)")), soft_wrap=True)
+        err.print(
+            esc(
+                f"no {phase + ' ' if phase != 'all' else ''}steps with GPU activity in {db_path}"
+                + ("" if phase == "all" else " (try --phase all)")
+            ),
+            soft_wrap=True,
+        )
         if fmt != "table":
             findings_view.write(result, fmt)
         if filtered:
@@ -330,29 +416,46 @@ def _chosen_groups(result: Any, batch_size: int | None, run_id: str | None) -> A
     are computed from its own steps alone)."""
     import dataclasses  # deferred: start-up time
 
-    return dataclasses.replace(result, groups=tuple(
-        g for g in result.groups if batch_size in (None, g.batch_size) and run_id in (None, g.run_id)))
+    return dataclasses.replace(
+        result,
+        groups=tuple(g for g in result.groups if batch_size in (None, g.batch_size) and run_id in (None, g.run_id)),
+    )
 
 
-def _print_findings_first(con: Any, db_path: Path, phase: str, whole_runs: bool,
-                          console: Console | None = None, batch_size: int | None = None,
-                          run_id: str | None = None) -> None:
+def _print_findings_first(
+    con: Any,
+    db_path: Path,
+    phase: str,
+    whole_runs: bool,
+    console: Console | None = None,
+    batch_size: int | None = None,
+    run_id: str | None = None,
+) -> None:
     """The default report's opening on a terminal: the top findings per run and batch size (whole runs: with
     --rank or --trace a note on stderr says where they are instead)."""
     from k25trace.analysis import findings
     from k25trace.render import findings as findings_view  # deferred: start-up time
 
     if not whole_runs:
-        err.print(f"note: the findings are of whole runs: {esc(findings_view.all_command(db_path, phase))}",
-                  soft_wrap=True)
+        err.print(
+            f"note: the findings are of whole runs: {esc(findings_view.all_command(db_path, phase))}", soft_wrap=True
+        )
         return
     result = _chosen_groups(findings.findings(con, phase=phase, db=str(db_path)), batch_size, run_id)
-    findings_view.print_findings(result, console or Console(width=None if sys.stdout.isatty() else 120),
-                                 more=findings_view.all_command(db_path, phase))
+    findings_view.print_findings(
+        result,
+        console or Console(width=None if sys.stdout.isatty() else 120),
+        more=findings_view.all_command(db_path, phase),
+    )
 
 
-def print_batch_tables(frame: Any, console: Console | None = None, idle: Any = None,
-                       labels: dict[str, str] | None = None, engine: dict[Any, int] | None = None) -> None:
+def print_batch_tables(
+    frame: Any,
+    console: Console | None = None,
+    idle: Any = None,
+    labels: dict[str, str] | None = None,
+    engine: dict[Any, int] | None = None,
+) -> None:
     """The default report as one table per (level, batch size), with the group's totals as the title (named by
     the run's label from ``labels`` when several runs are shown; its engine steps from ``engine``,
     ``report.engine_steps``) and, when ``idle`` (``report --by idle``) is given, why the GPU was idle as the
@@ -369,16 +472,25 @@ def print_batch_tables(frame: Any, console: Console | None = None, idle: Any = N
         first = group.row(0, named=True)
         level = first["level"]
         run = labels.get(run_id, str(run_id)) if several_runs and not level else ""
-        title = (f"{run + ': ' if run else ''}{'level ' + str(level) + ', ' if level else ''}"
-                 f"batch size {batch if batch is not None else '?'}: "
-                 f"{steps_seen((engine or {}).get((run_id, batch)), first['steps'], first['ranks'])}, mean step "
-                 f"{first['step_ms']:.3f} ms "
-                 f"(median {first['median_step_ms']:.3f}), idle {first['idle_pct'] or 0:.1f} %")
-        body = group.select(["category", "ms_per_step", "pct_of_step", "kernel_ms_per_step", "calls_per_step",
-                             "us_per_call"])
-        body = body.rename({"ms_per_step": "ms/step", "pct_of_step": "% of step",
-                            "kernel_ms_per_step": "kernel ms/step", "calls_per_step": "calls/step",
-                            "us_per_call": "µs/call"})
+        title = (
+            f"{run + ': ' if run else ''}{'level ' + str(level) + ', ' if level else ''}"
+            f"batch size {batch if batch is not None else '?'}: "
+            f"{steps_seen((engine or {}).get((run_id, batch)), first['steps'], first['ranks'])}, mean step "
+            f"{first['step_ms']:.3f} ms "
+            f"(median {first['median_step_ms']:.3f}), idle {first['idle_pct'] or 0:.1f} %"
+        )
+        body = group.select(
+            ["category", "ms_per_step", "pct_of_step", "kernel_ms_per_step", "calls_per_step", "us_per_call"]
+        )
+        body = body.rename(
+            {
+                "ms_per_step": "ms/step",
+                "pct_of_step": "% of step",
+                "kernel_ms_per_step": "kernel ms/step",
+                "calls_per_step": "calls/step",
+                "us_per_call": "µs/call",
+            }
+        )
         table = rich_table(body, title=title, width=console.width)
         why = idle_rows.get((run_id, batch))
         caption = None
@@ -386,9 +498,11 @@ def print_batch_tables(frame: Any, console: Console | None = None, idle: Any = N
             caption = (
                 f"idle {why['idle_ms']:.3f} ms/step = host-bound {why['host_ms']:.3f} + after a host sync "
                 f"{why['sync_ms']:.3f} + launch overhead {why['launch_overhead_ms']:.3f} + device-bound "
-                f"{why['device_ms']:.3f}" + (f" + unknown {why['unknown_ms']:.3f}" if why["unknown_ms"] else "")
+                f"{why['device_ms']:.3f}"
+                + (f" + unknown {why['unknown_ms']:.3f}" if why["unknown_ms"] else "")
                 + f"; between steps {why['between_ms']:.3f} ms/step ({why['between_pct_of_span'] or 0:.1f} % of the "
-                "GPU span) — report --by idle / --by timeline")
+                "GPU span) — report --by idle / --by timeline"
+            )
         print_table(table, target=console)
         if caption:  # under the table at the console's width (a caption wraps to the table's)
             console.print(Text(caption), Text(""))
@@ -407,24 +521,54 @@ def _is_trace_path(path: Path) -> bool:
 @click.argument("sides", nargs=-1, type=click.Path(path_type=Path), metavar="[A] [B]")
 @database_option("The database side A comes from (and side B, unless a path B is given).")
 @side_options()
-@click.option("--by", type=click.Choice((ALL, *COMPARE_TABLES)), default=None,
-              help="The table to print (default: all of them with the verdict; category with --format csv).")
+@click.option(
+    "--by",
+    type=click.Choice((ALL, *COMPARE_TABLES)),
+    default=None,
+    help="The table to print (default: all of them with the verdict; category with --format csv).",
+)
 @match_option()
 @phase_option("compare", default="decode")
-@click.option("--alpha", type=float, default=0.05, show_default=True,
-              help="Significance level of the Holm-adjusted Welch t-test.")
-@click.option("--min-change", type=float, default=5.0, show_default=True,
-              help="A significant delta below this % of the row's value on the smaller side (A or B) is "
-              "'negligible'; so compare B A mirrors compare A B.")
-@click.option("--min-step", type=float, default=0.5, show_default=True,
-              help="A significant delta below this % of the shorter side's mean step time (A or B) is "
-              "'negligible'.")
-@click.option("--top", type=click.IntRange(min=0), default=30, show_default=True,
-              help="Kernel rows per group in table/Markdown output besides the changed ones (0: all).")
+@click.option(
+    "--alpha", type=float, default=0.05, show_default=True, help="Significance level of the Holm-adjusted Welch t-test."
+)
+@click.option(
+    "--min-change",
+    type=float,
+    default=5.0,
+    show_default=True,
+    help="A significant delta below this % of the row's value on the smaller side (A or B) is "
+    "'negligible'; so compare B A mirrors compare A B.",
+)
+@click.option(
+    "--min-step",
+    type=float,
+    default=0.5,
+    show_default=True,
+    help="A significant delta below this % of the shorter side's mean step time (A or B) is 'negligible'.",
+)
+@click.option(
+    "--top",
+    type=click.IntRange(min=0),
+    default=30,
+    show_default=True,
+    help="Kernel rows per group in table/Markdown output besides the changed ones (0: all).",
+)
 @format_option
-def compare(sides: tuple[Path, ...], db_path: Path | None, select_a: tuple[str, ...], select_b: tuple[str, ...],
-            by: str | None, match: str, phase: str, alpha: float, min_change: float, min_step: float, top: int,
-            fmt: str | None) -> None:
+def compare(
+    sides: tuple[Path, ...],
+    db_path: Path | None,
+    select_a: tuple[str, ...],
+    select_b: tuple[str, ...],
+    by: str | None,
+    match: str,
+    phase: str,
+    alpha: float,
+    min_change: float,
+    min_step: float,
+    top: int,
+    fmt: str | None,
+) -> None:
     """What changed between two captures, and is it more than the step-to-step noise?
 
     Each side is a database, a trace directory (loaded into a temporary database), or a run, capture level,
@@ -467,21 +611,28 @@ def compare(sides: tuple[Path, ...], db_path: Path | None, select_a: tuple[str, 
                     con, failed = run_load(temp, [path], quiet=True)
                     con.close()
                     if failed:
-                        raise K25Error(f"side {name}: {failed} file(s) of {path} could not be loaded; not comparing "
-                                       "a partial side")
+                        raise K25Error(
+                            f"side {name}: {failed} file(s) of {path} could not be loaded; not comparing a partial side"
+                        )
                     path = temp
                 opened[key] = pipeline.connect(path, read_only=True)
             return opened[key]
 
         a = core.Side("A", open_side(sources[0], "A"), str(sources[0]), core.Selection.parse(select_a))
         b = core.Side("B", open_side(sources[1], "B"), str(sources[1]), core.Selection.parse(select_b))
-        result = core.compare(a, b, phase=phase, match=match, alpha=alpha, min_change_pct=min_change,
-                              min_step_pct=min_step)
+        result = core.compare(
+            a, b, phase=phase, match=match, alpha=alpha, min_change_pct=min_change, min_step_pct=min_step
+        )
         for side in result.sides.iter_rows(named=True):
-            err.print(esc(f"{side['side']}: {side['source']} [{side['selection']}]: {side['runs']}, {side['ranks']} "
-                           f"rank(s), {side['devices'] or 'GPU unknown'}, {side['steps']} "
-                           f"{'' if phase == 'all' else phase + ' '}engine steps, batch sizes "
-                           f"{side['batch_sizes'] or '?'}"), soft_wrap=True)
+            err.print(
+                esc(
+                    f"{side['side']}: {side['source']} [{side['selection']}]: {side['runs']}, {side['ranks']} "
+                    f"rank(s), {side['devices'] or 'GPU unknown'}, {side['steps']} "
+                    f"{'' if phase == 'all' else phase + ' '}engine steps, batch sizes "
+                    f"{side['batch_sizes'] or '?'}"
+                ),
+                soft_wrap=True,
+            )
         for note in result.notes:
             err.print(f"note: {esc(note)}", soft_wrap=True)
         compare_view.write(result, fmt, by=by or ("category" if fmt == "csv" else "all"), top=top)
@@ -547,10 +698,20 @@ def demo(db_path: Path | None) -> None:
         views.write_view(core.summary(con), "traces", "table", title=f"Traces loaded into {path}")
         frame = core.breakdown(con, by="batch", phase="decode")
         _print_findings_first(con, path, "decode", True, console)
-        print_batch_tables(frame, console, idle=core.breakdown(con, by="idle", phase="decode"),
-                           labels=core.run_labels(con), engine=core.engine_steps(con, phase="decode"))
-        views.write_view(core.breakdown(con, by="step", phase="all"), "step", "table", title="All steps",
-                         more="k25trace demo --db FILE, then k25trace report --db FILE --by step --phase all --all")
+        print_batch_tables(
+            frame,
+            console,
+            idle=core.breakdown(con, by="idle", phase="decode"),
+            labels=core.run_labels(con),
+            engine=core.engine_steps(con, phase="decode"),
+        )
+        views.write_view(
+            core.breakdown(con, by="step", phase="all"),
+            "step",
+            "table",
+            title="All steps",
+            more="k25trace demo --db FILE, then k25trace report --db FILE --by step --phase all --all",
+        )
         con.close()
         if failed:
             sys.exit(1)

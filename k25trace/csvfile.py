@@ -29,8 +29,9 @@ class CsvTable:
     rows: list[CsvRow]
 
 
-def read_commented_csv(path: Path, *, columns: Sequence[str], required: str, unreadable: str, no_header: str,
-                       noun: str) -> CsvTable:
+def read_commented_csv(
+    path: Path, *, columns: Sequence[str], required: str, unreadable: str, no_header: str, noun: str
+) -> CsvTable:
     """Parse ``path``: ``unreadable`` / ``no_header`` start the errors for an unreadable file / a header without the
     ``required`` column, ``noun`` names the file's kind in the error for a column not in ``columns``."""
     try:

@@ -84,8 +84,9 @@ def _parse_query_file(path: Path) -> NamedQuery:
     name = header.get("name", path.stem)
     if name != path.stem:
         raise K25Error(f"{path}: header name {name!r} does not match the file name")
-    declared = tuple(p.strip().lstrip("$") for p in header.get("params", "").split(",")
-                     if p.strip() and p.strip() != "none")
+    declared = tuple(
+        p.strip().lstrip("$") for p in header.get("params", "").split(",") if p.strip() and p.strip() != "none"
+    )
     used = sorted(set(_PARAM_RE.findall(_strip_sql_comments(text))))
     if sorted(set(declared)) != used:
         raise K25Error(f"{path}: header declares params {sorted(set(declared))} but the SQL uses {used}")
@@ -141,8 +142,10 @@ def run_query(
         raise QueryError(name, f"missing parameter(s): {', '.join('$' + m for m in missing)}")
     unknown = [p for p in params if p not in query.params]
     if unknown:
-        raise QueryError(name, f"unknown parameter(s): {', '.join('$' + u for u in unknown)}; "
-                               f"it takes {list(query.params) or 'none'}")
+        raise QueryError(
+            name,
+            f"unknown parameter(s): {', '.join('$' + u for u in unknown)}; it takes {list(query.params) or 'none'}",
+        )
     try:
         statements = split_statements(query.sql)
         for i, statement in enumerate(statements):
@@ -160,8 +163,10 @@ def describe_error(exc: BaseException) -> str:
     checks on every block it reads) with what to do about it."""
     text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     if "Corrupt database file" in text or "does not match stored checksum" in text:
-        return (f"the database file is damaged ({text}): nothing was read from the damaged part; restore the file "
-                "from a copy or load the traces into a new database")
+        return (
+            f"the database file is damaged ({text}): nothing was read from the damaged part; restore the file "
+            "from a copy or load the traces into a new database"
+        )
     return text
 
 
@@ -198,27 +203,35 @@ def check_database(con: duckdb.DuckDBPyConnection, path: Path | str, *, read_onl
 
     Returns the file's schema version (None for an empty file). Nothing is created or altered here.
     """
-    tables = [name for name, in run_query(con, "db_tables").fetchall()]
+    tables = [name for (name,) in run_query(con, "db_tables").fetchall()]
     if not tables:
         return None
     if "meta" not in tables:
         shown = ", ".join(tables[:6]) + (" …" if len(tables) > 6 else "")
-        raise K25Error(f"{path}: not a k25trace database (it holds {shown} and no k25trace `meta` table); "
-                       "refusing to change it: give --db a new file")
+        raise K25Error(
+            f"{path}: not a k25trace database (it holds {shown} and no k25trace `meta` table); "
+            "refusing to change it: give --db a new file"
+        )
     try:
         meta = dict(run_query(con, "meta_get", {"prefix": "schema_version"}).fetchall())
         version = int(meta["schema_version"]) if meta.get("schema_version") is not None else None
     except (QueryError, TypeError, ValueError):
         version = None
     if version is None:
-        raise K25Error(f"{path}: its `meta` table has no k25trace schema_version: not a k25trace database; "
-                       "refusing to change it: give --db a new file")
+        raise K25Error(
+            f"{path}: its `meta` table has no k25trace schema_version: not a k25trace database; "
+            "refusing to change it: give --db a new file"
+        )
     if version > SCHEMA_VERSION:
-        raise K25Error(f"{path}: written by a newer k25trace (schema version {version}; this one reads up to "
-                       f"{SCHEMA_VERSION}): upgrade k25trace")
+        raise K25Error(
+            f"{path}: written by a newer k25trace (schema version {version}; this one reads up to "
+            f"{SCHEMA_VERSION}): upgrade k25trace"
+        )
     if version < SCHEMA_VERSION and read_only:
-        raise K25Error(f"{path}: schema version {version} is older than this k25trace's ({SCHEMA_VERSION}): run "
-                       f"`k25trace steps --db {path}` once to upgrade it (it rebuilds the derived tables)")
+        raise K25Error(
+            f"{path}: schema version {version} is older than this k25trace's ({SCHEMA_VERSION}): run "
+            f"`k25trace steps --db {path}` once to upgrade it (it rebuilds the derived tables)"
+        )
     return version
 
 
@@ -264,8 +277,10 @@ def check_database_file(path: Path) -> None:
     try:
         os.fsencode(path).decode("utf-8")
     except UnicodeDecodeError:
-        raise K25Error(f"{printable_path(path)}: the database's path is not valid UTF-8, which DuckDB cannot open; "
-                       "rename the file or a folder on its path") from None
+        raise K25Error(
+            f"{printable_path(path)}: the database's path is not valid UTF-8, which DuckDB cannot open; "
+            "rename the file or a folder on its path"
+        ) from None
     try:
         st = path.stat()
     except FileNotFoundError:
@@ -275,21 +290,29 @@ def check_database_file(path: Path) -> None:
     if not stat.S_ISREG(st.st_mode):
         raise K25Error(f"{path}: not a DuckDB database file (it is a {_file_kind(st.st_mode)})")
     if st.st_size == 0:
-        raise K25Error(f"{path}: an empty file, not a DuckDB database; refusing to use it: remove it or give --db "
-                       "a new name")
+        raise K25Error(
+            f"{path}: an empty file, not a DuckDB database; refusing to use it: remove it or give --db a new name"
+        )
     try:
         with path.open("rb") as fh:
             head = fh.read(12)
     except OSError as exc:
         raise K25Error(f"{path}: cannot read the database: {exc.strerror or exc}") from None
     if head[8:12] != DUCKDB_MAGIC:
-        raise K25Error(f"{path}: not a DuckDB database file (it does not start with DuckDB's header; "
-                       f"{_sniff(head)}); refusing to use it: give --db a .duckdb file")
+        raise K25Error(
+            f"{path}: not a DuckDB database file (it does not start with DuckDB's header; "
+            f"{_sniff(head)}); refusing to use it: give --db a .duckdb file"
+        )
 
 
 def _file_kind(mode: int) -> str:
-    for test, name in ((stat.S_ISDIR, "directory"), (stat.S_ISFIFO, "FIFO"), (stat.S_ISCHR, "character device"),
-                       (stat.S_ISBLK, "block device"), (stat.S_ISSOCK, "socket")):
+    for test, name in (
+        (stat.S_ISDIR, "directory"),
+        (stat.S_ISFIFO, "FIFO"),
+        (stat.S_ISCHR, "character device"),
+        (stat.S_ISBLK, "block device"),
+        (stat.S_ISSOCK, "socket"),
+    ):
         if test(mode):
             return name
     return "special file"
@@ -308,8 +331,13 @@ def _sniff(head: bytes) -> str:
     return f"{len(head) if len(head) < 12 else 'its first 12'} bytes: {head!r}"
 
 
-def connect(path: str | Path | None, *, read_only: bool = False, create: bool = True,
-            upgrade: Callable[[duckdb.DuckDBPyConnection, int], None] | None = None) -> duckdb.DuckDBPyConnection:
+def connect(
+    path: str | Path | None,
+    *,
+    read_only: bool = False,
+    create: bool = True,
+    upgrade: Callable[[duckdb.DuckDBPyConnection, int], None] | None = None,
+) -> duckdb.DuckDBPyConnection:
     """Open (and if needed initialise) a k25trace database. ``None`` means in-memory.
 
     A DuckDB file that is not k25trace's, or from a newer k25trace, is refused before anything is written to it;
@@ -335,8 +363,10 @@ def connect(path: str | Path | None, *, read_only: bool = False, create: bool = 
         if version is not None and version < SCHEMA_VERSION:
             if upgrade is None:
                 con.close()
-                raise K25Error(f"{path}: schema version {version} is older than this k25trace's ({SCHEMA_VERSION}): "
-                               f"run `k25trace steps --db {path}` once to upgrade it (it rebuilds the derived tables)")
+                raise K25Error(
+                    f"{path}: schema version {version} is older than this k25trace's ({SCHEMA_VERSION}): "
+                    f"run `k25trace steps --db {path}` once to upgrade it (it rebuilds the derived tables)"
+                )
             upgrade(con, version)
             version = SCHEMA_VERSION
     if not read_only and (path is None or version is None or missing_tables(con)):
@@ -370,7 +400,7 @@ def forbid_external_access(con: duckdb.DuckDBPyConnection) -> None:
     DATABASE``, ``ATTACH``, ``read_csv``, ``INSTALL``/``LOAD``, …) and the configuration locked, so the SQL
     cannot turn it back on or point a log or profile at a file. The setting belongs to the database instance:
     every cursor of ``con`` (and every other connection to the same instance) is covered; idempotent."""
-    (locked, external), = run_query(con, "settings_access").fetchall()
+    ((locked, external),) = run_query(con, "settings_access").fetchall()
     if locked:
         if not external:
             return
@@ -446,18 +476,38 @@ class SqlResult:
     truncated: bool = False
 
 
-NATIVE_TYPES = frozenset({
-    "boolean", "tinyint", "smallint", "integer", "bigint", "utinyint", "usmallint", "uinteger", "ubigint",
-    "float", "double", "decimal", "varchar",
-})
+NATIVE_TYPES = frozenset(
+    {
+        "boolean",
+        "tinyint",
+        "smallint",
+        "integer",
+        "bigint",
+        "utinyint",
+        "usmallint",
+        "uinteger",
+        "ubigint",
+        "float",
+        "double",
+        "decimal",
+        "varchar",
+    }
+)
 """DuckDB types that reach polars and Python exactly; :func:`run_sql` has DuckDB turn every other type into text."""
 
 NUMERIC_TEXT_TYPES = frozenset({"hugeint", "uhugeint", "bignum", "varint"})
 """Types turned into text that are numbers (right-aligned in tables)."""
 
 
-def run_sql(cursor: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any] | None = None, *,
-            cap: int | None = None, as_json: bool = False, max_chars: int | None = None) -> SqlResult | None:
+def run_sql(
+    cursor: duckdb.DuckDBPyConnection,
+    sql: str,
+    params: dict[str, Any] | None = None,
+    *,
+    cap: int | None = None,
+    as_json: bool = False,
+    max_chars: int | None = None,
+) -> SqlResult | None:
     """Run a user's SQL: the one way both front ends run ad-hoc SQL (``k25trace sql``, the TUI's SQL panel).
 
     Every statement runs in order, each with the ``$name`` parameters it uses bound (a missing or unused one is
@@ -488,15 +538,20 @@ def run_sql(cursor: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any] 
 def read_only_hint(exc: BaseException) -> str:
     """For an error from the read-only guard (:func:`forbid_external_access`), a line saying why."""
     text = str(exc)
-    if any(m in text for m in ("disabled by configuration", "configuration has been locked",
-                               "disabled through configuration")):
-        return ("\n(k25trace's SQL is read-only: it neither writes nor reads files, loads extensions or changes "
-                "settings; for COPY … TO or EXPORT DATABASE use the duckdb CLI on the database file)")
+    if any(
+        m in text
+        for m in ("disabled by configuration", "configuration has been locked", "disabled through configuration")
+    ):
+        return (
+            "\n(k25trace's SQL is read-only: it neither writes nor reads files, loads extensions or changes "
+            "settings; for COPY … TO or EXPORT DATABASE use the duckdb CLI on the database file)"
+        )
     return ""
 
 
-def _user_relation(con: duckdb.DuckDBPyConnection, text: str,
-                   params: dict[str, Any] | None = None) -> duckdb.DuckDBPyRelation | None:
+def _user_relation(
+    con: duckdb.DuckDBPyConnection, text: str, params: dict[str, Any] | None = None
+) -> duckdb.DuckDBPyRelation | None:
     """Run every statement of ``text`` but the last; the last one's result as a relation, not yet fetched (None
     when it has no result). K25Error for SQL without a statement or a missing or unused parameter."""
     params = dict(params or {})
@@ -533,7 +588,7 @@ def _without_trailer(con: duckdb.DuckDBPyConnection, query: str) -> str:
     statement and the part before it still parses as one statement (a ``;`` in a string stays)."""
     while (cut := query.rfind(";")) >= 0:
         try:
-            if con.extract_statements(query[cut + 1:]) or len(con.extract_statements(query[:cut])) != 1:
+            if con.extract_statements(query[cut + 1 :]) or len(con.extract_statements(query[:cut])) != 1:
                 break
         except duckdb.Error:
             break
@@ -541,8 +596,9 @@ def _without_trailer(con: duckdb.DuckDBPyConnection, query: str) -> str:
     return query
 
 
-def _fetch_printable(rel: duckdb.DuckDBPyRelation, *, as_json: bool = False, limit: int | None = None,
-                     max_chars: int | None = None) -> SqlResult:
+def _fetch_printable(
+    rel: duckdb.DuckDBPyRelation, *, as_json: bool = False, limit: int | None = None, max_chars: int | None = None
+) -> SqlResult:
     """Fetch ``rel`` with every column made printable by DuckDB (see :func:`run_sql`); at most ``limit`` rows.
     Raises ``duckdb.Error``."""
     import polars as pl  # deferred: polars is needed only once rows are fetched
@@ -561,8 +617,10 @@ def _fetch_printable(rel: duckdb.DuckDBPyRelation, *, as_json: bool = False, lim
             if type_id in NUMERIC_TEXT_TYPES:
                 numeric.add(name)
         if max_chars is not None and not as_json and (type_id == "varchar" or type_id not in NATIVE_TYPES):
-            expr = (f"CASE WHEN length({expr}) > {max_chars} THEN left({expr}, {max_chars}) || '… (' || "
-                    f"(length({expr}) - {max_chars}) || ' more characters)' ELSE {expr} END")
+            expr = (
+                f"CASE WHEN length({expr}) > {max_chars} THEN left({expr}, {max_chars}) || '… (' || "
+                f"(length({expr}) - {max_chars}) || ' more characters)' ELSE {expr} END"
+            )
         exprs.append(f"{expr} AS {_quote(name)}")
     projected = rel.project(", ".join(exprs)) if exprs else rel
     if limit is not None:
@@ -570,8 +628,9 @@ def _fetch_printable(rel: duckdb.DuckDBPyRelation, *, as_json: bool = False, lim
     frame = pl.from_arrow(_arrow_table(projected))
     assert isinstance(frame, pl.DataFrame)
     truncated = limit is not None and frame.height > limit
-    return SqlResult(frame.head(limit) if limit is not None and truncated else frame, as_json, frozenset(numeric),
-                     truncated)
+    return SqlResult(
+        frame.head(limit) if limit is not None and truncated else frame, as_json, frozenset(numeric), truncated
+    )
 
 
 def _unique_names(names: list[str]) -> list[str]:

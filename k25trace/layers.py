@@ -46,11 +46,15 @@ def config_layers(con: duckdb.DuckDBPyConnection) -> dict[str, int | None]:
     layers = _whole(cfg.get("num_hidden_layers"))
     if not layers:
         return none
-    experts = next((e for e in (_whole(cfg.get(k)) for k in ("n_routed_experts", "num_experts", "num_local_experts"))
-                    if e), None)
+    experts = next(
+        (e for e in (_whole(cfg.get(k)) for k in ("n_routed_experts", "num_experts", "num_local_experts")) if e), None
+    )
     dense = _whole(cfg.get("first_k_dense_replace"))
-    return {"layers": layers, "dense_layers": (dense or 0) if experts else layers,
-            "moe_every": _whole(cfg.get("moe_layer_freq")) or 1}
+    return {
+        "layers": layers,
+        "dense_layers": (dense or 0) if experts else layers,
+        "moe_every": _whole(cfg.get("moe_layer_freq")) or 1,
+    }
 
 
 def build_layers(con: duckdb.DuckDBPyConnection, trace_id: int) -> None:
@@ -62,8 +66,9 @@ def build_layers(con: duckdb.DuckDBPyConnection, trace_id: int) -> None:
     run_query(con, "layers_build", {"trace_id": trace_id})
 
 
-def layer_breakdown(con: duckdb.DuckDBPyConnection, *, phase: str = "decode", rank: int | None = None,
-                    trace_id: int | None = None) -> "pl.DataFrame":
+def layer_breakdown(
+    con: duckdb.DuckDBPyConnection, *, phase: str = "decode", rank: int | None = None, trace_id: int | None = None
+) -> "pl.DataFrame":
     """``report --by layer``: per run, batch size and segment (pre, each layer, post) of the segmented steps of
     ``phase``: median ms, kind, the category split, against the median layer, outliers with their step; for
     multi-rank runs, which rank arrives late at the layer's collectives (``queries/layers_report.sql``)."""

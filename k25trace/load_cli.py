@@ -23,13 +23,21 @@ from k25trace.options import all_option, database_option, db_option, format_opti
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
 @db_option
 @click.option("--keep-python", is_flag=True, help="Also keep python_function events (50-90 % of a default trace).")
-@click.option("--include-frontend", is_flag=True,
-              help="Also load front-end (*.async_llm.*) CPU-only traces found in directories.")
-@click.option("-q", "--quiet", is_flag=True,
-              help="No progress or per-file lines; errors and warnings still go to stderr.")
+@click.option(
+    "--include-frontend", is_flag=True, help="Also load front-end (*.async_llm.*) CPU-only traces found in directories."
+)
+@click.option(
+    "-q", "--quiet", is_flag=True, help="No progress or per-file lines; errors and warnings still go to stderr."
+)
 @model_config_option("The traced model's Hugging Face config.json, kept in the database for `report --by sol`.")
-def load(paths: tuple[Path, ...], db_path: Path, keep_python: bool, include_frontend: bool, quiet: bool,
-         model_config: Path | None) -> None:
+def load(
+    paths: tuple[Path, ...],
+    db_path: Path,
+    keep_python: bool,
+    include_frontend: bool,
+    quiet: bool,
+    model_config: Path | None,
+) -> None:
     """Load Kineto trace files or directories (or a `k25trace capture` directory) into a database.
 
     Directories are searched for *.pt.trace.json[.gz]; other .json[.gz] files load when named. Loading the same
@@ -51,13 +59,17 @@ def load(paths: tuple[Path, ...], db_path: Path, keep_python: bool, include_fron
             err.print(f"0 loaded, 0 already there, {len(paths)} failed")
         sys.exit(1)
     try:
-        con, failed = run_load(db_path, list(paths), keep_python=keep_python, include_frontend=include_frontend,
-                               quiet=quiet)
+        con, failed = run_load(
+            db_path, list(paths), keep_python=keep_python, include_frontend=include_frontend, quiet=quiet
+        )
     except BaseException as exc:  # Ctrl-C (SIGTERM: pipeline.Stopped): the file being loaded was rolled back
         if not is_interrupt(exc):
             raise
-        interrupted("the file being loaded was rolled back; the files loaded before it are kept (with their "
-                     "cross-rank tables): run the same command again to load the rest", exc)
+        interrupted(
+            "the file being loaded was rolled back; the files loaded before it are kept (with their "
+            "cross-rank tables): run the same command again to load the rest",
+            exc,
+        )
     if model_config is not None:
         models.store_config(con, model_config)
         err.print(esc(f"model config {model_config} kept in {db_path} (report --by sol uses it)"), soft_wrap=True)
@@ -72,18 +84,41 @@ def load(paths: tuple[Path, ...], db_path: Path, keep_python: bool, include_fron
 @click.command()
 @click.argument("query", required=False)
 @db_option
-@click.option("-f", "--file", "sql_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="Read the SQL from a file.")
+@click.option(
+    "-f",
+    "--file",
+    "sql_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Read the SQL from a file.",
+)
 @click.option("--query", "-q", "query_name", help="Run a named query from queries/ (see --list).")
-@click.option("--param", "-p", "params", multiple=True,
-              help="name=value parameter: $name in the SQL or a named query (repeatable; null for NULL).")
-@click.option("--list", "list_queries", is_flag=True,
-              help="List the named queries a user runs (reports, browsing) with their parameters.")
+@click.option(
+    "--param",
+    "-p",
+    "params",
+    multiple=True,
+    help="name=value parameter: $name in the SQL or a named query (repeatable; null for NULL).",
+)
+@click.option(
+    "--list",
+    "list_queries",
+    is_flag=True,
+    help="List the named queries a user runs (reports, browsing) with their parameters.",
+)
 @all_option("With --list: also the queries k25trace runs itself (loading, building tables, settings).")
 @format_option
 @wide_option
-def sql(query: str | None, db_path: Path, sql_file: Path | None, query_name: str | None, params: tuple[str, ...],
-        list_queries: bool, fmt: str | None, all_rows: bool = False, wide: bool = False) -> None:
+def sql(
+    query: str | None,
+    db_path: Path,
+    sql_file: Path | None,
+    query_name: str | None,
+    params: tuple[str, ...],
+    list_queries: bool,
+    fmt: str | None,
+    all_rows: bool = False,
+    wide: bool = False,
+) -> None:
     """Run SQL against a database: a query argument, -f FILE, - for stdin, or --query NAME.
 
     \b
@@ -101,14 +136,22 @@ def sql(query: str | None, db_path: Path, sql_file: Path | None, query_name: str
         from k25trace.analysis import browse  # deferred: start-up time
 
         rows = [
-            {"name": q.name, "params": ", ".join("$" + p for p in q.params), "creates": q.creates, "grain": q.grain,
-             "summary": q.summary}
+            {
+                "name": q.name,
+                "params": ", ".join("$" + p for p in q.params),
+                "creates": q.creates,
+                "grain": q.grain,
+                "summary": q.summary,
+            }
             for q in browse.user_queries(everything=all_rows)
         ]
         views.write_view(pl.DataFrame(rows), "sql-list", fmt or output.default_format(), wide=wide)
         if not all_rows:
-            err.print(f"note: {len(db.named_queries()) - len(rows)} queries k25trace runs itself are not listed: "
-                      "--list --all lists them", soft_wrap=True)
+            err.print(
+                f"note: {len(db.named_queries()) - len(rows)} queries k25trace runs itself are not listed: "
+                "--list --all lists them",
+                soft_wrap=True,
+            )
         return
     fmt = fmt or output.default_format()
     bound = dict(db.parse_param(item) for item in params)
@@ -148,8 +191,10 @@ def _read_utf8(read: Any, source: str) -> str:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         line = data[: exc.start].count(b"\n") + 1
-        raise K25Error(f"{source}: not UTF-8 text: byte 0x{data[exc.start]:02x} at offset {exc.start} (line {line}); "
-                       "save it as UTF-8") from exc
+        raise K25Error(
+            f"{source}: not UTF-8 text: byte 0x{data[exc.start]:02x} at offset {exc.start} (line {line}); "
+            "save it as UTF-8"
+        ) from exc
 
 
 # ------------------------------------------------------------------------------------------- classify and steps
@@ -168,8 +213,9 @@ def _rules_option(ctx: click.Context, param: click.Parameter, value: Path | None
 def _gap_us_option(ctx: click.Context, param: click.Parameter, value: float) -> float:
     """--gap-us must be a finite, non-negative number of microseconds that fits in 64-bit nanoseconds."""
     if not math.isfinite(value) or not 0 <= value <= MAX_GAP_US:
-        raise click.BadParameter(f"{value} is not a usable gap: give microseconds from 0 to {MAX_GAP_US:.0e}", ctx,
-                                 param)
+        raise click.BadParameter(
+            f"{value} is not a usable gap: give microseconds from 0 to {MAX_GAP_US:.0e}", ctx, param
+        )
     return value
 
 
@@ -188,8 +234,12 @@ def _close(con: Any) -> None:
 
 @click.command()
 @db_option
-@click.option("--rules", type=click.Path(exists=True, dir_okay=False, path_type=Path), callback=_rules_option,
-              help="Your rules CSV (UTF-8), tried before the built-in rules.")
+@click.option(
+    "--rules",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    callback=_rules_option,
+    help="Your rules CSV (UTF-8), tried before the built-in rules.",
+)
 @click.option("--replace", is_flag=True, help="Use only --rules, not the built-in rules.")
 @click.option("--show", is_flag=True, help="Print which rule matched each kernel name (no re-classification).")
 @format_option
@@ -225,15 +275,23 @@ def classify(db_path: Path, rules: Path | None, replace: bool, show: bool, fmt: 
         _close(con)
         if stage == "classify":
             interrupted("nothing changed: the classification was rolled back")
-        interrupted(f"the kernels are re-classified, but not every trace's steps were rebuilt (none is half-built); "
-                     f"run `k25trace steps --db {esc(str(db_path))}` to finish")
+        interrupted(
+            f"the kernels are re-classified, but not every trace's steps were rebuilt (none is half-built); "
+            f"run `k25trace steps --db {esc(str(db_path))}` to finish"
+        )
     err.print(f"re-classified and rebuilt the steps of {n} trace(s)")
 
 
 @click.command("steps")
 @db_option
-@click.option("--gap-us", type=float, default=1000.0, show_default=True, callback=_gap_us_option,
-              help="Idle gap that separates inferred steps (traces without step markers).")
+@click.option(
+    "--gap-us",
+    type=float,
+    default=1000.0,
+    show_default=True,
+    callback=_gap_us_option,
+    help="Idle gap that separates inferred steps (traces without step markers).",
+)
 def steps_cmd(db_path: Path, gap_us: float) -> None:
     """Rebuild the engine steps of every trace (e.g. with another --gap-us for traces without markers).
 
@@ -250,8 +308,10 @@ def steps_cmd(db_path: Path, gap_us: float) -> None:
         if not is_interrupt(exc):
             raise
         _close(con)
-        interrupted(f"the traces not reached keep their previous steps (none is half-built); "
-                     f"run `k25trace steps --db {esc(str(db_path))}` again to finish")
+        interrupted(
+            f"the traces not reached keep their previous steps (none is half-built); "
+            f"run `k25trace steps --db {esc(str(db_path))}` again to finish"
+        )
     err.print(f"rebuilt the steps of {n} trace(s)")
 
 

@@ -185,13 +185,15 @@ def _experts(f: _Fields, layers: int) -> _Experts:
     topk_key = f.first("num_experts_per_tok", "moe_topk", *(("top_k",) if experts else ()))
     top_k = topk_key[1] if topk_key else 0
     if experts and topk_key and top_k > experts:
-        raise f.fail(topk_key[0], f"must be at most the number of experts ({expert_key[0] if expert_key else ''} "
-                                  f"{experts})")
+        raise f.fail(
+            topk_key[0], f"must be at most the number of experts ({expert_key[0] if expert_key else ''} {experts})"
+        )
     intermediate = f.whole("intermediate_size", 0)
     moe_inter = f.whole("moe_intermediate_size", 0) or (intermediate if f.cfg.get("num_local_experts") else 0)
     if experts and not (top_k and moe_inter):
-        raise K25Error(f"{f.source}: a MoE config ({experts} experts) needs num_experts_per_tok and "
-                       "moe_intermediate_size")
+        raise K25Error(
+            f"{f.source}: a MoE config ({experts} experts) needs num_experts_per_tok and moe_intermediate_size"
+        )
     moe_layers, shared = _moe_layers(f, layers, experts, moe_inter)
     return _Experts(experts, top_k if experts else 0, intermediate, moe_inter if experts else 0, shared, moe_layers)
 
@@ -210,8 +212,9 @@ def _moe_layers(f: _Fields, layers: int, experts: int, moe_inter: int) -> tuple[
         only = cfg.get("mlp_only_layers")
         if only is None:
             only = []
-        if not isinstance(only, list) or any(isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < layers
-                                             for i in only):
+        if not isinstance(only, list) or any(
+            isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < layers for i in only
+        ):
             raise f.fail("mlp_only_layers", f"must be a list of layer indices from 0 to {layers - 1}")
         moe_layers = tuple(i for i in range(layers) if i not in set(only) and (i + 1) % step == 0)
         return moe_layers, f.whole("shared_expert_intermediate_size", 0)
@@ -247,15 +250,25 @@ def parse_dimensions(raw: dict[str, Any], *, source: str = "config") -> ModelCon
     quantization, tie, name = _checkpoint_fields(f)
     return ModelConfig(
         name=name,
-        hidden=shape.hidden, layers=shape.layers, vocab=shape.vocab, heads=shape.heads, kv_heads=shape.kv_heads,
-        head_dim=shape.head_dim, intermediate=moe.intermediate, dtype=dtype,
+        hidden=shape.hidden,
+        layers=shape.layers,
+        vocab=shape.vocab,
+        heads=shape.heads,
+        kv_heads=shape.kv_heads,
+        head_dim=shape.head_dim,
+        intermediate=moe.intermediate,
+        dtype=dtype,
         q_lora_rank=q_lora or None,
         kv_lora_rank=f.whole("kv_lora_rank") if mla else None,
         qk_nope_dim=f.whole("qk_nope_head_dim", 0) if mla else 0,
         qk_rope_dim=f.whole("qk_rope_head_dim", 0) if mla else 0,
         v_head_dim=f.whole("v_head_dim", 0) if mla else 0,
-        experts=moe.experts, top_k=moe.top_k, moe_intermediate=moe.moe_intermediate,
-        shared_intermediate=moe.shared_intermediate, moe_layers=moe.moe_layers,
+        experts=moe.experts,
+        top_k=moe.top_k,
+        moe_intermediate=moe.moe_intermediate,
+        shared_intermediate=moe.shared_intermediate,
+        moe_layers=moe.moe_layers,
         tie_embeddings=tie,
-        quantization=quantization, module_prefix=prefix,
+        quantization=quantization,
+        module_prefix=prefix,
     )

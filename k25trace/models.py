@@ -21,7 +21,6 @@ measured all-reduce floor (``k25trace bench allreduce``) where there is one. Act
 the write of the new KV entry are left out: the bound is lower than any real step.
 """
 
-
 from __future__ import annotations
 
 import json
@@ -34,9 +33,26 @@ from k25trace.model_config import LIMITS, ModelConfig, parse_dimensions
 from k25trace.quant import KV_BYTES, PARTS, QuantNotModelled, QuantPlan, Scheme, parse_quant, plan_from_config, scheme
 
 # the model's config and its quantization, importable from here as before the split
-__all__ = ["KV_BYTES", "LIMITS", "PARTS", "ModelConfig", "Part", "QuantNotModelled", "QuantPlan", "Scheme", "StepBound",
-           "load_config", "parse_config", "parse_quant", "plan_from_config", "read_config", "scheme", "step_bound",
-           "store_config", "stored_config"]
+__all__ = [
+    "KV_BYTES",
+    "LIMITS",
+    "PARTS",
+    "ModelConfig",
+    "Part",
+    "QuantNotModelled",
+    "QuantPlan",
+    "Scheme",
+    "StepBound",
+    "load_config",
+    "parse_config",
+    "parse_quant",
+    "plan_from_config",
+    "read_config",
+    "scheme",
+    "step_bound",
+    "store_config",
+    "stored_config",
+]
 
 # ---------------------------------------------------------------------------------------------------- the config
 
@@ -57,8 +73,10 @@ def read_config(path: Path) -> dict[str, Any]:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         line = data[: exc.start].count(b"\n") + 1
-        raise K25Error(f"{path}: the model config is not UTF-8 text: byte 0x{data[exc.start]:02x} at offset "
-                       f"{exc.start} (line {line}); save it as UTF-8") from exc
+        raise K25Error(
+            f"{path}: the model config is not UTF-8 text: byte 0x{data[exc.start]:02x} at offset "
+            f"{exc.start} (line {line}); save it as UTF-8"
+        ) from exc
     try:
         raw = json.loads(text)
     except ValueError as exc:
@@ -87,8 +105,9 @@ def stored_config(con: Any) -> ModelConfig | None:
     """The model config kept by ``k25trace load --model-config``, or None."""
     from k25trace.db import query_frame
 
-    rows = {r["key"]: r["value"]
-            for r in query_frame(con, "meta_get", {"prefix": "model_config"}).iter_rows(named=True)}
+    rows = {
+        r["key"]: r["value"] for r in query_frame(con, "meta_get", {"prefix": "model_config"}).iter_rows(named=True)
+    }
     if "model_config" not in rows:
         return None
     source = f"{rows.get('model_config_source', 'the database')} (kept by k25trace load)"
@@ -174,14 +193,16 @@ def step_bound(cfg: ModelConfig, quant: QuantPlan, *, tp: int, batch: int, conte
     # lm_head (vocab-parallel) and the embedding rows the batch reads
     norms = L * (2 * H + norm_elems) * act + H * act
     lm = plan.for_module("lm_head", "lm_head").matrix_bytes(H, cfg.vocab) / tp
-    parts.append(Part("lm_head", lm + norms, 2.0 * B * H * cfg.vocab / tp,
-                      f"vocab {cfg.vocab} 1/{tp}; plus all norms' weights"))
+    parts.append(
+        Part("lm_head", lm + norms, 2.0 * B * H * cfg.vocab / tp, f"vocab {cfg.vocab} 1/{tp}; plus all norms' weights")
+    )
     parts.append(Part("embedding", B * H * act / tp, 0.0, f"{B} rows of {H}"))
     if context is not None:
         parts.append(_kv_part(cfg, plan, tp=tp, batch=B, context=context))
     compute = plan.compute("routed_experts" if moe else "attention")
-    return StepBound(tp=tp, batch=B, context=context, parts=tuple(parts), compute=compute, experts_hit=hit,
-                     plan=plan.describe())
+    return StepBound(
+        tp=tp, batch=B, context=context, parts=tuple(parts), compute=compute, experts_hit=hit, plan=plan.describe()
+    )
 
 
 class _Used:
@@ -205,8 +226,9 @@ class _Used:
 
     def describe(self) -> str:
         base = self.plan.base.name
-        parts = ", ".join(f"{p}={'/'.join(sorted(names))}" for p in PARTS if (names := self.used.get(p))
-                          and set(names) != {base})
+        parts = ", ".join(
+            f"{p}={'/'.join(sorted(names))}" for p in PARTS if (names := self.used.get(p)) and set(names) != {base}
+        )
         return f"{parts or 'all ' + base}; KV cache {self.kv_bytes} B/elem ({self.plan.source})"
 
 
@@ -233,19 +255,28 @@ def _attention_part(cfg: ModelConfig, plan: "_Used", *, tp: int, batch: int, pro
             items += [("q_a_proj", H, cfg.q_lora_rank, 1.0), ("q_b_proj", cfg.q_lora_rank, h * (nope + rope), 1 / tp)]
         else:
             items += [("q_proj", H, h * (nope + rope), 1 / tp)]
-        items += [("kv_a_proj_with_mqa", H, kvl + rope, 1.0), ("kv_b_proj", kvl, h * (nope + vdim), 1 / tp),
-                  ("o_proj", h * vdim, H, 1 / tp)]
+        items += [
+            ("kv_a_proj_with_mqa", H, kvl + rope, 1.0),
+            ("kv_b_proj", kvl, h * (nope + vdim), 1 / tp),
+            ("o_proj", h * vdim, H, 1 / tp),
+        ]
         for name, k, n, share in items:
             b, f = _mat(plan, "attention", m + name, k, n, share, B)
             att_b, att_f = att_b + b, att_f + f
         norm_elems = (cfg.q_lora_rank or 0) + kvl
-        detail = (f"MLA: q_a/kv_a replicated, q_b/kv_b/o 1/{tp} ({cfg.heads // tp if tp <= cfg.heads else '<1'} of "
-                  f"{cfg.heads} heads per rank)")
+        detail = (
+            f"MLA: q_a/kv_a replicated, q_b/kv_b/o 1/{tp} ({cfg.heads // tp if tp <= cfg.heads else '<1'} of "
+            f"{cfg.heads} heads per rank)"
+        )
     else:
         hd, kvh = cfg.head_dim, cfg.kv_heads
         kv_share = (max(kvh, tp) / tp) / kvh  # KV heads fewer than TP are replicated
-        for name, k, n, share in (("q_proj", H, cfg.heads * hd, 1 / tp), ("k_proj", H, kvh * hd, kv_share),
-                                  ("v_proj", H, kvh * hd, kv_share), ("o_proj", cfg.heads * hd, H, 1 / tp)):
+        for name, k, n, share in (
+            ("q_proj", H, cfg.heads * hd, 1 / tp),
+            ("k_proj", H, kvh * hd, kv_share),
+            ("v_proj", H, kvh * hd, kv_share),
+            ("o_proj", cfg.heads * hd, H, 1 / tp),
+        ):
             b, f = _mat(plan, "attention", m + name, k, n, share, B)
             att_b, att_f = att_b + b, att_f + f
         norm_elems = 0
@@ -258,12 +289,19 @@ def _dense_part(cfg: ModelConfig, plan: "_Used", *, tp: int, batch: int) -> Part
     H, dense_layers = cfg.hidden, cfg.dense_layers
     m = f"{cfg.module_prefix}layers.0.mlp."
     b = f = 0.0
-    for name, k, n in (("gate_proj", H, cfg.intermediate), ("up_proj", H, cfg.intermediate),
-                       ("down_proj", cfg.intermediate, H)):
+    for name, k, n in (
+        ("gate_proj", H, cfg.intermediate),
+        ("up_proj", H, cfg.intermediate),
+        ("down_proj", cfg.intermediate, H),
+    ):
         bb, ff = _mat(plan, "dense", m + name, k, n, 1 / tp, batch)
         b, f = b + bb, f + ff
-    return Part("dense_mlp", b * dense_layers, f * dense_layers,
-                f"{dense_layers} dense layers, intermediate {cfg.intermediate} 1/{tp}")
+    return Part(
+        "dense_mlp",
+        b * dense_layers,
+        f * dense_layers,
+        f"{dense_layers} dense layers, intermediate {cfg.intermediate} 1/{tp}",
+    )
 
 
 def _moe_parts(cfg: ModelConfig, plan: "_Used", *, tp: int, batch: int, probe: int) -> tuple[list[Part], float]:
@@ -278,22 +316,39 @@ def _moe_parts(cfg: ModelConfig, plan: "_Used", *, tp: int, batch: int, probe: i
     if cfg.shared_intermediate:
         m = f"{pre}layers.{probe}.mlp.shared_experts."
         b = f = 0.0
-        for name, kk, n in (("gate_proj", H, cfg.shared_intermediate), ("up_proj", H, cfg.shared_intermediate),
-                            ("down_proj", cfg.shared_intermediate, H)):
+        for name, kk, n in (
+            ("gate_proj", H, cfg.shared_intermediate),
+            ("up_proj", H, cfg.shared_intermediate),
+            ("down_proj", cfg.shared_intermediate, H),
+        ):
             bb, ff = _mat(plan, "shared", m + name, kk, n, 1 / tp, B)
             b, f = b + bb, f + ff
-        parts.append(Part("shared_experts", b * moe_layers, f * moe_layers,
-                          f"{moe_layers} MoE layers, shared intermediate {cfg.shared_intermediate} 1/{tp}"))
+        parts.append(
+            Part(
+                "shared_experts",
+                b * moe_layers,
+                f * moe_layers,
+                f"{moe_layers} MoE layers, shared intermediate {cfg.shared_intermediate} 1/{tp}",
+            )
+        )
     hit = E * (1.0 - (1.0 - min(k, E) / E) ** B)
     m = f"{pre}layers.{probe}.mlp.experts.0."
-    per_expert = sum(plan.for_module("experts", m + name).matrix_bytes(kk, n)
-                     for name, kk, n in (("gate_proj", H, inter), ("up_proj", H, inter), ("down_proj", inter, H)))
+    per_expert = sum(
+        plan.for_module("experts", m + name).matrix_bytes(kk, n)
+        for name, kk, n in (("gate_proj", H, inter), ("up_proj", H, inter), ("down_proj", inter, H))
+    )
     exp_b = per_expert * hit / tp * moe_layers
     exp_f = 2.0 * B * k * 3 * H * inter / tp * moe_layers
-    parts.append(Part("routed_experts", exp_b, exp_f,
-                      f"{hit:.1f} of {E} experts hit per layer (expected, {B} tokens x top-{k}, uniform routing), "
-                      f"1/{tp} per rank, {moe_layers} MoE layers, "
-                      f"{plan.for_module('experts', m + 'gate_proj').name}"))
+    parts.append(
+        Part(
+            "routed_experts",
+            exp_b,
+            exp_f,
+            f"{hit:.1f} of {E} experts hit per layer (expected, {B} tokens x top-{k}, uniform routing), "
+            f"1/{tp} per rank, {moe_layers} MoE layers, "
+            f"{plan.for_module('experts', m + 'gate_proj').name}",
+        )
+    )
     router = H * E * _act_bytes(cfg) + E * 4  # replicated; e_score_correction_bias in fp32
     parts.append(Part("router", router * moe_layers, 2.0 * B * H * E * moe_layers, f"{E} experts, replicated"))
     return parts, hit

@@ -45,8 +45,10 @@ _TORCH_LAUNCHERS = {
     "multi_tensor_apply_kernel",
     "_scatter_gather_elementwise_kernel",
 }
-_FUNCTOR = re.compile(r"([A-Za-z_]\w*?"
-                      r"(?:Functor(?:\w*)|functor|Ops|_kernel_cuda|_kernel_impl|_kernel|_cuda_out|_impl))\b")
+_FUNCTOR = re.compile(
+    r"([A-Za-z_]\w*?"
+    r"(?:Functor(?:\w*)|functor|Ops|_kernel_cuda|_kernel_impl|_kernel|_cuda_out|_impl))\b"
+)
 _FUNCTOR_SKIP = {
     "gpu_kernel_impl",
     "gpu_kernel_impl_nocast",

@@ -23,15 +23,19 @@ DB_HELP = "The k25trace DuckDB database file."
 
 def database_option(help: str, *, required: bool = False) -> Decorator:  # noqa: A002 - click's own keyword
     """``--db FILE`` (into ``db_path``), with the command's own help when the database means more than the input."""
-    return click.option("--db", "db_path", required=required, default=None,
-                        type=click.Path(dir_okay=False, path_type=Path), help=help)
+    return click.option(
+        "--db", "db_path", required=required, default=None, type=click.Path(dir_okay=False, path_type=Path), help=help
+    )
 
 
 db_option = database_option(DB_HELP, required=True)
 """``--db FILE``: the database a command reads (or writes), required."""
 
 format_option = click.option(
-    "--format", "fmt", type=click.Choice(FORMATS), default=None,
+    "--format",
+    "fmt",
+    type=click.Choice(FORMATS),
+    default=None,
     help="Output format (default: table on a terminal, csv otherwise).",
 )
 """``--format``: table, csv, json or markdown; None lets the command choose (table on a terminal)."""
@@ -44,37 +48,51 @@ def phase_option(what: str = "report", *, default: str | None = None, help: str 
         text = f"Steps to {what} (default: decode; when no trace has step markers, the inferred steps)."
     else:
         text = f"Steps to {what}."
-    return click.option("--phase", type=click.Choice(PHASES), default=default, show_default=default is not None,
-                        help=help or text)
+    return click.option(
+        "--phase", type=click.Choice(PHASES), default=default, show_default=default is not None, help=help or text
+    )
 
 
-batch_option = click.option("--batch", "batch_size", type=int, default=None,
-                            help="Only steps of this batch size (requests per engine step; default: every one).")
+batch_option = click.option(
+    "--batch",
+    "batch_size",
+    type=int,
+    default=None,
+    help="Only steps of this batch size (requests per engine step; default: every one).",
+)
 """``--batch N`` (into ``batch_size``): the steps of one batch size."""
 
-run_option = click.option("--run", "run", default=None,
-                          help="Only this run: its id, its label as reports print it (e.g. 'graph (TP2)'), or a part "
-                               "of its id (default: every run).")
+run_option = click.option(
+    "--run",
+    "run",
+    default=None,
+    help="Only this run: its id, its label as reports print it (e.g. 'graph (TP2)'), or a part "
+    "of its id (default: every run).",
+)
 """``--run ID|LABEL|PART`` (into ``run``): the steps of one run (``analysis.report.resolve_run``)."""
 
 
 def output_option(help: str) -> Decorator:  # noqa: A002 - click's own keyword
     """``-o/--output FILE`` (into ``out``), required; ``-`` is stdout."""
-    return click.option("-o", "--output", "out", required=True, type=click.Path(dir_okay=False, path_type=Path),
-                        help=help)
+    return click.option(
+        "-o", "--output", "out", required=True, type=click.Path(dir_okay=False, path_type=Path), help=help
+    )
 
 
 def model_config_option(help: str) -> Decorator:  # noqa: A002 - click's own keyword
     """``--model-config FILE``: a Hugging Face config.json (it must exist)."""
-    return click.option("--model-config", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
-                        help=help)
+    return click.option(
+        "--model-config", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None, help=help
+    )
 
 
 SELECTION_KEYS = "run=ID|LABEL|PART, level=NAME, trace=ID[,ID], rank=N, batch=N"
 """What ``--a`` / ``--b`` may name (``analysis.compare.Selection.parse``)."""
 
-MATCH_HELP = ("pair steps by phase and batch size, by capture level, or each side's selection as one group "
-              "(auto: side when --a and --b pick different batch sizes or levels, else batch).")
+MATCH_HELP = (
+    "pair steps by phase and batch size, by capture level, or each side's selection as one group "
+    "(auto: side when --a and --b pick different batch sizes or levels, else batch)."
+)
 
 
 def _sentence(prefix: str, text: str) -> str:
@@ -84,10 +102,16 @@ def _sentence(prefix: str, text: str) -> str:
 def side_options(prefix: str = "") -> Decorator:
     """``--a`` and ``--b`` (into ``select_a`` / ``select_b``): what each side of a comparison holds; ``prefix``
     (e.g. ``"Compare: "``) starts their help where comparing is one use of the command."""
-    option_a = click.option("--a", "select_a", multiple=True, metavar="KEY=VALUE",
-                            help=_sentence(prefix, f"what side A holds: {SELECTION_KEYS} (repeatable)."))
-    option_b = click.option("--b", "select_b", multiple=True, metavar="KEY=VALUE",
-                            help=_sentence(prefix, "what side B holds (as --a)."))
+    option_a = click.option(
+        "--a",
+        "select_a",
+        multiple=True,
+        metavar="KEY=VALUE",
+        help=_sentence(prefix, f"what side A holds: {SELECTION_KEYS} (repeatable)."),
+    )
+    option_b = click.option(
+        "--b", "select_b", multiple=True, metavar="KEY=VALUE", help=_sentence(prefix, "what side B holds (as --a).")
+    )
 
     def decorate(function: Callable[..., Any]) -> Callable[..., Any]:
         return option_a(option_b(function))
@@ -97,12 +121,18 @@ def side_options(prefix: str = "") -> Decorator:
 
 def match_option(prefix: str = "") -> Decorator:
     """``--match``: how the steps of the two sides are paired."""
-    return click.option("--match", type=click.Choice(COMPARE_MATCHES), default="auto", show_default=True,
-                        help=_sentence(prefix, MATCH_HELP))
+    return click.option(
+        "--match",
+        type=click.Choice(COMPARE_MATCHES),
+        default="auto",
+        show_default=True,
+        help=_sentence(prefix, MATCH_HELP),
+    )
 
 
-wide_option = click.option("--wide", is_flag=True,
-                           help="Tables: every column at full width, full kernel names (wider than the terminal).")
+wide_option = click.option(
+    "--wide", is_flag=True, help="Tables: every column at full width, full kernel names (wider than the terminal)."
+)
 """``--wide``: a table prints every column (CSV/JSON always do)."""
 
 

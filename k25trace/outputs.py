@@ -48,6 +48,7 @@ def was_terminated() -> bool:
 def terminate_raises() -> Iterator[None]:
     """For the duration, SIGTERM raises :class:`Terminated` in the main thread; the previous handler is restored
     after. Outside the main thread (where no handler can be installed) it does nothing."""
+
     def handler(signum: int, frame: FrameType | None) -> None:
         _terminated.append(signum)
         if len(_terminated) == 1:  # once: a second SIGTERM must not cut short the clean-up the first one started
@@ -88,15 +89,18 @@ def same_file(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
         return False
 
 
-def check_not_input(out: str | os.PathLike[str], inputs: Iterable[tuple[str, str | os.PathLike[str]]],
-                    option: str = "-o") -> None:
+def check_not_input(
+    out: str | os.PathLike[str], inputs: Iterable[tuple[str, str | os.PathLike[str]]], option: str = "-o"
+) -> None:
     """Refuse an output path that names one of the command's inputs, given as (what it is, path) pairs."""
     if str(out) == "-":
         return
     for what, path in inputs:
         if path and same_file(out, path):
-            raise K25Error(f"{option} {shown(out)}: that is {what} ({shown(path)}), an input of this command; "
-                           "refusing to write over it: choose another output name")
+            raise K25Error(
+                f"{option} {shown(out)}: that is {what} ({shown(path)}), an input of this command; "
+                "refusing to write over it: choose another output name"
+            )
 
 
 def write_output(out: Path, data: bytes, *, inputs: Iterable[tuple[str, str | os.PathLike[str]]] = ()) -> None:
@@ -137,7 +141,7 @@ def _stream(out: Path, data: bytes) -> None:
         with open(out, "wb", buffering=0) as fh:
             view = memoryview(data)
             while view:
-                view = view[fh.write(view) or 0:]
+                view = view[fh.write(view) or 0 :]
     except BrokenPipeError:
         raise K25Error(f"{shown(out)}: the reader closed it before everything was written") from None
     except OSError as exc:
@@ -147,8 +151,11 @@ def _stream(out: Path, data: bytes) -> None:
 def _replace_atomically(out: Path, target: Path, data: bytes, mode: int | None) -> None:
     parent = target.parent
     if not parent.is_dir():
-        raise K25Error(f"{shown(out)}: cannot write: no such folder {shown(parent)}" if not parent.exists()
-                       else f"{shown(out)}: cannot write: {shown(parent)} is not a folder")
+        raise K25Error(
+            f"{shown(out)}: cannot write: no such folder {shown(parent)}"
+            if not parent.exists()
+            else f"{shown(out)}: cannot write: {shown(parent)} is not a folder"
+        )
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=parent)
     except OSError as exc:

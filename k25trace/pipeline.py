@@ -35,8 +35,19 @@ from k25trace.ingest import FileResult, LoadOptions, TraceFile
 if TYPE_CHECKING:
     from k25trace.ingest.workers import _Workers
 
-__all__ = ["FileResult", "LoadOptions", "Stopped", "analyze_file", "build_runs", "connect", "load_paths", "rebuild",
-           "reclassify", "runs_stale", "upgrade"]
+__all__ = [
+    "FileResult",
+    "LoadOptions",
+    "Stopped",
+    "analyze_file",
+    "build_runs",
+    "connect",
+    "load_paths",
+    "rebuild",
+    "reclassify",
+    "runs_stale",
+    "upgrade",
+]
 
 
 class Stopped(KeyboardInterrupt):
@@ -123,9 +134,15 @@ def load_paths(
                 workers.close()
             raise
         try:
-            results, notes = ingest.load_paths(con, paths, options, on_result=on_result,
-                                               progress_factory=progress_factory,
-                                               after_file=analyze_file if analyze else None, workers=workers)
+            results, notes = ingest.load_paths(
+                con,
+                paths,
+                options,
+                on_result=on_result,
+                progress_factory=progress_factory,
+                after_file=analyze_file if analyze else None,
+                workers=workers,
+            )
         except BaseException:  # Ctrl-C, SIGTERM (or a bug): the files that committed get their cross-rank tables
             if analyze:
                 _build_runs_after_stop(con)
@@ -134,8 +151,12 @@ def load_paths(
             try:
                 build_runs(con)
             except (duckdb.Error, K25Error) as exc:
-                result = FileResult("cross-rank analysis", "failed", f"cross-rank analysis not rebuilt: "
-                                    f"{ingest.db_problem(exc)} (the traces are loaded; `k25trace steps` rebuilds it)")
+                result = FileResult(
+                    "cross-rank analysis",
+                    "failed",
+                    f"cross-rank analysis not rebuilt: "
+                    f"{ingest.db_problem(exc)} (the traces are loaded; `k25trace steps` rebuilds it)",
+                )
                 results.append(result)
                 if on_result:
                     on_result(result)
@@ -181,6 +202,7 @@ def upgrade(con: duckdb.DuckDBPyConnection, version: int) -> None:
     k25trace's built-in classification rules (a user's rules kept, first) and every name re-classified, then every
     trace's derived tables (steps, gaps, layer segments) rebuilt from the stored events; then the cross-rank
     tables."""
+
     def rebuild_every_trace() -> None:
         _reinstall_builtin_rules(con)
         for trace_id in steps.trace_ids(con):
@@ -198,9 +220,12 @@ def _reinstall_builtin_rules(con: duckdb.DuckDBPyConnection) -> None:
     rows = db.run_query(con, "kernel_rules_user").fetchall()
     if not rows or not rows[0][7]:
         return
-    user = [classify.Rule(i, category, kind, name, coll, note or "", source)
-            for i, (_id, category, kind, name, coll, note, source, _b) in enumerate(
-                (r for r in rows if r[0] is not None), start=1)]
+    user = [
+        classify.Rule(i, category, kind, name, coll, note or "", source)
+        for i, (_id, category, kind, name, coll, note, source, _b) in enumerate(
+            (r for r in rows if r[0] is not None), start=1
+        )
+    ]
     builtin = classify.read_rules(classify.builtin_rules_path(), first_id=len(user) + 1, source="builtin")
     classify.install_rules(con, user + builtin)
     db.run_query(con, "kernel_classes_reset")
@@ -221,9 +246,11 @@ def connect(path: str | Path | None, *, read_only: bool = False, create: bool = 
     try:
         writer = db.connect(path, create=False, upgrade=upgrade)
     except K25Error as exc:
-        raise K25Error(f"{path}: its cross-rank run tables are out of date (a load was stopped before it rebuilt "
-                       f"them) and cannot be rebuilt here ({exc}); run `k25trace steps --db {path}` where the "
-                       "database can be written") from exc
+        raise K25Error(
+            f"{path}: its cross-rank run tables are out of date (a load was stopped before it rebuilt "
+            f"them) and cannot be rebuilt here ({exc}); run `k25trace steps --db {path}` where the "
+            "database can be written"
+        ) from exc
     try:
         build_runs(writer)
     finally:

@@ -71,21 +71,28 @@ def scheme(spec: str) -> Scheme:
     if m:
         group = _whole(m.group(2)) or None
         if group is not None and group > MAX_GROUP:
-            raise K25Error(f"quantization scheme {spec!r}: the group size must be from 1 to {MAX_GROUP:,} "
-                           "(g0: one scale per output channel)")
-        return Scheme(s, int(m.group(1)), group=group, channel_scale=group is None, zero_point=bool(m.group(3)),
-                      compute="bf16")
+            raise K25Error(
+                f"quantization scheme {spec!r}: the group size must be from 1 to {MAX_GROUP:,} "
+                "(g0: one scale per output channel)"
+            )
+        return Scheme(
+            s, int(m.group(1)), group=group, channel_scale=group is None, zero_point=bool(m.group(3)), compute="bf16"
+        )
     if s == "mxfp4":
         return Scheme(s, 4, group=32, scale_bytes=1, compute="fp8")
     if s == "nvfp4":
         return Scheme(s, 4, group=16, scale_bytes=1, compute="fp4")
-    raise K25Error(f"unknown quantization scheme {spec!r}: one of bf16, fp16, fp32, fp8, fp8-block128, "
-                   "w4a16-g32 (wNa16-gG, -zp for zero points, g0 per channel), mxfp4, nvfp4")
+    raise K25Error(
+        f"unknown quantization scheme {spec!r}: one of bf16, fp16, fp32, fp8, fp8-block128, "
+        "w4a16-g32 (wNa16-gG, -zp for zero points, g0 per channel), mxfp4, nvfp4"
+    )
 
 
 PARTS = ("attention", "dense", "shared", "experts", "router", "lm_head")
-ALIASES = {"linear": ("attention", "dense", "shared", "experts"), "all": ("attention", "dense", "shared", "experts",
-                                                                          "lm_head")}
+ALIASES = {
+    "linear": ("attention", "dense", "shared", "experts"),
+    "all": ("attention", "dense", "shared", "experts", "lm_head"),
+}
 KV_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
 
 
@@ -152,10 +159,14 @@ def _quant_list(q: dict[str, Any], key: str) -> tuple[str, ...]:
 def _block(value: Any, where: str) -> Scheme:
     if value is None:
         return scheme("fp8")
-    if not (isinstance(value, list) and len(value) == 2
-            and all(isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= MAX_GROUP for v in value)):
-        raise K25Error(f"quantization_config {where} {_shown(value)}: must be two whole numbers [K, N] from 1 to "
-                       f"{MAX_GROUP:,}")
+    if not (
+        isinstance(value, list)
+        and len(value) == 2
+        and all(isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= MAX_GROUP for v in value)
+    ):
+        raise K25Error(
+            f"quantization_config {where} {_shown(value)}: must be two whole numbers [K, N] from 1 to {MAX_GROUP:,}"
+        )
     return scheme(f"fp8-block{value[0]}x{value[1]}")
 
 
@@ -188,29 +199,47 @@ def plan_from_config(cfg: ModelConfig) -> QuantPlan:
         elif w.get("type") == "float" and bits == 8:
             chosen = _block(w.get("block_structure"), "config_groups weights block_structure")
         elif bits in (4, 8) and not acts:
-            group = _quant_int(w, "config_groups weights ", "group_size", 0) if w.get("strategy", "group") == \
-                "group" else 0
+            group = (
+                _quant_int(w, "config_groups weights ", "group_size", 0) if w.get("strategy", "group") == "group" else 0
+            )
             chosen = scheme(f"w{bits}a16-g{max(group, 0)}" + ("" if w.get("symmetric", True) else "-zp"))
         else:
-            raise QuantNotModelled(f"compressed-tensors scheme {_shown(w)} with activations {_shown(acts)} is not "
-                                   "modelled: give --quant")
-        return QuantPlan(base, {p: chosen for p in linear}, KV_BYTES.get(cfg.dtype, 2),
-                         ignored=_quant_list(q, "ignore"), source="config: compressed-tensors")
+            raise QuantNotModelled(
+                f"compressed-tensors scheme {_shown(w)} with activations {_shown(acts)} is not modelled: give --quant"
+            )
+        return QuantPlan(
+            base,
+            {p: chosen for p in linear},
+            KV_BYTES.get(cfg.dtype, 2),
+            ignored=_quant_list(q, "ignore"),
+            source="config: compressed-tensors",
+        )
     if method == "fp8":
         chosen = _block(q.get("weight_block_size"), "weight_block_size")
         ignored = _quant_list(q, "modules_to_not_convert") or _quant_list(q, "ignored_layers")
-        return QuantPlan(base, {p: chosen for p in linear}, KV_BYTES.get(cfg.dtype, 2), ignored=ignored,
-                         source="config: fp8")
+        return QuantPlan(
+            base, {p: chosen for p in linear}, KV_BYTES.get(cfg.dtype, 2), ignored=ignored, source="config: fp8"
+        )
     if method in ("gptq", "awq", "gptq_marlin", "awq_marlin"):
         bits = _quant_int(q, "", "bits", 0, (4, 8)) or _quant_int(q, "", "w_bit", 4, (4, 8))
         group = _quant_int(q, "", "group_size", 0) or _quant_int(q, "", "q_group_size", 128)
         zero = bool(q.get("zero_point")) if method.startswith("awq") else not q.get("sym", True)
         chosen = scheme(f"w{bits}a16-g{max(group, 0)}" + ("-zp" if zero else ""))
-        return QuantPlan(base, {p: chosen for p in linear}, KV_BYTES.get(cfg.dtype, 2),
-                         ignored=_quant_list(q, "modules_to_not_convert"), source=f"config: {method}")
+        return QuantPlan(
+            base,
+            {p: chosen for p in linear},
+            KV_BYTES.get(cfg.dtype, 2),
+            ignored=_quant_list(q, "modules_to_not_convert"),
+            source=f"config: {method}",
+        )
     if method == "mxfp4":
-        return QuantPlan(base, {"experts": scheme("mxfp4")}, KV_BYTES.get(cfg.dtype, 2),
-                         ignored=_quant_list(q, "modules_to_not_convert"), source="config: mxfp4")
+        return QuantPlan(
+            base,
+            {"experts": scheme("mxfp4")},
+            KV_BYTES.get(cfg.dtype, 2),
+            ignored=_quant_list(q, "modules_to_not_convert"),
+            source="config: mxfp4",
+        )
     raise QuantNotModelled(f"quantization method {method!r} in the model config is not modelled: give --quant")
 
 
@@ -254,5 +283,3 @@ def parse_quant(spec: str | None, cfg: ModelConfig) -> QuantPlan:
 
 
 # ------------------------------------------------------------------------------------------------- the bound
-
-

@@ -70,7 +70,8 @@ def _guarded(what: str | Path) -> Iterator[None]:
         # a signal during a DuckDB query comes out as DuckDB's interrupt (RuntimeError: Query interrupted, or
         # duckdb.InterruptException), whichever exception its handler raised
         interrupted = type(exc).__name__ == "InterruptException" or (
-            isinstance(exc, RuntimeError) and "interrupted" in str(exc).lower())
+            isinstance(exc, RuntimeError) and "interrupted" in str(exc).lower()
+        )
         if was_terminated() and (interrupted or "interrupted" in str(exc).lower()):
             stop("terminated (SIGTERM)", 143)
         if interrupted:
@@ -86,15 +87,30 @@ def _size(n: int) -> str:
 @db_option
 @output_option("The HTML file to write (- for stdout).")
 @phase_option("show")
-@click.option("--top", type=click.IntRange(1, 500), default=20, show_default=True,
-              help="Kernels in the top-kernels table.")
+@click.option(
+    "--top", type=click.IntRange(1, 500), default=20, show_default=True, help="Kernels in the top-kernels table."
+)
 @click.option("--title", default=None, help="The page's title (default: k25trace report).")
-@click.option("--vs", "vs_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Compare: the database of side B (side A is --db); the page of `k25trace compare`.")
+@click.option(
+    "--vs",
+    "vs_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Compare: the database of side B (side A is --db); the page of `k25trace compare`.",
+)
 @side_options("Compare: ")
 @match_option("Compare: ")
-def html_command(db_path: Path, out: Path, phase: str | None, top: int, title: str | None, vs_path: Path | None,
-                 select_a: tuple[str, ...], select_b: tuple[str, ...], match: str) -> None:
+def html_command(
+    db_path: Path,
+    out: Path,
+    phase: str | None,
+    top: int,
+    title: str | None,
+    vs_path: Path | None,
+    select_a: tuple[str, ...],
+    select_b: tuple[str, ...],
+    match: str,
+) -> None:
     """Write the report as one self-contained HTML page with charts (opens offline; share it as a file).
 
     Per run and batch size: ms/step by category (with overlap and idle), decode step time and throughput vs
@@ -129,8 +145,10 @@ def html_command(db_path: Path, out: Path, phase: str | None, top: int, title: s
         _write(out, encoded, inputs)
     if str(out) != "-":
         runs = data.batch["run_id"].n_unique() if not data.batch.is_empty() else 0
-        _err(f"wrote {out}: {_size(len(encoded))}, {runs}"
-             f" run(s), {len(data.timelines)} step timeline(s), in {time.perf_counter() - started:.1f} s")
+        _err(
+            f"wrote {out}: {_size(len(encoded))}, {runs}"
+            f" run(s), {len(data.timelines)} step timeline(s), in {time.perf_counter() - started:.1f} s"
+        )
 
 
 def _check_steps(con: Any, phase: str | None) -> None:
@@ -145,14 +163,26 @@ def _check_steps(con: Any, phase: str | None) -> None:
     report.check_filters(con, phase=resolved)
 
 
-def _html_comparison(db_path: Path, vs_path: Path | None, select_a: tuple[str, ...], select_b: tuple[str, ...],
-                     match: str, phase: str, out: Path, title: str | None, started: float) -> None:
+def _html_comparison(
+    db_path: Path,
+    vs_path: Path | None,
+    select_a: tuple[str, ...],
+    select_b: tuple[str, ...],
+    match: str,
+    phase: str,
+    out: Path,
+    title: str | None,
+    started: float,
+) -> None:
     from k25trace import outputs, pipeline
     from k25trace.analysis import compare
     from k25trace.render import export, html  # deferred: start-up time
 
-    outputs.check_not_input(out, [("the database (A)", str(db_path))]
-                            + ([("the database (B, --vs)", str(vs_path))] if vs_path is not None else []))
+    outputs.check_not_input(
+        out,
+        [("the database (A)", str(db_path))]
+        + ([("the database (B, --vs)", str(vs_path))] if vs_path is not None else []),
+    )
     con_a = pipeline.connect(db_path, read_only=True)
     con_b = con_a
     try:
@@ -185,16 +215,29 @@ def export_command() -> None:
 @export_command.command("perfetto")
 @db_option
 @output_option("The JSON trace to write (- for stdout; a name ending in .gz is gzipped).")
-@click.option("--run", default=None, help="The run: its id, its label as reports print it (e.g. 'graph (TP2)'), or a "
-                                          "part of its id (default: the only run with steps).")
-@click.option("--steps", default=None, help="Step indexes, e.g. 3,4 or 10-12, or 'all' (default: one representative "
-                                            "step per batch size: the one nearest the median wall time).")
+@click.option(
+    "--run",
+    default=None,
+    help="The run: its id, its label as reports print it (e.g. 'graph (TP2)'), or a "
+    "part of its id (default: the only run with steps).",
+)
+@click.option(
+    "--steps",
+    default=None,
+    help="Step indexes, e.g. 3,4 or 10-12, or 'all' (default: one representative "
+    "step per batch size: the one nearest the median wall time).",
+)
 @click.option("--batch", type=int, default=None, help="Only steps of this batch size (alone: its representative step).")
 @click.option("--rank", "ranks", default=None, help="Ranks to include, e.g. 0,1 (default: all).")
-@click.option("--details", is_flag=True, help="Also each activity's full demangled name (often KBs), raw start, "
-                                             "correlation, registers, shared memory, occupancy, NCCL args (larger).")
-def perfetto_command(db_path: Path, out: Path, run: str | None, steps: str | None, batch: int | None,
-                     ranks: str | None, details: bool) -> None:
+@click.option(
+    "--details",
+    is_flag=True,
+    help="Also each activity's full demangled name (often KBs), raw start, "
+    "correlation, registers, shared memory, occupancy, NCCL args (larger).",
+)
+def perfetto_command(
+    db_path: Path, out: Path, run: str | None, steps: str | None, batch: int | None, ranks: str | None, details: bool
+) -> None:
     """Write a trimmed Chrome trace (JSON) of chosen steps on every chosen rank, clocks aligned.
 
     One process per rank, one track per GPU stream plus the step markers; timestamps moved onto the reference
@@ -235,9 +278,11 @@ def perfetto_command(db_path: Path, out: Path, run: str | None, steps: str | Non
     for note in result.notes:
         _err(f"note: {note}")
     offsets = ", ".join(f"rank {r} {ns:+,} ns" for r, ns in result.offsets_ns.items())
-    _err(f"wrote {out}: {_size(len(data))}, run {label}, step(s) {perfetto.ranges_text(result.steps)}, rank(s) "
-         f"{', '.join(map(str, result.ranks))}: {result.activities:,} GPU activities, {result.waits:,} collective "
-         f"waits, {result.markers} step markers; clock offsets {offsets}; in {time.perf_counter() - started:.1f} s")
+    _err(
+        f"wrote {out}: {_size(len(data))}, run {label}, step(s) {perfetto.ranges_text(result.steps)}, rank(s) "
+        f"{', '.join(map(str, result.ranks))}: {result.activities:,} GPU activities, {result.waits:,} collective "
+        f"waits, {result.markers} step markers; clock offsets {offsets}; in {time.perf_counter() - started:.1f} s"
+    )
 
 
 @export_command.command("parquet")
@@ -265,7 +310,13 @@ def parquet_command(out_dir: Path, db_path: Path, overwrite: bool) -> None:
             done = export.export_parquet(con, out_dir, overwrite=overwrite, source=str(db_path), inputs=inputs)
         finally:
             con.close()
-    total = sum(f.stat().st_size for t in done for f in ([out_dir / t.path] if not t.partitioned_by
-                                                            else (out_dir / t.path).rglob("*.parquet")) if f.is_file())
-    _err(f"wrote {len(done)} tables ({sum(t.rows for t in done):,} rows, {_size(total)}) to {out_dir} in "
-         f"{time.perf_counter() - started:.1f} s")
+    total = sum(
+        f.stat().st_size
+        for t in done
+        for f in ([out_dir / t.path] if not t.partitioned_by else (out_dir / t.path).rglob("*.parquet"))
+        if f.is_file()
+    )
+    _err(
+        f"wrote {len(done)} tables ({sum(t.rows for t in done):,} rows, {_size(total)}) to {out_dir} in "
+        f"{time.perf_counter() - started:.1f} s"
+    )

@@ -22,7 +22,7 @@ PHASES = (ALL, *STEP_PHASES)
 VIEW_HELP = {
     "batch": "per batch size (and capture level)",
     "findings": "the ranked findings per run and batch size: what costs the step, the most each fix could save "
-                "(ms/step, % of the step; savings overlap, never added up) and the view that shows it",
+    "(ms/step, % of the step; savings overlap, never added up) and the view that shows it",
     "category": "all steps together",
     "step": "one line per step",
     "rank": "per rank (with the collective wait/transfer split on a terminal)",
@@ -30,7 +30,7 @@ VIEW_HELP = {
     "idle": "why the GPU is idle (host-bound, sync, launch overhead, device-bound; between steps)",
     "timeline": "one line per step, the whole GPU timeline accounted for, suspicious steps flagged",
     "comm": "collectives across ranks (transfer vs wait, launch vs GPU wait, skew, the straggler = the rank causing "
-            "the most wait)",
+    "the most wait)",
     "comm-site": "per call site (k-th collective of a step): wait, late rank",
     "comm-bw": "bus bandwidth of the observed transfers per message size, beside the bench floor",
     "rank-comm": "per rank wait suffered and caused, lateness",
@@ -38,7 +38,7 @@ VIEW_HELP = {
     "layer": "per decoder layer inside the step (median ms, categories, slow layers, outlier steps)",
     "layer-late": "per layer and rank: how often and how late the rank reached the layer's collectives, and why",
     "roofline": "each op with recorded shapes against the GPU's peaks (TFLOP/s, GB/s, % of peak, compute- or "
-                "memory-bound), unmodelled ops named",
+    "memory-bound), unmodelled ops named",
     "sol": "each decode step against its lower bound from --model-config (weights, KV cache, all-reduce)",
 }
 """The views of ``k25trace report --by`` with what each shows (the CLI's help is built from this)."""

@@ -49,11 +49,27 @@ class Browser:
             os.dup2(high_w, 4, inheritable=True)
 
         self.proc = subprocess.Popen(
-            [exe, "--headless", "--no-sandbox", "--disable-gpu", "--remote-debugging-pipe", "--no-first-run",
-             "--no-default-browser-check", "--disable-extensions", "--hide-scrollbars", "--mute-audio",
-             f"--window-size={width},{height}", f"--user-data-dir={self.profile}", "about:blank"],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            preexec_fn=fds, pass_fds=(3, 4), start_new_session=True,
+            [
+                exe,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--remote-debugging-pipe",
+                "--no-first-run",
+                "--no-default-browser-check",
+                "--disable-extensions",
+                "--hide-scrollbars",
+                "--mute-audio",
+                f"--window-size={width},{height}",
+                f"--user-data-dir={self.profile}",
+                "about:blank",
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            preexec_fn=fds,
+            pass_fds=(3, 4),
+            start_new_session=True,
         )
         os.close(to_chrome_r)
         os.close(from_chrome_w)
@@ -73,7 +89,7 @@ class Browser:
     def _send(self, message: dict[str, Any]) -> None:
         data = json.dumps(message).encode() + b"\0"
         while data:
-            data = data[os.write(self._to_chrome, data):]
+            data = data[os.write(self._to_chrome, data) :]
 
     def _read_message(self, deadline: float) -> dict[str, Any]:
         while b"\0" not in self._buf:
@@ -137,8 +153,10 @@ class Browser:
         for event in self.events:
             method, params = event["method"], event.get("params", {})
             if method == "Runtime.consoleAPICalled" and params.get("type") in ("error", "warning", "assert"):
-                out.append(f"console.{params['type']}: " + " ".join(str(a.get("value", a.get("description")))
-                                                                    for a in params.get("args", [])))
+                out.append(
+                    f"console.{params['type']}: "
+                    + " ".join(str(a.get("value", a.get("description"))) for a in params.get("args", []))
+                )
             elif method == "Runtime.exceptionThrown":
                 out.append(f"exception: {params['exceptionDetails']}")
             elif method == "Log.entryAdded" and params["entry"]["level"] in ("error", "warning"):
@@ -153,10 +171,12 @@ class Browser:
     def screenshot(self, path: Path, full_page: bool = True) -> Path:
         params: dict[str, Any] = {"format": "png"}
         if full_page:
-            width, height = self.evaluate("[document.documentElement.scrollWidth,"
-                                          " document.documentElement.scrollHeight]")
-            params.update(captureBeyondViewport=True,
-                          clip={"x": 0, "y": 0, "width": width, "height": height, "scale": 1})
+            width, height = self.evaluate(
+                "[document.documentElement.scrollWidth, document.documentElement.scrollHeight]"
+            )
+            params.update(
+                captureBeyondViewport=True, clip={"x": 0, "y": 0, "width": width, "height": height, "scale": 1}
+            )
         data = self.call("Page.captureScreenshot", **params)["data"]
         path.write_bytes(base64.b64decode(data))
         return path
@@ -174,7 +194,9 @@ class Browser:
             " seen.add((d[i] >> 4) << 8 | (d[i + 1] >> 4) << 4 | (d[i + 2] >> 4));"
             "   if (d[i] < 245 || d[i + 1] < 245 || d[i + 2] < 245) ink++; }"
             " resolve({width: c.width, height: c.height, colors: seen.size, ink: ink / (d.length / 4)}); };"
-            f" img.src = 'data:image/png;base64,{data}'; }})", await_promise=True)
+            f" img.src = 'data:image/png;base64,{data}'; }})",
+            await_promise=True,
+        )
 
     def close(self) -> None:
         try:

@@ -22,17 +22,24 @@ def _allreduce_durations(folder: Path) -> dict[int, list[tuple[int, list[Decimal
         trace = read_exact(path)
         rank = trace["distributedInfo"]["rank"]
         events = trace["traceEvents"]
-        markers = sorted((e for e in events if e.get("cat") == "user_annotation"
-                          and str(e.get("name", "")).startswith("execute_")), key=lambda e: e["ts"])
-        launches = {e["args"]["correlation"]: e["ts"] for e in events
-                    if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})}
+        markers = sorted(
+            (e for e in events if e.get("cat") == "user_annotation" and str(e.get("name", "")).startswith("execute_")),
+            key=lambda e: e["ts"],
+        )
+        launches = {
+            e["args"]["correlation"]: e["ts"]
+            for e in events
+            if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})
+        }
         steps: list[tuple[int, list[Decimal]]] = []
         for m in markers:
             found = _BATCH.search(m["name"])
             assert found is not None, m["name"]
             steps.append((int(found.group(1)), []))
-        kernels = sorted((e for e in events if e.get("cat") == "kernel"
-                          and e.get("args", {}).get("Collective name") == "allreduce"), key=lambda e: e["ts"])
+        kernels = sorted(
+            (e for e in events if e.get("cat") == "kernel" and e.get("args", {}).get("Collective name") == "allreduce"),
+            key=lambda e: e["ts"],
+        )
         for k in kernels:
             t = launches[k["args"]["correlation"]]
             for i, m in enumerate(markers):
@@ -75,5 +82,7 @@ def raw_wait_by_late_rank(folder: Path) -> dict[int, dict[int, Decimal]]:
 def has_graph_launch(folder: Path) -> bool:
     """Whether the one trace of ``folder`` launched a CUDA graph."""
     (path,) = folder.iterdir()
-    return any(e.get("cat") == "cuda_runtime" and e.get("name") in ("cudaGraphLaunch", "cudaGraphLaunch_v10000")
-               for e in read_exact(path)["traceEvents"])
+    return any(
+        e.get("cat") == "cuda_runtime" and e.get("name") in ("cudaGraphLaunch", "cudaGraphLaunch_v10000")
+        for e in read_exact(path)["traceEvents"]
+    )

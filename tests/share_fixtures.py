@@ -50,10 +50,16 @@ def graph_database(factory: pytest.TempPathFactory) -> Path:
     return _build(factory.getbasetemp() / "share-graph" / "graph.duckdb", [TP2 / "graph"])
 
 
-CAPTURE_STATS = {"requests": 16, "errors": 0, "output_tokens": 2048, "duration_s": 4.0, "output_tok_s": 512.0,
-                 "ttft_ms": {"p50": 40.0, "p90": 52.0, "p99": 60.0},
-                 "tpot_ms": {"p50": 31.5, "p90": 33.25, "p99": 35.0},
-                 "itl_ms": {"p50": 31.0, "p90": 33.0, "p99": 36.0}}
+CAPTURE_STATS = {
+    "requests": 16,
+    "errors": 0,
+    "output_tokens": 2048,
+    "duration_s": 4.0,
+    "output_tok_s": 512.0,
+    "ttft_ms": {"p50": 40.0, "p90": 52.0, "p99": 60.0},
+    "tpot_ms": {"p50": 31.5, "p90": 33.25, "p99": 35.0},
+    "itl_ms": {"p50": 31.0, "p90": 33.0, "p99": 36.0},
+}
 
 
 def capture_database(factory: pytest.TempPathFactory) -> Path:
@@ -67,9 +73,18 @@ def capture_database(factory: pytest.TempPathFactory) -> Path:
     (cap / "c8").mkdir(parents=True, exist_ok=True)
     trace = next(H200_SINGLE.glob("*.pt.trace.json.gz"))
     shutil.copy(trace, cap / "c8" / trace.name)
-    manifest = {"k25trace_capture": 1, "levels": [
-        {"name": "c8", "concurrency": 8, "dir": "c8", "stats": CAPTURE_STATS,
-         "files": [{"path": f"c8/{trace.name}", "valid": True, "problem": None}]}]}
+    manifest = {
+        "k25trace_capture": 1,
+        "levels": [
+            {
+                "name": "c8",
+                "concurrency": 8,
+                "dir": "c8",
+                "stats": CAPTURE_STATS,
+                "files": [{"path": f"c8/{trace.name}", "valid": True, "problem": None}],
+            }
+        ],
+    }
     (cap / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
     return _build(path, [cap])
 
@@ -78,5 +93,7 @@ def samples_database(factory: pytest.TempPathFactory) -> Path:
     """Every sample bundled with k25trace (each its own run) and HTA's two-rank send/recv trace (no step markers)."""
     samples = Path(__file__).parent.parent / "k25trace" / "samples"
     hta = DATA / "traces" / "hta-2rank-sendrecv"
-    return _build(factory.getbasetemp() / "share-samples" / "samples.duckdb",
-                  sorted(samples.glob("*/*.json.gz")) + sorted(hta.glob("*.json.gz")))
+    return _build(
+        factory.getbasetemp() / "share-samples" / "samples.duckdb",
+        sorted(samples.glob("*/*.json.gz")) + sorted(hta.glob("*.json.gz")),
+    )

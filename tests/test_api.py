@@ -27,18 +27,25 @@ def database(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _cli_csv(db: Path, *args: str) -> pl.DataFrame:
-    done = subprocess.run([sys.executable, "-m", "k25trace.cli", "report", "--db", str(db), "--format", "csv", *args],
-                          capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "k25trace.cli", "report", "--db", str(db), "--format", "csv", *args],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return pl.read_csv(io.StringIO(done.stdout), infer_schema_length=None)
 
 
-@pytest.mark.parametrize(("method", "args", "kwargs"), [
-    ("breakdown", [], {}),
-    ("steps", ["--rank", "1"], {"rank": 1}),
-    ("kernels", ["--top", "7"], {"top": 7}),
-    ("idle", [], {}),
-    ("comm", [], {}),
-])
+@pytest.mark.parametrize(
+    ("method", "args", "kwargs"),
+    [
+        ("breakdown", [], {}),
+        ("steps", ["--rank", "1"], {"rank": 1}),
+        ("kernels", ["--top", "7"], {"top": 7}),
+        ("idle", [], {}),
+        ("comm", [], {}),
+    ],
+)
 def test_each_frame_is_the_cli_s(database: Path, method: str, args: list[str], kwargs: dict) -> None:
     view = {"breakdown": "batch", "steps": "step", "kernels": "kernel"}.get(method, method)
     expected = _cli_csv(database, "--by", view, *args)

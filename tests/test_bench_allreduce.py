@@ -31,9 +31,20 @@ DELAYED_RANK, DELAY_US = 1, 300.0
 @pytest.fixture(scope="module")
 def benched(tmp_path_factory: pytest.TempPathFactory):
     out = tmp_path_factory.mktemp("bench")
-    truth = generate(out / "traces", ranks=2, batch_sizes=(1, 64, 256), steps_per_batch=2, layers=4,
-                     first_k_dense=1, prefill=True, empty_steps=1, ar_latency_us=200000.0,
-                     delays=[(DELAYED_RANK, DELAY_US)], clock_offsets_us=[0.0, 250.0], seed=5)
+    truth = generate(
+        out / "traces",
+        ranks=2,
+        batch_sizes=(1, 64, 256),
+        steps_per_batch=2,
+        layers=4,
+        first_k_dense=1,
+        prefill=True,
+        empty_steps=1,
+        ar_latency_us=200000.0,
+        delays=[(DELAYED_RANK, DELAY_US)],
+        clock_offsets_us=[0.0, 250.0],
+        seed=5,
+    )
     path = out / "run.duckdb"
     con = db.connect(path)
     results, _ = pipeline.load_paths(con, [out / "traces"])
@@ -41,10 +52,35 @@ def benched(tmp_path_factory: pytest.TempPathFactory):
     con.close()
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     proc = subprocess.run(
-        [sys.executable, "-m", "k25trace", "bench", "allreduce", "--db", str(path), "--backend", "gloo",
-         "--world-size", "2", "--iters", "15", "--warmup", "3", "--bursts", "3", "--format", "csv",
-         "--timeout", "120"],
-        capture_output=True, text=True, env=env, timeout=180, cwd=ROOT)
+        [
+            sys.executable,
+            "-m",
+            "k25trace",
+            "bench",
+            "allreduce",
+            "--db",
+            str(path),
+            "--backend",
+            "gloo",
+            "--world-size",
+            "2",
+            "--iters",
+            "15",
+            "--warmup",
+            "3",
+            "--bursts",
+            "3",
+            "--format",
+            "csv",
+            "--timeout",
+            "120",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=180,
+        cwd=ROOT,
+    )
     assert proc.returncode == 0, proc.stderr
     con = db.connect(path)
     yield truth, con, proc
@@ -70,7 +106,8 @@ def _trace_sizes(con) -> dict[int, int]:
     rows = con.execute(
         "select steps.batch_size, gpu_events.msg_in_nelems, gpu_events.msg_dtype, count(*) from gpu_events "
         "join steps using (trace_id, step_index) where steps.phase = 'decode' and gpu_events.category = 'allreduce' "
-        "group by all").fetchall()
+        "group by all"
+    ).fetchall()
     best: dict[int, tuple[int, int]] = {}
     for batch, nelems, dtype, n in rows:
         assert dtype == "BFloat16"
@@ -88,14 +125,16 @@ def test_gloo_bench_writes_sane_rows(benched) -> None:
     rows = con.execute(
         "select backend, world_size, device_name, dtype, size_bytes, batch_size, size_source, mode, count, reps, "
         "median_us, p90_us, burst_ms, algbw_gbps, busbw_gbps, bench_run, measured_at from allreduce_bench "
-        "order by size_bytes, mode").fetchall()
+        "order by size_bytes, mode"
+    ).fetchall()
     assert len(rows) == len(specs) * 2  # (single, eager) per size; no CUDA graph on gloo
     assert len({r[15] for r in rows}) == 1 and all(r[16] is not None for r in rows)
     by = {(r[4], r[7]): r for r in rows}
     for size, count in specs:
         for mode in ("single", "eager"):
-            (backend, ws, device, dtype, _s, batch, source, _m, n, reps, med, p90, burst, algbw, busbw, _r, _t) = \
-                by[(size, mode)]
+            (backend, ws, device, dtype, _s, batch, source, _m, n, reps, med, p90, burst, algbw, busbw, _r, _t) = by[
+                (size, mode)
+            ]
             assert (backend, ws, device, dtype, source) == ("gloo", 2, "cpu", "bfloat16", "trace")
             assert sizes[batch] == size  # labelled with a batch size whose messages have this size
             assert n == (1 if mode == "single" else count)
@@ -117,8 +156,10 @@ def test_floor_report_against_truth(benched) -> None:
     truth, con, _ = benched
     counts = _decode_allreduce_counts(truth)
     sizes = _trace_sizes(con)
-    eager = {size: us for size, us in con.execute(
-        "select size_bytes, median_us from allreduce_bench where mode = 'eager'").fetchall()}
+    eager = {
+        size: us
+        for size, us in con.execute("select size_bytes, median_us from allreduce_bench where mode = 'eager'").fetchall()
+    }
     frame = report.allreduce_floor(con, "decode")
     assert frame["batch_size"].to_list() == sorted(counts)
     decode = {s["index"]: s for s in truth["steps"] if s["phase"] == "decode"}
@@ -149,8 +190,16 @@ def test_floor_report_against_truth(benched) -> None:
 
 
 def test_floor_report_on_read_only_db_without_bench(tmp_path: Path) -> None:
-    truth = generate(tmp_path / "traces", ranks=2, batch_sizes=(1,), steps_per_batch=2, layers=2, prefill=False,
-                     empty_steps=0, seed=1)
+    truth = generate(
+        tmp_path / "traces",
+        ranks=2,
+        batch_sizes=(1,),
+        steps_per_batch=2,
+        layers=2,
+        prefill=False,
+        empty_steps=0,
+        seed=1,
+    )
     path = tmp_path / "plain.duckdb"
     con = db.connect(path)
     pipeline.load_paths(con, [tmp_path / "traces"])
@@ -187,15 +236,21 @@ def test_bench_import_adds_a_run_once_and_names_bad_files(tmp_path: Path) -> Non
     runner = CliRunner()
     result = runner.invoke(cli, ["bench", "import", str(H200_BENCH), str(bad), "--db", str(path)])
     assert result.exit_code != 0 and "bad.json" in result.output and "allreduce_bench" in result.output
-    assert not path.exists() or db.connect(path).execute(
-        "select count(*) from duckdb_tables() where table_name = 'allreduce_bench'").fetchone()[0] == 0
+    assert (
+        not path.exists()
+        or db.connect(path)
+        .execute("select count(*) from duckdb_tables() where table_name = 'allreduce_bench'")
+        .fetchone()[0]
+        == 0
+    )
     for expected_note in ("added", "already in"):
         result = runner.invoke(cli, ["bench", "import", str(H200_BENCH), "--db", str(path)])
         assert result.exit_code == 0, result.output
         assert expected_note in result.output
     con = db.connect(path, read_only=True)
-    rows = con.execute("select batch_size, mode, median_us, kernel_median_us from allreduce_bench "
-                       "order by batch_size, mode").fetchall()
+    rows = con.execute(
+        "select batch_size, mode, median_us, kernel_median_us from allreduce_bench order by batch_size, mode"
+    ).fetchall()
     con.close()
     import json
 
@@ -213,11 +268,20 @@ def test_a_rank_that_dies_stops_the_bench_at_once() -> None:
 
     start = time.monotonic()
     with pytest.raises(K25Error) as info:
-        floor_bench.run_allreduce_bench([{"size_bytes": 4096, "count": 4}], backend="gloo", world_size=2, iters=3,
-                                  warmup=1, bursts=2, timeout_s=600, die_rank=1)
+        floor_bench.run_allreduce_bench(
+            [{"size_bytes": 4096, "count": 4}],
+            backend="gloo",
+            world_size=2,
+            iters=3,
+            warmup=1,
+            bursts=2,
+            timeout_s=600,
+            die_rank=1,
+        )
     took = time.monotonic() - start
-    assert str(info.value) == ("the bench stopped: rank 1 was killed by SIGKILL (the out-of-memory killer sends it) "
-                               "before giving its result")
+    assert str(info.value) == (
+        "the bench stopped: rank 1 was killed by SIGKILL (the out-of-memory killer sends it) before giving its result"
+    )
     assert took < 120  # generous: process start-up on a loaded machine; the timeout was 600 s
 
 
@@ -237,8 +301,9 @@ def test_a_failed_bench_leaves_the_database_byte_for_byte(tmp_path: Path) -> Non
     assert [r.status for r in results] == ["loaded"]
     con.close()
     before = hashlib.sha256(path.read_bytes()).hexdigest()
-    result = CliRunner().invoke(cli, ["bench", "allreduce", "--db", str(path), "--backend", "gloo",
-                                      "--world-size", "2"])
+    result = CliRunner().invoke(
+        cli, ["bench", "allreduce", "--db", str(path), "--backend", "gloo", "--world-size", "2"]
+    )
     assert result.exit_code == 1
     assert result.stderr.strip() == f"error: {path}: no decode steps with all-reduces; give --sizes and --count"
     assert hashlib.sha256(path.read_bytes()).hexdigest() == before
@@ -252,9 +317,32 @@ def test_a_missing_db_is_refused_before_the_bench_even_with_sizes(tmp_path: Path
     from k25trace.cli import cli
 
     path = tmp_path / "missing.duckdb"
-    result = CliRunner().invoke(cli, ["bench", "allreduce", "--db", str(path), "--sizes", "1024", "--count", "1",
-                                      "--backend", "gloo", "--world-size", "1", "--iters", "1", "--warmup", "0",
-                                      "--bursts", "1", "--no-graph", "--timeout", "60"])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "bench",
+            "allreduce",
+            "--db",
+            str(path),
+            "--sizes",
+            "1024",
+            "--count",
+            "1",
+            "--backend",
+            "gloo",
+            "--world-size",
+            "1",
+            "--iters",
+            "1",
+            "--warmup",
+            "0",
+            "--bursts",
+            "1",
+            "--no-graph",
+            "--timeout",
+            "60",
+        ],
+    )
     assert result.exit_code == 1, result.output
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: {path}: no such database"), result.stderr
@@ -267,15 +355,48 @@ def test_sizes_with_a_db_store_the_rows_in_it(tmp_path: Path) -> None:
 
     from k25trace.cli import cli
 
-    generate(tmp_path / "traces", ranks=1, batch_sizes=(1,), steps_per_batch=1, layers=1, prefill=False,
-             empty_steps=0, seed=2)
+    generate(
+        tmp_path / "traces",
+        ranks=1,
+        batch_sizes=(1,),
+        steps_per_batch=1,
+        layers=1,
+        prefill=False,
+        empty_steps=0,
+        seed=2,
+    )
     path = tmp_path / "run.duckdb"
     con = pipeline.connect(path)
     pipeline.load_paths(con, [tmp_path / "traces"])
     con.close()
-    result = CliRunner().invoke(cli, ["bench", "allreduce", "--db", str(path), "--sizes", "1024", "--count", "2",
-                                      "--backend", "gloo", "--world-size", "1", "--iters", "1", "--warmup", "0",
-                                      "--bursts", "1", "--no-graph", "--timeout", "120", "--format", "csv"])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "bench",
+            "allreduce",
+            "--db",
+            str(path),
+            "--sizes",
+            "1024",
+            "--count",
+            "2",
+            "--backend",
+            "gloo",
+            "--world-size",
+            "1",
+            "--iters",
+            "1",
+            "--warmup",
+            "0",
+            "--bursts",
+            "1",
+            "--no-graph",
+            "--timeout",
+            "120",
+            "--format",
+            "csv",
+        ],
+    )
     assert result.exit_code == 0, result.output
     con = db.connect(path, read_only=True)
     rows = con.execute("select size_bytes, mode, count from allreduce_bench order by mode").fetchall()

@@ -58,7 +58,8 @@ def test_sql_formats(dbfile: Path) -> None:
     query = "select rank, world_size from traces where file_name = 'eager_trace.json.gz'"
     assert k25("sql", "--db", str(dbfile), query, "--format", "csv").stdout == "rank,world_size\n0,8\n"
     assert json.loads(k25("sql", "--db", str(dbfile), query, "--format", "json").stdout) == [
-        {"rank": 0, "world_size": 8}]
+        {"rank": 0, "world_size": 8}
+    ]
     md = k25("sql", "--db", str(dbfile), query, "--format", "markdown").stdout
     assert md.splitlines()[0] == "| rank | world_size |" and md.splitlines()[2] == "| 0 | 8 |"
     stdin = k25("sql", "--db", str(dbfile), "-", "--format", "csv", stdin=query)
@@ -77,8 +78,23 @@ def test_sql_bad_query_gives_duckdb_message(dbfile: Path) -> None:
 def test_sql_named_query_with_params(dbfile: Path) -> None:
     listed = k25("sql", "--db", str(dbfile), "--list", "--format", "csv").stdout
     assert "report_kernels" in listed and "$top" in listed
-    result = k25("sql", "--db", str(dbfile), "--query", "report_kernels", "-p", "phase=all", "-p", "rank=null",
-                 "-p", "trace_id=null", "-p", "top=3", "--format", "csv")
+    result = k25(
+        "sql",
+        "--db",
+        str(dbfile),
+        "--query",
+        "report_kernels",
+        "-p",
+        "phase=all",
+        "-p",
+        "rank=null",
+        "-p",
+        "trace_id=null",
+        "-p",
+        "top=3",
+        "--format",
+        "csv",
+    )
     rows = list(csv.DictReader(io.StringIO(result.stdout)))
     assert len(rows) == 3 and rows[0]["short_name"]
     missing = k25("sql", "--db", str(dbfile), "--query", "report_kernels", "-p", "top=3")
@@ -103,15 +119,35 @@ def test_report_default_and_views(dbfile: Path) -> None:
     category's exclusive ms per step as step_categories holds it, shares adding up to the step."""
     result = k25("report", "--db", str(dbfile), "--format", "csv")
     rows = list(csv.DictReader(io.StringIO(result.stdout)))
-    assert list(rows[0]) == ["run_id", "level", "batch_size", "category", "steps", "ranks", "step_ms", "median_step_ms",
-                             "idle_pct", "ms_per_step", "pct_of_step", "kernel_ms_per_step", "calls_per_step",
-                             "us_per_call"]
+    assert list(rows[0]) == [
+        "run_id",
+        "level",
+        "batch_size",
+        "category",
+        "steps",
+        "ranks",
+        "step_ms",
+        "median_step_ms",
+        "idle_pct",
+        "ms_per_step",
+        "pct_of_step",
+        "kernel_ms_per_step",
+        "calls_per_step",
+        "us_per_call",
+    ]
     assert {r["batch_size"] for r in rows} == {"32"} and {(r["steps"], r["ranks"]) for r in rows} == {("1", "1")}
-    (step,) = sql_rows(dbfile, "select trace_id, step_index, wall_ns, idle_ns, overlap_ns from steps "
-                               "where phase = 'decode' and not is_empty")
-    busy = {r["category"]: r for r in sql_rows(
-        dbfile, f"select category, busy_ns, kernel_ns, kernel_count from step_categories "
-                f"where trace_id = {step['trace_id']} and step_index = {step['step_index']}")}
+    (step,) = sql_rows(
+        dbfile,
+        "select trace_id, step_index, wall_ns, idle_ns, overlap_ns from steps where phase = 'decode' and not is_empty",
+    )
+    busy = {
+        r["category"]: r
+        for r in sql_rows(
+            dbfile,
+            f"select category, busy_ns, kernel_ns, kernel_count from step_categories "
+            f"where trace_id = {step['trace_id']} and step_index = {step['step_index']}",
+        )
+    }
     by_category = {r["category"]: r for r in rows}
     assert set(by_category) == {*busy, "other", "overlap", "idle"}
     for category, r in busy.items():
@@ -129,20 +165,33 @@ def test_report_default_and_views(dbfile: Path) -> None:
 def test_report_views_against_the_step_tables(dbfile: Path) -> None:
     """--by category, step, rank and kernel over every phase, each checked against ad-hoc SQL on steps,
     step_categories and gpu_events: exact columns, row counts and the numbers (the golden files pin the rest)."""
-    steps = sql_rows(dbfile, "select trace_id, rank, step_index, wall_ns, busy_ns, idle_ns, overlap_ns, is_empty "
-                             "from steps")
+    steps = sql_rows(
+        dbfile, "select trace_id, rank, step_index, wall_ns, busy_ns, idle_ns, overlap_ns, is_empty from steps"
+    )
     shown = [s for s in steps if not s["is_empty"]]
     n = len(shown)
     assert n == 225  # 1 B200 prefill step, 1 MI300X decode step, 117 + 106 inferred steps of the two HTA ranks
 
     category = report_json(dbfile, "--by", "category", "--phase", "all")
-    assert list(category[0]) == ["category", "steps", "ms_per_step", "pct_of_step", "kernel_ms_per_step",
-                                 "calls_per_step", "us_per_call"]
+    assert list(category[0]) == [
+        "category",
+        "steps",
+        "ms_per_step",
+        "pct_of_step",
+        "kernel_ms_per_step",
+        "calls_per_step",
+        "us_per_call",
+    ]
     assert {r["steps"] for r in category} == {n}
-    sums = {r["category"]: r for r in sql_rows(
-        dbfile, "select c.category, sum(c.busy_ns) as busy_ns, sum(c.kernel_ns) as kernel_ns, "
-                "sum(c.kernel_count) as calls from step_categories as c join steps as s using (trace_id, step_index) "
-                "where not s.is_empty group by all")}
+    sums = {
+        r["category"]: r
+        for r in sql_rows(
+            dbfile,
+            "select c.category, sum(c.busy_ns) as busy_ns, sum(c.kernel_ns) as kernel_ns, "
+            "sum(c.kernel_count) as calls from step_categories as c join steps as s using (trace_id, step_index) "
+            "where not s.is_empty group by all",
+        )
+    }
     by_category = {r["category"]: r for r in category}
     # 'other' is always listed (report_category.sql: so missing rules show), as a zero row when no kernel of
     # these steps is 'other' -- since 039c3fe the last ones (quantize casts, embedding) have rules of their own
@@ -159,20 +208,50 @@ def test_report_views_against_the_step_tables(dbfile: Path) -> None:
     assert sum(r["pct_of_step"] for r in category) == pytest.approx(100, abs=0.01 * len(category))
 
     step_rows = report_json(dbfile, "--by", "step", "--phase", "all")
-    assert list(step_rows[0]) == ["trace_id", "rank", "step_index", "phase", "batch_size", "ctx_tokens", "gen_tokens",
-                                  "is_empty", "is_inferred", "graph_launches", "kernel_count", "wall_ms", "busy_ms",
-                                  "idle_ms", "busy_pct", "allreduce_pct", "top_categories", "marker"]
+    assert list(step_rows[0]) == [
+        "trace_id",
+        "rank",
+        "step_index",
+        "phase",
+        "batch_size",
+        "ctx_tokens",
+        "gen_tokens",
+        "is_empty",
+        "is_inferred",
+        "graph_launches",
+        "kernel_count",
+        "wall_ms",
+        "busy_ms",
+        "idle_ms",
+        "busy_pct",
+        "allreduce_pct",
+        "top_categories",
+        "marker",
+    ]
     assert [(r["trace_id"], r["step_index"]) for r in step_rows] == sorted(
-        (s["trace_id"], s["step_index"]) for s in steps)
+        (s["trace_id"], s["step_index"]) for s in steps
+    )
     truth = {(s["trace_id"], s["step_index"]): s for s in steps}
     for r in step_rows:
         s = truth[(r["trace_id"], r["step_index"])]
         assert (r["wall_ms"], r["busy_ms"], r["idle_ms"]) == (
-            round(s["wall_ns"] / 1e6, 4), round(s["busy_ns"] / 1e6, 4), round(s["idle_ns"] / 1e6, 4))
+            round(s["wall_ns"] / 1e6, 4),
+            round(s["busy_ns"] / 1e6, 4),
+            round(s["idle_ns"] / 1e6, 4),
+        )
 
     rank_rows = report_json(dbfile, "--by", "rank", "--phase", "all")
-    assert list(rank_rows[0]) == ["run_id", "rank", "category", "steps", "step_ms", "ms_per_step", "pct_of_step",
-                                  "kernel_ms_per_step", "calls_per_step"]
+    assert list(rank_rows[0]) == [
+        "run_id",
+        "rank",
+        "category",
+        "steps",
+        "step_ms",
+        "ms_per_step",
+        "pct_of_step",
+        "kernel_ms_per_step",
+        "calls_per_step",
+    ]
     per_rank: dict[tuple, list[dict]] = {}
     for r in rank_rows:
         per_rank.setdefault((r["run_id"], r["rank"]), []).append(r)
@@ -181,17 +260,32 @@ def test_report_views_against_the_step_tables(dbfile: Path) -> None:
         assert sum(r["pct_of_step"] for r in rows) == pytest.approx(100, abs=0.01 * len(rows))
 
     kernels = report_json(dbfile, "--by", "kernel", "--phase", "all")
-    assert list(kernels[0]) == ["category", "short_name", "calls_per_step", "ms_per_step", "pct_of_step", "mean_us",
-                                "min_us", "max_us"]
+    assert list(kernels[0]) == [
+        "category",
+        "short_name",
+        "calls_per_step",
+        "ms_per_step",
+        "pct_of_step",
+        "mean_us",
+        "min_us",
+        "max_us",
+    ]
     assert len(kernels) == 20 and [r["ms_per_step"] for r in kernels] == sorted(
-        (r["ms_per_step"] for r in kernels), reverse=True)
-    (top,) = sql_rows(dbfile, "select k.category, k.short_name, count(*) as calls, sum(k.dur_ns) as ns, "
-                              "min(k.dur_ns) as lo, max(k.dur_ns) as hi "
-                              "from kernels as k join steps as s using (trace_id, step_index) "
-                              "where not s.is_empty group by all order by ns desc limit 1")
-    assert (kernels[0]["category"], kernels[0]["short_name"], kernels[0]["calls_per_step"],
-            kernels[0]["ms_per_step"]) == (
-        top["category"], top["short_name"], round(top["calls"] / n, 2), round(int(top["ns"]) / n / 1e6, 4))
+        (r["ms_per_step"] for r in kernels), reverse=True
+    )
+    (top,) = sql_rows(
+        dbfile,
+        "select k.category, k.short_name, count(*) as calls, sum(k.dur_ns) as ns, "
+        "min(k.dur_ns) as lo, max(k.dur_ns) as hi "
+        "from kernels as k join steps as s using (trace_id, step_index) "
+        "where not s.is_empty group by all order by ns desc limit 1",
+    )
+    assert (
+        kernels[0]["category"],
+        kernels[0]["short_name"],
+        kernels[0]["calls_per_step"],
+        kernels[0]["ms_per_step"],
+    ) == (top["category"], top["short_name"], round(top["calls"] / n, 2), round(int(top["ns"]) / n / 1e6, 4))
     assert (kernels[0]["min_us"], kernels[0]["max_us"]) == (round(top["lo"] / 1e3, 2), round(top["hi"] / 1e3, 2))
 
 
@@ -204,14 +298,28 @@ def test_classify_with_user_rules(dbfile: Path, tmp_path: Path) -> None:
     db = tmp_path / "c.duckdb"
     shutil.copy(dbfile, db)
     rules = tmp_path / "rules.csv"
-    rules.write_text('category,kind,name_pattern,collective_pattern,note\nmy_multimem,kernel,multimem_all_reduce,,mine\n')
+    rules.write_text(
+        "category,kind,name_pattern,collective_pattern,note\nmy_multimem,kernel,multimem_all_reduce,,mine\n"
+    )
     result = k25("classify", "--db", str(db), "--rules", str(rules))
     assert result.returncode == 0, result.stderr
-    cats = k25("sql", "--db", str(db), "select distinct category from kernels where name like '%multimem_all_reduce%'",
-               "--format", "csv")
+    cats = k25(
+        "sql",
+        "--db",
+        str(db),
+        "select distinct category from kernels where name like '%multimem_all_reduce%'",
+        "--format",
+        "csv",
+    )
     assert cats.stdout.splitlines() == ["category", "my_multimem"]
-    steps = k25("sql", "--db", str(db), "select count(*) n from step_categories where category = 'my_multimem'",
-                "--format", "csv")
+    steps = k25(
+        "sql",
+        "--db",
+        str(db),
+        "select count(*) n from step_categories where category = 'my_multimem'",
+        "--format",
+        "csv",
+    )
     assert steps.stdout.splitlines()[1] != "0"
     show = k25("classify", "--db", str(db), "--show", "--format", "csv")
     assert "user:rules.csv" in show.stdout
@@ -232,19 +340,24 @@ def test_demo_runs_on_bundled_samples(tmp_path: Path) -> None:
     assert len(row_start.findall(traces_part)) == samples
     assert len(row_start.findall(steps_part)) == sql_rows(path, "select count(*) as n from steps")[0]["n"]
     text = " ".join(result.stdout.split())  # titles wrap at the table's width
-    groups = sql_rows(path, """
+    groups = sql_rows(
+        path,
+        """
         select run_labels.run_label as label, steps.batch_size, count(*) as steps, count(distinct steps.rank) as ranks,
             avg(steps.wall_ns) as mean_ns, median(steps.wall_ns) as median_ns,
             sum(steps.idle_ns) * 100.0 / sum(steps.wall_ns) as idle_pct
         from steps join trace_runs using (trace_id) join run_labels using (run_id)
         where steps.phase = 'decode' and not steps.is_empty
-        group by all order by all""")
+        group by all order by all""",
+    )
     assert len(groups) == 5  # the Kimi TP2 pair at batch 1, 64 and 256; the SGLang and vLLM MI300X steps at 32
     for g in groups:
         assert f"{g['label']}, batch size {g['batch_size']}: " in text, g
-        title = ("mean step "
-                 f"{round(g['mean_ns'] / 1e6, 4):.3f} ms (median {round(g['median_ns'] / 1e6, 4):.3f}), "
-                 f"idle {round(g['idle_pct'], 2):.1f} %")
+        title = (
+            "mean step "
+            f"{round(g['mean_ns'] / 1e6, 4):.3f} ms (median {round(g['median_ns'] / 1e6, 4):.3f}), "
+            f"idle {round(g['idle_pct'], 2):.1f} %"
+        )
         assert title in text, title
 
 
@@ -267,12 +380,18 @@ def test_run_labels_are_the_database_s(tmp_path: Path) -> None:
     assert labels == dict(con.execute("select distinct run_id, run_label from trace_runs").fetchall())
     sessions = con.execute("select distinct run_id, session from trace_runs where run_id like '%/both#%'").fetchall()
     assert sorted(session for _, session in sessions) == [1, 2]
-    assert con.execute("select count(*) from trace_runs where session is not null and run_id not like '%/both#%'"
-                       ).fetchone()[0] == 0
+    assert (
+        con.execute(
+            "select count(*) from trace_runs where session is not null and run_id not like '%/both#%'"
+        ).fetchone()[0]
+        == 0
+    )
     # each session is named by what tells it apart: graph when its raw files call cudaGraphLaunch, else eager
     # (4351636); which session that is, is read here from the raw JSON of its files
-    files = con.execute("select distinct trace_runs.session, traces.path from trace_runs join traces using (trace_id) "
-                        "where run_id like '%/both#%'").fetchall()
+    files = con.execute(
+        "select distinct trace_runs.session, traces.path from trace_runs join traces using (trace_id) "
+        "where run_id like '%/both#%'"
+    ).fetchall()
     graph: dict[int, set[bool]] = {}
     for session, path in files:
         with gzip.open(path, "rt", encoding="utf-8") as fh:
@@ -318,8 +437,10 @@ def test_installed_package_carries_its_sql_and_samples() -> None:
 
 def test_core_does_not_import_textual() -> None:
     """The headless core (and the CLI start-up) never pull in the TUI toolkit."""
-    code = ("import sys, k25trace.cli, k25trace.ingest, k25trace.analysis.report, k25trace.steps, k25trace.crossrank, "
-            "k25trace.analysis.browse, k25trace.classify; print('textual' in sys.modules)")
+    code = (
+        "import sys, k25trace.cli, k25trace.ingest, k25trace.analysis.report, k25trace.steps, k25trace.crossrank, "
+        "k25trace.analysis.browse, k25trace.classify; print('textual' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
@@ -341,7 +462,11 @@ def test_one_param_parser_for_both_front_ends() -> None:
         with pytest.raises(K25Error, match="expected name=value"):
             parse_param(bad)
     assert parse_params(" phase=decode  rank=null top=3 levels=c1,c64 ") == {
-        "phase": "decode", "rank": None, "top": 3, "levels": "c1,c64"}
+        "phase": "decode",
+        "rank": None,
+        "top": 3,
+        "levels": "c1,c64",
+    }
 
 
 def _project_imports(path: Path) -> set[str]:
@@ -367,17 +492,31 @@ def test_import_direction_of_the_cli_and_report_layer() -> None:
     pkg = ROOT / "k25trace"
     assert _project_imports(pkg / "vocab.py") <= {"k25trace.errors", "k25trace.errors.K25Error"}
     assert {m.rsplit(".", 1)[0] if m.count(".") > 1 else m for m in _project_imports(pkg / "db.py")} <= {
-        "k25trace.errors"}
-    above_report = ("k25trace.analysis.sol", "k25trace.analysis.floor", "k25trace.analysis.browse", "k25trace.cli",
-                    "k25trace.share_cli", "k25trace.bench_cli", "k25trace.options",
-                    "k25trace.render.html", "k25trace.analysis.compare", "k25trace.render.export",
-                    "k25trace.render.perfetto", "k25trace.tui")
+        "k25trace.errors"
+    }
+    above_report = (
+        "k25trace.analysis.sol",
+        "k25trace.analysis.floor",
+        "k25trace.analysis.browse",
+        "k25trace.cli",
+        "k25trace.share_cli",
+        "k25trace.bench_cli",
+        "k25trace.options",
+        "k25trace.render.html",
+        "k25trace.analysis.compare",
+        "k25trace.render.export",
+        "k25trace.render.perfetto",
+        "k25trace.tui",
+    )
     assert not [m for m in _project_imports(pkg / "analysis" / "report.py") if m.startswith(above_report)]
     bench = ("k25trace.bench_cli", "k25trace.analysis.floor")  # floor_bench too (the prefix)
     feature = {pkg / "bench_cli.py", pkg / "analysis" / "floor.py", pkg / "analysis" / "floor_bench.py"}
     assert all(p.exists() for p in feature)
-    importers = [str(p.relative_to(ROOT)) for p in pkg.rglob("*.py")
-                 if p not in feature and any(m.startswith(bench) for m in _project_imports(p))]
+    importers = [
+        str(p.relative_to(ROOT))
+        for p in pkg.rglob("*.py")
+        if p not in feature and any(m.startswith(bench) for m in _project_imports(p))
+    ]
     assert importers == []
     assert '"k25trace.bench_cli"' in (pkg / "cli.py").read_text(encoding="utf-8")  # the lazy command table
 
@@ -418,8 +557,9 @@ def test_load_names_sessions_that_share_a_rank(tmp_path: Path) -> None:
     for folder in ("eager", "graph"):
         for f in (GAPS / folder).glob("*.pt.trace.json.gz"):
             shutil.copy(f, both / f.name)
-            kinds[f.name] = "graph" if any(e.get("name") == "cudaGraphLaunch"
-                                           for e in _read_exact(f)["traceEvents"]) else "eager"
+            kinds[f.name] = (
+                "graph" if any(e.get("name") == "cudaGraphLaunch" for e in _read_exact(f)["traceEvents"]) else "eager"
+            )
     assert sorted(kinds.values()) == ["eager", "graph"]
     result = k25("load", "-q", str(both), "--db", str(tmp_path / "x.duckdb"))
     assert result.returncode == 0, result.stderr
@@ -453,6 +593,7 @@ def test_load_warns_of_activities_timestamped_far_outside_the_trace(tmp_path: Pa
     assert result.returncode == 0, result.stderr
     assert result.stderr.splitlines() == [
         f"warning: {path}: 2 GPU activities timestamped far outside the trace (more than 1 s past its CPU span and "
-        "the GPU work after it) were kept out of its steps"]
+        "the GPU work after it) were kept out of its steps"
+    ]
     control = k25("load", "-q", str(source), "--db", str(tmp_path / "plain.duckdb"))
     assert control.returncode == 0 and control.stderr == "", control.stderr

@@ -54,9 +54,11 @@ def test_one_pass_columns_keep_the_value_by_value_answers() -> None:
 def test_a_chunk_of_the_forgiving_decoder_is_read_value_by_value() -> None:
     """NaN is not JSON: the chunk goes to the stdlib decoder, whose NaN must stay 'no time' (dropped, counted), and a
     None dur stays NULL — numpy would read both as NaN on the one-pass path."""
-    chunk = (b'[{"ph":"X","cat":"cpu_op","name":"a","pid":1,"tid":1,"ts":NaN,"dur":1},'
-             b'{"ph":"X","cat":"cpu_op","name":"b","pid":1,"tid":1,"ts":2,"dur":null},'
-             b'{"ph":"X","cat":"cpu_op","name":"c","pid":1,"tid":1,"ts":3,"dur":1e300}]')
+    chunk = (
+        b'[{"ph":"X","cat":"cpu_op","name":"a","pid":1,"tid":1,"ts":NaN,"dur":1},'
+        b'{"ph":"X","cat":"cpu_op","name":"b","pid":1,"tid":1,"ts":2,"dur":null},'
+        b'{"ph":"X","cat":"cpu_op","name":"c","pid":1,"tid":1,"ts":3,"dur":1e300}]'
+    )
     events = _decode_chunk(Path("chunk.json"), chunk, False, (0, 0, [0, 60, 120]))
     columns = _Columns(False)
     table = columns.build(events, 10)["ops"]

@@ -57,8 +57,13 @@ def changed(frame: pl.DataFrame) -> pl.DataFrame:
 def test_welch_against_scipy() -> None:
     stats = pytest.importorskip("scipy.stats")
     rng = np.random.default_rng(7)
-    for na, nb, shift, sb in [(20, 20, 0.0, 1.0), (6, 6, 2.0, 3.0), (3, 9, 0.5, 0.2), (2, 2, 1.0, 1.0),
-                              (40, 7, -0.3, 5.0)]:
+    for na, nb, shift, sb in [
+        (20, 20, 0.0, 1.0),
+        (6, 6, 2.0, 3.0),
+        (3, 9, 0.5, 0.2),
+        (2, 2, 1.0, 1.0),
+        (40, 7, -0.3, 5.0),
+    ]:
         a = rng.normal(10.0, 1.0, na)
         b = rng.normal(10.0 + shift, sb, nb)
         ours = welch(a, b)
@@ -78,9 +83,9 @@ def test_welch_by_hand_and_degenerate_cases() -> None:
     w = welch([1, 2, 3, 4, 5], [3, 4, 5, 6, 7])
     assert w.delta == 2.0 and w.df == pytest.approx(8.0) and w.p == pytest.approx(0.08052, abs=1e-5)
     assert w.ci95 == pytest.approx(2.306, abs=1e-3)
-    assert welch([5.0, 5.0, 5.0], [5.0, 5.0]).p == 1.0       # no variation, same value: nothing changed
-    assert welch([5.0, 5.0, 5.0], [6.0, 6.0]).p == 0.0       # no variation, other value: an exact change
-    assert welch([1.0], [2.0, 3.0]).p is None                # one step: no test
+    assert welch([5.0, 5.0, 5.0], [5.0, 5.0]).p == 1.0  # no variation, same value: nothing changed
+    assert welch([5.0, 5.0, 5.0], [6.0, 6.0]).p == 0.0  # no variation, other value: an exact change
+    assert welch([1.0], [2.0, 3.0]).p is None  # one step: no test
 
 
 def test_holm_and_verdict() -> None:
@@ -90,8 +95,8 @@ def test_holm_and_verdict() -> None:
     assert adjusted[1] == pytest.approx(0.09) and adjusted[4] == pytest.approx(0.5)
     kw = dict(alpha=0.05, min_change_pct=5.0, min_step_pct=0.5)
     assert verdict(0.2, 3.0, 10.0, 100.0, **kw) == "within noise"
-    assert verdict(0.001, 0.4, 10.0, 100.0, **kw) == "negligible"      # 4 % of the row's value
-    assert verdict(0.001, 0.4, 1.0, 100.0, **kw) == "negligible"       # 40 %, but 0.4 % of the step
+    assert verdict(0.001, 0.4, 10.0, 100.0, **kw) == "negligible"  # 4 % of the row's value
+    assert verdict(0.001, 0.4, 1.0, 100.0, **kw) == "negligible"  # 40 %, but 0.4 % of the step
     assert verdict(0.001, 0.6, 1.0, 100.0, **kw) == "slower"
     assert verdict(0.001, -0.6, 1.0, 100.0, **kw) == "faster"
     assert verdict(None, 5.0, 1.0, 100.0, **kw).startswith("untested")
@@ -99,19 +104,25 @@ def test_holm_and_verdict() -> None:
 
 def test_kernel_families() -> None:
     # tile shapes, NCCL algorithm/protocol and Inductor indices vary across builds and batch sizes
-    assert kernel_family("nvjet_sm90_tst_64x8_64x16_2x1_v_bz_splitK_NNT") == \
-        kernel_family("nvjet_sm90_tst_128x64_64x8_2x1_v_bz_splitK_NNT") == "nvjet_sm90_tst_#_#_#_v_bz_splitK_NNT"
-    assert kernel_family("ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)") == \
-        kernel_family("ncclDevKernel_AllReduce_Sum_bf16_TREE_LL128(ncclDevKernelArgsStorage<4096ul>)") == \
-        "ncclDevKernel_AllReduce_Sum_bf16"
+    assert (
+        kernel_family("nvjet_sm90_tst_64x8_64x16_2x1_v_bz_splitK_NNT")
+        == kernel_family("nvjet_sm90_tst_128x64_64x8_2x1_v_bz_splitK_NNT")
+        == "nvjet_sm90_tst_#_#_#_v_bz_splitK_NNT"
+    )
+    assert (
+        kernel_family("ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)")
+        == kernel_family("ncclDevKernel_AllReduce_Sum_bf16_TREE_LL128(ncclDevKernelArgsStorage<4096ul>)")
+        == "ncclDevKernel_AllReduce_Sum_bf16"
+    )
     assert kernel_family("triton_poi_fused_mul_silu_slice_0") == kernel_family("triton_poi_fused_mul_silu_slice_7")
     assert kernel_family(synth.K_FUSED_ADD_RMS) == kernel_family(NEW_RMS) == "vllm::fused_add_rms_norm_kernel"
     assert kernel_family(synth.K_OPROJ).count("#") == 2 and "tilesize#_warpgroupsize#" in kernel_family(synth.K_OPROJ)
     # different operations stay apart
     assert kernel_family(synth.K_ACT) != kernel_family(NEW_ACT)
     assert kernel_family(synth.K_RMS) != kernel_family(synth.K_FUSED_ADD_RMS)
-    assert (kernel_family("nvjet_sm90_tst_64x8_64x16_2x1_v_bz_NNT")
-            != kernel_family("nvjet_sm90_tst_64x8_64x16_2x1_h_bz_NNT"))
+    assert kernel_family("nvjet_sm90_tst_64x8_64x16_2x1_v_bz_NNT") != kernel_family(
+        "nvjet_sm90_tst_64x8_64x16_2x1_h_bz_NNT"
+    )
     assert kernel_family("Memcpy DtoD (Device -> Device)") == "Memcpy DtoD (Device -> Device)"
     assert template_args(synth.K_MARLIN_W13) != template_args(synth.K_MARLIN_W2)
     assert template_args(synth.K_FUSED_ADD_RMS) == "<c10::BFloat16, 8>" and template_args("memcpy32_post") is None
@@ -123,8 +134,12 @@ def test_selection_parsing() -> None:
     assert Selection.parse(["trace=3,4", "rank=0"]) == Selection(traces=(3, 4), rank=0)
     assert Selection.parse(["run=graph (TP2)"]).run == "graph (TP2)"
     assert Selection.parse([]) == Selection()
-    for bad, message in [(["lvl=c1"], "unknown key"), (["batch=x"], "whole number"), (["level"], "KEY=VALUE"),
-                         (["level=c1", "level=c2"], "twice")]:
+    for bad, message in [
+        (["lvl=c1"], "unknown key"),
+        (["batch=x"], "whole number"),
+        (["level"], "KEY=VALUE"),
+        (["level=c1", "level=c2"], "twice"),
+    ]:
         with pytest.raises(K25Error, match=message):
             Selection.parse(bad)
 
@@ -182,7 +197,9 @@ def test_one_category_twenty_percent_slower_is_found_and_nothing_else(pairs: dic
     result = compare(side("A", pairs["base.db"]), side("B", pairs["slow.db"]))
     found = changed(result.categories)
     assert sorted(zip(found["group"], found["category"], found["verdict"], strict=True)) == [
-        ("bs=1", "attention", "slower"), ("bs=64", "attention", "slower")]
+        ("bs=1", "attention", "slower"),
+        ("bs=64", "attention", "slower"),
+    ]
     assert found["delta_pct"].to_list() == pytest.approx([20.0, 20.0], abs=1.5)
     # the measured delta is the generator's own (attention runs alone: exclusive = kernel time), and its 95 %
     # confidence interval holds the injected 20 %
@@ -194,8 +211,10 @@ def test_one_category_twenty_percent_slower_is_found_and_nothing_else(pairs: dic
         assert abs(row["delta_ms"] - 0.2 * row["ms_a"]) <= row["ci95_ms"]
     # kernels: every changed one is an attention kernel; without the step floor, exactly the attention kernels
     truth = json.loads((pairs["base"] / "truth.json").read_text())["kernel_categories"]
-    attention = {synth_short(n) for n, c in truth.items() if c == "attention"} - {synth_short(synth.K_FA3),
-                                                                                  synth_short(synth.K_PREP_VARLEN)}
+    attention = {synth_short(n) for n, c in truth.items() if c == "attention"} - {
+        synth_short(synth.K_FA3),
+        synth_short(synth.K_PREP_VARLEN),
+    }
     assert set(changed(result.kernels)["name_a"]) <= attention
     assert "sm90::flash_fwd_splitkv_mla_kernel" in set(changed(result.kernels)["name_a"])
     bare = compare(side("A", pairs["base.db"]), side("B", pairs["slow.db"]), min_step_pct=0)
@@ -222,12 +241,21 @@ def test_one_kernel_replaced_by_another(pairs: dict[str, Path]) -> None:
     result = compare(side("A", pairs["base.db"]), side("B", pairs["rename.db"]))
     assert changed(result.categories).is_empty()  # same durations, same categories
     found = changed(result.kernels)
-    assert sorted(zip(found["group"], found["match"], found["name_a"].fill_null("—"), found["name_b"].fill_null("—"),
-                      found["category"], strict=True)) == [
+    assert sorted(
+        zip(
+            found["group"],
+            found["match"],
+            found["name_a"].fill_null("—"),
+            found["name_b"].fill_null("—"),
+            found["category"],
+            strict=True,
+        )
+    ) == [
         ("bs=1", "only-A", "vllm::act_and_mul_kernel", "—", "activation"),
         ("bs=1", "only-B", "—", "vllm::silu_and_mul_kernel", "activation"),
         ("bs=64", "only-A", "vllm::act_and_mul_kernel", "—", "activation"),
-        ("bs=64", "only-B", "—", "vllm::silu_and_mul_kernel", "activation")]
+        ("bs=64", "only-B", "—", "vllm::silu_and_mul_kernel", "activation"),
+    ]
     assert len(result.changes()) == 4
     # the replacement runs as often and as long as the kernel it replaced
     for group in ("bs=1", "bs=64"):
@@ -299,10 +327,13 @@ def test_h200_eager_against_cuda_graph(gaps: dict[str, Path]) -> None:
     found = changed(result.kernels)
     for group in ("bs=1", "bs=8", "bs=64"):
         rows = found.filter(pl.col("group") == group)
-        assert sorted(zip(rows["match"], rows["name_a"].fill_null("—"), rows["name_b"].fill_null("—"),
-                          strict=True)) == [
-            ("only-A", "Memcpy DtoD (Device -> Device)", "—"), ("only-A", "Memcpy DtoH (Device -> Pageable)", "—"),
-            ("only-B", "—", "memcpy32_post")]
+        assert sorted(
+            zip(rows["match"], rows["name_a"].fill_null("—"), rows["name_b"].fill_null("—"), strict=True)
+        ) == [
+            ("only-A", "Memcpy DtoD (Device -> Device)", "—"),
+            ("only-A", "Memcpy DtoH (Device -> Pageable)", "—"),
+            ("only-B", "—", "memcpy32_post"),
+        ]
         copy = rows.filter(pl.col("name_a") == "Memcpy DtoH (Device -> Pageable)").row(0, named=True)
         assert copy["calls_a"] == pytest.approx(1 / 3, abs=0.01)
     assert result.comm.is_empty() and any("needs several ranks" in n for n in result.notes)
@@ -323,10 +354,12 @@ def test_batch_1_against_batch_64_within_one_run(tp2: Path) -> None:
     assert gemm["verdict"] == "slower" and gemm["ms_b"] > 10 * gemm["ms_a"]
     # cuBLAS picks other tiles at batch 64: those GEMMs match by family, each side listing its own tile names
     con = db.connect(tp2, read_only=True)
-    names = dict(con.execute(
-        "select s.batch_size, list(distinct k.short_name) from kernels k join steps s using (trace_id, step_index) "
-        "join trace_runs r using (trace_id) where r.run_id like '%graph%' and s.phase = 'decode' group by 1"
-    ).fetchall())
+    names = dict(
+        con.execute(
+            "select s.batch_size, list(distinct k.short_name) from kernels k join steps s using (trace_id, step_index) "
+            "join trace_runs r using (trace_id) where r.run_id like '%graph%' and s.phase = 'decode' group by 1"
+        ).fetchall()
+    )
     family = result.kernels.filter(pl.col("match") == "family")
     assert not family.is_empty()
     for row in family.iter_rows(named=True):
@@ -376,7 +409,8 @@ def mirrored(frame: pl.DataFrame, groups: dict[str, str]) -> pl.DataFrame:
         -pl.col("delta_ms"),
         pl.col("verdict").replace(MIRROR),
         pl.col("group").replace(groups),
-        *([pl.col("match").replace(SWAP)] if "match" in frame.columns else []))
+        *([pl.col("match").replace(SWAP)] if "match" in frame.columns else []),
+    )
     return out.select(frame.columns)
 
 
@@ -407,6 +441,7 @@ def test_swapping_the_sides_mirrors_every_row(tp2: Path, gaps: dict[str, Path], 
     assert len(ab.changes()) == len(ba.changes()) > 0
     for name in ("category", "kernel", "step", "comm"):
         same_rows(ab.section(name), mirrored(ba.section(name), groups))
+
     # the rule is exercised: some significant rows are below 0.5 % of one side's step and above it for the other,
     # or below 5 % of one side's value and not of the other's (read from the rows, not from compare's verdicts)
     def base_matters(frame: pl.DataFrame, step_a: dict[str, float], step_b: dict[str, float]) -> int:
@@ -419,6 +454,7 @@ def test_swapping_the_sides_mirrors_every_row(tp2: Path, gaps: dict[str, Path], 
             by_b = d < 0.05 * r["ms_b"] or d < 0.005 * step_b[r["group"]]
             n += by_a != by_b
         return n
+
     walls = ab.steps.filter(pl.col("metric") == "wall mean")
     step_a = dict(zip(walls["group"], walls["ms_a"], strict=True))
     step_b = dict(zip(walls["group"], walls["ms_b"], strict=True))
@@ -434,16 +470,30 @@ def capture_dir(root: Path, name: str, stats: dict[str, dict]) -> Path:
         (cap / level).mkdir(parents=True)
         trace = next(source.glob("*.pt.trace.json.gz"))
         shutil.copy(trace, cap / level / trace.name)
-        levels.append({"name": level, "concurrency": int(level[1:]), "dir": level, "stats": stats[level],
-                       "files": [{"path": f"{level}/{trace.name}", "valid": True, "problem": None}]})
+        levels.append(
+            {
+                "name": level,
+                "concurrency": int(level[1:]),
+                "dir": level,
+                "stats": stats[level],
+                "files": [{"path": f"{level}/{trace.name}", "valid": True, "problem": None}],
+            }
+        )
     (cap / "manifest.json").write_text(json.dumps({"k25trace_capture": 1, "levels": levels}))
     return cap
 
 
 def level_stats(tok_s: float, ttft: float, tpot: float) -> dict:
-    return {"requests": 64, "errors": 0, "output_tokens": 8192, "duration_s": 8192 / tok_s, "output_tok_s": tok_s,
-            "ttft_ms": {"p50": ttft, "p90": ttft * 1.5, "p99": ttft * 2}, "tpot_ms": {"p50": tpot, "p90": tpot + 1,
-            "p99": tpot + 2}, "itl_ms": {"p50": tpot, "p90": tpot + 1, "p99": tpot + 3}}
+    return {
+        "requests": 64,
+        "errors": 0,
+        "output_tokens": 8192,
+        "duration_s": 8192 / tok_s,
+        "output_tok_s": tok_s,
+        "ttft_ms": {"p50": ttft, "p90": ttft * 1.5, "p99": ttft * 2},
+        "tpot_ms": {"p50": tpot, "p90": tpot + 1, "p99": tpot + 2},
+        "itl_ms": {"p50": tpot, "p90": tpot + 1, "p99": tpot + 3},
+    }
 
 
 @pytest.fixture(scope="module")
@@ -461,8 +511,11 @@ def test_two_levels_of_one_capture(captures: dict[str, Path]) -> None:
     idle = result.categories.filter(pl.col("category") == "idle").row(0, named=True)
     assert idle["verdict"] == "faster"  # c64 holds the CUDA-graph run
     macro = {r["metric"]: r for r in result.macro.iter_rows(named=True)}
-    assert (macro["output tok/s"]["a"], macro["output tok/s"]["b"],
-            macro["output tok/s"]["better"]) == (40.0, 900.0, "B")
+    assert (macro["output tok/s"]["a"], macro["output tok/s"]["b"], macro["output tok/s"]["better"]) == (
+        40.0,
+        900.0,
+        "B",
+    )
     assert (macro["TTFT p50"]["a"], macro["TTFT p50"]["b"], macro["TTFT p50"]["better"]) == (30.0, 80.0, "A")
     assert macro["TPOT p99"]["delta"] == pytest.approx(35.0) and macro["TTFT p90"]["delta_pct"] == pytest.approx(166.67)
     assert any("aggregates" in n and "no test" in n for n in result.notes)
@@ -477,7 +530,9 @@ def test_two_captures_matched_by_level(captures: dict[str, Path]) -> None:
     assert result.verdict == "no change" and (result.categories["delta_ms"] == 0).all()
     macro = result.macro
     assert macro.height == 2 * 12 and set(zip(macro["level_a"], macro["level_b"], strict=True)) == {
-        ("c1", "c1"), ("c64", "c64")}
+        ("c1", "c1"),
+        ("c64", "c64"),
+    }
     tok = macro.filter((pl.col("metric") == "output tok/s") & (pl.col("level_a") == "c64")).row(0, named=True)
     assert (tok["a"], tok["b"], tok["delta"], tok["better"]) == (900.0, 1000.0, 100.0, "B")
 
@@ -496,8 +551,9 @@ def test_capture_figures_need_both_sides_from_capture(captures: dict[str, Path],
 def k25(*args: str) -> subprocess.CompletedProcess[str]:
     exe = shutil.which("k25trace")
     cmd = [exe] if exe else [sys.executable, "-m", "k25trace"]
-    return subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "COLUMNS": "200"})
+    return subprocess.run(
+        [*cmd, *args], capture_output=True, text=True, timeout=600, env={**os.environ, "COLUMNS": "200"}
+    )
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -534,9 +590,14 @@ def test_cli_formats_and_errors(captures: dict[str, Path], gaps: dict[str, Path]
 
 
 def test_top_kernels_keeps_every_change() -> None:
-    frame = pl.DataFrame({"phase": ["decode"] * 5, "group": ["bs=1"] * 5,
-                          "verdict": ["within noise", "slower", "within noise", "only in B", "negligible"],
-                          "delta_ms": [0.5, 0.1, 0.4, 0.01, 0.3]})
+    frame = pl.DataFrame(
+        {
+            "phase": ["decode"] * 5,
+            "group": ["bs=1"] * 5,
+            "verdict": ["within noise", "slower", "within noise", "only in B", "negligible"],
+            "delta_ms": [0.5, 0.1, 0.4, 0.01, 0.3],
+        }
+    )
     kept, hidden = top_kernels(frame, 1)
     assert kept["verdict"].to_list() == ["within noise", "slower", "only in B"] and hidden == 2
     kept, hidden = top_kernels(frame, 0)
@@ -552,8 +613,9 @@ def test_synth_change_options(tmp_path: Path) -> None:
     tiny = dict(ranks=1, batch_sizes=(2,), steps_per_batch=2, layers=2, prefill=False, empty_steps=0, seed=5)
     plain = synth.generate(tmp_path / "plain", **tiny)
     again = synth.generate(tmp_path / "again", **tiny, category_scale={}, kernel_rename={}, noise_seed=None)
-    assert (tmp_path / "plain" / plain["ranks"][0]["file"]).read_bytes() == \
-        (tmp_path / "again" / again["ranks"][0]["file"]).read_bytes()
+    assert (tmp_path / "plain" / plain["ranks"][0]["file"]).read_bytes() == (
+        tmp_path / "again" / again["ranks"][0]["file"]
+    ).read_bytes()
     assert "noise_seed" not in plain["params"]
     other = synth.generate(tmp_path / "other", **tiny, noise_seed=1, kernel_rename={synth.K_ACT: NEW_ACT})
     for key in ("base_time_ns", "clock_offset_ns", "pid"):  # the same GPUs and clocks: another run
@@ -562,8 +624,12 @@ def test_synth_change_options(tmp_path: Path) -> None:
     assert other["params"]["noise_seed"] == 1 and other["kernel_categories"][NEW_ACT] == "activation"
     text = gzip.decompress((tmp_path / "other" / other["ranks"][0]["file"]).read_bytes()).decode()
     assert json.dumps(NEW_ACT) in text and json.dumps(synth.K_ACT) not in text
-    for bad in ({"category_scale": {"attn": 1.2}}, {"category_scale": {"attention": 0}},
-                {"kernel_rename": {"no such kernel": "x"}}, {"kernel_rename": {synth.K_ACT: synth.K_RMS}}):
+    for bad in (
+        {"category_scale": {"attn": 1.2}},
+        {"category_scale": {"attention": 0}},
+        {"kernel_rename": {"no such kernel": "x"}},
+        {"kernel_rename": {synth.K_ACT: synth.K_RMS}},
+    ):
         with pytest.raises(ValueError):
             synth.generate(tmp_path / "bad", **tiny, **bad)
     assert parse_scales(["attention=1.2"]) == {"attention": 1.2}

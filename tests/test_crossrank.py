@@ -21,9 +21,19 @@ DELAYED_STEPS = {1, 2}  # the first decode steps (step 0 is the prefill)
 @pytest.fixture(scope="module")
 def tp4(tmp_path_factory: pytest.TempPathFactory):
     out = tmp_path_factory.mktemp("tp4")
-    truth = generate(out / "traces", ranks=4, batch_sizes=(1, 64), steps_per_batch=3, layers=4, first_k_dense=1,
-                     prefill=True, empty_steps=0, clock_offsets_us=OFFSETS_US,
-                     delays=[(DELAYED_RANK, DELAY_US, sorted(DELAYED_STEPS))], seed=3)
+    truth = generate(
+        out / "traces",
+        ranks=4,
+        batch_sizes=(1, 64),
+        steps_per_batch=3,
+        layers=4,
+        first_k_dense=1,
+        prefill=True,
+        empty_steps=0,
+        clock_offsets_us=OFFSETS_US,
+        delays=[(DELAYED_RANK, DELAY_US, sorted(DELAYED_STEPS))],
+        seed=3,
+    )
     con = db.connect(out / "tp4.duckdb")
     results, _ = pipeline.load_paths(con, [out / "traces"])
     assert all(r.status == "loaded" for r in results)
@@ -45,7 +55,8 @@ def test_clock_offsets_are_recovered(tp4) -> None:
 def test_every_collective_pairs_with_its_truth_and_waits_match(tp4) -> None:
     truth, con = tp4
     rows = con.execute(
-        "select step_index, category, ordinal, rank, wait_ns, transfer_ns, is_late from collectives").fetchall()
+        "select step_index, category, ordinal, rank, wait_ns, transfer_ns, is_late from collectives"
+    ).fetchall()
     ours = {(s, c, k, r): (w, t, late) for s, c, k, r, w, t, late in rows}
     assert len(ours) == len(truth["collectives"]) * 4
     for coll in truth["collectives"]:
@@ -61,13 +72,18 @@ def test_injected_delay_is_found(tp4) -> None:
     delayed = [c for c in truth["collectives"] if c["step"] in DELAYED_STEPS and c["category"] == "allreduce"]
     assert delayed
     for coll in delayed:
-        late = con.execute("select rank from collectives where step_index = ? and category = ? and ordinal = ? "
-                           "and is_late", [coll["step"], coll["category"], coll["k_cat"]]).fetchall()
+        late = con.execute(
+            "select rank from collectives where step_index = ? and category = ? and ordinal = ? and is_late",
+            [coll["step"], coll["category"], coll["k_cat"]],
+        ).fetchall()
         assert late == [(DELAYED_RANK,)] == [(coll["late_rank"],)]
     # the others wait about D on each delayed collective, the delayed rank about nothing
-    waits = dict(con.execute(
-        "select rank, avg(wait_ns) from collectives where category = 'allreduce' and step_index in (1, 2) "
-        "group by rank").fetchall())
+    waits = dict(
+        con.execute(
+            "select rank, avg(wait_ns) from collectives where category = 'allreduce' and step_index in (1, 2) "
+            "group by rank"
+        ).fetchall()
+    )
     for rank, wait in waits.items():
         if rank == DELAYED_RANK:
             assert wait < 0.05 * DELAY_US * 1000
@@ -76,9 +92,17 @@ def test_injected_delay_is_found(tp4) -> None:
     comm = report.breakdown(con, by="comm", phase="decode")
     row = comm.filter((comm["batch_size"] == 1) & (comm["category"] == "allreduce")).row(0, named=True)
     assert row["straggler_rank"] == DELAYED_RANK
-    expected_wait_ms = sum(sum(c["wait_ns"]) / 4 for c in truth["collectives"]
-                           if c["category"] == "allreduce" and truth["steps"][c["step"]]["gen_reqs"] == 1
-                           and truth["steps"][c["step"]]["phase"] == "decode") / 3 / 1e6
+    expected_wait_ms = (
+        sum(
+            sum(c["wait_ns"]) / 4
+            for c in truth["collectives"]
+            if c["category"] == "allreduce"
+            and truth["steps"][c["step"]]["gen_reqs"] == 1
+            and truth["steps"][c["step"]]["phase"] == "decode"
+        )
+        / 3
+        / 1e6
+    )
     assert row["wait_ms_per_step"] == pytest.approx(expected_wait_ms, rel=0.05)
     ranks = report.breakdown(con, by="rank-comm", phase="decode")
     slowest = ranks.filter(ranks["category"] == "allreduce").sort("wait_ms_per_step").row(0, named=True)
@@ -93,8 +117,9 @@ def test_real_two_rank_pair(tmp_path: Path) -> None:
     assert runs == (1, 2)
     offsets = dict(con.execute("select rank, paired_collectives from rank_offsets").fetchall())
     assert offsets == {0: 10, 1: 10}  # the 10 SendRecv kernels of each rank pair up
-    pairs = con.execute("select count(distinct ordinal), count(*), bool_and(wait_ns >= 0), sum(is_late::int) "
-                        "from collectives").fetchall()[0]
+    pairs = con.execute(
+        "select count(distinct ordinal), count(*), bool_and(wait_ns >= 0), sum(is_late::int) from collectives"
+    ).fetchall()[0]
     assert pairs == (10, 20, True, 10)
 
 
@@ -109,10 +134,24 @@ def mixed(tmp_path_factory: pytest.TempPathFactory):
     lateness mid-step (rank 2, 150 µs at collective 5 of some steps), both on one rank (rank 2 also 400 µs at the
     first collective of one step) and little but often (rank 3, 2 µs at every collective)."""
     out = tmp_path_factory.mktemp("mixed")
-    truth = generate(out / "traces", ranks=4, batch_sizes=(1, 8), steps_per_batch=4, layers=4, first_k_dense=1,
-                     prefill=False, empty_steps=0, clock_offsets_us=[0.0, 97.5, -310.25, 42.0],
-                     delays=[(LAUNCH_RANK, 200.0, None, [0]), (MID_RANK, 150.0, [1, 2, 5, 6], [5]),
-                             (MID_RANK, 400.0, [3], [0]), (OFTEN_RANK, 2.0)], seed=11)
+    truth = generate(
+        out / "traces",
+        ranks=4,
+        batch_sizes=(1, 8),
+        steps_per_batch=4,
+        layers=4,
+        first_k_dense=1,
+        prefill=False,
+        empty_steps=0,
+        clock_offsets_us=[0.0, 97.5, -310.25, 42.0],
+        delays=[
+            (LAUNCH_RANK, 200.0, None, [0]),
+            (MID_RANK, 150.0, [1, 2, 5, 6], [5]),
+            (MID_RANK, 400.0, [3], [0]),
+            (OFTEN_RANK, 2.0),
+        ],
+        seed=11,
+    )
     con = db.connect(out / "mixed.duckdb")
     results, _ = pipeline.load_paths(con, [out / "traces"])
     assert all(r.status == "loaded" for r in results)
@@ -127,8 +166,9 @@ def _truth_by_batch(truth: dict) -> dict[int, dict]:
     for c in truth["collectives"]:
         if c["category"] != "allreduce" or c["step"] not in batch_of:
             continue
-        b = out.setdefault(batch_of[c["step"]], {"launch": 0.0, "gpu": 0.0, "caused": [0] * 4, "last": [0] * 4,
-                                                 "steps": set()})
+        b = out.setdefault(
+            batch_of[c["step"]], {"launch": 0.0, "gpu": 0.0, "caused": [0] * 4, "last": [0] * 4, "steps": set()}
+        )
         b["steps"].add(c["step"])
         mean_wait = sum(c["wait_ns"]) / 4
         b["launch" if c["k"] == 0 else "gpu"] += mean_wait
@@ -182,8 +222,9 @@ def test_call_site_of_the_mid_step_delay(mixed) -> None:
         for site, row in rows.items():
             at = [c for c in colls if c["k_cat"] == site]
             assert row["steps"] == len(at)
-            assert row["wait_us"] == pytest.approx(sum(sum(c["wait_ns"]) / 4 for c in at) / len(at) / 1e3,
-                                                   rel=0.05, abs=0.05)
+            assert row["wait_us"] == pytest.approx(
+                sum(sum(c["wait_ns"]) / 4 for c in at) / len(at) / 1e3, rel=0.05, abs=0.05
+            )
         mid = next(c["k_cat"] for c in colls if c["k"] == 5)
         assert rows[mid]["late_rank"] == MID_RANK and rows[mid]["wait_kind"] == "gpu"
         assert rows[0]["wait_kind"] == "launch" and rows[0]["late_rank"] in (LAUNCH_RANK, MID_RANK)
@@ -219,7 +260,8 @@ def test_two_files_claiming_one_rank_are_kept_apart(tmp_path: Path) -> None:
     alone = db.connect(tmp_path / "alone.duckdb")
     pipeline.load_paths(alone, [fixture / "graph", fixture / "eager"])
     runs = con.execute(
-        "select run_id, count(*), count(distinct rank) from trace_runs group by all order by 1").fetchall()
+        "select run_id, count(*), count(distinct rank) from trace_runs group by all order by 1"
+    ).fetchall()
     assert [(r.rsplit("#", 1)[1], n, ranks) for r, n, ranks in runs] == [("s1", 2, 2), ("s2", 2, 2)]
     warnings = report.run_warnings(con)
     assert len(warnings) == 2 and all("2 files claim rank" in w for w in warnings)

@@ -109,9 +109,11 @@ def test_a_version_3_database_gets_the_run_label_columns(tmp_path: Path) -> None
 
 # ------------------------------------------------------------------------------------ issue 34, items 3 and 4b
 
+
 def k25(*args: str | bytes, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "k25trace", *args], capture_output=True, text=True, cwd=cwd,
-                          timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "k25trace", *args], capture_output=True, text=True, cwd=cwd, timeout=120
+    )
 
 
 def one_error(stderr: str, *names: str) -> str:
@@ -149,8 +151,16 @@ def test_load_onto_a_csv_file_is_refused_untouched(tmp_path: Path) -> None:
     assert digest(path) == before
 
 
-COMMANDS = [["load", str(TRACE)], ["report"], ["sql", "select 1"], ["classify"], ["steps"], ["html", "-o", "OUT"],
-            ["export", "perfetto", "-o", "OUT"], ["export", "parquet", "OUT"]]
+COMMANDS = [
+    ["load", str(TRACE)],
+    ["report"],
+    ["sql", "select 1"],
+    ["classify"],
+    ["steps"],
+    ["html", "-o", "OUT"],
+    ["export", "perfetto", "-o", "OUT"],
+    ["export", "parquet", "OUT"],
+]
 """(`compare` takes a trace file as a side and loads it: its paths are not --db files.)"""
 
 
@@ -164,15 +174,18 @@ def test_every_command_refuses_a_db_that_is_not_a_duckdb_file(tmp_path: Path, co
         result = CliRunner().invoke(cli, args)
         assert result.exit_code == 1, (args, result.output)
         assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
-        assert path.name in result.stderr and ("not a DuckDB database" in result.stderr
-                                               or "empty file" in result.stderr), result.stderr
+        assert path.name in result.stderr and (
+            "not a DuckDB database" in result.stderr or "empty file" in result.stderr
+        ), result.stderr
         assert not out.exists()
     assert {p: digest(p) for p in files} == sums
 
 
-@pytest.mark.parametrize("command", [["load", str(TRACE)], ["report"], ["html", "-o", "x.html"],
-                                     ["export", "perfetto", "-o", "x.json"]],
-                         ids=["load", "report", "html", "perfetto"])
+@pytest.mark.parametrize(
+    "command",
+    [["load", str(TRACE)], ["report"], ["html", "-o", "x.html"], ["export", "perfetto", "-o", "x.json"]],
+    ids=["load", "report", "html", "perfetto"],
+)
 def test_a_db_path_that_is_not_utf8_is_one_error(tmp_path: Path, command: list[str]) -> None:
     """The exact input of the issue: a byte 0xff in the --db name crashed with `RuntimeError: std::bad_cast`."""
     name = b"run\xff.duckdb"
@@ -214,8 +227,14 @@ def what_it_wrote(name: str, stdout: str, out: Path) -> object:
         for table, entry in sorted(manifest["tables"].items()):
             where = out / "pq" / entry["path"]
             glob = str(where / "**" / "*.parquet") if entry["partitioned_by"] else str(where)
-            rows[table] = sorted(map(repr, con.execute(
-                "select * from read_parquet(?, hive_partitioning = true, union_by_name = true)", [glob]).fetchall()))
+            rows[table] = sorted(
+                map(
+                    repr,
+                    con.execute(
+                        "select * from read_parquet(?, hive_partitioning = true, union_by_name = true)", [glob]
+                    ).fetchall(),
+                )
+            )
         con.close()
         return rows, manifest["tables"], manifest["files"]
     return stdout
@@ -246,8 +265,9 @@ def undamaged(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str,
     return path, outputs
 
 
-def test_a_damaged_database_gives_the_same_numbers_or_one_error(undamaged: tuple[Path, dict[str, object]],
-                                                                 tmp_path: Path) -> None:
+def test_a_damaged_database_gives_the_same_numbers_or_one_error(
+    undamaged: tuple[Path, dict[str, object]], tmp_path: Path
+) -> None:
     """64 KiB of random bytes (a fixed seed each) written over the database at five places, 1, 2, 3, 6 and 7
     eighths of the way in (where, in this database, damage hits blocks some commands read and others not, or free
     blocks). DuckDB keeps a checksum per block and checks it on every block it reads, so for every read command (report,
@@ -262,7 +282,7 @@ def test_a_damaged_database_gives_the_same_numbers_or_one_error(undamaged: tuple
         copy.parent.mkdir()
         data = bytearray(path.read_bytes())
         at = size * k // 8
-        data[at:at + DAMAGE] = random.Random(k).randbytes(DAMAGE)
+        data[at : at + DAMAGE] = random.Random(k).randbytes(DAMAGE)
         copy.write_bytes(bytes(data))
         before = digest(copy)
         for name in READS:
@@ -280,15 +300,16 @@ def test_a_damaged_database_gives_the_same_numbers_or_one_error(undamaged: tuple
     assert same and refused, (same, refused)
 
 
-def test_export_parquet_of_a_damaged_database_is_one_error_line(undamaged: tuple[Path, dict[str, object]],
-                                                                 tmp_path: Path) -> None:
+def test_export_parquet_of_a_damaged_database_is_one_error_line(
+    undamaged: tuple[Path, dict[str, object]], tmp_path: Path
+) -> None:
     """The exact report of the issue: a corrupt block gave `export parquet` a traceback; as a real process now one
     line naming the database, exit 1, and no partial export (its temporary folder removed)."""
     path, _ = undamaged
     copy = tmp_path / "damaged.duckdb"
     data = bytearray(path.read_bytes())
     at = len(data) // 8  # 1/8 of the way in: a block the export reads (the sweep above shows which ones)
-    data[at:at + DAMAGE] = random.Random(1).randbytes(DAMAGE)
+    data[at : at + DAMAGE] = random.Random(1).randbytes(DAMAGE)
     copy.write_bytes(bytes(data))
     out = tmp_path / "pq"
     result = k25("export", "parquet", str(out), "--db", str(copy))
@@ -312,17 +333,22 @@ def loaded_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-@pytest.mark.parametrize("bad", ["missing-path", "invalid-at-event-3.pt.trace.json", "deep-args-3000.pt.trace.json",
-                                 "both"])
-def test_a_load_whose_files_all_fail_leaves_the_database_byte_for_byte(loaded_db: Path, tmp_path: Path,
-                                                                      bad: str) -> None:
+@pytest.mark.parametrize(
+    "bad", ["missing-path", "invalid-at-event-3.pt.trace.json", "deep-args-3000.pt.trace.json", "both"]
+)
+def test_a_load_whose_files_all_fail_leaves_the_database_byte_for_byte(
+    loaded_db: Path, tmp_path: Path, bad: str
+) -> None:
     """The write-mode open re-ran the schema script on every open (one transaction that rewrote the file's blocks):
     now an open writes nothing to a database that has every table at the current version."""
     path = tmp_path / "run.duckdb"
     shutil.copy(loaded_db, path)
     before = digest(path)
-    files = [str(HOSTILE / name) for name in ("invalid-at-event-3.pt.trace.json", "deep-args-3000.pt.trace.json")] \
-        if bad == "both" else [str(tmp_path / "missing" if bad == "missing-path" else HOSTILE / bad)]
+    files = (
+        [str(HOSTILE / name) for name in ("invalid-at-event-3.pt.trace.json", "deep-args-3000.pt.trace.json")]
+        if bad == "both"
+        else [str(tmp_path / "missing" if bad == "missing-path" else HOSTILE / bad)]
+    )
     result = CliRunner().invoke(cli, ["load", *files, "--db", str(path)])
     assert result.exit_code == 1 and "Traceback" not in result.output, result.output
     assert f"0 loaded, 0 already there, {len(files)} failed" in result.stderr
@@ -379,14 +405,23 @@ def stale_and_fresh(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Pat
     con = pipeline.connect(stale)
     assert [r.status for r in pipeline.load_paths(con, [rank0])[0]] == ["loaded"]
     con.close()
-    killed = subprocess.run([sys.executable, "-c", f"""
+    killed = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            f"""
 import os
 from pathlib import Path
 from k25trace import pipeline
 pipeline.build_runs = lambda con: os._exit(9)
 con = pipeline.connect({str(stale)!r})
 pipeline.load_paths(con, [Path({str(rank1)!r})])
-"""], capture_output=True, text=True, timeout=120)
+""",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert killed.returncode == 9, killed.stderr
     con = duckdb.connect(str(stale), read_only=True)
     assert con.execute("select value from meta where key = 'crossrank_stale'").fetchone() == ("true",)
@@ -397,8 +432,9 @@ pipeline.load_paths(con, [Path({str(rank1)!r})])
 
 
 @pytest.mark.parametrize("command", ["html", "perfetto", "parquet"])
-def test_html_and_export_rebuild_run_tables_a_killed_load_left_stale(stale_and_fresh: tuple[Path, Path],
-                                                                    tmp_path: Path, command: str) -> None:
+def test_html_and_export_rebuild_run_tables_a_killed_load_left_stale(
+    stale_and_fresh: tuple[Path, Path], tmp_path: Path, command: str
+) -> None:
     """html and export open the database through pipeline.connect (read-only), which rebuilds the cross-rank tables
     first: their output is the output of the database loaded in one go (db.connect alone gave one rank)."""
     outputs = {}
@@ -409,9 +445,11 @@ def test_html_and_export_rebuild_run_tables_a_killed_load_left_stale(stale_and_f
         if source.with_name(source.name + ".wal").exists():  # the killed load's commit is in the write-ahead log
             shutil.copy(source.with_name(source.name + ".wal"), path.with_name(path.name + ".wal"))
         out = tmp_path / side / "out"
-        argv = {"html": ["html", "--db", str(path), "-o", str(out)],
-                "perfetto": ["export", "perfetto", "--db", str(path), "-o", str(out)],
-                "parquet": ["export", "parquet", str(out), "--db", str(path)]}[command]
+        argv = {
+            "html": ["html", "--db", str(path), "-o", str(out)],
+            "perfetto": ["export", "perfetto", "--db", str(path), "-o", str(out)],
+            "parquet": ["export", "parquet", str(out), "--db", str(path)],
+        }[command]
         result = CliRunner().invoke(cli, argv)
         assert result.exit_code == 0, result.output
         if command == "parquet":
@@ -419,8 +457,9 @@ def test_html_and_export_rebuild_run_tables_a_killed_load_left_stale(stale_and_f
             for t in ("trace_runs", "collectives", "collective_causes", "rank_offsets"):
                 one = out / f"{t}.parquet"
                 pattern = one if one.exists() else f"{out}/{t}/**/*.parquet"
-                tables[t] = sorted(duckdb.sql(f"select * from read_parquet('{pattern}', hive_partitioning = true)")
-                                   .fetchall())
+                tables[t] = sorted(
+                    duckdb.sql(f"select * from read_parquet('{pattern}', hive_partitioning = true)").fetchall()
+                )
                 assert tables[t], t
             outputs[side] = tables
         else:

@@ -20,8 +20,9 @@ from k25trace.cli import cli  # noqa: E402
 
 
 def test_the_command_reference_is_current() -> None:
-    done = subprocess.run([sys.executable, str(ROOT / ".ci" / "commands_doc.py"), "--check"], capture_output=True,
-                          text=True)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / ".ci" / "commands_doc.py"), "--check"], capture_output=True, text=True
+    )
     assert done.returncode == 0, done.stderr
 
 
@@ -134,9 +135,11 @@ def test_a_broken_link_is_found(tmp_path: Path) -> None:
     """The positive control: a missing file, a missing heading and a link in a code block (not a link)."""
     (tmp_path / "there.md").write_text("# A heading: `with code`\n\n## Again\n## Again\n")
     page = tmp_path / "page.md"
-    page.write_text("[ok](there.md) [ok](there.md#a-heading-with-code) [ok](there.md#again-1) [ok](#top)\n"
-                    "# Top\n[gone](gone.md) [bad](there.md#nope) [web](https://example.com/x.md)\n"
-                    "```\n[not a link](nowhere.md)\n```\n`[nor](this.md)`\n")
+    page.write_text(
+        "[ok](there.md) [ok](there.md#a-heading-with-code) [ok](there.md#again-1) [ok](#top)\n"
+        "# Top\n[gone](gone.md) [bad](there.md#nope) [web](https://example.com/x.md)\n"
+        "```\n[not a link](nowhere.md)\n```\n`[nor](this.md)`\n"
+    )
     assert broken_links(page) == ["page.md: gone.md (no such file)", "page.md: there.md#nope (no such heading)"]
 
 
@@ -148,8 +151,10 @@ def test_a_long_readme_or_a_wide_code_line_is_found() -> None:
     """The positive control: too many lines, and a wide line inside a code block (the same line outside is prose)."""
     wide = "x" * (CODE_WIDTH + 1)
     text = "\n".join([wide, "```sh", "short", wide, "```", *["line"] * README_MAX_LINES])
-    assert readme_problems(text, "") == [f"{README_MAX_LINES + 5} lines (at most {README_MAX_LINES})",
-                                         f"line 4: {CODE_WIDTH + 1} columns in a code block (at most {CODE_WIDTH})"]
+    assert readme_problems(text, "") == [
+        f"{README_MAX_LINES + 5} lines (at most {README_MAX_LINES})",
+        f"line 4: {CODE_WIDTH + 1} columns in a code block (at most {CODE_WIDTH})",
+    ]
     assert readme_problems("```\n" + wide + "\n```", wide) == []  # the CI command is the one exception
 
 
@@ -163,8 +168,9 @@ def schema_page_misses(page_text: str) -> list[str]:
     from k25trace import db
 
     con = db.connect(None)
-    columns = con.execute("select table_name, column_name from information_schema.columns "
-                          "where table_schema = 'main' order by all").fetchall()
+    columns = con.execute(
+        "select table_name, column_name from information_schema.columns where table_schema = 'main' order by all"
+    ).fetchall()
     con.close()
     named = set(re.findall(r"`([^`]+)`", page_text))
     named |= {part for name in named for part in re.split(r"[\s.,()=|/]+", name)}  # `traces.rank_source`, `a = b`

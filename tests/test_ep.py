@@ -44,19 +44,39 @@ def test_deepseek_ep_trace_names_get_their_categories_and_other_is_gone() -> Non
     # local get_dispatch_layout) and the FP8 casts (per_token_cast_to_fp8…, per_channel_cast_and_transpose, the cast
     # back), those fused with SwiGLU aside
     ep = sum(int(r["dur_ns"]) for r in rows if "dpsk::ep::internode::" in r["name"])
-    casts = sum(int(r["dur_ns"]) for r in rows if re.search(r"per_token_cast|per_channel_cast|cast_back", r["name"])
-                and "swiglu" not in r["name"])
+    casts = sum(
+        int(r["dur_ns"])
+        for r in rows
+        if re.search(r"per_token_cast|per_channel_cast|cast_back", r["name"]) and "swiglu" not in r["name"]
+    )
     assert share["all2all"] == ep and share["quantize"] == casts
     assert round(100 * ep / total, 2) == 46.31 and round(100 * casts / total, 2) == 5.78
-    old = (ep + casts + sum(int(r["dur_ns"]) for r in rows if re.search(
-        r"cuda::(swiglu|reduce_fused|expand_to_fused|batched_transpose|get_fused_mapping|clean_and_count|topk_sum|"
-        r"aux_fi|unique_group)|^_copy_tensor_kernel$|get_dispatch_layout", r["name"])))
+    old = (
+        ep
+        + casts
+        + sum(
+            int(r["dur_ns"])
+            for r in rows
+            if re.search(
+                r"cuda::(swiglu|reduce_fused|expand_to_fused|batched_transpose|get_fused_mapping|clean_and_count|topk_sum|"
+                r"aux_fi|unique_group)|^_copy_tensor_kernel$|get_dispatch_layout",
+                r["name"],
+            )
+        )
+    )
     assert round(100 * old / total, 2) == 56.62  # what was `other` before (measured with the previous rules)
 
 
-@pytest.mark.parametrize(("collective", "category"), [
-    ("all_to_all", "all2all"), ("all_to_allv", "all2all"), ("alltoall_base", "all2all"), ("send", "comm_other"),
-    (None, "comm_other")])
+@pytest.mark.parametrize(
+    ("collective", "category"),
+    [
+        ("all_to_all", "all2all"),
+        ("all_to_allv", "all2all"),
+        ("alltoall_base", "all2all"),
+        ("send", "comm_other"),
+        (None, "comm_other"),
+    ],
+)
 def test_nccl_sendrecv_is_all2all_only_when_its_collective_says_so(collective: str | None, category: str) -> None:
     name = "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)"
     assert classify_names([(name, "kernel", collective)])[0]["category"] == category
@@ -67,14 +87,19 @@ def test_all2all_collectives_pair_across_ranks_like_allreduce(tmp_path: Path) ->
     them exactly as it pairs them as all-reduces (same events, ordinals, transfer, wait, late rank)."""
     con = db.connect(tmp_path / "tp2.duckdb")
     pipeline.load_paths(con, [TP2 / "eager"])
-    columns = ("run_id, step_index, ordinal, trace_id, rank, event_id, start_ns, end_ns, transfer_ns, wait_ns, "
-               "is_late, skew_ns, lateness_ns, caused_wait_ns, wait_kind")
+    columns = (
+        "run_id, step_index, ordinal, trace_id, rank, event_id, start_ns, end_ns, transfer_ns, wait_ns, "
+        "is_late, skew_ns, lateness_ns, caused_wait_ns, wait_kind"
+    )
     query = f"select {columns} from collectives where category = $category order by all"
     as_allreduce = con.execute(query, {"category": "allreduce"}).fetchall()
     assert len(as_allreduce) > 100
     rules = tmp_path / "rules.csv"
-    rules.write_text("category,kind,name_pattern,collective_pattern,note\n"
-                     "all2all,kernel,ncclDevKernel_AllReduce,,test: the all-reduces as all-to-all\n", encoding="utf-8")
+    rules.write_text(
+        "category,kind,name_pattern,collective_pattern,note\n"
+        "all2all,kernel,ncclDevKernel_AllReduce,,test: the all-reduces as all-to-all\n",
+        encoding="utf-8",
+    )
     pipeline.reclassify(con, rules)
     pipeline.rebuild(con)
     assert con.execute("select count(*) from collectives where category = 'allreduce'").fetchone()[0] == 0

@@ -60,14 +60,19 @@ def expected_activities(db_path: Path, run_like: str, steps: list[int], ranks: l
     rows = con.execute(
         "select g.rank, g.event_id, g.start_ns - coalesce(o.offset_ns, 0), g.dur_ns, coalesce(g.category, 'other'), "
         "g.stream from gpu_events g join trace_runs r using (trace_id) left join rank_offsets o using (trace_id) "
-        "where r.run_id like ? and list_contains(?, g.step_index)", [run_like, steps]).fetchall()
+        "where r.run_id like ? and list_contains(?, g.step_index)",
+        [run_like, steps],
+    ).fetchall()
     con.close()
     return {(r[0], r[1]): r[2:] for r in rows if ranks is None or r[0] in ranks}
 
 
 def gpu_slices(trace: dict) -> dict:
-    return {(e["pid"], e["args"]["event_id"]): e for e in trace["traceEvents"]
-            if e["ph"] == "X" and not e["cat"].startswith("k25trace.")}
+    return {
+        (e["pid"], e["args"]["event_id"]): e
+        for e in trace["traceEvents"]
+        if e["ph"] == "X" and not e["cat"].startswith("k25trace.")
+    }
 
 
 # ------------------------------------------------------------------------------------------------ perfetto
@@ -98,13 +103,15 @@ def test_perfetto_default_is_one_median_step_per_batch_size_on_every_rank(graph:
     con = duckdb.connect(str(graph), read_only=True)
     marker_start = con.execute(
         "select min(s.marker_start_ns - o.offset_ns) from steps s join rank_offsets o using (trace_id) "
-        "where o.run_id like '%graph#ws2' and s.step_index in (2, 9, 14)").fetchone()[0]
+        "where o.run_id like '%graph#ws2' and s.step_index in (2, 9, 14)"
+    ).fetchone()[0]
     con.close()
     assert t0 == min(min(v[0] for v in expected.values()), marker_start)
 
     # one process per rank, named, with a step marker track and a GPU window per step
-    names = {e["pid"]: e["args"]["name"] for e in trace["traceEvents"]
-             if e["ph"] == "M" and e["name"] == "process_name"}
+    names = {
+        e["pid"]: e["args"]["name"] for e in trace["traceEvents"] if e["ph"] == "M" and e["name"] == "process_name"
+    }
     assert names == {0: "rank 0 · NVIDIA H200", 1: "rank 1 · NVIDIA H200"}
     steps = Counter((e["pid"], e["args"]["step"]) for e in trace["traceEvents"] if e.get("cat") == "k25trace.step")
     assert steps == {(r, s): 2 for r in (0, 1) for s in (2, 9, 14)}
@@ -121,7 +128,8 @@ def test_perfetto_collectives_carry_their_wait(graph: Path, tmp_path: Path) -> N
     rows = con.execute(
         "select c.rank, c.event_id, c.wait_ns, c.transfer_ns, c.dur_ns, c.ordinal, c.is_late, "
         "max(case when c.is_late then c.rank end) over (partition by c.step_index, c.category, c.ordinal) "
-        "from collectives c where c.run_id like '%graph#ws2' and c.step_index in (10, 11)").fetchall()
+        "from collectives c where c.run_id like '%graph#ws2' and c.step_index in (10, 11)"
+    ).fetchall()
     con.close()
     slices = gpu_slices(trace)
     waits = {(e["pid"], e["args"]["event_id"]): e for e in trace["traceEvents"] if e.get("cat") == "k25trace.wait"}
@@ -144,8 +152,9 @@ def test_perfetto_selection(tp2: Path, tmp_path: Path) -> None:
     # two runs in the database: --run is needed, and the error lists them
     code, _, err = run_export("perfetto", "--db", str(tp2), "-o", str(out))
     assert code == 1 and "2 runs with steps" in err and "graph (TP2)" in err and "eager (TP2)" in err
-    code, _, err = run_export("perfetto", "--db", str(tp2), "--run", "eager (TP2)", "--steps", "3-4", "--rank", "1",
-                              "-o", str(out))
+    code, _, err = run_export(
+        "perfetto", "--db", str(tp2), "--run", "eager (TP2)", "--steps", "3-4", "--rank", "1", "-o", str(out)
+    )
     assert code == 0, err
     trace = load_trace(out)
     assert trace["otherData"]["steps"] == [3, 4] and trace["otherData"]["ranks"] == [1]
@@ -155,18 +164,21 @@ def test_perfetto_selection(tp2: Path, tmp_path: Path) -> None:
     code, _, err = run_export("perfetto", "--db", str(tp2), "--run", "graph", "--batch", "64", "-o", str(out))
     assert code == 0, err
     assert load_trace(out)["otherData"]["steps"] == [14]
-    code, _, err = run_export("perfetto", "--db", str(tp2), "--run", "graph", "--batch", "8", "--steps", "2",
-                              "-o", str(out))
+    code, _, err = run_export(
+        "perfetto", "--db", str(tp2), "--run", "graph", "--batch", "8", "--steps", "2", "-o", str(out)
+    )
     assert code == 1 and "no step of batch size 8 with index 2" in err and "6-11" in err
-    code, _, err = run_export("perfetto", "--db", str(tp2), "--run", "graph", "--steps", "2", "--rank", "5",
-                              "-o", str(out))
+    code, _, err = run_export(
+        "perfetto", "--db", str(tp2), "--run", "graph", "--steps", "2", "--rank", "5", "-o", str(out)
+    )
     assert code == 1 and "no rank 5" in err
     code, _, err = run_export("perfetto", "--db", str(tp2), "--run", "nope", "-o", str(out))
     assert code == 1 and "matches no run" in err
     code, _, err = run_export("perfetto", "--db", str(tp2), "--run", "graph", "--steps", "x", "-o", str(out))
     assert code == 1 and "'x' is not a number" in err
-    code, stdout, err = run_export("perfetto", "--db", str(tp2), "--run", "graph", "--steps", "all", "--rank", "0",
-                                   "-o", "-")
+    code, stdout, err = run_export(
+        "perfetto", "--db", str(tp2), "--run", "graph", "--steps", "all", "--rank", "0", "-o", "-"
+    )
     assert code == 0, err
     assert json.loads(stdout)["otherData"]["steps"] == list(range(18))
 
@@ -176,6 +188,7 @@ def test_every_category_has_a_colour_of_its_own() -> None:
     `other` and `overlap`, has a reserved colour name no other category, the wait or the step marker uses
     (all2all, quantize and embedding were grey: they had none)."""
     import csv
+
     rules = Path(__file__).resolve().parents[1] / "queries" / "kernel_rules.csv"
     lines = [line for line in rules.read_text(encoding="utf-8").splitlines() if not line.startswith("#")]
     categories = {row["category"] for row in csv.DictReader(lines)} | {"other", "overlap"}
@@ -187,28 +200,38 @@ def test_every_category_has_a_colour_of_its_own() -> None:
 
 
 def test_the_validity_check_finds_what_breaks_a_json_trace() -> None:
-    good = {"traceEvents": [
-        {"ph": "M", "name": "process_name", "pid": 0, "tid": 0, "args": {"name": "rank 0"}},
-        {"ph": "X", "name": "a", "cat": "gemm", "pid": 0, "tid": 7, "ts": 0, "dur": 10},
-        {"ph": "X", "name": "b", "cat": "gemm", "pid": 0, "tid": 7, "ts": 2, "dur": 3},  # nested in a
-        {"ph": "X", "name": "c", "cat": "gemm", "pid": 0, "tid": 7, "ts": 10, "dur": 1}]}  # after a
+    good = {
+        "traceEvents": [
+            {"ph": "M", "name": "process_name", "pid": 0, "tid": 0, "args": {"name": "rank 0"}},
+            {"ph": "X", "name": "a", "cat": "gemm", "pid": 0, "tid": 7, "ts": 0, "dur": 10},
+            {"ph": "X", "name": "b", "cat": "gemm", "pid": 0, "tid": 7, "ts": 2, "dur": 3},  # nested in a
+            {"ph": "X", "name": "c", "cat": "gemm", "pid": 0, "tid": 7, "ts": 10, "dur": 1},
+        ]
+    }  # after a
     assert export.check_chrome_trace(good) == []
     overlapping = json.loads(json.dumps(good))
     overlapping["traceEvents"][3].update(ts=9, dur=2)  # 9..11 crosses the end of a (0..10)
     assert any("without nesting" in p for p in export.check_chrome_trace(overlapping))
-    for bad in ({"ph": "X", "name": "d", "pid": "0", "tid": 7, "ts": 0, "dur": 1},
-                {"ph": "X", "name": "d", "pid": 0, "tid": 7, "ts": -1, "dur": 1},
-                {"ph": "X", "name": "", "pid": 0, "tid": 8, "ts": 0, "dur": 1},
-                {"ph": "X", "name": "d", "pid": 0, "tid": 9, "ts": 0, "dur": 1, "cname": "purple"},
-                {"ph": "B", "name": "d", "pid": 0, "tid": 7, "ts": 0}):
+    for bad in (
+        {"ph": "X", "name": "d", "pid": "0", "tid": 7, "ts": 0, "dur": 1},
+        {"ph": "X", "name": "d", "pid": 0, "tid": 7, "ts": -1, "dur": 1},
+        {"ph": "X", "name": "", "pid": 0, "tid": 8, "ts": 0, "dur": 1},
+        {"ph": "X", "name": "d", "pid": 0, "tid": 9, "ts": 0, "dur": 1, "cname": "purple"},
+        {"ph": "B", "name": "d", "pid": 0, "tid": 7, "ts": 0},
+    ):
         assert export.check_chrome_trace({"traceEvents": good["traceEvents"] + [bad]}), bad
     assert export.check_chrome_trace({"events": []}) == ["no traceEvents list"]
 
 
 def test_overlapping_activities_of_one_stream_go_to_their_own_track() -> None:
     lanes = export._Lanes()
-    assert [lanes.place(0, 7, s, e) for s, e in ((0, 10), (10, 12), (11, 20), (12, 13), (15, 16))] == \
-        [7, 7, 1_000_007, 7, 7]
+    assert [lanes.place(0, 7, s, e) for s, e in ((0, 10), (10, 12), (11, 20), (12, 13), (15, 16))] == [
+        7,
+        7,
+        1_000_007,
+        7,
+        7,
+    ]
     assert lanes.overflow == 1 and lanes.place(1, 7, 0, 5) == 7
 
 
@@ -230,8 +253,9 @@ def test_parquet_layout(exported: Path, tp2: Path) -> None:
     assert manifest["runs"]["graph_TP2"].endswith("graph#ws2")
     for table in export.PARTITIONED_TABLES:
         assert manifest["tables"][table]["partitioned_by"] == ["run", "rank"]
-    parts = sorted(str(p.relative_to(exported / "gpu_events").parent)
-                   for p in (exported / "gpu_events").rglob("*.parquet"))
+    parts = sorted(
+        str(p.relative_to(exported / "gpu_events").parent) for p in (exported / "gpu_events").rglob("*.parquet")
+    )
     assert parts == ["run=eager_TP2/rank=0", "run=eager_TP2/rank=1", "run=graph_TP2/rank=0", "run=graph_TP2/rank=1"]
     assert (exported / "traces.parquet").is_file() and (exported / "kernel_names.parquet").is_file()
     assert not list(exported.glob(".k25trace-export-*"))  # the temporary folder is gone
@@ -264,8 +288,9 @@ def test_parquet_round_trips_every_table(exported: Path, tp2: Path) -> None:
             back = _duckdb_rows(reader, f"select * from read_parquet('{glob}', hive_partitioning=true)", columns)
             if info["rows"]:
                 # each row sits in the partition of its own run and rank
-                placed = reader.execute(f"select distinct trace_id, run, rank from read_parquet('{glob}', "
-                                        "hive_partitioning=true)").fetchall()
+                placed = reader.execute(
+                    f"select distinct trace_id, run, rank from read_parquet('{glob}', hive_partitioning=true)"
+                ).fetchall()
                 ranks = dict(source.execute("select trace_id, rank from traces").fetchall())
                 assert all(run == keys[run_of_trace[t]] and rank == ranks[t] for t, run, rank in placed)
             frame = pl.read_parquet(str(path) + "/", hive_partitioning=True)
@@ -278,16 +303,33 @@ def test_parquet_round_trips_every_table(exported: Path, tp2: Path) -> None:
         assert frame.height == arrow.num_rows == info["rows"], table
         assert set(columns) <= set(frame.columns) and set(columns) <= set(arrow.column_names), table
         checked += 1
-    tables = {r[0] for r in source.execute("select table_name from duckdb_tables() "
-                                           "where database_name = current_database() and not temporary").fetchall()}
+    tables = {
+        r[0]
+        for r in source.execute(
+            "select table_name from duckdb_tables() where database_name = current_database() and not temporary"
+        ).fetchall()
+    }
     assert checked == len(manifest["tables"]) and set(manifest["tables"]) == tables  # every table, nothing else
     # polars' and pyarrow's values agree with the database too, e.g. the GPU time per run, rank and category
-    want = Counter({(run_of_trace[t], r, c): ms for t, r, c, ms in source.execute(
-        "select trace_id, rank, category, sum(dur_ns) from gpu_events group by all").fetchall()})
-    got = pl.read_parquet(str(exported / "gpu_events") + "/", hive_partitioning=True) \
-        .group_by(["run", "rank", "category"]).agg(pl.col("dur_ns").sum())
-    assert Counter({(manifest["runs"][r["run"]], r["rank"], r["category"]): r["dur_ns"]
-                    for r in got.iter_rows(named=True)}) == want
+    want = Counter(
+        {
+            (run_of_trace[t], r, c): ms
+            for t, r, c, ms in source.execute(
+                "select trace_id, rank, category, sum(dur_ns) from gpu_events group by all"
+            ).fetchall()
+        }
+    )
+    got = (
+        pl.read_parquet(str(exported / "gpu_events") + "/", hive_partitioning=True)
+        .group_by(["run", "rank", "category"])
+        .agg(pl.col("dur_ns").sum())
+    )
+    assert (
+        Counter(
+            {(manifest["runs"][r["run"]], r["rank"], r["category"]): r["dur_ns"] for r in got.iter_rows(named=True)}
+        )
+        == want
+    )
     source.close()
 
 
@@ -303,8 +345,11 @@ def test_parquet_overwrite_and_an_empty_table(tp2: Path, tmp_path: Path) -> None
     code, _, err = run_export("parquet", str(out), "--db", str(tp2), "--overwrite")
     assert code == 0, err
     # python_functions holds nothing without load --keep-python: still a readable, empty table with its columns
-    empty = duckdb.connect().execute(
-        f"select count(*) from read_parquet('{out}/python_functions/**/*.parquet', hive_partitioning=true)").fetchone()
+    empty = (
+        duckdb.connect()
+        .execute(f"select count(*) from read_parquet('{out}/python_functions/**/*.parquet', hive_partitioning=true)")
+        .fetchone()
+    )
     assert empty == (0,)
     assert "event_id" in pl.read_parquet(str(out / "python_functions") + "/").columns
     con = db.connect(tp2, read_only=True)

@@ -59,21 +59,33 @@ def test_the_fixture_is_what_the_messages_say() -> None:
 
 
 @pytest.mark.parametrize("view", ["batch", "category", "step", "kernel", "timeline", "roofline"])
-@pytest.mark.parametrize(("args", "message"), [
-    (("--rank", "99"), "error: no rank 99: ranks 0–1"),
-    (("--rank", "-1"), "error: no rank -1: ranks 0–1"),
-    (("--trace", "999"), "error: no trace 999: traces 1–2"),
-    (("--phase", "prefill"), "error: no prefill steps: phases present: decode 9 engine steps (18 rank-steps); use "
-                             "--phase decode or --phase all"),
-    (("--phase", "prefill", "--rank", "1"), "error: no prefill steps (rank 1): phases present: decode 9 engine steps "
-                                            "(9 rank-steps); use --phase decode or --phase all"),
-    (("--batch", "3"), "error: no decode steps of batch size 3: batch sizes present: 1: 3 engine steps (6 rank-steps), "
-                       "8: 3 engine steps (6 rank-steps), 64: 3 engine steps (6 rank-steps)"),
-    (("--run", "nope"), "error: no run matches --run 'nope'. Runs: eager (TP2) = "
-                        f"{X2_EAGER.resolve()}#ws2"),
-])
-def test_a_filter_that_selects_nothing_says_what_exists(x2: Path, view: str, args: tuple[str, ...],
-                                                        message: str) -> None:
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--rank", "99"), "error: no rank 99: ranks 0–1"),
+        (("--rank", "-1"), "error: no rank -1: ranks 0–1"),
+        (("--trace", "999"), "error: no trace 999: traces 1–2"),
+        (
+            ("--phase", "prefill"),
+            "error: no prefill steps: phases present: decode 9 engine steps (18 rank-steps); use "
+            "--phase decode or --phase all",
+        ),
+        (
+            ("--phase", "prefill", "--rank", "1"),
+            "error: no prefill steps (rank 1): phases present: decode 9 engine steps "
+            "(9 rank-steps); use --phase decode or --phase all",
+        ),
+        (
+            ("--batch", "3"),
+            "error: no decode steps of batch size 3: batch sizes present: 1: 3 engine steps (6 rank-steps), "
+            "8: 3 engine steps (6 rank-steps), 64: 3 engine steps (6 rank-steps)",
+        ),
+        (("--run", "nope"), f"error: no run matches --run 'nope'. Runs: eager (TP2) = {X2_EAGER.resolve()}#ws2"),
+    ],
+)
+def test_a_filter_that_selects_nothing_says_what_exists(
+    x2: Path, view: str, args: tuple[str, ...], message: str
+) -> None:
     if "--rank" in args and "rank" not in view_filters(view):
         pytest.skip("the view refuses --rank (tested below)")
     if args[0] in ("--batch", "--run") and "batch_size" not in view_filters(view):
@@ -102,8 +114,12 @@ def test_views_refuse_the_filters_they_cannot_honour(x2: Path) -> None:
 
 
 def test_options_of_other_views_are_refused(x2: Path) -> None:
-    for args in (("--by", "batch", "--context", "10"), ("--by", "idle", "--model-config", str(MODEL)),
-                 ("--by", "step", "--quant", "experts=w4a16-g32"), ("--by", "timeline", "--top", "3")):
+    for args in (
+        ("--by", "batch", "--context", "10"),
+        ("--by", "idle", "--model-config", str(MODEL)),
+        ("--by", "step", "--quant", "experts=w4a16-g32"),
+        ("--by", "timeline", "--top", "3"),
+    ):
         code, out, err = _report(x2, *args)
         assert code == 1 and out == "" and "does not take" in err, args
 
@@ -174,9 +190,15 @@ def _raw_idle_per_batch(path: Path) -> tuple[int, dict[int, dict[str, float]]]:
         busy += hi - lo
         wall = max(b for _, b in spans) - spans[0][0]
         groups.setdefault(markers[i][1], []).append((wall, busy))
-    out = {batch: {"steps": len(v), "wall_ms": float(sum(w for w, _ in v) / len(v)) / 1e3,
-                   "busy_ms": float(sum(b for _, b in v) / len(v)) / 1e3,
-                   "idle_ms": float(sum(w - b for w, b in v) / len(v)) / 1e3} for batch, v in groups.items()}
+    out = {
+        batch: {
+            "steps": len(v),
+            "wall_ms": float(sum(w for w, _ in v) / len(v)) / 1e3,
+            "busy_ms": float(sum(b for _, b in v) / len(v)) / 1e3,
+            "idle_ms": float(sum(w - b for w, b in v) / len(v)) / 1e3,
+        }
+        for batch, v in groups.items()
+    }
     return trace["distributedInfo"]["rank"], out
 
 
@@ -196,14 +218,17 @@ def test_idle_honours_rank_and_trace(x2: Path) -> None:
     raw = dict(_raw_idle_per_batch(f) for f in sorted(X2_EAGER.glob("*.json.gz")))
     assert sorted(raw) == [0, 1]
     con = duckdb.connect(str(x2), read_only=True)
-    causes = {(rank, batch): vals for rank, batch, *vals in con.execute("""
+    causes = {
+        (rank, batch): vals
+        for rank, batch, *vals in con.execute("""
         select traces.rank, steps.batch_size,
                sum(gpu_gaps.host_ns) / count(distinct steps.step_index) / 1e6,
                sum(gpu_gaps.launch_ns) / count(distinct steps.step_index) / 1e6,
                sum(gpu_gaps.device_ns) / count(distinct steps.step_index) / 1e6
         from gpu_gaps join steps using (trace_id, step_index) join traces using (trace_id)
         where not gpu_gaps.between_steps and steps.phase = 'decode'
-        group by all""").fetchall()}
+        group by all""").fetchall()
+    }
     traces = dict(con.execute("select rank, trace_id from traces").fetchall())
     con.close()
     tables = {}

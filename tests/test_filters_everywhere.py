@@ -109,8 +109,9 @@ def test_rank_changes_every_per_rank_view(x2: Path, raw: dict[int, dict], view: 
         if outputs[rank] and "rank" in outputs[rank][0]:
             assert {r["rank"] for r in outputs[rank]} == {str(rank)}, view
         if view in ("step", "timeline"):  # one row per decode step of that rank
-            assert Counter(int(r["batch_size"]) for r in outputs[rank]) == \
-                Counter(b for p, b in raw[rank]["steps"] if p == "decode")
+            assert Counter(int(r["batch_size"]) for r in outputs[rank]) == Counter(
+                b for p, b in raw[rank]["steps"] if p == "decode"
+            )
         if view in ("batch", "idle"):  # steps per batch size = that rank's markers
             per_batch = {int(r["batch_size"]): int(r["steps"]) for r in outputs[rank]}
             assert per_batch == dict(Counter(b for p, b in raw[rank]["steps"] if p == "decode"))
@@ -133,6 +134,7 @@ def test_batch_selects_exactly_the_steps_of_that_batch_size(x2: Path, raw: dict[
     assert chosen
     if "batch_size" in chosen[0]:
         assert {r["batch_size"] for r in chosen} == {"8"}, view
+
         # a view of rows per batch size: its rows of batch 8 are what --batch 8 prints, exactly
         # (layer-late's `cause` is DuckDB's mode(), whose pick among tied causes varies from run to run)
         def stable(frame: list[dict[str, str]]) -> list[dict[str, str]]:
@@ -160,8 +162,10 @@ def test_a_batch_size_that_is_not_there_names_those_that_are(x2: Path) -> None:
     for view in ("batch", "comm", "step", "findings"):
         code, out, err = report(x2, "--by", view, "--batch", "3")
         assert code == 1 and out == ""
-        assert err.strip() == ("error: no decode steps of batch size 3: batch sizes present: 1: 3 engine steps (6 "
-                               "rank-steps), 8: 3 engine steps (6 rank-steps), 64: 3 engine steps (6 rank-steps)")
+        assert err.strip() == (
+            "error: no decode steps of batch size 3: batch sizes present: 1: 3 engine steps (6 "
+            "rank-steps), 8: 3 engine steps (6 rank-steps), 64: 3 engine steps (6 rank-steps)"
+        )
 
 
 def test_the_footers_use_the_table_s_filters(x2: Path) -> None:
@@ -203,8 +207,9 @@ def test_run_selects_one_run_as_if_it_were_alone(x2: Path, both: Path) -> None:
 # ------------------------------------------------------------------------------------------ one word for steps
 
 
-def test_every_front_end_counts_engine_steps_and_rank_steps_alike(x2: Path, raw: dict[int, dict],
-                                                                 tmp_path: Path) -> None:
+def test_every_front_end_counts_engine_steps_and_rank_steps_alike(
+    x2: Path, raw: dict[int, dict], tmp_path: Path
+) -> None:
     engine = Counter(b for p, b in raw[0]["steps"] if p == "decode")  # every rank saw every step
     assert engine == Counter(b for p, b in raw[1]["steps"] if p == "decode")
     code, out, err = run("report", "--db", str(x2), "--format", "table")
@@ -231,8 +236,9 @@ def test_the_b200_trace_has_one_prefill_step_and_no_decode_step() -> None:
     assert m["steps"] == [("prefill", 1)] and m["rank"] == 0 and m["world_size"] == 8
 
 
-NO_DECODE = "error: no decode steps: phases present: prefill 1 engine step (1 rank-step); use --phase prefill or " \
-            "--phase all"
+NO_DECODE = (
+    "error: no decode steps: phases present: prefill 1 engine step (1 rank-step); use --phase prefill or --phase all"
+)
 
 
 def test_html_without_decode_steps_writes_nothing_and_says_why(b200: Path, tmp_path: Path) -> None:
@@ -254,9 +260,11 @@ def test_a_cross_rank_view_of_one_loaded_rank_says_so(b200: Path) -> None:
     for view in ("comm", "comm-site", "rank-comm", "layer-late"):
         code, out, err = report(b200, "--by", view, "--phase", "prefill")
         assert code == 1 and out == "", view
-        assert err.strip() == (f"error: --by {view} pairs the collectives of a run's ranks, and each run here has "
-                               "one rank loaded (of world size 8): load every rank's trace of the run into the "
-                               "database")
+        assert err.strip() == (
+            f"error: --by {view} pairs the collectives of a run's ranks, and each run here has "
+            "one rank loaded (of world size 8): load every rank's trace of the run into the "
+            "database"
+        )
 
 
 def test_compare_without_decode_steps_says_why(b200: Path) -> None:

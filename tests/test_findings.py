@@ -65,8 +65,11 @@ def test_pair_names_the_waited_on_rank_its_cause_and_the_wait_as_saving(pair) ->
     result = findings.findings(pair, db="pair.duckdb", min_pct=0.0)
     assert result.phase == "decode" and not result.notes
     groups = _groups(result)
-    comm = {r["batch_size"]: r for r in report.breakdown(pair, by="comm").iter_rows(named=True)
-            if r["category"] == "allreduce"}
+    comm = {
+        r["batch_size"]: r
+        for r in report.breakdown(pair, by="comm").iter_rows(named=True)
+        if r["category"] == "allreduce"
+    }
     raw = raw_allreduce_wait(PAIR / "eager")
     assert sorted(groups) == sorted(comm) == sorted(raw) == [1, 8, 64]
     for batch, group in groups.items():
@@ -76,8 +79,9 @@ def test_pair_names_the_waited_on_rank_its_cause_and_the_wait_as_saving(pair) ->
         assert abs(Decimal(str(wait.saving_ms)) - raw[batch]) < Decimal("0.00006"), (batch, wait.saving_ms, raw[batch])
         assert wait.saving_label == "without the wait"
         assert wait.saving_pct == round(100 * wait.saving_ms / group.step_ms, 2)
-        assert wait.evidence == ("k25trace report --db pair.duckdb --by comm; "
-                                 "k25trace report --db pair.duckdb --by comm-site")
+        assert wait.evidence == (
+            "k25trace report --db pair.duckdb --by comm; k25trace report --db pair.duckdb --by comm-site"
+        )
     # batch 1: rank 0 makes rank 1 wait (README: its host is what is slow)
     b1 = _kinds(_groups(findings.findings(pair))[1])["collective_wait"][0]  # the default list: first
     late = b1.figures["late_ranks"]
@@ -91,8 +95,17 @@ def test_pair_names_the_waited_on_rank_its_cause_and_the_wait_as_saving(pair) ->
             parts = f.figures["late_ranks"]
             assert abs(sum(p["wait_ms_per_step"] for p in parts) - f.saving_ms) < 1e-4 * (len(parts) + 1)
             for p in parts:
-                split = sum(p[c] for c in ("host_ms_per_step", "sync_ms_per_step", "gpu_work_ms_per_step",
-                                           "device_ms_per_step", "first_ms_per_step", "unexplained_ms_per_step"))
+                split = sum(
+                    p[c]
+                    for c in (
+                        "host_ms_per_step",
+                        "sync_ms_per_step",
+                        "gpu_work_ms_per_step",
+                        "device_ms_per_step",
+                        "first_ms_per_step",
+                        "unexplained_ms_per_step",
+                    )
+                )
                 assert abs(split - p["wait_ms_per_step"]) < 1e-3
 
 
@@ -137,8 +150,11 @@ def test_pair_transfer_against_the_measured_floor(tmp_path: Path) -> None:
     floor.write_rows(con, floor.read_rows(PAIR / "allreduce_bench_kimi.json"))
     groups = _groups(findings.findings(con, min_pct=0.0))
     floors = {r["batch_size"]: r for r in report.breakdown(con, by="floor").iter_rows(named=True)}
-    comm = {r["batch_size"]: r for r in report.breakdown(con, by="comm").iter_rows(named=True)
-            if r["category"] == "allreduce"}
+    comm = {
+        r["batch_size"]: r
+        for r in report.breakdown(con, by="comm").iter_rows(named=True)
+        if r["category"] == "allreduce"
+    }
     for batch, group in groups.items():
         (transfer,) = [f for f in _kinds(group)["collective_transfer"] if f.figures["category"] == "allreduce"]
         assert floors[batch]["floor_kernel_ms"] is not None
@@ -200,8 +216,11 @@ def test_kernels_against_their_hardware_minimum(eager) -> None:
     roof = sol.roofline(eager)
     for batch, group in _groups(findings.findings(eager, min_pct=0.0)).items():
         (gemm,) = [f for f in _kinds(group)["kernels_sol"] if f.figures["category"] == "gemm"]
-        rows = [r for r in roof.iter_rows(named=True) if r["batch_size"] == batch and r["category"] == "gemm"
-                and r["sol_us"] is not None]
+        rows = [
+            r
+            for r in roof.iter_rows(named=True)
+            if r["batch_size"] == batch and r["category"] == "gemm" and r["sol_us"] is not None
+        ]
         expected = sum(max(r["ms_per_step"] - r["sol_us"] * r["calls_per_step"] / 1e3, 0.0) for r in rows)
         assert gemm.saving_ms == pytest.approx(expected, abs=1e-4)
         assert gemm.saving_label == "at the hardware minimum (ops with shapes)"
@@ -219,8 +238,10 @@ def test_b200_prefill_single_rank(tmp_path: Path) -> None:
     assert result.phase == "all" and "no decode steps" in result.notes[0] and "prefill 1" in result.notes[0]
     (group,) = result.groups
     kinds = _kinds(group)
-    assert "collective_unpaired" in kinds and "1 of the run's 8 ranks was loaded" in \
-        kinds["collective_unpaired"][0].sentence
+    assert (
+        "collective_unpaired" in kinds
+        and "1 of the run's 8 ranks was loaded" in kinds["collective_unpaired"][0].sentence
+    )
     assert "collective_wait" not in kinds
     assert all("--phase all" in f.evidence for f in group.findings)
     assert any("one slow step" in n for n in group.notes)
@@ -279,7 +300,7 @@ def _before_the_tables(stdout: str) -> str:
     lines = stdout.splitlines(keepends=True)
     border = next((i for i, line in enumerate(lines) if line.lstrip().startswith("┏")), None)
     assert border is not None and border > 1, stdout[:2000]
-    return "".join(lines[:border - 1])
+    return "".join(lines[: border - 1])
 
 
 @pytest.mark.parametrize("width", [120, 80])
@@ -291,13 +312,14 @@ def test_terminal_lines_fit_and_keep_every_figure_whole(pair, eager, graph, widt
         lines = console.export_text().splitlines()
         assert max(len(line) for line in lines) <= width
         for group in result.groups:
-            assert any(line.startswith(group.heading[:width - 10]) for line in lines)
+            assert any(line.startswith(group.heading[: width - 10]) for line in lines)
             for f in group.findings:
                 for figure in _FIGURE.findall(f.sentence):
                     assert any(figure in line for line in lines), (width, figure, f.sentence)
                 if f.saving_ms is not None:
-                    assert any(f"saves up to {f.saving_ms:,.3f} ms/step ({f.saving_pct:.1f} %)" in line
-                               for line in lines), (width, f.kind)
+                    assert any(
+                        f"saves up to {f.saving_ms:,.3f} ms/step ({f.saving_pct:.1f} %)" in line for line in lines
+                    ), (width, f.kind)
         # a wrapped line never ends inside a number that the next line goes on with
         for this, after in zip(lines, lines[1:], strict=False):
             if re.search(r"\d[.,]?$", this):
@@ -343,7 +365,7 @@ def test_default_table_report_opens_with_the_findings_on_the_pair(pair_db: Path)
         (worst,) = [r for r, w in late[1].items() if w == max(late[1].values())]
         assert worst == 0 and f"Rank {worst} caused" in flat and "its host launched late" in flat
         saves = _SAVES.search(flat)
-        assert saves is not None and "without the wait" in flat[saves.end():saves.end() + 20]
+        assert saves is not None and "without the wait" in flat[saves.end() : saves.end() + 20]
         assert abs(Decimal(saves.group(1).replace(",", "")) - raw[1]) <= Decimal("0.0006"), (saves.group(1), raw[1])
         assert "report --by comm, --by comm-site" in flat
     # scripts keep the table they had: csv (the default off a terminal) and json carry no findings
@@ -407,7 +429,7 @@ def test_the_html_page_opens_with_the_findings(pair) -> None:
     sections = re.findall(r'<section id="([\w-]+)"', text)
     assert sections[0] == "findings" and sections[1] == "runs"
     assert text.index('href="#findings"') < text.index('href="#runs"')
-    section = html.unescape(text[text.index('<section id="findings">'):text.index('<section id="runs">')])
+    section = html.unescape(text[text.index('<section id="findings">') : text.index('<section id="runs">')])
     result = findings.findings(pair, db="pair.duckdb")
     at = 0
     for group in result.groups:
@@ -417,6 +439,5 @@ def test_the_html_page_opens_with_the_findings(pair) -> None:
     raw = raw_allreduce_wait(PAIR / "eager")
     items = re.findall(r'<li data-kind="([\w_]+)" data-saving-ms="([^"]*)"', section)
     waits = [Decimal(ms) for kind, ms in items if kind == "collective_wait"]
-    assert len(waits) == 3 and all(abs(w - raw[b]) < Decimal("0.00006") for w, b in zip(waits, (1, 8, 64),
-                                                                                          strict=True))
+    assert len(waits) == 3 and all(abs(w - raw[b]) < Decimal("0.00006") for w, b in zip(waits, (1, 8, 64), strict=True))
     assert items[0][0] == "collective_wait" and "Rank 0 caused" in section and result.overlap in section

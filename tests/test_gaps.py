@@ -35,8 +35,11 @@ def _ns(v) -> int:
 def _raw(path: Path) -> dict:
     with gzip.open(path, "rt", encoding="utf-8") as fh:
         events = json.load(fh, parse_float=Decimal)["traceEvents"]
-    gpu = sorted((_ns(e["ts"]), _ns(e["ts"]) + _ns(e["dur"]), e["args"].get("correlation"))
-                 for e in events if e.get("cat") in GPU_CATS and "ts" in e)
+    gpu = sorted(
+        (_ns(e["ts"]), _ns(e["ts"]) + _ns(e["dur"]), e["args"].get("correlation"))
+        for e in events
+        if e.get("cat") in GPU_CATS and "ts" in e
+    )
     runtime = {}
     syncs = []
     for e in events:
@@ -67,24 +70,30 @@ def _trace_id(con, path: Path) -> int:
 @pytest.mark.parametrize("path", [EAGER, GRAPH, SGLANG, B200], ids=["h200-eager", "h200-graph", "sglang", "b200"])
 def test_gaps_add_up_to_the_idle_and_the_span_exactly(con, path: Path) -> None:
     tid = _trace_id(con, path)
-    per_step = con.execute("""
+    per_step = con.execute(
+        """
         select s.step_index, s.idle_ns, coalesce(sum(g.dur_ns), 0),
                coalesce(sum(g.host_ns + g.sync_ns + g.launch_ns + g.device_ns + g.unknown_ns), 0), count(g.dur_ns)
         from steps s left join gpu_gaps g on g.trace_id = s.trace_id and g.step_index = s.step_index
             and not g.between_steps
-        where s.trace_id = ? and s.gpu_start_ns is not null group by all order by 1""", [tid]).fetchall()
+        where s.trace_id = ? and s.gpu_start_ns is not null group by all order by 1""",
+        [tid],
+    ).fetchall()
     assert per_step
     for step, idle, gaps, parts, _count in per_step:
         assert gaps == idle == parts, (step, idle, gaps, parts)
     assert con.execute("select count(*) from gpu_gaps where trace_id = ? and dur_ns <= 0", [tid]).fetchone()[0] == 0
     # the whole timeline: first step start .. last step end = walls + between-step gaps + GPU work of no step
-    span, walls, between, unassigned = con.execute("""
+    span, walls, between, unassigned = con.execute(
+        """
         select max(gpu_end_ns) - min(gpu_start_ns), sum(wall_ns),
             (select coalesce(sum(dur_ns), 0) from gpu_gaps where trace_id = $t and between_steps),
             (select coalesce(sum(e.dur_ns), 0) from gpu_events e where e.trace_id = $t and e.step_index is null
                 and e.start_ns >= (select min(gpu_start_ns) from steps where trace_id = $t)
                 and e.end_ns <= (select max(gpu_end_ns) from steps where trace_id = $t))
-        from steps where trace_id = $t and gpu_start_ns is not null""", {"t": tid}).fetchone()
+        from steps where trace_id = $t and gpu_start_ns is not null""",
+        {"t": tid},
+    ).fetchone()
     # (unassigned GPU work between steps can overlap itself; on these traces it does not)
     assert span == walls + between + unassigned
 
@@ -96,8 +105,9 @@ def test_every_gap_matches_an_independent_reading(con, path: Path) -> None:
     then to the launch call, launch overhead from the call to the GPU start."""
     raw = _raw(path)
     tid = _trace_id(con, path)
-    first, last = con.execute("select min(gpu_start_ns), max(gpu_end_ns) from steps where trace_id = ?",
-                              [tid]).fetchone()
+    first, last = con.execute(
+        "select min(gpu_start_ns), max(gpu_end_ns) from steps where trace_id = ?", [tid]
+    ).fetchone()
     base = con.execute("select base_time_ns from traces where trace_id = ?", [tid]).fetchone()[0]
     blocking = _blocking_calls(path)
     sync_ends = [t for t, _ in raw["syncs"]]
@@ -127,18 +137,31 @@ def test_every_gap_matches_an_independent_reading(con, path: Path) -> None:
         prev_end = end if prev_end is None else max(prev_end, end)
     # k25trace's in-step gaps are per step's own activities; here the steps hold all the GPU work, so they are
     # the same gaps as the whole trace's
-    got = {(s, e): (c, h, y, la) for s, e, c, h, y, la in con.execute(
-        "select start_ns, end_ns, cause, host_ns, sync_ns, launch_ns from gpu_gaps where trace_id = ?",
-        [tid]).fetchall()}
+    got = {
+        (s, e): (c, h, y, la)
+        for s, e, c, h, y, la in con.execute(
+            "select start_ns, end_ns, cause, host_ns, sync_ns, launch_ns from gpu_gaps where trace_id = ?", [tid]
+        ).fetchall()
+    }
     assert got == expected
     # the sync-split gaps exist on these traces (the host sync returned inside the gap, then the host was late)
     split = [p for p in expected.values() if p[1] > 0 and p[2] > 0]
     assert split and any(p[0] == "host" for p in split)
 
 
-BLOCKING = SYNCS + ("cudaMemcpy2D", "cuStreamSynchronize", "cuCtxSynchronize", "cuEventSynchronize", "cuMemcpyDtoH_v2",
-                    "cuMemcpyHtoD_v2", "hipStreamSynchronize", "hipDeviceSynchronize", "hipEventSynchronize",
-                    "hipMemcpy", "hipMemcpyWithStream")
+BLOCKING = SYNCS + (
+    "cudaMemcpy2D",
+    "cuStreamSynchronize",
+    "cuCtxSynchronize",
+    "cuEventSynchronize",
+    "cuMemcpyDtoH_v2",
+    "cuMemcpyHtoD_v2",
+    "hipStreamSynchronize",
+    "hipDeviceSynchronize",
+    "hipEventSynchronize",
+    "hipMemcpy",
+    "hipMemcpyWithStream",
+)
 
 
 def _blocking_ends(calls: list[tuple[int, int]], start: int, end: int) -> list[int]:
@@ -147,8 +170,9 @@ def _blocking_ends(calls: list[tuple[int, int]], start: int, end: int) -> list[i
 
 
 def _check_blocking_rule(con, trace_id: int, calls: list[tuple[int, int]]) -> dict[tuple[int, int], tuple]:
-    gaps = con.execute("select start_ns, end_ns, cause, sync_end_ns, launch_start_ns from gpu_gaps "
-                       "where trace_id = ?", [trace_id]).fetchall()
+    gaps = con.execute(
+        "select start_ns, end_ns, cause, sync_end_ns, launch_start_ns from gpu_gaps where trace_id = ?", [trace_id]
+    ).fetchall()
     for start, end, cause, sync_end, launch_start in gaps:
         ends = _blocking_ends(calls, start, end)
         if ends:
@@ -166,8 +190,11 @@ def _blocking_calls(path: Path, *, absolute: bool = False) -> list[tuple[int, in
         trace = json.load(fh, parse_float=Decimal)
     events = trace["traceEvents"]
     base = int(trace.get("baseTimeNanoseconds", 0)) if absolute else 0
-    return [(_ns(e["ts"]) + base, _ns(e["ts"]) + _ns(e["dur"]) + base) for e in events
-            if e.get("cat") in ("cuda_runtime", "cuda_driver") and e.get("name") in BLOCKING and "ts" in e]
+    return [
+        (_ns(e["ts"]) + base, _ns(e["ts"]) + _ns(e["dur"]) + base)
+        for e in events
+        if e.get("cat") in ("cuda_runtime", "cuda_driver") and e.get("name") in BLOCKING and "ts" in e
+    ]
 
 
 @pytest.mark.parametrize("path", [EAGER, GRAPH, SGLANG, B200], ids=["h200-eager", "h200-graph", "sglang", "b200"])
@@ -184,10 +211,30 @@ def test_the_blocking_call_rule_on_nested_and_overlapping_calls(tmp_path: Path) 
     kernel_at = [0, 100, 200, 300, 400]  # 10 µs kernels: gaps [10, 100], [110, 200], [210, 300], [310, 400]
     events = []
     for i, t in enumerate(kernel_at):
-        events.append({"ph": "X", "cat": "kernel", "name": f"k{i}", "pid": 0, "tid": 7, "ts": t, "dur": 10,
-                       "args": {"device": 0, "stream": 7, "correlation": i + 1}})
-        events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
-                       "ts": t - 5, "dur": 2, "args": {"correlation": i + 1}})
+        events.append(
+            {
+                "ph": "X",
+                "cat": "kernel",
+                "name": f"k{i}",
+                "pid": 0,
+                "tid": 7,
+                "ts": t,
+                "dur": 10,
+                "args": {"device": 0, "stream": 7, "correlation": i + 1},
+            }
+        )
+        events.append(
+            {
+                "ph": "X",
+                "cat": "cuda_runtime",
+                "name": "cudaLaunchKernel",
+                "pid": 1,
+                "tid": 1,
+                "ts": t - 5,
+                "dur": 2,
+                "args": {"correlation": i + 1},
+            }
+        )
     blocking = [  # (thread, category, name, start µs, end µs)
         (2, "cuda_runtime", "cudaMemcpy", 20, 80),  # gap 1: covers 60 of 90
         (2, "cuda_driver", "cuMemcpyDtoH_v2", 30, 50),  # nested in it, alone 20 of 90
@@ -197,8 +244,7 @@ def test_the_blocking_call_rule_on_nested_and_overlapping_calls(tmp_path: Path) 
         (3, "cuda_runtime", "cudaMemcpy", 320, 390),  # gap 4 on another thread: 70 of 90, ends later
     ]
     for tid, cat, name, t0, t1 in blocking:
-        events.append({"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": t0, "dur": t1 - t0,
-                       "args": {}})
+        events.append({"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": t0, "dur": t1 - t0, "args": {}})
     path = tmp_path / "blocking.pt.trace.json"
     path.write_text(json.dumps({"traceEvents": events}))
     c = db.connect(tmp_path / "blocking.duckdb")
@@ -206,8 +252,9 @@ def test_the_blocking_call_rule_on_nested_and_overlapping_calls(tmp_path: Path) 
     assert [r.status for r in results] == ["loaded"], [r.message for r in results]
     (trace_id,) = c.execute("select trace_id from traces").fetchone()
     found = _check_blocking_rule(c, trace_id, [(t0 * 1000, t1 * 1000) for _, _, _, t0, t1 in blocking])
-    us = {(s // 1000, e // 1000): (cause, None if end is None else end // 1000)
-          for (s, e), (cause, end) in found.items()}
+    us = {
+        (s // 1000, e // 1000): (cause, None if end is None else end // 1000) for (s, e), (cause, end) in found.items()
+    }
     assert us[(10, 100)] == ("sync", 80)
     assert us[(110, 200)] == ("sync", 250)
     assert us[(210, 300)][0] == "host"
@@ -224,8 +271,11 @@ def test_the_injected_host_sleep_is_host_bound_and_the_blocking_copy_splits_at_t
     assert len(sleeps) == len(runs["host_sleep_steps"]) and len(copies) == len(runs["blocking_copy_steps"])
 
     def gap_at(t_ns: int):
-        return con.execute("select cause, host_ns, sync_ns, launch_ns, dur_ns, start_ns, end_ns from gpu_gaps "
-                           "where trace_id = ? and start_ns <= ? and ? < end_ns", [tid, t_ns, t_ns]).fetchone()
+        return con.execute(
+            "select cause, host_ns, sync_ns, launch_ns, dur_ns, start_ns, end_ns from gpu_gaps "
+            "where trace_id = ? and start_ns <= ? and ? < end_ns",
+            [tid, t_ns, t_ns],
+        ).fetchone()
 
     def gpu_busy_at(t: int) -> bool:  # raw JSON: some GPU activity covers instant t
         return any(a <= t < b for a, b, _ in raw["gpu"])
@@ -243,7 +293,7 @@ def test_the_injected_host_sleep_is_host_bound_and_the_blocking_copy_splits_at_t
         found += 1
     assert found >= 2  # the batch-1 steps are host-bound: their sleeps show (at 8 and 64 queued work hides them)
     for c0, c1 in copies:  # the gap after the D2H copy: the host waited in cudaStreamSynchronize, then relaunched
-        (sync_end, _), = [(t, tid_) for t, tid_ in raw["syncs"] if c0 <= t <= c1]
+        ((sync_end, _),) = [(t, tid_) for t, tid_ in raw["syncs"] if c0 <= t <= c1]
         assert not gpu_busy_at(sync_end)  # a sync returns when the GPU has drained: it is idle then, always
         cause, host, sync, launch, dur, g0, g1 = gap_at(sync_end + base)
         # split where the sync returned: before it the host waited (sync), after it the host was free and late

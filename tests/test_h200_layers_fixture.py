@@ -34,8 +34,10 @@ SETS = {"marlin": ("eager", "graph"), "bf16": ("bf16-eager", "bf16-graph")}
 STEPS = {"eager": 4, "graph": 6}  # profiled steps per batch size
 # what CUDA-graph replay renames (bf16 set only; the marlin set's graphs hold no memcpy/memset node):
 # a DtoD copy node runs as a kernel "memcpy32_post", a memset node can be reported as "Memset (Unknown)"
-GRAPH_RENAMES = {"Memcpy DtoD (Device -> Device)": {"memcpy32_post"}, "Memset (Device)": {"Memset (Device)",
-                                                                                        "Memset (Unknown)"}}
+GRAPH_RENAMES = {
+    "Memcpy DtoD (Device -> Device)": {"memcpy32_post"},
+    "Memset (Device)": {"Memset (Device)", "Memset (Unknown)"},
+}
 SEGMENTS = ["pre", *(f"model.layers.{i}" for i in range(LAYERS)), "post"]
 
 
@@ -45,10 +47,15 @@ def _trace(folder: str) -> dict:
     (path,) = sorted((FIXTURE / folder).glob("*.pt.trace.json.gz"))
     with gzip.open(path, "rt", encoding="utf-8") as fh:
         events = json.load(fh)["traceEvents"]
-    launch = {e["args"]["correlation"]: e["ts"] for e in events
-              if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})}
-    gpu = sorted((e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and e.get("ph") == "X"),
-                 key=lambda e: e["ts"])
+    launch = {
+        e["args"]["correlation"]: e["ts"]
+        for e in events
+        if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})
+    }
+    gpu = sorted(
+        (e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and e.get("ph") == "X"),
+        key=lambda e: e["ts"],
+    )
     ann = sorted((e for e in events if e.get("cat") == "user_annotation"), key=lambda e: e["ts"])
     markers = [e for e in ann if MARKER.match(e["name"])]
     regions = [e for e in ann if e["name"] in ("pre", "post") or LAYER.match(e["name"])]
@@ -64,8 +71,15 @@ def _trace(folder: str) -> dict:
             r = regions[i] if i >= 0 else None
             labels.append(r["name"] if r is not None and r["ts"] <= t <= r["ts"] + r["dur"] else None)
         names = [e["name"] for e in regions if lo <= e["ts"] and e["ts"] + e["dur"] <= hi]
-        steps.append({"batch": int(MARKER.match(m["name"]).group(1)), "acts": acts, "labels": labels,
-                      "regions": names, "launchers": {g["args"]["correlation"] for g in acts}})
+        steps.append(
+            {
+                "batch": int(MARKER.match(m["name"]).group(1)),
+                "acts": acts,
+                "labels": labels,
+                "regions": names,
+                "launchers": {g["args"]["correlation"] for g in acts},
+            }
+        )
     return {"steps": steps, "events": events}
 
 
@@ -146,8 +160,9 @@ def test_odd_layer_does_clearly_more_kernel_time_than_the_median_moe_layer(name)
             if name == "marlin":  # the same k experts for every token: the MoE layers' times barely spread
                 assert t[ODD] - max(others) > 5 * (max(others) - min(others)), (mode, s["batch"], t)
                 # the expert GEMMs themselves: twice the experts' int4 weights
-                m = [sum(a["dur"] for a in segs[f"model.layers.{i}"] if MARLIN.search(a["name"]))
-                     for i in range(LAYERS)]
+                m = [
+                    sum(a["dur"] for a in segs[f"model.layers.{i}"] if MARLIN.search(a["name"])) for i in range(LAYERS)
+                ]
                 assert m[ODD] > 1.6 * statistics.median(m[i] for i in range(1, LAYERS) if i != ODD), (mode, m)
 
 
@@ -171,10 +186,12 @@ def test_graph_steps_replay_the_eager_kernel_sequence(name):
     eager, graph = (_trace(f)["steps"] for f in SETS[name])
     assert [s["batch"] for s in graph] == [b for b in BATCHES for _ in range(STEPS["graph"])]
     events = _trace(SETS[name][1])["events"]
-    graph_launches = {e["args"]["correlation"] for e in events
-                      if e.get("cat") == "cuda_runtime" and e["name"] == "cudaGraphLaunch"}
-    assert not any(e.get("cat") == "user_annotation" and (LAYER.match(e["name"]) or e["name"] in ("pre", "post"))
-                   for e in events)
+    graph_launches = {
+        e["args"]["correlation"] for e in events if e.get("cat") == "cuda_runtime" and e["name"] == "cudaGraphLaunch"
+    }
+    assert not any(
+        e.get("cat") == "user_annotation" and (LAYER.match(e["name"]) or e["name"] in ("pre", "post")) for e in events
+    )
     for b in BATCHES:
         want = [a["name"] for a in next(s for s in eager if s["batch"] == b)["acts"]]
         assert all([a["name"] for a in s["acts"]] == want for s in eager if s["batch"] == b)
@@ -208,7 +225,9 @@ def test_marlin_kernels_are_in_every_expert_and_dense_mlp():
         args = "(int4 const*, int4 const*, int4*, int4 const*, int, int, int, int*)"
         # m <= 16: thread_m_blocks 1, 128 x 128 tiles; m = 64: 4 m-blocks, 64 x 256 tiles; group size 128 (8 blocks)
         assert {n for n in names if MARLIN.search(n)} == {
-            f"void marlin::Marlin<256, 1, 8, 8, 4, 8>{args}", f"void marlin::Marlin<256, 4, 16, 4, 4, 8>{args}"}
+            f"void marlin::Marlin<256, 1, 8, 8, 4, 8>{args}",
+            f"void marlin::Marlin<256, 4, 16, 4, 4, 8>{args}",
+        }
     for s in _trace(SETS["marlin"][0])["steps"]:
         for seg, a, b in _segments(s):
             n = sum(1 for x in s["acts"][a:b] if MARLIN.search(x["name"]))

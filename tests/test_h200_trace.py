@@ -38,11 +38,15 @@ def expected():
     with gzip.open(TRACE, "rt", encoding="utf-8") as fh:
         trace = json.load(fh)
     events = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
-    markers = sorted((e for e in events if e.get("cat") == "user_annotation" and MARKER.match(e["name"])),
-                     key=lambda e: e["ts"])
+    markers = sorted(
+        (e for e in events if e.get("cat") == "user_annotation" and MARKER.match(e["name"])), key=lambda e: e["ts"]
+    )
     starts = [m["ts"] for m in markers]
-    launch_ts = {e["args"]["correlation"]: e["ts"] for e in events
-                 if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})}
+    launch_ts = {
+        e["args"]["correlation"]: e["ts"]
+        for e in events
+        if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})
+    }
     activities: Counter[int] = Counter()
     for e in events:
         if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"):
@@ -74,7 +78,8 @@ def test_steps_match_the_json(loaded, expected) -> None:
     _, steps = expected
     rows = loaded.execute(
         "select step_index, phase, batch_size, gen_reqs, gen_tokens, graph_launches, kernel_count, is_empty, "
-        "is_inferred, source from steps order by step_index").fetchall()
+        "is_inferred, source from steps order by step_index"
+    ).fetchall()
     assert len(rows) == len(steps)
     for row, exp in zip(rows, steps, strict=True):
         index, phase, batch, gen_reqs, gen_tokens, graphs, activities, empty, inferred, source = row
@@ -103,7 +108,8 @@ def test_categories_are_sensible(loaded) -> None:
         assert pct["norm"] > 0 and pct["memcpy"] > 0
     # nothing is left in 'other': the MoE path's small copy kernel (3 per layer) is a memcpy (039c3fe)
     other = loaded.execute(
-        "select distinct short_name from kernels where category = 'other' and step_index is not null").fetchall()
+        "select distinct short_name from kernels where category = 'other' and step_index is not null"
+    ).fetchall()
     assert other == []
     copy = loaded.execute("select distinct category from kernels where short_name = 'memcpy32_post'").fetchall()
     assert copy == [("memcpy",)]

@@ -38,10 +38,16 @@ def _raw(path: Path) -> dict:
     def ns(v) -> int:
         return int(Decimal(v) * 1000)
 
-    ar = sorted((ns(e["ts"]), ns(e["ts"]) + ns(e["dur"])) for e in events
-                if e.get("cat") == "kernel" and "AllReduce" in e["name"])
-    markers = sorted((ns(e["ts"]), int(MARKER.match(e["name"]).group(1))) for e in events
-                     if e.get("cat") == "user_annotation" and MARKER.match(e["name"]))
+    ar = sorted(
+        (ns(e["ts"]), ns(e["ts"]) + ns(e["dur"]))
+        for e in events
+        if e.get("cat") == "kernel" and "AllReduce" in e["name"]
+    )
+    markers = sorted(
+        (ns(e["ts"]), int(MARKER.match(e["name"]).group(1)))
+        for e in events
+        if e.get("cat") == "user_annotation" and MARKER.match(e["name"])
+    )
     spins = sorted(ns(e["ts"]) for e in events if e.get("cat") == "kernel" and "spin_kernel" in e["name"])
     return {"ar": ar, "markers": markers, "spins": spins}
 
@@ -73,8 +79,16 @@ def _truth(mode: str) -> dict:
     for t in r0["spins"]:
         k = next(i for i, (s, _) in enumerate(r0["ar"]) if s >= t)
         spun_sites.add(k % per_step)
-    return {"per_step": per_step, "batches": batches, "steps": dict(steps), "wait": dict(wait),
-            "caused": dict(caused), "site_wait": site_wait, "spun_sites": spun_sites, "spins": len(r0["spins"])}
+    return {
+        "per_step": per_step,
+        "batches": batches,
+        "steps": dict(steps),
+        "wait": dict(wait),
+        "caused": dict(caused),
+        "site_wait": site_wait,
+        "spun_sites": spun_sites,
+        "spins": len(r0["spins"]),
+    }
 
 
 @pytest.fixture(scope="module")
@@ -99,8 +113,9 @@ def truth(mode: str) -> dict:
 
 
 def _run_id(con, mode: str) -> str:
-    (run_id,) = {r for (r,) in con.execute("select run_id from trace_runs").fetchall()
-                 if r.rsplit("#", 1)[0].endswith(mode)}
+    (run_id,) = {
+        r for (r,) in con.execute("select run_id from trace_runs").fetchall() if r.rsplit("#", 1)[0].endswith(mode)
+    }
     return run_id
 
 
@@ -117,7 +132,9 @@ def test_steps_align_across_ranks_and_every_allreduce_is_classified(loaded, trut
     run_id = _run_id(loaded, mode)
     rows = loaded.execute(
         "select steps.rank, steps.step_index, steps.batch_size from steps join trace_runs using (trace_id) "
-        "where run_id = ? and not is_empty order by steps.rank, steps.step_index", [run_id]).fetchall()
+        "where run_id = ? and not is_empty order by steps.rank, steps.step_index",
+        [run_id],
+    ).fetchall()
     by_rank = defaultdict(list)
     for rank, step, batch in rows:
         by_rank[rank].append((step, batch))
@@ -126,40 +143,52 @@ def test_steps_align_across_ranks_and_every_allreduce_is_classified(loaded, trut
     counts = loaded.execute(
         "select g.rank, g.category, count(*) from gpu_events g join kernel_names using (name_id) "
         "join trace_runs using (trace_id) where run_id = ? and kernel_names.name like '%AllReduce%' group by all",
-        [run_id]).fetchall()
-    assert sorted(counts) == [(0, "allreduce", len(truth["batches"]) * truth["per_step"]),
-                              (1, "allreduce", len(truth["batches"]) * truth["per_step"])]
+        [run_id],
+    ).fetchall()
+    assert sorted(counts) == [
+        (0, "allreduce", len(truth["batches"]) * truth["per_step"]),
+        (1, "allreduce", len(truth["batches"]) * truth["per_step"]),
+    ]
     # and every one of them is paired with the other rank's in the collectives table
-    paired = loaded.execute("select count(*) from collectives where run_id = ? and category = 'allreduce'",
-                            [run_id]).fetchone()[0]
+    paired = loaded.execute(
+        "select count(*) from collectives where run_id = ? and category = 'allreduce'", [run_id]
+    ).fetchone()[0]
     assert paired == 2 * len(truth["batches"]) * truth["per_step"]
 
 
 def test_each_ranks_wait_per_step_matches_the_raw_json(loaded, truth, mode: str) -> None:
     run_id = _run_id(loaded, mode)
-    got = {(r["batch_size"], r["rank"]): r for r in loaded.execute(
-        "select s.batch_size, c.rank, sum(c.wait_ns) / count(distinct c.step_index) as wait_ns "
-        "from collectives c join steps s using (trace_id, step_index) "
-        "where c.run_id = ? and c.category = 'allreduce' group by all", [run_id]).fetchall()
-        for r in [dict(zip(("batch_size", "rank", "wait_ns"), r, strict=True))]}
+    got = {
+        (r["batch_size"], r["rank"]): r
+        for r in loaded.execute(
+            "select s.batch_size, c.rank, sum(c.wait_ns) / count(distinct c.step_index) as wait_ns "
+            "from collectives c join steps s using (trace_id, step_index) "
+            "where c.run_id = ? and c.category = 'allreduce' group by all",
+            [run_id],
+        ).fetchall()
+        for r in [dict(zip(("batch_size", "rank", "wait_ns"), r, strict=True))]
+    }
     for batch, waits in truth["wait"].items():
         for rank in (0, 1):
             expected = waits[rank] / truth["steps"][batch]
             assert got[(batch, rank)]["wait_ns"] == pytest.approx(expected, rel=0.05), (mode, batch, rank)
     # the report's per-batch mean over ranks is the same figure
     comm = report.breakdown(loaded, by="comm").filter(
-        (pl.col("run_id") == run_id) & (pl.col("category") == "allreduce"))
+        (pl.col("run_id") == run_id) & (pl.col("category") == "allreduce")
+    )
     for row in comm.iter_rows(named=True):
         expected = sum(truth["wait"][row["batch_size"]]) / 2 / truth["steps"][row["batch_size"]] / 1e6
         assert row["wait_ms_per_step"] == pytest.approx(expected, rel=0.05)
         assert row["launch_wait_ms_per_step"] + row["gpu_wait_ms_per_step"] == pytest.approx(
-            row["wait_ms_per_step"], abs=2e-4)
+            row["wait_ms_per_step"], abs=2e-4
+        )
 
 
 def test_the_straggler_is_the_rank_whose_lateness_causes_the_most_wait(loaded, truth, mode: str) -> None:
     run_id = _run_id(loaded, mode)
     comm = report.breakdown(loaded, by="comm").filter(
-        (pl.col("run_id") == run_id) & (pl.col("category") == "allreduce"))
+        (pl.col("run_id") == run_id) & (pl.col("category") == "allreduce")
+    )
     assert comm.height == 3
     for row in comm.iter_rows(named=True):
         caused = truth["caused"][row["batch_size"]]
@@ -169,7 +198,8 @@ def test_the_straggler_is_the_rank_whose_lateness_causes_the_most_wait(loaded, t
         assert row["straggler_wait_ms_per_step"] == pytest.approx(per_step, rel=0.05)
         assert row["straggler_wait_pct"] == pytest.approx(100 * caused[expected_rank] / sum(caused), abs=2.5)
     ranks = report.breakdown(loaded, by="rank-comm").filter(
-        (pl.col("run_id") == run_id) & (pl.col("category") == "allreduce"))
+        (pl.col("run_id") == run_id) & (pl.col("category") == "allreduce")
+    )
     total_caused = [sum(truth["caused"][b][r] for b in truth["caused"]) for r in (0, 1)]
     steps = sum(truth["steps"].values())
     for row in ranks.iter_rows(named=True):
@@ -181,7 +211,8 @@ def test_call_sites_match_the_raw_json_and_the_spin_delayed_site_is_found(loaded
     run_id = _run_id(loaded, mode)
     (spun,) = truth["spun_sites"]
     sites = report.breakdown(loaded, by="comm-site").filter(
-        (pl.col("run_id") == run_id) & (pl.col("category") == "allreduce"))
+        (pl.col("run_id") == run_id) & (pl.col("category") == "allreduce")
+    )
     for batch in (1, 8, 64):
         rows = {r["site"]: r for r in sites.filter(pl.col("batch_size") == batch).iter_rows(named=True)}
         assert sorted(rows) == list(range(truth["per_step"]))
@@ -209,8 +240,9 @@ def test_floor_report_on_the_real_traces(loaded, truth, mode: str) -> None:
         bench_row = kimi[(row["batch_size"], "graph")]
         assert row["floor_mode"] == "graph" and row["floor_basis"] == "kernel"
         assert row["allreduce_per_step"] == truth["per_step"]
-        assert row["floor_kernel_ms"] == pytest.approx(bench_row["kernel_median_us"] * truth["per_step"] / 1e3,
-                                                       abs=1e-4)
+        assert row["floor_kernel_ms"] == pytest.approx(
+            bench_row["kernel_median_us"] * truth["per_step"] / 1e3, abs=1e-4
+        )
         assert row["floor_ms"] == pytest.approx(bench_row["median_us"] * truth["per_step"] / 1e3, abs=1e-4)
         # like with like: kernel floor vs observed kernel time; the real traces wait far more than they transfer
         assert 0 < row["efficiency"] < row["transfer_efficiency"] <= 1.0
@@ -226,16 +258,22 @@ def _intervals(path: Path) -> dict:
     def ns(v) -> int:
         return int(Decimal(v) * 1000)
 
-    gpu = sorted((ns(e["ts"]), ns(e["ts"]) + ns(e["dur"])) for e in events
-                 if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and "ts" in e)
+    gpu = sorted(
+        (ns(e["ts"]), ns(e["ts"]) + ns(e["dur"]))
+        for e in events
+        if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and "ts" in e
+    )
     union: list[list[int]] = []
     for s, e in gpu:
         if union and s <= union[-1][1]:
             union[-1][1] = max(union[-1][1], e)
         else:
             union.append([s, e])
-    colls = sorted((ns(e["ts"]), ns(e["ts"]) + ns(e["dur"])) for e in events
-                   if e.get("cat") == "kernel" and ("AllReduce" in e["name"] or "AllGather" in e["name"]))
+    colls = sorted(
+        (ns(e["ts"]), ns(e["ts"]) + ns(e["dur"]))
+        for e in events
+        if e.get("cat") == "kernel" and ("AllReduce" in e["name"] or "AllGather" in e["name"])
+    )
     spins = sorted(ns(e["ts"]) for e in events if e.get("cat") == "kernel" and "spin_kernel" in e["name"])
     return {"union": union, "colls": colls, "spins": spins}
 
@@ -253,29 +291,46 @@ def test_why_the_late_rank_was_late_matches_the_raw_json(loaded, mode: str) -> N
     run_id = _run_id(loaded, mode)
     files = sorted((FIXTURE / mode).glob("*.pt.trace.json.gz"))
     raw = [_intervals(f) for f in files]
-    base = {r: loaded.execute("select base_time_ns from traces join trace_runs using (trace_id) "
-                              "where run_id = ? and traces.rank = ?", [run_id, r]).fetchone()[0] for r in (0, 1)}
+    base = {
+        r: loaded.execute(
+            "select base_time_ns from traces join trace_runs using (trace_id) where run_id = ? and traces.rank = ?",
+            [run_id, r],
+        ).fetchone()[0]
+        for r in (0, 1)
+    }
     rows = loaded.execute(
         "select c.*, s.batch_size from collective_causes c join steps s using (trace_id, step_index) "
-        "where c.run_id = ? order by c.step_index, c.step_ordinal", [run_id]).fetchall()
+        "where c.run_id = ? order by c.step_index, c.step_ordinal",
+        [run_id],
+    ).fetchall()
     cols = [d[0] for d in loaded.description]
     rows = [dict(zip(cols, r, strict=True)) for r in rows]
     assert rows
     checked = 0
     for r in rows:
         parts = r["host_ns"] + r["launch_ns"] + r["sync_ns"] + r["device_ns"] + r["gpu_ns"] + r["other_ns"]
-        assert parts == r["lateness_ns"] and min(r["host_ns"], r["launch_ns"], r["sync_ns"], r["device_ns"],
-                                                 r["gpu_ns"], r["other_ns"]) >= 0, r
+        assert (
+            parts == r["lateness_ns"]
+            and min(r["host_ns"], r["launch_ns"], r["sync_ns"], r["device_ns"], r["gpu_ns"], r["other_ns"]) >= 0
+        ), r
         if not r["has_interval"]:
             assert r["other_ns"] == r["lateness_ns"] and r["cause"] == "unknown"
             continue
-        diffs = (r["host_diff_ns"] + r["launch_diff_ns"] + r["sync_diff_ns"] + r["device_diff_ns"]
-                 + r["gpu_diff_ns"] + r["edge_ns"])
+        diffs = (
+            r["host_diff_ns"]
+            + r["launch_diff_ns"]
+            + r["sync_diff_ns"]
+            + r["device_diff_ns"]
+            + r["gpu_diff_ns"]
+            + r["edge_ns"]
+        )
         assert diffs == r["lateness_ns"], r
         # the raw JSON: each rank's interval [previous collective's end, this collective's start] and its GPU busy
         spans = {}
-        for side, rank, start in (("late", r["rank"], r["late_from_ns"]),
-                                  ("early", r["early_rank"], r["early_from_ns"])):
+        for side, rank, start in (
+            ("late", r["rank"], r["late_from_ns"]),
+            ("early", r["early_rank"], r["early_from_ns"]),
+        ):
             rel = start - base[rank]
             k = next(i for i, (_, e) in enumerate(raw[rank]["colls"]) if e == rel)  # the previous collective
             a, b = raw[rank]["colls"][k][1], raw[rank]["colls"][k + 1][0]
@@ -308,10 +363,16 @@ def test_why_the_late_rank_was_late_matches_the_raw_json(loaded, mode: str) -> N
         assert sum(r["gpu_ns"] for r in mine) < 0.2 * late
     # the report says it in words, largest first
     comm = report.breakdown(loaded, by="comm").filter(
-        (pl.col("run_id") == run_id) & (pl.col("category") == "allreduce"))
+        (pl.col("run_id") == run_id) & (pl.col("category") == "allreduce")
+    )
     for row in comm.iter_rows(named=True):
-        parts = (row["wait_host_ms_per_step"] + row["wait_sync_ms_per_step"] + row["wait_gpu_work_ms_per_step"]
-                 + row["wait_device_ms_per_step"] + row["wait_other_ms_per_step"])
+        parts = (
+            row["wait_host_ms_per_step"]
+            + row["wait_sync_ms_per_step"]
+            + row["wait_gpu_work_ms_per_step"]
+            + row["wait_device_ms_per_step"]
+            + row["wait_other_ms_per_step"]
+        )
         assert parts == pytest.approx(row["wait_ms_per_step"], abs=5e-4)
         if mode == "eager" and row["batch_size"] in (1, 8):
             assert "host launched late" in row["why_late"]
@@ -319,18 +380,26 @@ def test_why_the_late_rank_was_late_matches_the_raw_json(loaded, mode: str) -> N
             assert row["why_late"].startswith("longer GPU work (gemm")
     # per rank (--by rank-comm): the lateness of the collectives it was late for, split the same way
     per_rank = report.breakdown(loaded, by="rank-comm").filter(
-        (pl.col("run_id") == run_id) & (pl.col("category") == "allreduce"))
+        (pl.col("run_id") == run_id) & (pl.col("category") == "allreduce")
+    )
     assert per_rank.height == 2
     steps_per_rank = {"eager": 9, "graph": 18}[mode]  # PROVENANCE.md: 3 (eager) or 6 steps at each of 3 batch sizes
     for row in per_rank.iter_rows(named=True):
         assert row["steps"] == steps_per_rank
         mine = [r for r in rows if r["rank"] == row["rank"] and r["category"] == "allreduce"]
         assert row["late_ms_per_step"] == pytest.approx(
-            sum(r["lateness_ns"] for r in mine) / steps_per_rank / 1e6, abs=5e-5)
-        parts = (row["late_host_ms_per_step"] + row["late_sync_ms_per_step"] + row["late_gpu_work_ms_per_step"]
-                 + row["late_device_ms_per_step"] + row["late_other_ms_per_step"])
+            sum(r["lateness_ns"] for r in mine) / steps_per_rank / 1e6, abs=5e-5
+        )
+        parts = (
+            row["late_host_ms_per_step"]
+            + row["late_sync_ms_per_step"]
+            + row["late_gpu_work_ms_per_step"]
+            + row["late_device_ms_per_step"]
+            + row["late_other_ms_per_step"]
+        )
         assert parts == pytest.approx(row["late_ms_per_step"], abs=5e-4)
     if mode == "eager":  # the straggler's own lateness is mostly its host's
         straggler = per_rank.filter(pl.col("rank") == 0).row(0, named=True)
-        assert straggler["late_host_ms_per_step"] > 0.75 * (straggler["late_ms_per_step"]
-                                                            - straggler["late_other_ms_per_step"])
+        assert straggler["late_host_ms_per_step"] > 0.75 * (
+            straggler["late_ms_per_step"] - straggler["late_other_ms_per_step"]
+        )

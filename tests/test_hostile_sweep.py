@@ -80,8 +80,16 @@ DB_COMMANDS: dict[str, Callable[[str], list[str]]] = {
 def _small_bench(but: str = "") -> list[str]:
     """A bench as short as it gets (one rank, one size, one iteration): where a bad value is let through by
     mistake, the case fails (exit 0) in seconds instead of running a real bench."""
-    small = {"--backend": "gloo", "--world-size": "1", "--sizes": "1024", "--count": "1", "--iters": "1",
-             "--warmup": "0", "--bursts": "1", "--timeout": "10"}
+    small = {
+        "--backend": "gloo",
+        "--world-size": "1",
+        "--sizes": "1024",
+        "--count": "1",
+        "--iters": "1",
+        "--warmup": "0",
+        "--bursts": "1",
+        "--timeout": "10",
+    }
     if but in ("--batch-sizes", "--hidden"):  # read only without --sizes (and without --db)
         del small["--sizes"]
     return [x for k, v in small.items() if k != but for x in (k, v)] + ["--no-graph"]
@@ -101,48 +109,121 @@ def _nonutf8(w: Path) -> Path:
 
 for command, build in DB_COMMANDS.items():
     sub = False
-    case(f"{command}/db-missing", args=lambda w, b=build: b(str(w / "missing.duckdb")),
-         names=lambda w: ["missing.duckdb"], subprocess=sub,
-         check=lambda w: _assert(not (w / "missing.duckdb").exists(), "a missing --db was created"))
-    case(f"{command}/db-is-a-directory", args=lambda w, b=build: b(str(w / "empty")), names=lambda w: ["empty"],
-         setup=lambda w: (w / "empty").mkdir(), subprocess=sub)
-    case(f"{command}/db-is-a-fifo", args=lambda w, b=build: b(str(w / "fifo")), names=lambda w: ["fifo"],
-         setup=_fifo, subprocess=True,
-         check=lambda w: _assert(stat.S_ISFIFO(os.lstat(w / "fifo").st_mode), "the FIFO was replaced"))
-    case(f"{command}/db-not-a-database", args=lambda w, b=build: b(str(w / "data.csv")), names=lambda w: ["data.csv"],
-         setup=_not_a_db, subprocess=sub,
-         check=lambda w: _assert((w / "data.csv").read_text() == "a,b\n1,2\n", "the CSV given as --db was changed"))
-    case(f"{command}/db-non-utf8-missing", args=lambda w, b=build: b(str(_nonutf8(w))), names=lambda w: ["r"],
-         subprocess=sub)
+    case(
+        f"{command}/db-missing",
+        args=lambda w, b=build: b(str(w / "missing.duckdb")),
+        names=lambda w: ["missing.duckdb"],
+        subprocess=sub,
+        check=lambda w: _assert(not (w / "missing.duckdb").exists(), "a missing --db was created"),
+    )
+    case(
+        f"{command}/db-is-a-directory",
+        args=lambda w, b=build: b(str(w / "empty")),
+        names=lambda w: ["empty"],
+        setup=lambda w: (w / "empty").mkdir(),
+        subprocess=sub,
+    )
+    case(
+        f"{command}/db-is-a-fifo",
+        args=lambda w, b=build: b(str(w / "fifo")),
+        names=lambda w: ["fifo"],
+        setup=_fifo,
+        subprocess=True,
+        check=lambda w: _assert(stat.S_ISFIFO(os.lstat(w / "fifo").st_mode), "the FIFO was replaced"),
+    )
+    case(
+        f"{command}/db-not-a-database",
+        args=lambda w, b=build: b(str(w / "data.csv")),
+        names=lambda w: ["data.csv"],
+        setup=_not_a_db,
+        subprocess=sub,
+        check=lambda w: _assert((w / "data.csv").read_text() == "a,b\n1,2\n", "the CSV given as --db was changed"),
+    )
+    case(
+        f"{command}/db-non-utf8-missing",
+        args=lambda w, b=build: b(str(_nonutf8(w))),
+        names=lambda w: ["r"],
+        subprocess=sub,
+    )
     if command != "bench":
-        case(f"{command}/db-symlink", args=lambda w, b=build: b(str(w / "link.duckdb")), codes=(0,),
-             writes=command in ("classify", "steps"),
-             setup=lambda w: (w / "link.duckdb").symlink_to(w / "run.duckdb"),
-             check=lambda w: _assert((w / "link.duckdb").is_symlink(), "the --db symlink was replaced"))
-        case(f"{command}/db-non-utf8-copy", args=lambda w, b=build: b(str(_nonutf8(w))), codes=(0, 1),
-             names=lambda w: ["r"], writes=True, setup=lambda w: shutil.copy(w / "run.duckdb", _nonutf8(w)))
+        case(
+            f"{command}/db-symlink",
+            args=lambda w, b=build: b(str(w / "link.duckdb")),
+            codes=(0,),
+            writes=command in ("classify", "steps"),
+            setup=lambda w: (w / "link.duckdb").symlink_to(w / "run.duckdb"),
+            check=lambda w: _assert((w / "link.duckdb").is_symlink(), "the --db symlink was replaced"),
+        )
+        case(
+            f"{command}/db-non-utf8-copy",
+            args=lambda w, b=build: b(str(_nonutf8(w))),
+            codes=(0, 1),
+            names=lambda w: ["r"],
+            writes=True,
+            setup=lambda w: shutil.copy(w / "run.duckdb", _nonutf8(w)),
+        )
 
-case("load/db-not-a-database", args=lambda w: ["load", str(w / "trace0.pt.trace.json.gz"), "--db", str(w / "data.csv")],
-     names=lambda w: ["data.csv"], setup=_not_a_db,
-     check=lambda w: _assert((w / "data.csv").read_text() == "a,b\n1,2\n", "the CSV given as --db was changed"))
-case("load/db-non-utf8", args=lambda w: ["load", str(w / "trace0.pt.trace.json.gz"), "--db", str(_nonutf8(w))],
-     codes=(0, 1), names=lambda w: ["r"], writes=True)
-case("load/db-is-a-directory", args=lambda w: ["load", str(w / "trace0.pt.trace.json.gz"), "--db", str(w)],
-     names=lambda w: [w.name])
-case("load/db-is-a-fifo", args=lambda w: ["load", str(w / "trace0.pt.trace.json.gz"), "--db", str(w / "fifo")],
-     names=lambda w: ["fifo"], setup=_fifo, subprocess=True,
-     check=lambda w: _assert(stat.S_ISFIFO(os.lstat(w / "fifo").st_mode), "the FIFO was replaced"))
-case("load/trace-missing", args=lambda w: ["load", str(w / "gone.pt.trace.json"), "--db", str(w / "run.duckdb")],
-     codes=(1,), names=lambda w: ["gone.pt.trace.json"])
-case("load/trace-is-a-fifo", args=lambda w: ["load", str(w / "t.pt.trace.json"), "--db", str(w / "run.duckdb")],
-     codes=(1,), names=lambda w: ["t.pt.trace.json"], setup=lambda w: _fifo(w, "t.pt.trace.json"), subprocess=True,
-     writes=True)
-case("load/trace-non-utf8-missing",
-     args=lambda w: ["load", os.fsdecode(bytes(w) + b"/t\xff.pt.trace.json"), "--db", str(w / "run.duckdb")],
-     codes=(1,), names=lambda w: ["t"], writes=True)
-case("load/model-config-missing", args=lambda w: ["load", str(w / "trace0.pt.trace.json.gz"), "--db",
-                                                  str(w / "run.duckdb"), "--model-config", str(w / "nope.json")],
-     names=lambda w: ["nope.json"])
+case(
+    "load/db-not-a-database",
+    args=lambda w: ["load", str(w / "trace0.pt.trace.json.gz"), "--db", str(w / "data.csv")],
+    names=lambda w: ["data.csv"],
+    setup=_not_a_db,
+    check=lambda w: _assert((w / "data.csv").read_text() == "a,b\n1,2\n", "the CSV given as --db was changed"),
+)
+case(
+    "load/db-non-utf8",
+    args=lambda w: ["load", str(w / "trace0.pt.trace.json.gz"), "--db", str(_nonutf8(w))],
+    codes=(0, 1),
+    names=lambda w: ["r"],
+    writes=True,
+)
+case(
+    "load/db-is-a-directory",
+    args=lambda w: ["load", str(w / "trace0.pt.trace.json.gz"), "--db", str(w)],
+    names=lambda w: [w.name],
+)
+case(
+    "load/db-is-a-fifo",
+    args=lambda w: ["load", str(w / "trace0.pt.trace.json.gz"), "--db", str(w / "fifo")],
+    names=lambda w: ["fifo"],
+    setup=_fifo,
+    subprocess=True,
+    check=lambda w: _assert(stat.S_ISFIFO(os.lstat(w / "fifo").st_mode), "the FIFO was replaced"),
+)
+case(
+    "load/trace-missing",
+    args=lambda w: ["load", str(w / "gone.pt.trace.json"), "--db", str(w / "run.duckdb")],
+    codes=(1,),
+    names=lambda w: ["gone.pt.trace.json"],
+)
+case(
+    "load/trace-is-a-fifo",
+    args=lambda w: ["load", str(w / "t.pt.trace.json"), "--db", str(w / "run.duckdb")],
+    codes=(1,),
+    names=lambda w: ["t.pt.trace.json"],
+    setup=lambda w: _fifo(w, "t.pt.trace.json"),
+    subprocess=True,
+    writes=True,
+)
+case(
+    "load/trace-non-utf8-missing",
+    args=lambda w: ["load", os.fsdecode(bytes(w) + b"/t\xff.pt.trace.json"), "--db", str(w / "run.duckdb")],
+    codes=(1,),
+    names=lambda w: ["t"],
+    writes=True,
+)
+case(
+    "load/model-config-missing",
+    args=lambda w: [
+        "load",
+        str(w / "trace0.pt.trace.json.gz"),
+        "--db",
+        str(w / "run.duckdb"),
+        "--model-config",
+        str(w / "nope.json"),
+    ],
+    names=lambda w: ["nope.json"],
+)
 
 # ------------------------------------------------------------------------------------------------- outputs
 
@@ -177,34 +258,79 @@ def _trace_unchanged(w: Path) -> None:
 for command, build_out in OUTPUT_COMMANDS.items():
     parquet = command == "export-parquet"
     target = "" if parquet else ".out"
-    case(f"{command}/out-missing-dir", args=lambda w, b=build_out, t=target: b(w, str(w / "no" / "such" / f"x{t}")),
-         codes=(0, 1) if parquet else (1,), names=lambda w: ["no/such"])  # a folder output may be made
+    case(
+        f"{command}/out-missing-dir",
+        args=lambda w, b=build_out, t=target: b(w, str(w / "no" / "such" / f"x{t}")),
+        codes=(0, 1) if parquet else (1,),
+        names=lambda w: ["no/such"],
+    )  # a folder output may be made
     if os.geteuid() != 0:  # root writes into a read-only folder anyway
-        case(f"{command}/out-read-only-dir", args=lambda w, b=build_out, t=target: b(w, str(w / "ro" / f"x{t}")),
-             codes=(1,), names=lambda w: ["ro"], setup=_read_only_dir)
-    case(f"{command}/out-is-the-db", args=lambda w, b=build_out: b(w, str(w / "run.duckdb")), codes=(1, 2),
-         names=lambda w: ["run.duckdb"])
-    case(f"{command}/out-is-a-trace-it-holds", args=lambda w, b=build_out: b(w, str(HELD["trace0"])),
-         codes=(1, 2), names=lambda w: ["trace0.pt.trace.json.gz"], check=_trace_unchanged)
+        case(
+            f"{command}/out-read-only-dir",
+            args=lambda w, b=build_out, t=target: b(w, str(w / "ro" / f"x{t}")),
+            codes=(1,),
+            names=lambda w: ["ro"],
+            setup=_read_only_dir,
+        )
+    case(
+        f"{command}/out-is-the-db",
+        args=lambda w, b=build_out: b(w, str(w / "run.duckdb")),
+        codes=(1, 2),
+        names=lambda w: ["run.duckdb"],
+    )
+    case(
+        f"{command}/out-is-a-trace-it-holds",
+        args=lambda w, b=build_out: b(w, str(HELD["trace0"])),
+        codes=(1, 2),
+        names=lambda w: ["trace0.pt.trace.json.gz"],
+        check=_trace_unchanged,
+    )
     if not parquet:
-        case(f"{command}/out-is-a-directory", args=lambda w, b=build_out: b(w, str(w)), codes=(1, 2),
-             names=lambda w: [w.name])
-        case(f"{command}/out-fifo", args=lambda w, b=build_out: b(w, str(w / "fifo")), codes=(0, 1), subprocess=True,
-             names=lambda w: ["fifo"], setup=_fifo, fifo_reader="fifo",
-             check=lambda w: _assert(stat.S_ISFIFO(os.lstat(w / "fifo").st_mode), "the FIFO was replaced by a file"))
-        case(f"{command}/out-symlink", args=lambda w, b=build_out: b(w, str(w / "link.out")), codes=(0, 1),
-             names=lambda w: ["link.out"], setup=lambda w: (w / "link.out").symlink_to(w / "real.out"),
-             check=lambda w: _assert((w / "link.out").is_symlink(), "the symlink was replaced instead of written "
-                                                                       "through"))
-        case(f"{command}/out-non-utf8", args=lambda w, b=build_out: b(w, os.fsdecode(bytes(w) + b"/o\xff.out")),
-             codes=(0, 1), names=lambda w: ["o"])
-case("export-parquet/overwrite-keeps-user-files",
-     args=lambda w: ["export", "parquet", str(w / "pq"), "--db", str(w / "run.duckdb"), "--overwrite"],
-     codes=(0, 1), names=lambda w: ["pq"],
-     setup=lambda w: _user_folder(w / "pq" / "steps"),
-     check=lambda w: _assert((w / "pq" / "steps" / "my_analysis.py").is_file(), "--overwrite deleted a user's file"))
-case("compare/out-vs-is-a-dir", args=lambda w: ["html", "--db", str(w / "run.duckdb"), "--vs", str(w), "-o", "-"],
-     names=lambda w: [w.name])
+        case(
+            f"{command}/out-is-a-directory",
+            args=lambda w, b=build_out: b(w, str(w)),
+            codes=(1, 2),
+            names=lambda w: [w.name],
+        )
+        case(
+            f"{command}/out-fifo",
+            args=lambda w, b=build_out: b(w, str(w / "fifo")),
+            codes=(0, 1),
+            subprocess=True,
+            names=lambda w: ["fifo"],
+            setup=_fifo,
+            fifo_reader="fifo",
+            check=lambda w: _assert(stat.S_ISFIFO(os.lstat(w / "fifo").st_mode), "the FIFO was replaced by a file"),
+        )
+        case(
+            f"{command}/out-symlink",
+            args=lambda w, b=build_out: b(w, str(w / "link.out")),
+            codes=(0, 1),
+            names=lambda w: ["link.out"],
+            setup=lambda w: (w / "link.out").symlink_to(w / "real.out"),
+            check=lambda w: _assert(
+                (w / "link.out").is_symlink(), "the symlink was replaced instead of written through"
+            ),
+        )
+        case(
+            f"{command}/out-non-utf8",
+            args=lambda w, b=build_out: b(w, os.fsdecode(bytes(w) + b"/o\xff.out")),
+            codes=(0, 1),
+            names=lambda w: ["o"],
+        )
+case(
+    "export-parquet/overwrite-keeps-user-files",
+    args=lambda w: ["export", "parquet", str(w / "pq"), "--db", str(w / "run.duckdb"), "--overwrite"],
+    codes=(0, 1),
+    names=lambda w: ["pq"],
+    setup=lambda w: _user_folder(w / "pq" / "steps"),
+    check=lambda w: _assert((w / "pq" / "steps" / "my_analysis.py").is_file(), "--overwrite deleted a user's file"),
+)
+case(
+    "compare/out-vs-is-a-dir",
+    args=lambda w: ["html", "--db", str(w / "run.duckdb"), "--vs", str(w), "-o", "-"],
+    names=lambda w: [w.name],
+)
 
 # ------------------------------------------------------------------------------------------------- numbers
 
@@ -225,8 +351,7 @@ NUMERIC: list[tuple[str, Callable[[Path], list[str]], str, set[str]]] = [
     ("compare", lambda w: ["compare", _db(w), _db(w)], "--min-step", {"-1", "nan", "abc"}),
     ("html", lambda w: ["html", "--db", _db(w), "-o", "-"], "--top", {"0", "-1", "nan", "1e30", "abc"}),
     ("export-perfetto", lambda w: ["export", "perfetto", "--db", _db(w), "-o", "-"], "--batch", set(NUMBERS)),
-    ("export-perfetto", lambda w: ["export", "perfetto", "--db", _db(w), "-o", "-"], "--steps",
-     set(NUMBERS) - {"0"}),
+    ("export-perfetto", lambda w: ["export", "perfetto", "--db", _db(w), "-o", "-"], "--steps", set(NUMBERS) - {"0"}),
     ("export-perfetto", lambda w: ["export", "perfetto", "--db", _db(w), "-o", "-"], "--rank", set(NUMBERS) - {"0"}),
     ("steps", lambda w: ["steps", "--db", _db(w)], "--gap-us", set(NUMBERS) - {"0"}),
 ]
@@ -236,17 +361,29 @@ for prefix, build_cmd, option, bad_values in NUMERIC:
     for value in NUMBERS:
         bad = value in bad_values
         writes = prefix == "steps" and not bad
-        case(f"{prefix}{option}={value if len(value) < 8 else '10**30'}",
-             args=lambda w, b=build_cmd, o=option, v=value: [*b(w), o, v], codes=(1, 2) if bad else (0, 1, 2),
-             names=lambda w, o=option, v=value: [f"{o}|{v}"], writes=writes)
+        case(
+            f"{prefix}{option}={value if len(value) < 8 else '10**30'}",
+            args=lambda w, b=build_cmd, o=option, v=value: [*b(w), o, v],
+            codes=(1, 2) if bad else (0, 1, 2),
+            names=lambda w, o=option, v=value: [f"{o}|{v}"],
+            writes=writes,
+        )
 for option in BENCH:
     for value in [*NUMBERS, "-7168"]:
         if option == "--timeout" and value in ("1e30", str(10**30)):
             continue  # a long timeout is a timeout (it never waits that long for a bad option)
-        case(f"bench{option}={value if len(value) < 8 else '10**30'}",
-             args=lambda w, o=option, v=value: ["bench", "allreduce", *([] if o in ("--batch-sizes", "--hidden")
-                                                                        else ["--db", _db(w)]), *_small_bench(o), o, v],
-             names=lambda w, o=option, v=value: [f"{o}|{v}"])
+        case(
+            f"bench{option}={value if len(value) < 8 else '10**30'}",
+            args=lambda w, o=option, v=value: [
+                "bench",
+                "allreduce",
+                *([] if o in ("--batch-sizes", "--hidden") else ["--db", _db(w)]),
+                *_small_bench(o),
+                o,
+                v,
+            ],
+            names=lambda w, o=option, v=value: [f"{o}|{v}"],
+        )
 
 # ------------------------------------------------------------------------------------------- filters on views
 
@@ -255,21 +392,45 @@ for view in VIEWS:
         if flag == "--phase" and view in ("floor",):
             continue
         model = ["--model-config", str(MODEL)] if view == "sol" else []
-        case(f"report-{view}{flag}={value}", args=lambda w, v=view, f=flag, x=value, m=model: [
-             "report", "--db", _db(w), "--by", v, *m, f, x],
-             codes=(1, 2) if flag != "--phase" else (0, 1, 2), names=lambda w, f=flag, x=value: [f"{f}|{x}"])
-case("sql/file-missing", args=lambda w: ["sql", "--db", _db(w), "-f", str(w / "nope.sql")],
-     names=lambda w: ["nope.sql"])
-case("sql/file-non-utf8", args=lambda w: ["sql", "--db", _db(w), "-f", str(w / "latin1.sql")], codes=(1,),
-     names=lambda w: ["latin1.sql"], setup=lambda w: (w / "latin1.sql").write_bytes(b"select '\xe9'"))
-case("sql/writes-refused", args=lambda w: ["sql", "--db", _db(w), "delete from traces"], codes=(1,),
-     names=lambda w: ["read-only"])
-case("classify/rules-missing", args=lambda w: ["classify", "--db", _db(w), "--rules", str(w / "r.csv")],
-     names=lambda w: ["r.csv"])
-case("classify/rules-bad", args=lambda w: ["classify", "--db", _db(w), "--rules", str(w / "r.csv")], codes=(1,),
-     names=lambda w: ["r.csv"], setup=lambda w: (w / "r.csv").write_text("category,kind\nx\n"))
-case("export-perfetto/run-unknown", args=lambda w: ["export", "perfetto", "--db", _db(w), "-o", "-", "--run", "zz"],
-     names=lambda w: ["zz"])
+        case(
+            f"report-{view}{flag}={value}",
+            args=lambda w, v=view, f=flag, x=value, m=model: ["report", "--db", _db(w), "--by", v, *m, f, x],
+            codes=(1, 2) if flag != "--phase" else (0, 1, 2),
+            names=lambda w, f=flag, x=value: [f"{f}|{x}"],
+        )
+case(
+    "sql/file-missing", args=lambda w: ["sql", "--db", _db(w), "-f", str(w / "nope.sql")], names=lambda w: ["nope.sql"]
+)
+case(
+    "sql/file-non-utf8",
+    args=lambda w: ["sql", "--db", _db(w), "-f", str(w / "latin1.sql")],
+    codes=(1,),
+    names=lambda w: ["latin1.sql"],
+    setup=lambda w: (w / "latin1.sql").write_bytes(b"select '\xe9'"),
+)
+case(
+    "sql/writes-refused",
+    args=lambda w: ["sql", "--db", _db(w), "delete from traces"],
+    codes=(1,),
+    names=lambda w: ["read-only"],
+)
+case(
+    "classify/rules-missing",
+    args=lambda w: ["classify", "--db", _db(w), "--rules", str(w / "r.csv")],
+    names=lambda w: ["r.csv"],
+)
+case(
+    "classify/rules-bad",
+    args=lambda w: ["classify", "--db", _db(w), "--rules", str(w / "r.csv")],
+    codes=(1,),
+    names=lambda w: ["r.csv"],
+    setup=lambda w: (w / "r.csv").write_text("category,kind\nx\n"),
+)
+case(
+    "export-perfetto/run-unknown",
+    args=lambda w: ["export", "perfetto", "--db", _db(w), "-o", "-", "--run", "zz"],
+    names=lambda w: ["zz"],
+)
 case("compare/side-missing", args=lambda w: ["compare", _db(w), str(w / "nope.duckdb")], names=lambda w: ["nope"])
 
 
@@ -291,9 +452,23 @@ def database(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("sweep-db")
     for i, trace in enumerate(TP2):
         shutil.copy(trace, folder / f"trace{i}.pt.trace.json.gz")
-    out = subprocess.run([sys.executable, "-m", "k25trace", "load", "-q", str(folder / "trace0.pt.trace.json.gz"),
-                          str(folder / "trace1.pt.trace.json.gz"), "--db", str(folder / "run.duckdb")],
-                         capture_output=True, text=True, cwd=ROOT, timeout=300)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "k25trace",
+            "load",
+            "-q",
+            str(folder / "trace0.pt.trace.json.gz"),
+            str(folder / "trace1.pt.trace.json.gz"),
+            "--db",
+            str(folder / "run.duckdb"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr
     HELD["trace0"] = folder / "trace0.pt.trace.json.gz"
     return folder
@@ -324,8 +499,13 @@ def _run(c: Case, w: Path) -> tuple[int, str]:
         if reader:
             reader.start()
         try:
-            out = subprocess.run([sys.executable, "-m", "k25trace", *args], capture_output=True, cwd=w, timeout=90,
-                                 stdin=subprocess.DEVNULL)
+            out = subprocess.run(
+                [sys.executable, "-m", "k25trace", *args],
+                capture_output=True,
+                cwd=w,
+                timeout=90,
+                stdin=subprocess.DEVNULL,
+            )
         except subprocess.TimeoutExpired:
             pytest.fail(f"{args}: still running after 90 s (blocked?)")
         finally:
@@ -366,13 +546,24 @@ def test_hostile_case(name: str, database: Path, tmp_path: Path) -> None:
     assert "Traceback" not in text, text[-3000:]
     assert code in c.codes, f"exit {code}, expected {c.codes}: {text[-1500:]}"
     if code:
-        error_lines = [line for line in text.splitlines() if line.startswith(("error:", "Error:", "interrupted:"))
-                       or "Error: " in line]
+        error_lines = [
+            line
+            for line in text.splitlines()
+            if line.startswith(("error:", "Error:", "interrupted:")) or "Error: " in line
+        ]
         assert error_lines, f"no error line: {text[-1500:]}"
         shown = "\n".join(text.splitlines())
         for word in c.names(w):  # "A|B": either (an option by its name, or the value it was given)
-            spellings = {x for alt in word.split("|") for x in (alt, alt.lstrip("-"), alt.lstrip("-").replace("-", " "),
-                                                                os.fsencode(alt).decode("utf-8", "replace"))}
+            spellings = {
+                x
+                for alt in word.split("|")
+                for x in (
+                    alt,
+                    alt.lstrip("-"),
+                    alt.lstrip("-").replace("-", " "),
+                    os.fsencode(alt).decode("utf-8", "replace"),
+                )
+            }
             assert any(x and x in shown for x in spellings), f"the error does not name {word!r}: {text[-1500:]}"
     if not c.writes:
         assert _sha(w / "run.duckdb") == before, "the database changed"

@@ -48,8 +48,10 @@ class Marks(HTMLParser):
         for t, a in self.elements:
             if tag is not None and t != tag:
                 continue
-            if all((a.get(k.replace("_", "-")) == v) if v is not True else (k.replace("_", "-") in a)
-                   for k, v in wanted.items()):
+            if all(
+                (a.get(k.replace("_", "-")) == v) if v is not True else (k.replace("_", "-") in a)
+                for k, v in wanted.items()
+            ):
                 out.append(a)
         return out
 
@@ -119,8 +121,11 @@ def test_the_page_is_one_self_contained_small_file(page: tuple[Path, str, float]
 def test_breakdown_bars_are_the_report_numbers_drawn_to_scale(tp2: Path, page: tuple[Path, str, float]) -> None:
     rows = report_json(tp2)
     marks = parse(page[1])
-    segs = {(a["data-run"], batch_key(a["data-batch"]), a["data-category"]): a
-            for a in marks.find("rect") if "seg" in a.get("class", "").split()}
+    segs = {
+        (a["data-run"], batch_key(a["data-batch"]), a["data-category"]): a
+        for a in marks.find("rect")
+        if "seg" in a.get("class", "").split()
+    }
     assert len(segs) == len(rows) > 0
     for r in rows:
         seg = segs[(r["run_id"], r["batch_size"], r["category"])]
@@ -134,8 +139,9 @@ def test_breakdown_bars_are_the_report_numbers_drawn_to_scale(tp2: Path, page: t
         first = next(r for r in rows if r["run_id"] == run and r["batch_size"] == batch)
         assert float(bar["data-step-ms"]) == first["step_ms"]
         scale, x0 = float(bar["data-scale"]), float(bar["data-x0"])
-        mine = sorted((float(a["x"]), float(a["width"]), a) for (rn, b, _), a in segs.items()
-                      if rn == run and b == batch)
+        mine = sorted(
+            (float(a["x"]), float(a["width"]), a) for (rn, b, _), a in segs.items() if rn == run and b == batch
+        )
         x = x0
         for sx, width, a in mine:
             assert abs(sx - x) < 0.02 and abs(width - float(a["data-ms"]) * scale) < 0.02
@@ -148,10 +154,14 @@ def test_comm_idle_kernels_and_steps_are_the_report_numbers(tp2: Path, page: tup
     marks = parse(page[1])
     comm = report_json(tp2, "--by", "comm")
     assert comm
-    parts = {(a["data-run"], batch_key(a["data-batch"]), a["data-category"], a["data-part"]): float(a["data-ms"])
-             for a in marks.find("rect", data_part=True)}
-    stragglers = {(a["data-run"], batch_key(a["data-batch"]), a["data-category"]): a["data-straggler"]
-                  for a in marks.find("b", data_straggler=True)}
+    parts = {
+        (a["data-run"], batch_key(a["data-batch"]), a["data-category"], a["data-part"]): float(a["data-ms"])
+        for a in marks.find("rect", data_part=True)
+    }
+    stragglers = {
+        (a["data-run"], batch_key(a["data-batch"]), a["data-category"]): a["data-straggler"]
+        for a in marks.find("b", data_straggler=True)
+    }
     for r in comm:
         key = (r["run_id"], r["batch_size"], r["category"])
         assert parts[key + ("transfer",)] == r["transfer_ms_per_step"]
@@ -161,12 +171,24 @@ def test_comm_idle_kernels_and_steps_are_the_report_numbers(tp2: Path, page: tup
     assert stragglers[(graph, 8, "allreduce")] == stragglers[(graph, 64, "allreduce")] == "0"
 
     idle = report_json(tp2, "--by", "idle")
-    drawn = {(a["data-run"], batch_key(a["data-batch"]), a["data-column"]): a["data-ms"]
-             for a in marks.find("rect", data_column=True)}
+    drawn = {
+        (a["data-run"], batch_key(a["data-batch"]), a["data-column"]): a["data-ms"]
+        for a in marks.find("rect", data_column=True)
+    }
     assert len(drawn) == 10 * len(idle)
     for r in idle:
-        for column in ("host_ms", "sync_ms", "launch_overhead_ms", "device_ms", "unknown_ms", "between_host_ms",
-                       "between_sync_ms", "between_launch_ms", "between_device_ms", "between_busy_ms"):
+        for column in (
+            "host_ms",
+            "sync_ms",
+            "launch_overhead_ms",
+            "device_ms",
+            "unknown_ms",
+            "between_host_ms",
+            "between_sync_ms",
+            "between_launch_ms",
+            "between_device_ms",
+            "between_busy_ms",
+        ):
             assert float(drawn[(r["run_id"], r["batch_size"], column)]) == r[column], column
 
     kernels = report_json(tp2, "--by", "kernel")
@@ -177,20 +199,32 @@ def test_comm_idle_kernels_and_steps_are_the_report_numbers(tp2: Path, page: tup
     con = db.connect(tp2, read_only=True)
     run_of = dict(con.execute("select trace_id, run_id from trace_runs").fetchall())
     con.close()
-    expected = sorted((run_of[r["trace_id"]], r["rank"], r["step_index"], r["wall_ms"]) for r in steps
-                      if not r["is_empty"])
-    dots = sorted((a["data-run"], int(a["data-rank"]), int(a["data-step"]), float(a["data-ms"]))
-                  for a in marks.find("circle", data_step=True))
+    expected = sorted(
+        (run_of[r["trace_id"]], r["rank"], r["step_index"], r["wall_ms"]) for r in steps if not r["is_empty"]
+    )
+    dots = sorted(
+        (a["data-run"], int(a["data-rank"]), int(a["data-step"]), float(a["data-ms"]))
+        for a in marks.find("circle", data_step=True)
+    )
     assert dots == expected and len(dots) == 36 + 18
     # the outlier is visible: the graph run's first batch-1 step carries the ranks' 142 ms start skew
     outliers = [a for a in marks.find("circle", data_step=True) if "outlier" in a["class"]]
-    assert any(a["data-run"].endswith("graph#ws2") and a["data-batch"] == "1" and a["data-step"] == "0"
-               and float(a["data-ms"]) > 100 for a in outliers)
+    assert any(
+        a["data-run"].endswith("graph#ws2")
+        and a["data-batch"] == "1"
+        and a["data-step"] == "0"
+        and float(a["data-ms"]) > 100
+        for a in outliers
+    )
 
 
-WAIT_WORDS = {"wait_host_ms_per_step": "host launched late", "wait_sync_ms_per_step": "sync",
-              "wait_gpu_work_ms_per_step": "longer GPU work", "wait_device_ms_per_step": "waited on the device",
-              "wait_other_ms_per_step": "other (e.g. at the run's first collective)"}
+WAIT_WORDS = {
+    "wait_host_ms_per_step": "host launched late",
+    "wait_sync_ms_per_step": "sync",
+    "wait_gpu_work_ms_per_step": "longer GPU work",
+    "wait_device_ms_per_step": "waited on the device",
+    "wait_other_ms_per_step": "other (e.g. at the run's first collective)",
+}
 
 
 def test_the_wait_is_split_by_why_the_late_rank_was_late(tp2: Path, page: tuple[Path, str, float]) -> None:
@@ -200,12 +234,18 @@ def test_the_wait_is_split_by_why_the_late_rank_was_late(tp2: Path, page: tuple[
     marks = parse(page[1])
     text = " ".join(" ".join(marks.text).split())
     comm = report_json(tp2, "--by", "comm")
-    bars = {(a["data-run"], batch_key(a["data-batch"]), a["data-category"], a["data-part"]): a["data-ms"]
-            for a in marks.find("rect", data_part=True)}
-    cells = {(a["data-run"], batch_key(a["data-batch"]), a["data-category"], a["data-column"]): a["data-ms"]
-             for a in marks.find("span", data_column=True)}
-    why = {(a["data-run"], batch_key(a["data-batch"]), a["data-category"]): a["data-why-late"]
-           for a in marks.find("span", data_why_late=True)}
+    bars = {
+        (a["data-run"], batch_key(a["data-batch"]), a["data-category"], a["data-part"]): a["data-ms"]
+        for a in marks.find("rect", data_part=True)
+    }
+    cells = {
+        (a["data-run"], batch_key(a["data-batch"]), a["data-category"], a["data-column"]): a["data-ms"]
+        for a in marks.find("span", data_column=True)
+    }
+    why = {
+        (a["data-run"], batch_key(a["data-batch"]), a["data-category"]): a["data-why-late"]
+        for a in marks.find("span", data_why_late=True)
+    }
     assert len(why) == len(comm) and len(cells) == 7 * len(comm)
     assert {k[3] for k in bars} == {"transfer", "wait_host", "wait_sync", "wait_gpu_work", "wait_device", "wait_other"}
     for r in comm:
@@ -224,15 +264,20 @@ def test_the_wait_is_split_by_why_the_late_rank_was_late(tp2: Path, page: tuple[
     bs8 = next(r for r in eager if r["batch_size"] == 8 and r["category"] == "allreduce")
     assert bs8["wait_host_ms_per_step"] > 0.1 and bs8["wait_gpu_work_ms_per_step"] > 0.1
     assert bs8["why_late"].startswith("host launched late")
-    for words in [*WAIT_WORDS.values(), "wait at the step's first collective", "wait at a later collective",
-                  "why the late rank was late"]:
+    for words in [
+        *WAIT_WORDS.values(),
+        "wait at the step's first collective",
+        "wait at a later collective",
+        "why the late rank was late",
+    ]:
         assert words in text, words
     assert "GPU wait" not in text and "GPU work between collectives differed" not in text
     assert "launch wait" not in text
 
 
-def test_timeline_is_the_median_step_on_every_rank_on_the_aligned_clock(tp2: Path,
-                                                                         page: tuple[Path, str, float]) -> None:
+def test_timeline_is_the_median_step_on_every_rank_on_the_aligned_clock(
+    tp2: Path, page: tuple[Path, str, float]
+) -> None:
     con = db.connect(tp2, read_only=True)
     steps = con.execute(
         "select trace_runs.run_id, steps.batch_size, steps.step_index, steps.rank, steps.wall_ns, steps.gpu_start_ns, "
@@ -277,19 +322,21 @@ def test_timeline_is_the_median_step_on_every_rank_on_the_aligned_clock(tp2: Pat
         assert max(x + w for x, w in xs) <= float(attrs["data-x-end"]) + 1.0
         cats = set(re.findall(r'data-category="([^"]+)"', lane_markup))
         assert "allreduce" in cats and "gemm" in cats
-        assert sum(int(c) for c in re.findall(r'data-columns="(\d+)"', lane_markup)) == \
-            sum(round(w) for _, w in xs)
+        assert sum(int(c) for c in re.findall(r'data-columns="(\d+)"', lane_markup)) == sum(round(w) for _, w in xs)
 
 
-def test_capture_levels_add_tpot_and_measured_throughput(tmp_path_factory: pytest.TempPathFactory,
-                                                         tmp_path: Path) -> None:
+def test_capture_levels_add_tpot_and_measured_throughput(
+    tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
+) -> None:
     path = capture_database(tmp_path_factory)
     out = tmp_path / "capture.html"
     result = CliRunner().invoke(cli, ["html", "--db", str(path), "-o", str(out)])
     assert result.exit_code == 0, result.output
     marks = parse(out.read_text(encoding="utf-8"))
-    points = {(a["data-series"].split("|")[1], int(a["data-batch"])): float(a["data-value"])
-              for a in marks.find("circle", data_series=True)}
+    points = {
+        (a["data-series"].split("|")[1], int(a["data-batch"])): float(a["data-value"])
+        for a in marks.find("circle", data_series=True)
+    }
     # level c8 ran batch 1, 8 and 64 (8 steps each): TPOT and tok/s are drawn at the batch nearest its concurrency
     assert points[("tpot_p50", 8)] == CAPTURE_STATS["tpot_ms"]["p50"]
     assert points[("measured_tok_s", 8)] == CAPTURE_STATS["output_tok_s"]
@@ -330,8 +377,9 @@ def _rgb(hex_color: str) -> str:
     return f"rgb({int(h[0:2], 16)}, {int(h[2:4], 16)}, {int(h[4:6], 16)})"
 
 
-@pytest.mark.skipif(chromium_path() is None,
-                    reason="needs a Chromium browser on PATH (Debian: apt-get install chromium)")
+@pytest.mark.skipif(
+    chromium_path() is None, reason="needs a Chromium browser on PATH (Debian: apt-get install chromium)"
+)
 def test_the_page_opens_in_chromium_and_draws_its_charts(page: tuple[Path, str, float], tmp_path: Path) -> None:
     path, text, _ = page
     shot = Path(os.environ.get("K25_SCREENSHOT_DIR", tmp_path)) / "report.png"
@@ -340,14 +388,18 @@ def test_the_page_opens_in_chromium_and_draws_its_charts(page: tuple[Path, str, 
         assert browser.problems() == []
         assert browser.requests() == [path.as_uri()]  # offline: the page fetched nothing but itself
         # every chart is laid out with a real size, and the marks are there
-        sizes = browser.evaluate("[...document.querySelectorAll('svg[role=img]')].map(s => "
-                                 "[s.getBoundingClientRect().width, s.getBoundingClientRect().height])")
+        sizes = browser.evaluate(
+            "[...document.querySelectorAll('svg[role=img]')].map(s => "
+            "[s.getBoundingClientRect().width, s.getBoundingClientRect().height])"
+        )
         assert len(sizes) >= 12 and all(w > 100 and h > 40 for w, h in sizes), sizes
-        counts = browser.evaluate("({seg: document.querySelectorAll('rect.seg').length, "
-                                  "lanes: document.querySelectorAll('g.lane').length, "
-                                  "paths: document.querySelectorAll('g.lane path').length, "
-                                  "dots: document.querySelectorAll('circle[data-step]').length, "
-                                  "legend: document.querySelectorAll('[data-legend]').length})")
+        counts = browser.evaluate(
+            "({seg: document.querySelectorAll('rect.seg').length, "
+            "lanes: document.querySelectorAll('g.lane').length, "
+            "paths: document.querySelectorAll('g.lane path').length, "
+            "dots: document.querySelectorAll('circle[data-step]').length, "
+            "legend: document.querySelectorAll('[data-legend]').length})"
+        )
         assert counts["seg"] == text.count('class="seg ') and counts["lanes"] == 12 and counts["dots"] == 54
         assert counts["paths"] >= 12 * 3 and counts["legend"] >= 10
         # the colours drawn are the TUI's
@@ -356,8 +408,9 @@ def test_the_page_opens_in_chromium_and_draws_its_charts(page: tuple[Path, str, 
             assert fill == _rgb(CATEGORY_COLORS[category]), (category, fill)
         # pointing at a legend entry dims every other category, leaving it
         browser.evaluate("document.querySelector('[data-legend=c-gemm]').dispatchEvent(new Event('mouseenter'))")
-        dimmed = browser.evaluate("[document.querySelectorAll('.dim').length, "
-                                  "document.querySelectorAll('.c-gemm.dim').length]")
+        dimmed = browser.evaluate(
+            "[document.querySelectorAll('.dim').length, document.querySelectorAll('.c-gemm.dim').length]"
+        )
         assert dimmed[0] > 20 and dimmed[1] == 0
         browser.evaluate("document.querySelector('[data-legend=c-gemm]').dispatchEvent(new Event('mouseleave'))")
         assert browser.evaluate("document.querySelectorAll('.dim').length") == 0
@@ -403,8 +456,9 @@ def comparison(tp2: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Pat
     out = tmp_path_factory.mktemp("compare") / "compare.html"
     result = CliRunner().invoke(cli, ["html", "--db", str(tp2), "--a", "run=eager", "--b", "run=graph", "-o", str(out)])
     assert result.exit_code == 0, result.output
-    expected = CliRunner().invoke(cli, ["compare", "--db", str(tp2), "--a", "run=eager", "--b", "run=graph",
-                                        "--format", "json"])
+    expected = CliRunner().invoke(
+        cli, ["compare", "--db", str(tp2), "--a", "run=eager", "--b", "run=graph", "--format", "json"]
+    )
     assert expected.exit_code == 0, expected.output
     truth = json.loads(expected.stdout)  # the page says the verdict k25trace compare says
     assert re.fullmatch(r"\d+ changes", truth["verdict"]) and f", {truth['verdict']}, in " in result.stderr
@@ -416,19 +470,25 @@ def test_the_comparison_page_draws_the_compare_numbers(comparison: tuple[Path, d
     text = out.read_text(encoding="utf-8")
     marks = parse(text)
     assert f"Verdict: {expected['verdict']}" in text
-    segs = {(a["data-group"], a["data-side"], a["data-category"]): float(a["data-ms"])
-            for a in marks.find("rect", data_side=True)}
-    deltas = {(a["data-group"], a["data-category"]): (float(a["data-delta"]), a["data-verdict"])
-              for a in marks.find("rect", data_delta=True)}
+    segs = {
+        (a["data-group"], a["data-side"], a["data-category"]): float(a["data-ms"])
+        for a in marks.find("rect", data_side=True)
+    }
+    deltas = {
+        (a["data-group"], a["data-category"]): (float(a["data-delta"]), a["data-verdict"])
+        for a in marks.find("rect", data_delta=True)
+    }
     assert len(segs) == 2 * len(expected["categories"]) and len(deltas) == len(expected["categories"]) == 33
     for r in expected["categories"]:
-        assert (segs[(r["group"], "A", r["category"])] == r["ms_a"]
-                and segs[(r["group"], "B", r["category"])] == r["ms_b"])
+        assert (
+            segs[(r["group"], "A", r["category"])] == r["ms_a"] and segs[(r["group"], "B", r["category"])] == r["ms_b"]
+        )
         assert deltas[(r["group"], r["category"])] == (r["delta_ms"], r["verdict"])
     # the graph run's GEMMs are slower at every batch size (61 layers against 8): drawn as changed, at full opacity
     for group in ("bs=1", "bs=8", "bs=64"):
-        gemm = next(a for a in marks.find("rect", data_delta=True) if a["data-group"] == group
-                    and a["data-category"] == "gemm")
+        gemm = next(
+            a for a in marks.find("rect", data_delta=True) if a["data-group"] == group and a["data-category"] == "gemm"
+        )
         assert gemm["data-verdict"] == "slower" and gemm["opacity"] == "1"
     for section in ("verdict", "categories", "steps", "comm", "kernels"):
         assert marks.find("section", id=section), section
@@ -437,15 +497,18 @@ def test_the_comparison_page_draws_the_compare_numbers(comparison: tuple[Path, d
         assert f"{row['ms_a']:,.4f}".rstrip("0").rstrip(".") in body
 
 
-@pytest.mark.skipif(chromium_path() is None,
-                    reason="needs a Chromium browser on PATH (Debian: apt-get install chromium)")
+@pytest.mark.skipif(
+    chromium_path() is None, reason="needs a Chromium browser on PATH (Debian: apt-get install chromium)"
+)
 def test_the_comparison_page_opens_in_chromium(comparison: tuple[Path, dict], tmp_path: Path) -> None:
     out, _ = comparison
     with Browser(width=1280, height=900) as browser:
         browser.open(out.as_uri())
         assert browser.problems() == [] and browser.requests() == [out.as_uri()]
-        sizes = browser.evaluate("[...document.querySelectorAll('svg[role=img]')].map(s => "
-                                 "s.getBoundingClientRect().width * s.getBoundingClientRect().height)")
+        sizes = browser.evaluate(
+            "[...document.querySelectorAll('svg[role=img]')].map(s => "
+            "s.getBoundingClientRect().width * s.getBoundingClientRect().height)"
+        )
         assert len(sizes) == 6 and min(sizes) > 10_000
         shot = browser.screenshot(tmp_path / "compare.png")
         stats = browser.image_stats(shot)

@@ -46,8 +46,10 @@ def payload(field: str, slash: bool = True) -> str:
 
 
 FILE_FIELDS = {"run": payload("run", slash=False), "dbname": payload("dbname", slash=False)}
-DB_FIELDS = {name: payload(name) for name in ("category", "category2", "kernel", "device", "label", "level",
-                                              "marker", "trace_file")}
+DB_FIELDS = {
+    name: payload(name)
+    for name in ("category", "category2", "kernel", "device", "label", "level", "marker", "trace_file")
+}
 TITLE = payload("title")
 ALL = {**FILE_FIELDS, **DB_FIELDS, "title": TITLE}
 
@@ -62,18 +64,28 @@ def hostile_database(base: Path, name: str) -> Path:
     result = CliRunner().invoke(cli, ["load", str(folder), "--db", str(path), "-q"])
     assert result.exit_code == 0, result.output
     con = duckdb.connect(str(path))
-    tables = [t for t, in con.execute(
-        "select table_name from duckdb_columns() where column_name = 'category' and not internal "
-        "and table_name in (select table_name from duckdb_tables())").fetchall()]
+    tables = [
+        t
+        for (t,) in con.execute(
+            "select table_name from duckdb_columns() where column_name = 'category' and not internal "
+            "and table_name in (select table_name from duckdb_tables())"
+        ).fetchall()
+    ]
     for table in tables:  # the two largest categories: gemm (kernels, breakdown, timeline) and allreduce (comm)
         con.execute(f'update "{table}" set category = ? where category = ?', [DB_FIELDS["category"], "gemm"])
         con.execute(f'update "{table}" set category = ? where category = ?', [DB_FIELDS["category2"], "allreduce"])
-    con.execute("update kernel_names set short_name = ? || short_name, name = ? || name",
-                [DB_FIELDS["kernel"], DB_FIELDS["kernel"]])
-    con.execute("update traces set device_name = ?, file_name = ?, level = ?",
-                [DB_FIELDS["device"], DB_FIELDS["trace_file"], DB_FIELDS["level"]])
-    con.execute("update trace_runs set run_label = ?, group_label = ?, file_name = ?",
-                [DB_FIELDS["label"], DB_FIELDS["label"], DB_FIELDS["trace_file"]])
+    con.execute(
+        "update kernel_names set short_name = ? || short_name, name = ? || name",
+        [DB_FIELDS["kernel"], DB_FIELDS["kernel"]],
+    )
+    con.execute(
+        "update traces set device_name = ?, file_name = ?, level = ?",
+        [DB_FIELDS["device"], DB_FIELDS["trace_file"], DB_FIELDS["level"]],
+    )
+    con.execute(
+        "update trace_runs set run_label = ?, group_label = ?, file_name = ?",
+        [DB_FIELDS["label"], DB_FIELDS["label"], DB_FIELDS["trace_file"]],
+    )
     con.execute("update steps set marker = ?", [DB_FIELDS["marker"]])
     assert con.execute("select count(*) from gpu_events where category = ?", [DB_FIELDS["category"]]).fetchone()[0]
     con.close()
@@ -139,14 +151,17 @@ def _pwned(browser: Browser, url: str) -> tuple[list[str], dict]:
         " handlers: Array.from(document.querySelectorAll('*')).flatMap(e => Array.from(e.attributes)"
         "   .filter(a => a.name.startsWith('on')).map(a => e.tagName + ' ' + a.name)),"
         " foreign: document.querySelectorAll('img, iframe, object, embed').length,"
-        " text: document.body.innerText})")
+        " text: document.body.innerText})"
+    )
     return sorted(set(pwned)), dom
 
 
-@pytest.mark.skipif(chromium_path() is None,
-                    reason="needs a Chromium browser on PATH (Debian: apt-get install chromium)")
-def test_no_page_runs_a_script_it_did_not_ship(pages: dict[str, tuple[Path, set[str]]], tmp_path: Path,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.skipif(
+    chromium_path() is None, reason="needs a Chromium browser on PATH (Debian: apt-get install chromium)"
+)
+def test_no_page_runs_a_script_it_did_not_ship(
+    pages: dict[str, tuple[Path, set[str]]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     with Browser() as browser:
         for kind, (page, fields) in pages.items():
             pwned, dom = _pwned(browser, page.as_uri())
@@ -160,7 +175,7 @@ def test_no_page_runs_a_script_it_did_not_ship(pages: dict[str, tuple[Path, set[
             # positive control 1: the same page with every escaped payload put back raw runs every field's script
             text = page.read_text(encoding="utf-8")
             for value in ALL.values():
-                head = value[:value.index(">", value.index("<img")) + 1]  # its <img …>: short enough to survive cuts
+                head = value[: value.index(">", value.index("<img")) + 1]  # its <img …>: short enough to survive cuts
                 text = text.replace(stdlib_html.escape(value, quote=True), value)
                 text = text.replace(stdlib_html.escape(head, quote=True), head)
             control = tmp_path / f"unescaped-{kind}.html"
@@ -171,8 +186,9 @@ def test_no_page_runs_a_script_it_did_not_ship(pages: dict[str, tuple[Path, set[
         # positive control 2: the class name of the issue ("c-" + the raw category) runs the category's script
         source = next(p for p, _ in [pages["html"]])
         db_path = next(source.parent.glob("a/*.duckdb"))
-        monkeypatch.setattr(k25html_markup, "css_class",
-                            lambda c: "c-" + (c or "other").replace(":", "-").replace("_", "-"))
+        monkeypatch.setattr(
+            k25html_markup, "css_class", lambda c: "c-" + (c or "other").replace(":", "-").replace("_", "-")
+        )
         con = db.connect(db_path, read_only=True)
         old, _ = k25html.build(con, source=db_path.name)
         con.close()

@@ -45,15 +45,17 @@ def test_counts_match_the_json(loaded, path: Path) -> None:
     con, _ = loaded
     trace_id = _trace_id(loaded, path)
     counts = expected_counts(read_exact(path))
-    got = dict(con.execute("select kind, count(*) from gpu_events where trace_id = ? group by kind",
-                           [trace_id]).fetchall())
+    got = dict(
+        con.execute("select kind, count(*) from gpu_events where trace_id = ? group by kind", [trace_id]).fetchall()
+    )
     assert got.get("kernel", 0) == counts["kernel"]
     assert got.get("memcpy", 0) == counts["gpu_memcpy"]
     assert got.get("memset", 0) == counts["gpu_memset"]
     launches = con.execute("select count(*) from launches where trace_id = ?", [trace_id]).fetchall()[0][0]
     assert launches == counts["cuda_runtime"] + counts["cuda_driver"]
-    ann = dict(con.execute("select kind, count(*) from annotations where trace_id = ? group by kind",
-                           [trace_id]).fetchall())
+    ann = dict(
+        con.execute("select kind, count(*) from annotations where trace_id = ? group by kind", [trace_id]).fetchall()
+    )
     assert ann.get("user_annotation", 0) == counts["user_annotation"]
     assert ann.get("gpu_user_annotation", 0) == counts["gpu_user_annotation"]
     ops = con.execute("select count(*) from cpu_ops where trace_id = ?", [trace_id]).fetchall()[0][0]
@@ -79,8 +81,12 @@ def test_timestamps_are_exact(loaded, path: Path) -> None:
         "select event_id, start_ns, dur_ns from gpu_events where trace_id = ? order by event_id", [trace_id]
     ).fetchall()
     assert got == expected
-    assert con.execute("select count(*) from gpu_events where trace_id = ? and end_ns != start_ns + dur_ns",
-                       [trace_id]).fetchall()[0][0] == 0
+    assert (
+        con.execute(
+            "select count(*) from gpu_events where trace_id = ? and end_ns != start_ns + dur_ns", [trace_id]
+        ).fetchall()[0][0]
+        == 0
+    )
 
 
 def test_rank_world_size_and_metadata(loaded) -> None:
@@ -102,13 +108,17 @@ def test_graph_kernels_share_the_graph_launch_correlation(loaded) -> None:
     trace_id = _trace_id(loaded, MI300X_FULL)
     rows = con.execute(
         "select l.name, count(*) from gpu_events g join launches l using (trace_id, correlation) "
-        "where g.trace_id = ? and g.kind = 'kernel' group by l.name", [trace_id]
+        "where g.trace_id = ? and g.kind = 'kernel' group by l.name",
+        [trace_id],
     ).fetchall()
     trace = read_exact(MI300X_FULL)
     graph = [e for e in trace["traceEvents"] if e.get("name") == "hipGraphLaunch"]
     assert len(graph) == 1
-    sharing = sum(1 for e in trace["traceEvents"]
-                  if e.get("cat") == "kernel" and e["args"]["correlation"] == graph[0]["args"]["correlation"])
+    sharing = sum(
+        1
+        for e in trace["traceEvents"]
+        if e.get("cat") == "kernel" and e["args"]["correlation"] == graph[0]["args"]["correlation"]
+    )
     assert sharing == 421  # of the 425 kernels, 4 are launched eagerly around the graph
     assert dict(rows) == {"hipGraphLaunch": sharing, "hipLaunchKernel": 3, "hipExtModuleLaunchKernel": 1}
 
@@ -118,27 +128,39 @@ def test_collective_args_kept(loaded) -> None:
     trace_id = _trace_id(loaded, HTA_NCCL)
     trace = read_exact(HTA_NCCL)
     expected = sorted(
-        (e["args"]["Collective name"], int(e["args"]["In msg nelems"]), int(e["args"]["Group size"]),
-         e["args"]["dtype"])
+        (
+            e["args"]["Collective name"],
+            int(e["args"]["In msg nelems"]),
+            int(e["args"]["Group size"]),
+            e["args"]["dtype"],
+        )
         for e in trace["traceEvents"]
         if e.get("cat") == "kernel" and "Collective name" in e.get("args", {})
     )
-    got = sorted(con.execute(
-        "select collective_name, msg_in_nelems, group_size, msg_dtype from gpu_events "
-        "where trace_id = ? and collective_name is not null",
-        [trace_id]).fetchall())
+    got = sorted(
+        con.execute(
+            "select collective_name, msg_in_nelems, group_size, msg_dtype from gpu_events "
+            "where trace_id = ? and collective_name is not null",
+            [trace_id],
+        ).fetchall()
+    )
     assert got == expected and len(got) > 0
     b200 = _trace_id(loaded, B200)
-    assert con.execute("select count(*) from gpu_events where trace_id = ? and collective_name is not null",
-                       [b200]).fetchall()[0][0] >= 1
+    assert (
+        con.execute(
+            "select count(*) from gpu_events where trace_id = ? and collective_name is not null", [b200]
+        ).fetchall()[0][0]
+        >= 1
+    )
 
 
 def test_long_names_stored_once_with_short_name(loaded) -> None:
     con, _ = loaded
     dupes = con.execute("select count(*) - count(distinct name) from kernel_names").fetchall()[0][0]
     assert dupes == 0
-    long_name = con.execute(
-        "select name, short_name from kernel_names order by length(name) desc limit 1").fetchall()[0]
+    long_name = con.execute("select name, short_name from kernel_names order by length(name) desc limit 1").fetchall()[
+        0
+    ]
     assert len(long_name[0]) > 500 and 0 < len(long_name[1]) <= 160
 
 
@@ -216,8 +238,10 @@ def bad_files(tmp_path: Path) -> dict[str, Path]:
     return files
 
 
-@pytest.mark.parametrize("case", ["truncated gzip", "invalid JSON", "truncated JSON", "empty file", "no traceEvents",
-                                  "not an object", "fake gz"])
+@pytest.mark.parametrize(
+    "case",
+    ["truncated gzip", "invalid JSON", "truncated JSON", "empty file", "no traceEvents", "not an object", "fake gz"],
+)
 def test_bad_input_fails_alone_with_a_clear_message(tmp_path: Path, bad_files: dict[str, Path], case: str) -> None:
     con = db.connect(tmp_path / "x.duckdb")
     bad = bad_files[case]
@@ -227,8 +251,12 @@ def test_bad_input_fails_alone_with_a_clear_message(tmp_path: Path, bad_files: d
     message = results[1].message
     assert str(bad) in message and "\n" not in message
     expected_words = {
-        "truncated gzip": "truncated gzip", "invalid JSON": "invalid JSON", "truncated JSON": "truncated JSON",
-        "empty file": "empty file", "no traceEvents": "no traceEvents", "not an object": "not an object",
+        "truncated gzip": "truncated gzip",
+        "invalid JSON": "invalid JSON",
+        "truncated JSON": "truncated JSON",
+        "empty file": "empty file",
+        "no traceEvents": "no traceEvents",
+        "not an object": "not an object",
         "fake gz": "not gzip",
     }[case]
     assert expected_words in message
@@ -247,8 +275,15 @@ def test_no_gpu_events_unknown_categories_and_non_ascii(tmp_path: Path) -> None:
         "traceEvents": [
             {"ph": "X", "cat": "cpu_op", "name": "aten::addmm — ✓ 矩阵", "pid": 1, "tid": 1, "ts": 10.5, "dur": 2.25},
             {"ph": "X", "cat": "mystery_cat", "name": "x", "pid": 1, "tid": 1, "ts": 11, "dur": 1},
-            {"ph": "X", "cat": "user_annotation", "name": "execute_context_0(0)_generation_4(4)", "pid": 1, "tid": 1,
-             "ts": 9, "dur": 20},
+            {
+                "ph": "X",
+                "cat": "user_annotation",
+                "name": "execute_context_0(0)_generation_4(4)",
+                "pid": 1,
+                "tid": 1,
+                "ts": 9,
+                "dur": 20,
+            },
         ],
     }
     import json
@@ -260,7 +295,8 @@ def test_no_gpu_events_unknown_categories_and_non_ascii(tmp_path: Path) -> None:
     assert any("no GPU events" in w for w in result.warnings)
     assert any("mystery_cat" in w for w in result.warnings)
     assert con.execute("select name, start_ns, dur_ns from cpu_ops").fetchall() == [
-        ("aten::addmm — ✓ 矩阵", 1700000000000010500, 2250)]
+        ("aten::addmm — ✓ 矩阵", 1700000000000010500, 2250)
+    ]
     assert con.execute("select rank, world_size from traces").fetchall() == [(3, 8)]
     assert con.execute("select phase, batch_size, is_empty from steps").fetchall() == [("decode", 4, True)]
 
@@ -277,25 +313,50 @@ def test_capture_directory_levels_and_invalid_files(tmp_path: Path) -> None:
     shutil.copy(HTA_RANK0, good1)
     shutil.copy(HTA_RANK1, good2)
     bad.write_bytes(B200.read_bytes()[:1000])
-    stats = {"requests": 64, "errors": 0, "output_tokens": 2048, "duration_s": 3.5, "output_tok_s": 585.1,
-             "ttft_ms": {"p50": 30.0, "p90": 41.0, "p99": 50.0}, "tpot_ms": {"p50": 11.0, "p90": 12.0, "p99": 13.0},
-             "itl_ms": {"p50": 11.0, "p90": 12.5, "p99": 14.0}}
-    manifest = {"k25trace_capture": 1, "levels": [
-        {"name": "c1", "concurrency": 1, "dir": "c1", "stats": {**stats, "requests": 1},
-         "files": [{"path": "c1/" + good1.name, "valid": True, "problem": None}]},
-        {"name": "c64", "concurrency": 64, "dir": "c64", "stats": stats,
-         "files": [{"path": "c64/" + good2.name, "valid": True, "problem": None},
-                   {"path": "c64/" + bad.name, "valid": False, "problem": "truncated gzip"}]}]}
+    stats = {
+        "requests": 64,
+        "errors": 0,
+        "output_tokens": 2048,
+        "duration_s": 3.5,
+        "output_tok_s": 585.1,
+        "ttft_ms": {"p50": 30.0, "p90": 41.0, "p99": 50.0},
+        "tpot_ms": {"p50": 11.0, "p90": 12.0, "p99": 13.0},
+        "itl_ms": {"p50": 11.0, "p90": 12.5, "p99": 14.0},
+    }
+    manifest = {
+        "k25trace_capture": 1,
+        "levels": [
+            {
+                "name": "c1",
+                "concurrency": 1,
+                "dir": "c1",
+                "stats": {**stats, "requests": 1},
+                "files": [{"path": "c1/" + good1.name, "valid": True, "problem": None}],
+            },
+            {
+                "name": "c64",
+                "concurrency": 64,
+                "dir": "c64",
+                "stats": stats,
+                "files": [
+                    {"path": "c64/" + good2.name, "valid": True, "problem": None},
+                    {"path": "c64/" + bad.name, "valid": False, "problem": "truncated gzip"},
+                ],
+            },
+        ],
+    }
     (cap / "manifest.json").write_text(json.dumps(manifest))
     con = db.connect(tmp_path / "x.duckdb")
     results, notes = pipeline.load_paths(con, [cap])
     assert [r.status for r in results] == ["loaded", "loaded"]
     assert any("marks it invalid" in n and bad.name in n for n in notes)
     assert con.execute("select level, concurrency from traces order by concurrency").fetchall() == [
-        ("c1", 1), ("c64", 64)]
+        ("c1", 1),
+        ("c64", 64),
+    ]
     assert con.execute(
-        "select level, requests, ttft_p90_ms, itl_p99_ms from capture_levels order by level").fetchall() == [
-        ("c1", 1, 41.0, 14.0), ("c64", 64, 41.0, 14.0)]
+        "select level, requests, ttft_p90_ms, itl_p99_ms from capture_levels order by level"
+    ).fetchall() == [("c1", 1, 41.0, 14.0), ("c64", 64, 41.0, 14.0)]
 
 
 def test_starting_the_workers_imports_nothing_heavy() -> None:
@@ -304,8 +365,10 @@ def test_starting_the_workers_imports_nothing_heavy() -> None:
     import subprocess
     import sys
 
-    code = ("import sys; from k25trace.ingest import LoadOptions, start_workers; "
-            "print([m for m in ('numpy', 'pyarrow', 'msgspec', 'duckdb', 'polars') if m in sys.modules])")
+    code = (
+        "import sys; from k25trace.ingest import LoadOptions, start_workers; "
+        "print([m for m in ('numpy', 'pyarrow', 'msgspec', 'duckdb', 'polars') if m in sys.modules])"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
 
@@ -340,10 +403,14 @@ def test_workers_started_before_the_load_are_used_and_closed(tmp_path: Path) -> 
     assert early is not None and early.procs == [] and not multiprocessing.active_children()
 
 
-@pytest.mark.parametrize("many,warm", [(False, False), (False, True), (True, False)],
-                         ids=["one-file-shared", "one-file-warm-start", "many-files-prefetched"])
-def test_worker_processes_give_the_same_rows_and_isolate_bad_files(tmp_path: Path, many: bool, warm: bool,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    "many,warm",
+    [(False, False), (False, True), (True, False)],
+    ids=["one-file-shared", "one-file-warm-start", "many-files-prefetched"],
+)
+def test_worker_processes_give_the_same_rows_and_isolate_bad_files(
+    tmp_path: Path, many: bool, warm: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The multi-process decode path (used for big files) stores exactly what the in-process path stores. One
     file: through the ring from the first block, or (warm start) with its first blocks decoded in this process
     while the workers start: here the workers count as started after the parent has decoded 3 blocks of 1 MiB
@@ -384,15 +451,21 @@ def test_worker_processes_give_the_same_rows_and_isolate_bad_files(tmp_path: Pat
     if many:
         assert [r.status for r in results] == ["loaded", "failed", "loaded"]
         assert "truncated gzip" in results[1].message and str(bad) in results[1].message
-    query = ("select t.file_name, g.event_id, g.kind, n.name, g.start_ns, g.dur_ns, g.correlation, g.grid_x, "
-             "g.category, g.step_index "
-             "from gpu_events g join kernel_names n using (name_id) join traces t using (trace_id) order by 1, 2")
+    query = (
+        "select t.file_name, g.event_id, g.kind, n.name, g.start_ns, g.dur_ns, g.correlation, g.grid_x, "
+        "g.category, g.step_index "
+        "from gpu_events g join kernel_names n using (name_id) join traces t using (trace_id) order by 1, 2"
+    )
     assert serial.execute(query).fetchall() == parallel.execute(query).fetchall()
     for table in ("launches", "annotations", "cpu_ops"):
-        q = (f"select t.file_name, x.event_id, x.name, x.start_ns from {table} x join traces t using (trace_id) "
-             "order by 1, 2")
+        q = (
+            f"select t.file_name, x.event_id, x.name, x.start_ns from {table} x join traces t using (trace_id) "
+            "order by 1, 2"
+        )
         assert serial.execute(q).fetchall() == parallel.execute(q).fetchall(), table
-    assert serial.execute("select file_name, event_count, skipped from traces order by 1").fetchall() == \
-        parallel.execute("select file_name, event_count, skipped from traces order by 1").fetchall()
+    assert (
+        serial.execute("select file_name, event_count, skipped from traces order by 1").fetchall()
+        == parallel.execute("select file_name, event_count, skipped from traces order by 1").fetchall()
+    )
     if warm:
         assert len(asked) == 4 and chunk_tasks == [6]  # 3 blocks here, then the ring (6 buffers) for the rest

@@ -46,8 +46,10 @@ def _connect(tmp_path: Path, name: str = "x.duckdb") -> duckdb.DuckDBPyConnectio
 
 def _stored(con: duckdb.DuckDBPyConnection) -> dict[str, list[tuple]]:
     return {
-        "gpu": con.execute("select g.event_id, n.name, g.start_ns, g.dur_ns from gpu_events g join kernel_names n "
-                           "using (name_id) order by 1").fetchall(),
+        "gpu": con.execute(
+            "select g.event_id, n.name, g.start_ns, g.dur_ns from gpu_events g join kernel_names n "
+            "using (name_id) order by 1"
+        ).fetchall(),
         "launches": con.execute("select event_id, name, start_ns, dur_ns from launches order by 1").fetchall(),
         "annotations": con.execute("select event_id, name, start_ns, dur_ns from annotations order by 1").fetchall(),
         "cpu_ops": con.execute("select event_id, name, start_ns, dur_ns from cpu_ops order by 1").fetchall(),
@@ -57,9 +59,16 @@ def _stored(con: duckdb.DuckDBPyConnection) -> dict[str, list[tuple]]:
 def _expected(trace: dict) -> dict[str, list[tuple]]:
     """What the loader must store, read independently (stdlib json, Decimal arithmetic)."""
     base = int(trace.get("baseTimeNanoseconds", 0))
-    tables = {"kernel": "gpu", "gpu_memcpy": "gpu", "gpu_memset": "gpu", "cuda_runtime": "launches",
-              "cuda_driver": "launches", "user_annotation": "annotations", "gpu_user_annotation": "annotations",
-              "cpu_op": "cpu_ops"}
+    tables = {
+        "kernel": "gpu",
+        "gpu_memcpy": "gpu",
+        "gpu_memset": "gpu",
+        "cuda_runtime": "launches",
+        "cuda_driver": "launches",
+        "user_annotation": "annotations",
+        "gpu_user_annotation": "annotations",
+        "cpu_op": "cpu_ops",
+    }
     out: dict[str, list[tuple]] = {t: [] for t in ("gpu", "launches", "annotations", "cpu_ops")}
     for i, e in enumerate(trace["traceEvents"]):
         table = tables.get(e.get("cat"))
@@ -86,8 +95,9 @@ def test_valid_json_with_a_false_boundary_loads_exactly(tmp_path: Path, name: st
     trace = _read(path)
     tid = results[0].trace_id
     assert _stored_of(con, tid) == _expected(trace)
-    row = con.execute("select rank, world_size, device_name, device_count, event_count from traces where trace_id = ?",
-                      [tid]).fetchall()[0]
+    row = con.execute(
+        "select rank, world_size, device_name, device_count, event_count from traces where trace_id = ?", [tid]
+    ).fetchall()[0]
     assert row[4] == len(trace["traceEvents"])
     if name == "metadata-after-events":  # the metadata after the events is read, not taken for events
         assert row[:4] == (1, 2, "GPU one", 2)
@@ -95,8 +105,9 @@ def test_valid_json_with_a_false_boundary_loads_exactly(tmp_path: Path, name: st
 
 @pytest.mark.parametrize("scanner", ["scanner", "msgspec"])
 @pytest.mark.parametrize("options", [SERIAL, PARALLEL], ids=["serial", "parallel"])
-def test_only_the_top_level_trace_events_key_counts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                   options: ingest.LoadOptions, scanner: str) -> None:
+def test_only_the_top_level_trace_events_key_counts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, options: ingest.LoadOptions, scanner: str
+) -> None:
     """Issue 34, 4a: `{"meta": {"traceEvents": []}, "traceEvents": [...]}` loaded as 0 events ("CPU-only trace"):
     the first `"traceEvents": [` anywhere was taken for the array. The compiled scanner and msgspec read the same."""
     if scanner == "msgspec":
@@ -109,19 +120,24 @@ def test_only_the_top_level_trace_events_key_counts(tmp_path: Path, monkeypatch:
     trace = _read(path)
     assert _stored_of(con, results[0].trace_id) == _expected(trace)
     assert len(_expected(trace)["gpu"]) == 1
-    (event_count, metadata), = con.execute("select event_count, metadata from traces").fetchall()
+    ((event_count, metadata),) = con.execute("select event_count, metadata from traces").fetchall()
     assert event_count == 3
     assert json.loads(metadata)["meta"] == {"traceEvents": []}  # the nested key is metadata, as written
 
 
-@pytest.mark.parametrize("text, problem", [
-    ('{"meta": {"traceEvents": [{"ph": "X"}]}, "other": 1}', "no traceEvents array: not a Kineto/Chrome trace"),
-    ('[{"traceEvents": []}]', "top-level JSON is a list, not an object with traceEvents"),
-    ('{"note": "\\"traceEvents\\": [", "x": 1}', "no traceEvents array: not a Kineto/Chrome trace"),
-    ('{"traceEvents": {"ph": "X"}}', "the top-level traceEvents is not an array: not a Kineto trace"),
-], ids=["only-nested", "top-level-list", "in-a-string", "not-an-array"])
-def test_a_trace_events_key_that_is_not_the_top_level_array_is_an_error(tmp_path: Path, text: str,
-                                                                        problem: str) -> None:
+@pytest.mark.parametrize(
+    "text, problem",
+    [
+        ('{"meta": {"traceEvents": [{"ph": "X"}]}, "other": 1}', "no traceEvents array: not a Kineto/Chrome trace"),
+        ('[{"traceEvents": []}]', "top-level JSON is a list, not an object with traceEvents"),
+        ('{"note": "\\"traceEvents\\": [", "x": 1}', "no traceEvents array: not a Kineto/Chrome trace"),
+        ('{"traceEvents": {"ph": "X"}}', "the top-level traceEvents is not an array: not a Kineto trace"),
+    ],
+    ids=["only-nested", "top-level-list", "in-a-string", "not-an-array"],
+)
+def test_a_trace_events_key_that_is_not_the_top_level_array_is_an_error(
+    tmp_path: Path, text: str, problem: str
+) -> None:
     path = tmp_path / "t.pt.trace.json"
     path.write_text(text)
     con = _connect(tmp_path)
@@ -131,8 +147,9 @@ def test_a_trace_events_key_that_is_not_the_top_level_array_is_an_error(tmp_path
 
 
 @pytest.mark.parametrize("cut", [1, 7, 13, 19, 40])
-def test_the_top_level_key_is_found_across_block_boundaries(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                            cut: int) -> None:
+def test_the_top_level_key_is_found_across_block_boundaries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cut: int
+) -> None:
     """The prefix is read block by block: a key, its colon or a nested key cut between two blocks."""
     monkeypatch.setattr(ingest.limits, "BLOCK_SIZE", cut)
     path = DATA / "traceEvents-key-nested-first.pt.trace.json"
@@ -144,14 +161,20 @@ def test_the_top_level_key_is_found_across_block_boundaries(tmp_path: Path, monk
 
 def _stored_of(con: duckdb.DuckDBPyConnection, trace_id: int) -> dict[str, list[tuple]]:
     return {
-        "gpu": con.execute("select g.event_id, n.name, g.start_ns, g.dur_ns from gpu_events g join kernel_names n "
-                           "using (name_id) where trace_id = ? order by 1", [trace_id]).fetchall(),
-        "launches": con.execute("select event_id, name, start_ns, dur_ns from launches where trace_id = ? order by 1",
-                                [trace_id]).fetchall(),
-        "annotations": con.execute("select event_id, name, start_ns, dur_ns from annotations where trace_id = ? "
-                                   "order by 1", [trace_id]).fetchall(),
-        "cpu_ops": con.execute("select event_id, name, start_ns, dur_ns from cpu_ops where trace_id = ? order by 1",
-                               [trace_id]).fetchall(),
+        "gpu": con.execute(
+            "select g.event_id, n.name, g.start_ns, g.dur_ns from gpu_events g join kernel_names n "
+            "using (name_id) where trace_id = ? order by 1",
+            [trace_id],
+        ).fetchall(),
+        "launches": con.execute(
+            "select event_id, name, start_ns, dur_ns from launches where trace_id = ? order by 1", [trace_id]
+        ).fetchall(),
+        "annotations": con.execute(
+            "select event_id, name, start_ns, dur_ns from annotations where trace_id = ? order by 1", [trace_id]
+        ).fetchall(),
+        "cpu_ops": con.execute(
+            "select event_id, name, start_ns, dur_ns from cpu_ops where trace_id = ? order by 1", [trace_id]
+        ).fetchall(),
     }
 
 
@@ -162,8 +185,10 @@ def test_invalid_json_names_the_real_event_and_byte(tmp_path: Path, options: ing
     con = _connect(tmp_path)
     results, _ = pipeline.load_paths(con, [HTA_RANK0, path, HTA_RANK1], options)
     assert [r.status for r in results] == ["loaded", "failed", "loaded"]
-    assert results[1].message == (f"{path}: invalid JSON in traceEvents at event 3 (byte 411 of the decompressed "
-                                  "JSON): JSON is malformed: object keys must be strings")
+    assert results[1].message == (
+        f"{path}: invalid JSON in traceEvents at event 3 (byte 411 of the decompressed "
+        "JSON): JSON is malformed: object keys must be strings"
+    )
 
 
 @pytest.mark.parametrize("options", [SERIAL, PARALLEL], ids=["serial", "parallel"])
@@ -175,8 +200,10 @@ def test_truncated_json_names_the_event_it_ends_in(tmp_path: Path, options: inge
     con = _connect(tmp_path)
     results, _ = pipeline.load_paths(con, [path, HTA_RANK0], options)
     assert [r.status for r in results] == ["failed", "loaded"]
-    assert results[0].message == (f"{path}: truncated JSON: the file ends inside traceEvents at event 3 (byte {cut:,} "
-                                  "of the decompressed JSON) (the writer may still be running, or was killed)")
+    assert results[0].message == (
+        f"{path}: truncated JSON: the file ends inside traceEvents at event 3 (byte {cut:,} "
+        "of the decompressed JSON) (the writer may still be running, or was killed)"
+    )
 
 
 def _tricky_trace(n: int, seed: int) -> dict:
@@ -188,8 +215,15 @@ def _tricky_trace(n: int, seed: int) -> dict:
     events = []
     for i in range(n):
         cat = rng.choice(cats)
-        e: dict = {"ph": "X", "cat": cat, "name": f"{rng.choice(names)}#{i}", "pid": 1, "tid": rng.choice([1, 7]),
-                   "ts": 1000 + i * 3 + rng.choice([0, 0.001, 0.5, 0.999]), "dur": rng.choice([0, 1, 2.25, 0.001])}
+        e: dict = {
+            "ph": "X",
+            "cat": cat,
+            "name": f"{rng.choice(names)}#{i}",
+            "pid": 1,
+            "tid": rng.choice([1, 7]),
+            "ts": 1000 + i * 3 + rng.choice([0, 0.001, 0.5, 0.999]),
+            "dur": rng.choice([0, 1, 2.25, 0.001]),
+        }
         args: dict = {"correlation": i, "External id": i}
         if rng.random() < 0.4:
             args["Concrete Inputs"] = [{"a": [1, {"b": "}, {"}]}, {"c": "]}, {"}, [{"d": {}}, {}]]
@@ -197,9 +231,14 @@ def _tricky_trace(n: int, seed: int) -> dict:
             args["deep"] = json.loads("[" * 40 + "{}, {}" + "]" * 40)
         e["args"] = args
         events.append(e)
-    return {"schemaVersion": 1, "baseTimeNanoseconds": 1700000000000000000, "traceEvents": events,
-            "distributedInfo": {"rank": 0, "world_size": 1},
-            "deviceProperties": [{"id": 0, "name": "A}, {B"}, {"id": 1, "name": "C"}], "traceName": "t}, {"}
+    return {
+        "schemaVersion": 1,
+        "baseTimeNanoseconds": 1700000000000000000,
+        "traceEvents": events,
+        "distributedInfo": {"rank": 0, "world_size": 1},
+        "deviceProperties": [{"id": 0, "name": "A}, {B"}, {"id": 1, "name": "C"}],
+        "traceName": "t}, {",
+    }
 
 
 @pytest.mark.parametrize("block", [64, 257, 4096])
@@ -255,8 +294,10 @@ def test_args_nested_1000_deep_load_and_deeper_fail_alone(tmp_path: Path, option
 def test_deep_metadata_is_stored_or_reported(tmp_path: Path, depth: int) -> None:
     """orjson writes 254 levels, reads 1,024; the stdlib writes ~990: deeper metadata is left out with a warning,
     beyond what can be read the file fails alone; before, any of them crashed the load."""
-    text = ('{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": 1, "dur": 1}], '
-            f'"deepMeta": {"[" * depth + "]" * depth}, "traceName": "x"}}')
+    text = (
+        '{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": 1, "dur": 1}], '
+        f'"deepMeta": {"[" * depth + "]" * depth}, "traceName": "x"}}'
+    )
     path = tmp_path / "deepmeta.pt.trace.json"
     path.write_text(text)
     con = _connect(tmp_path)
@@ -268,7 +309,8 @@ def test_deep_metadata_is_stored_or_reported(tmp_path: Path, depth: int) -> None
         assert not [w for w in results[0].warnings if "metadata not stored" in w]
     elif depth == 1010:
         assert [w for w in results[0].warnings if "metadata not stored" in w] == [
-            f"{path}: metadata not stored (nested too deep to write as JSON): deepMeta"]
+            f"{path}: metadata not stored (nested too deep to write as JSON): deepMeta"
+        ]
         assert json.loads(metadata[0][0]) == {"traceName": "x"}
     else:
         assert results[0].message.startswith(f"{path}: invalid JSON outside traceEvents: ")
@@ -278,27 +320,37 @@ def test_deep_metadata_is_stored_or_reported(tmp_path: Path, depth: int) -> None
 
 
 @pytest.mark.parametrize("options", [SERIAL, PARALLEL], ids=["serial", "parallel"])
-@pytest.mark.parametrize("name, bad, text", [
-    ("bad-times", 10, "8 GPU activities, 2 CPU ops"),
-    ("huge-times-json", 4, "4 GPU activities"),
-])
-def test_nan_infinity_and_huge_times_are_skipped_never_wrapped(tmp_path: Path, name: str, bad: int, text: str,
-                                                               options: ingest.LoadOptions) -> None:
+@pytest.mark.parametrize(
+    "name, bad, text",
+    [
+        ("bad-times", 10, "8 GPU activities, 2 CPU ops"),
+        ("huge-times-json", 4, "4 GPU activities"),
+    ],
+)
+def test_nan_infinity_and_huge_times_are_skipped_never_wrapped(
+    tmp_path: Path, name: str, bad: int, text: str, options: ingest.LoadOptions
+) -> None:
     path = DATA / f"{name}.pt.trace.json"
     con = _connect(tmp_path)
     results, _ = pipeline.load_paths(con, [path, HTA_RANK0], options)
     assert [r.status for r in results] == ["loaded", "loaded"], [r.message for r in results]
     warning = [w for w in results[0].warnings if "no time" in w]
-    assert warning == [f"{path}: skipped {bad} event(s) whose ts or dur is no time (NaN, Infinity, or beyond 64-bit "
-                       f"ns, e.g. 1e16 µs): {text}"]
+    assert warning == [
+        f"{path}: skipped {bad} event(s) whose ts or dur is no time (NaN, Infinity, or beyond 64-bit "
+        f"ns, e.g. 1e16 µs): {text}"
+    ]
     tid = results[0].trace_id
-    assert con.execute("select n.name, start_ns, dur_ns, end_ns from gpu_events join kernel_names n using (name_id) "
-                       "where trace_id = ?", [tid]).fetchall() == [
-        ("good", 1700000000000010500, 2250, 1700000000000012750)]
+    assert con.execute(
+        "select n.name, start_ns, dur_ns, end_ns from gpu_events join kernel_names n using (name_id) "
+        "where trace_id = ?",
+        [tid],
+    ).fetchall() == [("good", 1700000000000010500, 2250, 1700000000000012750)]
     assert con.execute("select name, start_ns, dur_ns from cpu_ops where trace_id = ?", [tid]).fetchall() == [
-        ("good_op", 1700000000000009000, 5000)]
+        ("good_op", 1700000000000009000, 5000)
+    ]
     assert json.loads(con.execute("select skipped from traces where trace_id = ?", [tid]).fetchall()[0][0]) == {
-        "(bad time)": bad}
+        "(bad time)": bad
+    }
     for table in ("gpu_events", "launches", "annotations", "cpu_ops", "steps"):  # nothing absurd anywhere
         column = "wall_ns" if table == "steps" else "dur_ns"
         assert con.execute(f"select count(*) from {table} where {column} < 0 or {column} > 10e9").fetchall() == [(0,)]
@@ -306,8 +358,10 @@ def test_nan_infinity_and_huge_times_are_skipped_never_wrapped(tmp_path: Path, n
 
 def test_a_base_time_that_is_no_time_rejects_the_file(tmp_path: Path) -> None:
     path = tmp_path / "base.pt.trace.json"
-    path.write_text('{"baseTimeNanoseconds": 1e300, "traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", '
-                    '"pid": 1, "tid": 1, "ts": 1, "dur": 1}]}')
+    path.write_text(
+        '{"baseTimeNanoseconds": 1e300, "traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", '
+        '"pid": 1, "tid": 1, "ts": 1, "dur": 1}]}'
+    )
     con = _connect(tmp_path)
     results, _ = pipeline.load_paths(con, [path, HTA_RANK0])
     assert [r.status for r in results] == ["failed", "loaded"]
@@ -329,12 +383,15 @@ def test_negative_durations_long_kernels_and_duplicates_are_reported(tmp_path: P
         f"{path}: 1 GPU activity longer than an hour (the longest 11.6 days): kept; such times usually mean a "
         "broken trace",
     ]
-    assert con.execute("select n.name, event_id, dur_ns from gpu_events join kernel_names n using (name_id) "
-                       "order by event_id").fetchall() == [("gemm_kernel", 2, 2250), ("eleven_day_kernel", 8, 10**15)]
+    assert con.execute(
+        "select n.name, event_id, dur_ns from gpu_events join kernel_names n using (name_id) order by event_id"
+    ).fetchall() == [("gemm_kernel", 2, 2250), ("eleven_day_kernel", 8, 10**15)]
     assert con.execute("select event_id from launches order by 1").fetchall() == [(1,), (5,), (7,)]
     assert con.execute("select count(*) from cpu_ops").fetchall() == [(0,)]
     assert json.loads(con.execute("select skipped from traces").fetchall()[0][0]) == {
-        "(negative duration)": 2, "(duplicate)": 2}
+        "(negative duration)": 2,
+        "(duplicate)": 2,
+    }
     # the step holds one gemm call, not two
     assert con.execute("select count(*) from gpu_events where step_index = 0 and dur_ns = 2250").fetchall() == [(1,)]
 
@@ -345,17 +402,34 @@ def _collective_trace() -> dict:
     runtime calls that another phase or a missing ts keeps out of the tables."""
     events: list[dict] = []
     for i in range(400):
-        e: dict = {"ph": "X", "cat": "kernel", "name": f"k{i % 7}", "pid": 0, "tid": 7, "ts": 1000 + i, "dur": 0.5,
-                   "args": {"correlation": i, "device": 0, "stream": 7}}
+        e: dict = {
+            "ph": "X",
+            "cat": "kernel",
+            "name": f"k{i % 7}",
+            "pid": 0,
+            "tid": 7,
+            "ts": 1000 + i,
+            "dur": 0.5,
+            "args": {"correlation": i, "device": 0, "stream": 7},
+        }
         if i == 5:
-            e["args"].update({"Collective name": "allreduce", "In msg nelems": 1024, "Out msg nelems": "1024",
-                              "Group size": 8, "dtype": "BFloat16", "Process Group Name": "0",
-                              "Process Group Ranks": "[0, 1, 2, 3, 4, 5, 6, 7]"})
+            e["args"].update(
+                {
+                    "Collective name": "allreduce",
+                    "In msg nelems": 1024,
+                    "Out msg nelems": "1024",
+                    "Group size": 8,
+                    "dtype": "BFloat16",
+                    "Process Group Name": "0",
+                    "Process Group Ranks": "[0, 1, 2, 3, 4, 5, 6, 7]",
+                }
+            )
         elif i == 300:
             e["args"].update({"Process Group Name": "tp"})
         elif i == 350:
-            e["args"].update({"Collective name": ["all", "gather"], "Group size": 1 << 40, "In msg nelems": True,
-                              "dtype": 3})
+            e["args"].update(
+                {"Collective name": ["all", "gather"], "Group size": 1 << 40, "In msg nelems": True, "dtype": 3}
+            )
         elif i == 360:
             e["ph"] = "i"
         elif i == 370:
@@ -380,7 +454,8 @@ def test_collective_args_are_read_row_by_row(tmp_path: Path, monkeypatch: pytest
         "select event_id, collective_name, msg_in_nelems, msg_out_nelems, msg_dtype, group_size, pg_name, pg_ranks "
         "from gpu_events where collective_name is not null or msg_in_nelems is not null or msg_out_nelems is not null "
         "or msg_dtype is not null or group_size is not null or pg_name is not null or pg_ranks is not null "
-        "order by event_id").fetchall()
+        "order by event_id"
+    ).fetchall()
     assert rows == [
         (5, "allreduce", 1024, 1024, "BFloat16", 8, "0", "[0, 1, 2, 3, 4, 5, 6, 7]"),
         (300, None, None, None, None, None, "tp", None),
@@ -396,8 +471,9 @@ def test_kernels_without_ts_are_not_called_a_cpu_only_trace(tmp_path: Path) -> N
     con = _connect(tmp_path)
     (result,), _ = pipeline.load_paths(con, [path])
     assert result.status == "loaded"
-    assert result.warnings == [f"{path}: no GPU events stored: its 3 kernel/memcpy/memset event(s) have no ts; "
-                               "loaded its CPU events"]
+    assert result.warnings == [
+        f"{path}: no GPU events stored: its 3 kernel/memcpy/memset event(s) have no ts; loaded its CPU events"
+    ]
     assert not any("CPU-only" in w for w in result.warnings)
 
 
@@ -439,11 +515,11 @@ def test_an_unreadable_subdirectory_is_an_error(tmp_path: Path) -> None:
         from pathlib import Path
         from k25trace import db, ingest, pipeline
         try:
-            Path({str(run / 'secret')!r}).iterdir().__next__()
+            Path({str(run / "secret")!r}).iterdir().__next__()
             print("STILL READABLE"); sys.exit(0)
         except PermissionError:
             pass
-        con = db.connect(Path({str(tmp_path / 'x.duckdb')!r}))
+        con = db.connect(Path({str(tmp_path / "x.duckdb")!r}))
         results, _ = pipeline.load_paths(con, [Path({str(run)!r})])
         for r in results:
             print(r.status, r.message)
@@ -456,8 +532,9 @@ def test_an_unreadable_subdirectory_is_an_error(tmp_path: Path) -> None:
     if "STILL READABLE" in out.stdout:
         pytest.skip("cannot make a directory unreadable here (capabilities cannot be dropped)")
     lines = out.stdout.splitlines()
-    assert lines[0] == (f"failed {run / 'secret'}: cannot read directory: Permission denied; "
-                        "trace files in it are not loaded")
+    assert lines[0] == (
+        f"failed {run / 'secret'}: cannot read directory: Permission denied; trace files in it are not loaded"
+    )
     assert lines[1] == "loaded "
     assert len(lines) == 2
 
@@ -473,19 +550,28 @@ def test_a_symlinked_subdirectory_is_followed_once(tmp_path: Path) -> None:
     (run / "linked").symlink_to(elsewhere)
     (run / "again").symlink_to(elsewhere / "deeper")  # the same folder through a second link
     (elsewhere / "deeper" / "loop").symlink_to(run)  # back up: a symlink loop
-    out = subprocess.run([sys.executable, "-m", "k25trace", "load", str(run), "--db", str(tmp_path / "x.duckdb")],
-                         capture_output=True, text=True, cwd=ROOT, timeout=300, env={**os.environ, "COLUMNS": "300"})
+    out = subprocess.run(
+        [sys.executable, "-m", "k25trace", "load", str(run), "--db", str(tmp_path / "x.duckdb")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+        env={**os.environ, "COLUMNS": "300"},
+    )
     assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
     assert "2 loaded, 0 already there, 0 failed" in out.stderr
     con = _connect(tmp_path)
     assert con.execute("select path, rank from traces order by rank").fetchall() == [
         (str(run / "dp0_pp0_tp0_dcp0_ep0_rank0.1.pt.trace.json.gz"), 0),
-        (str(elsewhere / "deeper" / "dp0_pp0_tp1_dcp0_ep1_rank1.2.pt.trace.json.gz"), 1)]
+        (str(elsewhere / "deeper" / "dp0_pp0_tp1_dcp0_ep1_rank1.2.pt.trace.json.gz"), 1),
+    ]
     files, notes, errors = ingest.discover([run])
     assert len(files) == 2 and not errors
     why = "already searched (a symlink loop or a second link to it)"
-    assert sorted(notes) == [f"{run / 'again' / 'loop'}: skipped: the same folder as {run}, {why}",
-                             f"{run / 'linked' / 'deeper'}: skipped: the same folder as {run / 'again'}, {why}"]
+    assert sorted(notes) == [
+        f"{run / 'again' / 'loop'}: skipped: the same folder as {run}, {why}",
+        f"{run / 'linked' / 'deeper'}: skipped: the same folder as {run / 'again'}, {why}",
+    ]
 
 
 # ------------------------------------------------------------------------------------------ 3: rank of one process
@@ -511,8 +597,10 @@ def test_rank_from_distributed_info_file_name_or_default(tmp_path: Path) -> None
     ]
     assert [r.rank for r in results] == [3, 2, 0, 1]
     # every table carries the rank: joins on rank find the single-process trace
-    assert con.execute("select count(*) from gpu_events g join steps s using (trace_id, rank, step_index) "
-                       "where g.trace_id = ?", [results[2].trace_id]).fetchall() == [(1,)]
+    assert con.execute(
+        "select count(*) from gpu_events g join steps s using (trace_id, rank, step_index) where g.trace_id = ?",
+        [results[2].trace_id],
+    ).fetchall() == [(1,)]
 
 
 def test_an_older_database_gets_the_rank_source_column(tmp_path: Path) -> None:
@@ -539,13 +627,20 @@ def test_a_file_name_that_is_not_utf8_loads(tmp_path: Path) -> None:
     assert [r.status for r in results] == ["loaded"], [r.message for r in results]
     shown = str(folder) + "/trace-\ufffd\ufffd.pt.trace.json"
     assert results[0].path == shown
-    assert results[0].warnings == [f"{shown}: the file name is not valid UTF-8; path and file_name are stored with "
-                                   "U+FFFD (�) in place of the bytes that are not"]
+    assert results[0].warnings == [
+        f"{shown}: the file name is not valid UTF-8; path and file_name are stored with "
+        "U+FFFD (�) in place of the bytes that are not"
+    ]
     assert con.execute("select path, file_name from traces").fetchall() == [
-        (str(folder.resolve()) + "/trace-\ufffd\ufffd.pt.trace.json", "trace-\ufffd\ufffd.pt.trace.json")]
+        (str(folder.resolve()) + "/trace-\ufffd\ufffd.pt.trace.json", "trace-\ufffd\ufffd.pt.trace.json")
+    ]
     # and through the command line: messages print, exit 0
-    out = subprocess.run([sys.executable, "-m", "k25trace", "load", os.fsencode(str(odd)), "--db",
-                          str(tmp_path / "cli.duckdb")], capture_output=True, timeout=300, cwd=ROOT)
+    out = subprocess.run(
+        [sys.executable, "-m", "k25trace", "load", os.fsencode(str(odd)), "--db", str(tmp_path / "cli.duckdb")],
+        capture_output=True,
+        timeout=300,
+        cwd=ROOT,
+    )
     assert out.returncode == 0, out.stderr
     assert b"Traceback" not in out.stderr and b"not valid UTF-8" in out.stderr
 
@@ -568,7 +663,7 @@ def test_the_stored_hash_is_of_the_bytes_read(tmp_path: Path, monkeypatch: pytes
         digest = real(p)
         if p == path and len(path.read_bytes()) < len(whole):
             with open(path, "ab") as fh:
-                fh.write(whole[len(whole) // 2:])
+                fh.write(whole[len(whole) // 2 :])
         return digest
 
     monkeypatch.setattr(ingest.loader, "_sha256", hash_then_writer_finishes)
@@ -579,7 +674,8 @@ def test_the_stored_hash_is_of_the_bytes_read(tmp_path: Path, monkeypatch: pytes
     assert first.status == "loaded", first.message
     assert any("changed while it was read" in w for w in first.warnings)
     assert con.execute("select sha256, file_size from traces").fetchall() == [
-        (hashlib.sha256(whole).hexdigest(), len(whole))]
+        (hashlib.sha256(whole).hexdigest(), len(whole))
+    ]
     (again,), _ = pipeline.load_paths(con, [path])
     assert again.status == "skipped", again.message
     assert con.execute("select count(*) from traces").fetchall() == [(1,)]
@@ -662,8 +758,12 @@ def test_killing_a_load_leaves_no_process_and_no_shared_memory(tmp_path: Path, s
     script = tmp_path / "load.py"
     script.write_text(KILL_SCRIPT)
     dbfile = tmp_path / "x.duckdb"
-    proc = subprocess.Popen([sys.executable, str(script), str(dbfile), *map(str, traces)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, cwd=ROOT)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(dbfile), *map(str, traces)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
+    )
     try:
         sel = selectors.DefaultSelector()
         sel.register(proc.stdout, selectors.EVENT_READ)  # type: ignore[arg-type]
@@ -699,7 +799,8 @@ def test_workers_end_with_a_parent_that_is_killed_while_they_decode(tmp_path: Pa
     trace = _tricky_trace(20000, seed=3)
     big.write_text(json.dumps(trace))
     script = tmp_path / "load.py"
-    script.write_text(textwrap.dedent("""
+    script.write_text(
+        textwrap.dedent("""
         import sys
         from pathlib import Path
         def main():
@@ -713,16 +814,22 @@ def test_workers_end_with_a_parent_that_is_killed_while_they_decode(tmp_path: Pa
                 print("LOADED", flush=True)
         if __name__ == "__main__":
             main()
-    """))
-    proc = subprocess.Popen([sys.executable, str(script), str(tmp_path / "x.duckdb"), str(big)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
+    """)
+    )
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(tmp_path / "x.duckdb"), str(big)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
+    )
     try:
         assert proc.stdout.readline() == b"LOADED\n", proc.stderr.read()  # type: ignore[union-attr]
         deadline = time.monotonic() + 60
         workers: list[int] = []
         while len(workers) < 2 and time.monotonic() < deadline:
-            workers = [c for c in _children(proc.pid)
-                       if b"multiprocessing.spawn" in Path(f"/proc/{c}/cmdline").read_bytes()]
+            workers = [
+                c for c in _children(proc.pid) if b"multiprocessing.spawn" in Path(f"/proc/{c}/cmdline").read_bytes()
+            ]
         assert len(workers) == 2
         proc.kill()
         proc.wait(timeout=60)
@@ -761,8 +868,13 @@ FSIZE_SCRIPT = textwrap.dedent("""
 def _run_fsize(tmp_path: Path, limit: int, dbfile: Path, files: list[Path]) -> subprocess.CompletedProcess:
     script = tmp_path / "fsize.py"
     script.write_text(FSIZE_SCRIPT)
-    return subprocess.run([sys.executable, str(script), str(limit), str(dbfile), *map(str, files)],
-                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, str(script), str(limit), str(dbfile), *map(str, files)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+    )
 
 
 def test_a_file_size_limit_below_the_ring_buffers_does_not_break_big_loads(tmp_path: Path) -> None:
@@ -806,13 +918,19 @@ def small_tmpfs(tmp_path: Path):
 def test_disk_full_at_commit_is_one_clean_error_and_the_rest_still_loads(tmp_path: Path, small_tmpfs: Path) -> None:
     dbfile = small_tmpfs / "x.duckdb"
     files = [B200, HTA_RANK0, HTA_NCCL, SGLANG]
-    out = subprocess.run([sys.executable, "-m", "k25trace", "load", *map(str, files), "--db", str(dbfile)],
-                         capture_output=True, text=True, timeout=600, cwd=ROOT)
+    out = subprocess.run(
+        [sys.executable, "-m", "k25trace", "load", *map(str, files), "--db", str(dbfile)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+    )
     assert out.returncode == 1
     assert "Traceback" not in out.stderr and "cannot rollback" not in out.stderr, out.stderr
     errors = [line for line in out.stderr.splitlines() if line.startswith("error:")]
-    assert errors and all("No space left on device" in e and "nothing of this file is in the database" in e
-                          for e in errors)
+    assert errors and all(
+        "No space left on device" in e and "nothing of this file is in the database" in e for e in errors
+    )
     assert f"{len(files) - len(errors)} loaded" in out.stderr
     copy = tmp_path / "copy.duckdb"  # the database opens, elsewhere, with no half-loaded trace
     shutil.copy(dbfile, copy)

@@ -43,14 +43,23 @@ def big_ranks(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     events = trace["traceEvents"]
     times = [e["ts"] for e in events if isinstance(e.get("ts"), (int, float))]
     span = max(times) - min(times) + 1000
-    tiled = [dict(e, ts=e["ts"] + c * span) if isinstance(e.get("ts"), (int, float)) else e
-             for c in range(COPIES) for e in events]
+    tiled = [
+        dict(e, ts=e["ts"] + c * span) if isinstance(e.get("ts"), (int, float)) else e
+        for c in range(COPIES)
+        for e in events
+    ]
     paths = []
     for rank in range(3):
         path = out / f"rank{rank}.pt.trace.json"
-        path.write_text(json.dumps({**trace, "traceEvents": tiled,
-                                    "distributedInfo": {**trace.get("distributedInfo", {}), "rank": rank,
-                                                        "world_size": 3}}))
+        path.write_text(
+            json.dumps(
+                {
+                    **trace,
+                    "traceEvents": tiled,
+                    "distributedInfo": {**trace.get("distributedInfo", {}), "rank": rank, "world_size": 3},
+                }
+            )
+        )
         assert path.stat().st_size >= 16 << 20
         paths.append(path)
     return paths
@@ -59,8 +68,9 @@ def big_ranks(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
 def _gpu_activities(path: Path) -> int:
     """GPU activities of a trace file, counted here from the JSON (kernels, memcpys, memsets with a time)."""
     events = json.loads(path.read_bytes())["traceEvents"]
-    return sum(e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and e.get("ph") == "X" and "ts" in e
-               for e in events)
+    return sum(
+        e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and e.get("ph") == "X" and "ts" in e for e in events
+    )
 
 
 def _session(sid: int) -> list[int]:
@@ -85,12 +95,21 @@ def _interrupt(files: list[Path], dbfile: Path, when: str, target: str) -> tuple
     (``started``: the progress display; ``reading``: bytes of the first file read; ``committed``: the first file
     loaded) to the process group or the parent. Returns (exit status, output, seconds from the signal to the exit)."""
     master, slave = os.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "k25trace", "load", *map(str, files), "--db", str(dbfile)],
-                            stdin=subprocess.DEVNULL, stdout=slave, stderr=slave, cwd=ROOT, start_new_session=True,
-                            env={**os.environ, "COLUMNS": "200", "TERM": "xterm"})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "k25trace", "load", *map(str, files), "--db", str(dbfile)],
+        stdin=subprocess.DEVNULL,
+        stdout=slave,
+        stderr=slave,
+        cwd=ROOT,
+        start_new_session=True,
+        env={**os.environ, "COLUMNS": "200", "TERM": "xterm"},
+    )
     os.close(slave)
-    pattern = {"started": r"loading \d+ file", "reading": r"\[1/\d\] .*?\b[1-9][0-9.]*/[0-9.]+ MB",
-               "committed": r"loaded \S*rank0"}[when]
+    pattern = {
+        "started": r"loading \d+ file",
+        "reading": r"\[1/\d\] .*?\b[1-9][0-9.]*/[0-9.]+ MB",
+        "committed": r"loaded \S*rank0",
+    }[when]
     output, sent_at = b"", None
     deadline = time.monotonic() + 240
     try:
@@ -133,10 +152,12 @@ def _interrupt(files: list[Path], dbfile: Path, when: str, target: str) -> tuple
 
 
 @pytest.mark.parametrize("target", ["group", "parent"])
-@pytest.mark.parametrize(("nfiles", "when"), [(1, "started"), (1, "reading"), (3, "reading"), (3, "committed")],
-                         ids=["ring-started", "ring-reading", "prefetch-reading", "prefetch-committed"])
-def test_ctrl_c_during_a_big_load(tmp_path: Path, big_ranks: list[Path], nfiles: int, when: str,
-                                  target: str) -> None:
+@pytest.mark.parametrize(
+    ("nfiles", "when"),
+    [(1, "started"), (1, "reading"), (3, "reading"), (3, "committed")],
+    ids=["ring-started", "ring-reading", "prefetch-reading", "prefetch-committed"],
+)
+def test_ctrl_c_during_a_big_load(tmp_path: Path, big_ranks: list[Path], nfiles: int, when: str, target: str) -> None:
     files = big_ranks[:nfiles]
     dbfile = tmp_path / "run.duckdb"
     rc, output, took = _interrupt(files, dbfile, when, target)
@@ -159,8 +180,13 @@ def test_ctrl_c_during_a_big_load(tmp_path: Path, big_ranks: list[Path], nfiles:
         con.close()
     if when == "committed":
         assert len(traces) >= 1
-    again = subprocess.run([sys.executable, "-m", "k25trace", "load", "-q", *map(str, files), "--db", str(dbfile)],
-                           capture_output=True, text=True, cwd=ROOT, timeout=300)
+    again = subprocess.run(
+        [sys.executable, "-m", "k25trace", "load", "-q", *map(str, files), "--db", str(dbfile)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
     assert again.returncode == 0 and "Traceback" not in again.stderr, again.stderr
     con = duckdb.connect(str(dbfile), read_only=True)
     try:

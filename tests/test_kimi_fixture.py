@@ -16,8 +16,17 @@ from k25trace.synth import generate
 @pytest.fixture(scope="module")
 def kimi(tmp_path_factory: pytest.TempPathFactory):
     out = tmp_path_factory.mktemp("kimi")
-    truth = generate(out / "traces", ranks=2, batch_sizes=(1, 8, 64), steps_per_batch=3, layers=6, first_k_dense=1,
-                     prefill=True, empty_steps=1, seed=7)
+    truth = generate(
+        out / "traces",
+        ranks=2,
+        batch_sizes=(1, 8, 64),
+        steps_per_batch=3,
+        layers=6,
+        first_k_dense=1,
+        prefill=True,
+        empty_steps=1,
+        seed=7,
+    )
     con = db.connect(out / "kimi.duckdb")
     results, _ = pipeline.load_paths(con, [out / "traces"])
     assert [r.status for r in results] == ["loaded", "loaded"], [r.message for r in results]
@@ -34,7 +43,9 @@ def test_steps_match_markers(kimi) -> None:
     for rank in range(2):
         rows = con.execute(
             "select step_index, phase, batch_size, ctx_tokens, gen_tokens, graph_launches, is_empty from steps "
-            "where trace_id = ? order by step_index", [_trace_of_rank(con, rank)]).fetchall()
+            "where trace_id = ? order by step_index",
+            [_trace_of_rank(con, rank)],
+        ).fetchall()
         assert len(rows) == len(truth["steps"])
         for row, step in zip(rows, truth["steps"], strict=True):
             index, phase, batch, ctx_tokens, gen_tokens, launches, empty = row
@@ -53,8 +64,8 @@ def test_per_step_category_time_matches_truth(kimi) -> None:
         trace_id = _trace_of_rank(con, rank)
         got = {}
         for step_index, category, kernel_ns, count in con.execute(
-                "select step_index, category, kernel_ns, kernel_count from step_categories where trace_id = ?",
-                [trace_id]).fetchall():
+            "select step_index, category, kernel_ns, kernel_count from step_categories where trace_id = ?", [trace_id]
+        ).fetchall():
             got[(step_index, category)] = (kernel_ns, count)
         expected = {}
         for step_index, step in enumerate(truth["per_rank_steps"][rank]):
@@ -70,10 +81,14 @@ def test_per_step_wall_busy_and_kernel_count_match_truth(kimi) -> None:
         rows = con.execute(
             "select step_index, gpu_start_ns, gpu_end_ns, busy_ns, kernel_count, wall_ns, idle_ns from steps "
             "where trace_id = ? order by step_index",
-            [_trace_of_rank(con, rank)]).fetchall()
-        kernels_only = dict(con.execute(
-            "select step_index, count(*) from gpu_events where trace_id = ? and kind = 'kernel' group by all",
-            [_trace_of_rank(con, rank)]).fetchall())
+            [_trace_of_rank(con, rank)],
+        ).fetchall()
+        kernels_only = dict(
+            con.execute(
+                "select step_index, count(*) from gpu_events where trace_id = ? and kind = 'kernel' group by all",
+                [_trace_of_rank(con, rank)],
+            ).fetchall()
+        )
         for row, step in zip(rows, truth["per_rank_steps"][rank], strict=True):
             index, start, end, busy, _, wall, idle = row
             assert (start, end) == (step["gpu_start_ns"], step["gpu_end_ns"])
@@ -85,7 +100,8 @@ def test_per_step_wall_busy_and_kernel_count_match_truth(kimi) -> None:
 def test_sampling_kernels_after_the_marker_land_in_their_step(kimi) -> None:
     truth, con = kimi
     trace_id = _trace_of_rank(con, 0)
-    late = con.execute("""
+    late = con.execute(
+        """
         select g.step_index, s.step_index as marker_step
         from gpu_events g
         join launches l using (trace_id, correlation)
@@ -93,7 +109,9 @@ def test_sampling_kernels_after_the_marker_land_in_their_step(kimi) -> None:
             and l.start_ns < coalesce((select min(n.marker_start_ns) from steps n
                                        where n.trace_id = s.trace_id and n.marker_start_ns > s.marker_start_ns), 9e18)
         where g.trace_id = ? and g.category = 'sampling'
-    """, [trace_id]).fetchall()
+    """,
+        [trace_id],
+    ).fetchall()
     assert late, "the generator launches sampling after the annotation closes"
     assert all(step == marker_step for step, marker_step in late)
 

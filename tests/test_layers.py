@@ -77,8 +77,9 @@ def _load(tmp: Path, *paths: Path) -> object:
 
 
 def _segments(con, trace_id: int) -> dict[int, list[dict]]:
-    rows = con.execute("select * from step_layers where trace_id = ? order by step_index, segment_index",
-                       [trace_id]).fetchall()
+    rows = con.execute(
+        "select * from step_layers where trace_id = ? order by step_index, segment_index", [trace_id]
+    ).fetchall()
     cols = [d[0] for d in con.description]
     out: dict[int, list[dict]] = {}
     for r in rows:
@@ -104,32 +105,39 @@ def check_exact(con, trace_id: int, raw: list[dict]) -> None:
             if r["kernel_count"]:
                 assert r["first_event_id"] == acts[pos][2]
                 assert r["start_ns"] == (acts[0][0] if r["segment_index"] == 0 else acts[pos][0])
-                assert r["kernel_ns"] == sum(a[1] - a[0] for a in acts[pos:pos + r["kernel_count"]])
+                assert r["kernel_ns"] == sum(a[1] - a[0] for a in acts[pos : pos + r["kernel_count"]])
             pos += r["kernel_count"]
         assert pos == len(acts)
         assert rows[0]["start_ns"] == acts[0][0] and rows[-1]["end_ns"] == max(a[1] for a in acts)
         assert all(a["end_ns"] == b["start_ns"] for a, b in zip(rows, rows[1:], strict=False))
         assert sum(r["wall_ns"] for r in rows) == max(a[1] for a in acts) - acts[0][0]
     # busy, idle, overlap and each category's exclusive time add up to the step's exactly
-    bad = con.execute("""
+    bad = con.execute(
+        """
         with l as (select step_index, sum(wall_ns) w, sum(busy_ns) b, sum(idle_ns) i, sum(overlap_ns) o,
                           sum(kernel_count) k, sum(kernel_ns) kn from step_layers where trace_id = $t group by all)
         select count(*) from l join steps s on s.trace_id = $t and s.step_index = l.step_index
         where l.w != s.wall_ns or l.b != s.busy_ns or l.i != s.idle_ns or l.o != s.overlap_ns
-            or l.k != s.kernel_count or l.kn != s.kernel_ns""", {"t": trace_id}).fetchone()[0]
+            or l.k != s.kernel_count or l.kn != s.kernel_ns""",
+        {"t": trace_id},
+    ).fetchone()[0]
     assert bad == 0
-    bad = con.execute("""
+    bad = con.execute(
+        """
         with c as (select step_index, category, sum(busy_ns) b, sum(kernel_ns) kn, sum(kernel_count) k
                    from step_layer_categories where trace_id = $t group by all)
         select count(*) from c full join (select * from step_categories where trace_id = $t) s
             using (step_index, category)
         where c.b is distinct from s.busy_ns or c.kn is distinct from s.kernel_ns or c.k is distinct from s.kernel_count
-        """, {"t": trace_id}).fetchone()[0]
+        """,
+        {"t": trace_id},
+    ).fetchone()[0]
     assert bad == 0
 
 
-def check_structure(con, trace_id: int, raw: list[dict], n_layers: int, tp: bool,
-                    copies: frozenset[int] = frozenset()) -> None:
+def check_structure(
+    con, trace_id: int, raw: list[dict], n_layers: int, tp: bool, copies: frozenset[int] = frozenset()
+) -> None:
     """The decode loop's layers: each starts with its RMSNorm right after the previous layer's residual add (TP:
     right after that layer's second all-reduce and its add); layer k holds all-reduces 1 + 2k and 2 + 2k of the
     step, the pre the embedding's (0). ``copies``: steps with the injected blocking copy before layer
@@ -157,7 +165,7 @@ def check_structure(con, trace_id: int, raw: list[dict], n_layers: int, tp: bool
         assert names[0].startswith("Memcpy HtoD") and (AR in last if tp else ("index" in last or "gather" in last))
         assert [i for i in ar if i < pre["kernel_count"]] == ([ar[0]] if tp else [])
         assert NORM in names[post["first_pos"]] and names[-1].startswith("Memcpy DtoH")
-        assert any("ArgMax" in n for n in names[post["first_pos"]:])
+        assert any("ArgMax" in n for n in names[post["first_pos"] :])
 
 
 @pytest.fixture(scope="module")
@@ -253,8 +261,11 @@ def test_graph_twin_matches_eager_annotations_kernel_for_kernel(twins, kit: str)
     assert batches == 6
     for segs, raw, evidence in ((e_segs, eager, "annotation"), (g_segs, graph, "sequence")):
         for k, rows in segs.items():
-            batch = str(twins.execute("select batch_size from steps where trace_id = ? and step_index = ?",
-                                      [rows[0]["trace_id"], k]).fetchone()[0])
+            batch = str(
+                twins.execute(
+                    "select batch_size from steps where trace_id = ? and step_index = ?", [rows[0]["trace_id"], k]
+                ).fetchone()[0]
+            )
             want = truth["sets"][kit]["batches"][batch]["segments"]
             # truth: the step's activities up to argmax; k25trace's step also holds the next tokens' DtoH copy
             assert len(raw[k]["acts"]) == truth["sets"][kit]["batches"][batch]["activities"] + 1
@@ -304,24 +315,47 @@ def test_sequence_inference_agrees_with_the_annotations(twins, tmp_path) -> None
         finally:
             twins.execute("rollback")
         assert {r["evidence"] for rows in after.values() for r in rows} == {"sequence"}, kit
-        strip = lambda segs: {k: [(r["label"], r["kind"], r["first_pos"], r["kernel_count"], r["start_ns"],  # noqa: E731
-                                   r["end_ns"]) for r in rows] for k, rows in segs.items()}
+        strip = lambda segs: {
+            k: [
+                (
+                    r["label"],
+                    r["kind"],
+                    r["first_pos"],
+                    r["kernel_count"],
+                    r["start_ns"],  # noqa: E731
+                    r["end_ns"],
+                )
+                for r in rows
+            ]
+            for k, rows in segs.items()
+        }
         assert strip(after) == strip(before), kit
 
 
 # ------------------------------------------------------------------------------------------ the shared vLLM traces
 
 SAMPLES = Path(__file__).resolve().parents[1] / "k25trace" / "samples"
-MI300X = {"fullgraph": SAMPLES / "vllm-mi300x-decode-fullgraph" / "graph_execution.json.gz",
-          "piecewise": SAMPLES / "vllm-mi300x-prefilldecode-piecewise" / "graph_execution.json.gz"}
+MI300X = {
+    "fullgraph": SAMPLES / "vllm-mi300x-decode-fullgraph" / "graph_execution.json.gz",
+    "piecewise": SAMPLES / "vllm-mi300x-prefilldecode-piecewise" / "graph_execution.json.gz",
+}
 CAPTURE = SHARED / "vllm-mi300x-decode-fullgraph" / "capture_traces"
 # The public Hugging Face configs (config.json of openai/gpt-oss-20b and openai/gpt-oss-120b): gpt-oss-20b 24 layers,
 # gpt-oss-120b 36, both hidden 2880, 64 query heads and 8 KV heads of 64, vocabulary 201088, MXFP4 experts (32 and
 # 128, top-4), layer_types sliding_attention and full_attention in turn, every layer MoE.
-GPT_OSS = {"gpt-oss-20b": {"num_hidden_layers": 24, "num_local_experts": 32},
-           "gpt-oss-120b": {"num_hidden_layers": 36, "num_local_experts": 128}}
-GPT_OSS_SHARED = {"hidden_size": 2880, "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 64,
-                  "vocab_size": 201088, "num_experts_per_tok": 4, "model_type": "gpt_oss"}
+GPT_OSS = {
+    "gpt-oss-20b": {"num_hidden_layers": 24, "num_local_experts": 32},
+    "gpt-oss-120b": {"num_hidden_layers": 36, "num_local_experts": 128},
+}
+GPT_OSS_SHARED = {
+    "hidden_size": 2880,
+    "num_attention_heads": 64,
+    "num_key_value_heads": 8,
+    "head_dim": 64,
+    "vocab_size": 201088,
+    "num_experts_per_tok": 4,
+    "model_type": "gpt_oss",
+}
 RMS = "Rmsnorm2dFwd"
 
 
@@ -343,8 +377,11 @@ def gpt_oss_weights(model: str) -> dict[tuple[int, ...], int]:
     layers_n, experts = GPT_OSS[model]["num_hidden_layers"], GPT_OSS[model]["num_local_experts"]
     c = GPT_OSS_SHARED
     q, kv = c["num_attention_heads"] * c["head_dim"], c["num_key_value_heads"] * c["head_dim"]
-    return {(q + 2 * kv, c["hidden_size"]): layers_n, (c["hidden_size"], q): layers_n,
-            (experts, c["hidden_size"]): layers_n}
+    return {
+        (q + 2 * kv, c["hidden_size"]): layers_n,
+        (c["hidden_size"], q): layers_n,
+        (experts, c["hidden_size"]): layers_n,
+    }
 
 
 def test_mi300x_traces_are_gpt_oss_20b() -> None:
@@ -371,7 +408,7 @@ def check_gpt_oss_layers(con, trace_id: int, raw: list[dict], n_layers: int) -> 
         assert {r["layers"] for r in rows} == {n_layers}
         attention = []
         for r in rows[1:-1]:
-            layer = names[r["first_pos"]:r["first_pos"] + r["kernel_count"]]
+            layer = names[r["first_pos"] : r["first_pos"] + r["kernel_count"]]
             assert RMS in layer[0] and layer[-1].startswith("_finalize_matmul_scatter"), r["label"]
             attn = [n for n in layer if n.startswith("kernel_unified_attention")]
             assert len(attn) == 1 and sum(n == "_topk_forward" for n in layer) == 1
@@ -379,8 +416,8 @@ def check_gpt_oss_layers(con, trace_id: int, raw: list[dict], n_layers: int) -> 
             attention.append(attn[0])
             assert r["kind"] == "moe"
         pre, post = rows[0], rows[-1]
-        assert not any("attention" in n or "topk" in n for n in names[:pre["kernel_count"]])
-        tail = names[post["first_pos"]:]
+        assert not any("attention" in n or "topk" in n for n in names[: pre["kernel_count"]])
+        tail = names[post["first_pos"] :]
         assert RMS in tail[0] and not any("topk" in n or "attention" in n for n in tail) and len(tail) == 4
         assert len(attention) == n_layers
 
@@ -406,15 +443,23 @@ def test_mi300x_samples_have_gpt_oss_20b_layer_count(mi300x, sample: str) -> Non
     check_gpt_oss_layers(mi300x, tid, raw, n_layers)
     (rows,) = _segments(mi300x, tid).values()
     names = [a[3] for a in raw[0]["acts"]]
-    kinds = [next(n for n in names[r["first_pos"]:r["first_pos"] + r["kernel_count"]]
-                  if n.startswith("kernel_unified_attention"))[-2:] for r in rows[1:-1]]
+    kinds = [
+        next(
+            n
+            for n in names[r["first_pos"] : r["first_pos"] + r["kernel_count"]]
+            if n.startswith("kernel_unified_attention")
+        )[-2:]
+        for r in rows[1:-1]
+    ]
     if sample == "fullgraph":
         assert kinds == ["2d", "3d"] * (n_layers // 2)  # layer_types: sliding_attention, full_attention, …
     else:
         assert kinds == ["2d"] * n_layers
-    assert "_to_copy" not in " ".join(names[rows[1]["first_pos"]:rows[2]["first_pos"]])
-    assert all(sum("_to_copy" in n for n in names[r["first_pos"]:r["first_pos"] + r["kernel_count"]]) == 1
-               for r in rows[2:-1])
+    assert "_to_copy" not in " ".join(names[rows[1]["first_pos"] : rows[2]["first_pos"]])
+    assert all(
+        sum("_to_copy" in n for n in names[r["first_pos"] : r["first_pos"] + r["kernel_count"]]) == 1
+        for r in rows[2:-1]
+    )
 
 
 def test_mi300x_with_the_model_config(mi300x) -> None:
@@ -431,8 +476,10 @@ def test_mi300x_with_the_model_config(mi300x) -> None:
         after = _segments(mi300x, tid)
     finally:
         mi300x.execute("rollback")
-    strip = lambda segs: {k: [(r["label"], r["kind"], r["first_pos"], r["kernel_count"]) for r in rows]  # noqa: E731
-                          for k, rows in segs.items()}
+    strip = lambda segs: {
+        k: [(r["label"], r["kind"], r["first_pos"], r["kernel_count"]) for r in rows]  # noqa: E731
+        for k, rows in segs.items()
+    }
     assert strip(after) == strip(before)
 
 
@@ -445,9 +492,11 @@ def test_shared_vllm_traces(tmp_path) -> None:
     * sglang-mi300x-decode (Qwen3-8B, named by the file; its public config has 36 layers): 36 layers.
     * vllm-mi300x-decode-fullgraph: gpt-oss-20b, 24 layers (test_mi300x_samples_have_gpt_oss_20b_layer_count).
     """
-    paths = {"b200": SHARED / "vllm-b200-tp8-rank0-eager" / "eager_trace.json.gz",
-             "sglang": SHARED / "sglang-mi300x-decode" / "sglang_Qwen3-8B_decode.json.gz",
-             "mi300x": SHARED / "vllm-mi300x-decode-fullgraph" / "graph_execution.json.gz"}
+    paths = {
+        "b200": SHARED / "vllm-b200-tp8-rank0-eager" / "eager_trace.json.gz",
+        "sglang": SHARED / "sglang-mi300x-decode" / "sglang_Qwen3-8B_decode.json.gz",
+        "mi300x": SHARED / "vllm-mi300x-decode-fullgraph" / "graph_execution.json.gz",
+    }
     if not all(p.exists() for p in paths.values()):
         pytest.skip("../shared/traces is not there")
     tp = 8

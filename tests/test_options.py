@@ -19,16 +19,27 @@ from k25trace.errors import K25Error
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.mark.parametrize(("args", "option"), [
-    (["--count", "0"], "--count"), (["--count", "-5"], "--count"),
-    (["--hidden", "0"], "--hidden"), (["--hidden", "-7168"], "--hidden"),
-    (["--timeout", "0"], "--timeout"), (["--timeout", "-1"], "--timeout"), (["--timeout", "nan"], "--timeout"),
-    (["--timeout", "inf"], "--timeout"),
-    (["--batch-sizes", "a,b"], "--batch-sizes"), (["--batch-sizes", "0"], "--batch-sizes"),
-    (["--batch-sizes", ","], "--batch-sizes"),
-    (["--sizes", "1e30"], "--sizes '1e30'"), (["--sizes", "6G"], "--sizes '6G'"), (["--sizes", "0"], "--sizes '0'"),
-    (["--sizes", "1e309"], "--sizes '1e309'"), (["--hidden", "131072", "--batch-sizes", "8192"], "--hidden 131072"),
-])
+@pytest.mark.parametrize(
+    ("args", "option"),
+    [
+        (["--count", "0"], "--count"),
+        (["--count", "-5"], "--count"),
+        (["--hidden", "0"], "--hidden"),
+        (["--hidden", "-7168"], "--hidden"),
+        (["--timeout", "0"], "--timeout"),
+        (["--timeout", "-1"], "--timeout"),
+        (["--timeout", "nan"], "--timeout"),
+        (["--timeout", "inf"], "--timeout"),
+        (["--batch-sizes", "a,b"], "--batch-sizes"),
+        (["--batch-sizes", "0"], "--batch-sizes"),
+        (["--batch-sizes", ","], "--batch-sizes"),
+        (["--sizes", "1e30"], "--sizes '1e30'"),
+        (["--sizes", "6G"], "--sizes '6G'"),
+        (["--sizes", "0"], "--sizes '0'"),
+        (["--sizes", "1e309"], "--sizes '1e309'"),
+        (["--hidden", "131072", "--batch-sizes", "8192"], "--hidden 131072"),
+    ],
+)
 def test_bench_options_are_checked_before_anything_runs(args: list[str], option: str) -> None:
     result = CliRunner().invoke(cli, ["bench", "allreduce", "--backend", "gloo", *args])
     assert result.exit_code in (1, 2) and option in result.output, result.output
@@ -36,8 +47,25 @@ def test_bench_options_are_checked_before_anything_runs(args: list[str], option:
     assert result.exception is None or isinstance(result.exception, SystemExit)
 
 
-SMALL_BENCH = ["--backend", "gloo", "--world-size", "1", "--sizes", "1024", "--count", "1", "--iters", "1",
-               "--warmup", "0", "--bursts", "1", "--timeout", "10", "--no-graph"]
+SMALL_BENCH = [
+    "--backend",
+    "gloo",
+    "--world-size",
+    "1",
+    "--sizes",
+    "1024",
+    "--count",
+    "1",
+    "--iters",
+    "1",
+    "--warmup",
+    "0",
+    "--bursts",
+    "1",
+    "--timeout",
+    "10",
+    "--no-graph",
+]
 """As short as a bench gets: a bad value let through by mistake fails the test in seconds, not after a bench."""
 
 
@@ -68,8 +96,9 @@ def test_sizes_beyond_the_bound_name_it() -> None:
     with pytest.raises(K25Error, match=r"'6G' is more than 1,073,741,824 bytes \(1 GiB\)"):
         bench.parse_size("6G")
     specs = [{"size_bytes": 1 << 30, "count": 1}] * 64
-    with pytest.raises(K25Error, match="64 size\\(s\\) totalling 68,719,476,736 bytes need .* more than half this "
-                                       "machine's memory"):
+    with pytest.raises(
+        K25Error, match="64 size\\(s\\) totalling 68,719,476,736 bytes need .* more than half this machine's memory"
+    ):
         bench.check_memory(specs, backend="gloo", world_size=2)
     bench.check_memory([{"size_bytes": 14336, "count": 1}], backend="gloo", world_size=2)  # fits
 
@@ -80,8 +109,14 @@ def test_bench_without_torch_says_how_to_install_it(tmp_path: Path) -> None:
     fake.mkdir()
     (fake / "__init__.py").write_text('raise ModuleNotFoundError("No module named \'torch\'", name="torch")\n')
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
-    proc = subprocess.run([sys.executable, "-m", "k25trace", "bench", "allreduce", "--sizes", "14K"],
-                          capture_output=True, text=True, env=env, timeout=120, cwd=tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-m", "k25trace", "bench", "allreduce", "--sizes", "14K"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        cwd=tmp_path,
+    )
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 1 and len(lines) == 1, proc.stderr
     assert lines[0].startswith("error: bench allreduce needs PyTorch") and "pip install torch" in lines[0]
@@ -91,14 +126,25 @@ def test_the_bench_runs_alone_as_a_module() -> None:
     """`python3 -m k25trace.bench_cli allreduce` (benchmarks/device_tp2.sh, the torch.distributed launcher path): its
     help, and a bad value as one `error:` line, exit 1, before anything starts."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    helped = subprocess.run([sys.executable, "-m", "k25trace.bench_cli", "allreduce", "--help"], capture_output=True,
-                            text=True, env=env, timeout=120)
+    helped = subprocess.run(
+        [sys.executable, "-m", "k25trace.bench_cli", "allreduce", "--help"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert helped.returncode == 0 and "Usage: k25trace bench allreduce" in helped.stdout, helped.stderr
-    bad = subprocess.run([sys.executable, "-m", "k25trace.bench_cli", "allreduce", "--sizes", "6G"],
-                         capture_output=True, text=True, env=env, timeout=120)
+    bad = subprocess.run(
+        [sys.executable, "-m", "k25trace.bench_cli", "allreduce", "--sizes", "6G"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert bad.returncode == 1 and bad.stderr.strip().splitlines() == [
         "error: --sizes '6G' is more than 1,073,741,824 bytes (1 GiB): the largest message benched (a decode step's "
-        "all-reduces are KiB to MiB)"], bad.stderr
+        "all-reduces are KiB to MiB)"
+    ], bad.stderr
 
 
 @pytest.mark.parametrize("top", ["-1", "-30"])

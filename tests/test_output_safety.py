@@ -37,8 +37,9 @@ def digest(path: Path) -> str:
 
 
 def k25(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "k25trace", *args], capture_output=True, text=True, cwd=cwd,
-                          timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "k25trace", *args], capture_output=True, text=True, cwd=cwd, timeout=120
+    )
 
 
 def one_error(stderr: str, *names: str) -> str:
@@ -233,8 +234,9 @@ def unwritable_folder(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize("command", [["html", "-o"], ["export", "perfetto", "-o"], ["export", "parquet"]])
-def test_a_missing_or_unwritable_folder_is_one_error(loaded: tuple[Path, Path], tmp_path: Path,
-                                                     command: list[str]) -> None:
+def test_a_missing_or_unwritable_folder_is_one_error(
+    loaded: tuple[Path, Path], tmp_path: Path, command: list[str]
+) -> None:
     path, _ = loaded
     outputs = [unwritable_folder(tmp_path) / "k25-out"]
     if command[-1] == "-o":  # export parquet creates a missing folder (and its parents)
@@ -273,8 +275,9 @@ main()
 
 @pytest.mark.parametrize(("sig", "code"), [("SIGTERM", 143), ("SIGINT", 130)])
 @pytest.mark.parametrize("where", ["python", "duckdb"])
-def test_a_signal_during_export_parquet_leaves_nothing(loaded: tuple[Path, Path], tmp_path: Path, sig: str,
-                                                      code: int, where: str) -> None:
+def test_a_signal_during_export_parquet_leaves_nothing(
+    loaded: tuple[Path, Path], tmp_path: Path, sig: str, code: int, where: str
+) -> None:
     """A real signal to the real command in the middle of its export (after four tables were written into its
     temporary folder; between two DuckDB calls, or inside one, which DuckDB turns into its own 'Query
     interrupted'): exit 143 (SIGTERM) or 130 (Ctrl-C), one line, and the folder as empty as before."""
@@ -282,15 +285,20 @@ def test_a_signal_during_export_parquet_leaves_nothing(loaded: tuple[Path, Path]
     out = tmp_path / "out"
     out.mkdir()
     (out / "keep.txt").write_text("mine")
-    result = subprocess.run([sys.executable, "-c", HOOK, sig, where, "export", "parquet", str(out), "--db",
-                             str(path)], capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", HOOK, sig, where, "export", "parquet", str(out), "--db", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == code, result.stderr
     one_error(result.stderr)
     assert sorted(p.name for p in out.iterdir()) == ["keep.txt"]
 
 
-def test_a_failing_export_removes_its_temporary_folder(loaded: tuple[Path, Path], tmp_path: Path,
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failing_export_removes_its_temporary_folder(
+    loaded: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path, _ = loaded
     calls = []
 

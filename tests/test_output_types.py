@@ -96,12 +96,24 @@ def test_every_type_named_in_the_issue_prints_exactly(empty_db: Path, fmt: str) 
     if fmt == "json":
         (row,) = json.loads(text)
         assert row == {
-            "h": 170141183460469231731687303715884105727, "uh": 340282366920938463463374607431768211455,
-            "l": [1, 2, None], "st": {"a": 1, "b": [1]}, "m": {"k": 1}, "b": "\\x00ab\\xFF",
-            "ts": "2024-05-01 12:00:00", "ts_inf": "infinity", "d": "2024-05-01",
-            "i": "1 year 2 months 3 days 04:05:06", "u": {"num": 2},
-            "n": "NaN", "pinf": "Infinity", "ninf": "-Infinity", "z": None,
-            "ttz": "01:02:03+05", "bits": "0101", "ln": [1.5, "NaN"],
+            "h": 170141183460469231731687303715884105727,
+            "uh": 340282366920938463463374607431768211455,
+            "l": [1, 2, None],
+            "st": {"a": 1, "b": [1]},
+            "m": {"k": 1},
+            "b": "\\x00ab\\xFF",
+            "ts": "2024-05-01 12:00:00",
+            "ts_inf": "infinity",
+            "d": "2024-05-01",
+            "i": "1 year 2 months 3 days 04:05:06",
+            "u": {"num": 2},
+            "n": "NaN",
+            "pinf": "Infinity",
+            "ninf": "-Infinity",
+            "z": None,
+            "ttz": "01:02:03+05",
+            "bits": "0101",
+            "ln": [1.5, "NaN"],
         }
         return
     if fmt == "csv":
@@ -117,12 +129,18 @@ def test_every_type_named_in_the_issue_prints_exactly(empty_db: Path, fmt: str) 
     if fmt == "markdown":
         lines = text.splitlines()
         assert len(lines) == 3
-        row = dict(zip([c.strip() for c in lines[0].strip("| ").split(" | ")],
-                       [c.strip() for c in lines[2].strip("| ").split(" | ")], strict=True))
+        row = dict(
+            zip(
+                [c.strip() for c in lines[0].strip("| ").split(" | ")],
+                [c.strip() for c in lines[2].strip("| ").split(" | ")],
+                strict=True,
+            )
+        )
     else:
         row = table_row(text)
-    assert (row["uh"] == "340282366920938463463374607431768211455"
-            and row["h"] == "170141183460469231731687303715884105727")
+    assert (
+        row["uh"] == "340282366920938463463374607431768211455" and row["h"] == "170141183460469231731687303715884105727"
+    )
     assert row["i"] == "1 year 2 months 3 days 04:05:06" and row["ts_inf"] == "infinity" and row["ttz"] == "01:02:03+05"
     assert row["b"] == "\\x00ab\\xFF" and row["n"] == "nan" and row["ninf"] == "-inf" and row["z"] == "—"
     assert row["l"] == "[1, 2, NULL]" and row["u"] == "2" and row["bits"] == "0101"
@@ -202,21 +220,28 @@ def test_several_statements_trailing_comment_and_parameters(empty_db: Path) -> N
 
 def test_output_write_handles_frames_polars_holds() -> None:
     """The reports' writer (frames, not DuckDB results): decimals, lists, structs, binary, NaN, NULL."""
-    frame = pl.DataFrame({
-        "d": pl.Series([Decimal("3"), None], dtype=pl.Decimal(38, 0)),
-        "l": [[1, 2], None], "s": [{"a": 1}, None], "b": [b"\x00a", None], "f": [float("nan"), float("inf")],
-    })
+    frame = pl.DataFrame(
+        {
+            "d": pl.Series([Decimal("3"), None], dtype=pl.Decimal(38, 0)),
+            "l": [[1, 2], None],
+            "s": [{"a": 1}, None],
+            "b": [b"\x00a", None],
+            "f": [float("nan"), float("inf")],
+        }
+    )
     for fmt in FORMATS:
         out = io.StringIO()
         output.write(frame, fmt, out)
         assert out.getvalue()
     out = io.StringIO()
     output.write(frame, "json", out)
-    assert json.loads(out.getvalue()) == [{"d": 3, "l": [1, 2], "s": {"a": 1}, "b": "\\x00a", "f": "NaN"},
-                                          {"d": None, "l": None, "s": None, "b": None, "f": "Infinity"}]
+    assert json.loads(out.getvalue()) == [
+        {"d": 3, "l": [1, 2], "s": {"a": 1}, "b": "\\x00a", "f": "NaN"},
+        {"d": None, "l": None, "s": None, "b": None, "f": "Infinity"},
+    ]
     out = io.StringIO()
     output.write(frame, "csv", out)
-    assert out.getvalue().splitlines()[1] == '3,"[1, 2]",{\'a\': 1},\\x00a,NaN'
+    assert out.getvalue().splitlines()[1] == "3,\"[1, 2]\",{'a': 1},\\x00a,NaN"
 
 
 # ------------------------------------------------------------------------------------------------------ item 17
@@ -248,12 +273,18 @@ def test_sql_writes_and_reads_no_file(scratch_db: Path, tmp_path: Path) -> None:
         assert_clean(result, 1)
         assert "Permission Error" in result.stderr and "read-only" in result.stderr, result.stderr
         assert not target.exists(), query
-    for query in (f"select * from read_text('{tmp_path / 'secret.txt'}')",
-                  f"select * from read_csv('{tmp_path / 'secret.txt'}')",
-                  "set enable_external_access = true", "reset enable_external_access", "set lock_configuration = false",
-                  f"set temp_directory = '{tmp_path / 'spill'}'", "install httpfs", "load httpfs",
-                  f"set profiling_output = '{tmp_path / 'profile.json'}'",
-                  "insert into meta values ('x', 'y')"):
+    for query in (
+        f"select * from read_text('{tmp_path / 'secret.txt'}')",
+        f"select * from read_csv('{tmp_path / 'secret.txt'}')",
+        "set enable_external_access = true",
+        "reset enable_external_access",
+        "set lock_configuration = false",
+        f"set temp_directory = '{tmp_path / 'spill'}'",
+        "install httpfs",
+        "load httpfs",
+        f"set profiling_output = '{tmp_path / 'profile.json'}'",
+        "insert into meta values ('x', 'y')",
+    ):
         result = sql(scratch_db, query, "csv")
         assert_clean(result, 1)
         assert "not for SQL" not in result.stdout, query
@@ -261,8 +292,23 @@ def test_sql_writes_and_reads_no_file(scratch_db: Path, tmp_path: Path) -> None:
     assert digest(scratch_db) == before
     # what read-only leaves: reading the database, temporary tables, and the named queries
     assert sql(scratch_db, "create temp table t as select 7 as v; select v from t", "csv").stdout == "v\n7\n"
-    named = k25("sql", "--db", str(scratch_db), "--query", "report_kernels", "-p", "phase=decode", "-p", "rank=null",
-                "-p", "trace_id=null", "-p", "top=3", "--format", "csv")
+    named = k25(
+        "sql",
+        "--db",
+        str(scratch_db),
+        "--query",
+        "report_kernels",
+        "-p",
+        "phase=decode",
+        "-p",
+        "rank=null",
+        "-p",
+        "trace_id=null",
+        "-p",
+        "top=3",
+        "--format",
+        "csv",
+    )
     assert_clean(named, 0)
 
 
@@ -411,6 +457,7 @@ def test_ctrl_c_during_classify_step_rebuild(two_traces: Path, monkeypatch: pyte
 @pytest.mark.parametrize("raised", [KeyboardInterrupt(), RuntimeError("Query interrupted")])
 def test_ctrl_c_during_sql(empty_db: Path, monkeypatch: pytest.MonkeyPatch, raised: BaseException) -> None:
     """Ctrl-C while `sql` runs a query ended in click's "Aborted!" (exit 1) or DuckDB's RuntimeError."""
+
     def interrupted(*args, **kwargs):  # type: ignore[no-untyped-def]
         raise raised
 

@@ -43,15 +43,35 @@ X2 = DATA / "h200x2-decode-loop"
 MODELS = DATA / "models"
 UPDATE = os.environ.get("K25TRACE_UPDATE_GOLDEN") == "1"
 
-VIEWS = ("batch", "category", "step", "rank", "kernel", "idle", "timeline", "comm", "comm-site", "comm-bw",
-         "rank-comm", "floor", "roofline", "sol", "findings", "layer", "layer-late")
+VIEWS = (
+    "batch",
+    "category",
+    "step",
+    "rank",
+    "kernel",
+    "idle",
+    "timeline",
+    "comm",
+    "comm-site",
+    "comm-bw",
+    "rank-comm",
+    "floor",
+    "roofline",
+    "sol",
+    "findings",
+    "layer",
+    "layer-late",
+)
 GOLDEN_VIEWS = tuple(v for v in VIEWS if v != "findings")  # findings' evidence names the --db path (test_findings)
 EXTRA = {  # options a view needs beyond --by (per database)
     ("samples", "sol"): ["--model-config", str(MODELS / "kimi-k2-thinking" / "config.json"), "--context", "1024"],
     ("x2", "sol"): ["--model-config", str(MODELS / "decode-loop-8l" / "config.json"), "--context", "1024"],
 }
-CASES = ([("samples", view, None) for view in GOLDEN_VIEWS] + [("samples", view, "all") for view in GOLDEN_VIEWS]
-         + [("x2", view, None) for view in GOLDEN_VIEWS])
+CASES = (
+    [("samples", view, None) for view in GOLDEN_VIEWS]
+    + [("samples", view, "all") for view in GOLDEN_VIEWS]
+    + [("x2", view, None) for view in GOLDEN_VIEWS]
+)
 
 
 def test_the_golden_cases_cover_every_view() -> None:
@@ -78,8 +98,7 @@ def _portable(text: str) -> str:
     return text
 
 
-@pytest.mark.parametrize(("db", "view", "phase"), CASES,
-                         ids=[f"{d}-{v}" + (f"-{p}" if p else "") for d, v, p in CASES])
+@pytest.mark.parametrize(("db", "view", "phase"), CASES, ids=[f"{d}-{v}" + (f"-{p}" if p else "") for d, v, p in CASES])
 def test_report_csv_matches_golden(databases: dict[str, Path], db: str, view: str, phase: str | None) -> None:
     args = ["report", "--db", str(databases[db]), "--by", view, "--format", "csv", *EXTRA.get((db, view), [])]
     if phase:

@@ -27,20 +27,46 @@ ROOT = Path(__file__).resolve().parent.parent
 def ranks(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     """Four synthetic Kimi-K2.5 TP4 rank files (real collectives across the ranks)."""
     out = tmp_path_factory.mktemp("tp4")
-    subprocess.run([sys.executable, "-m", "k25trace", "synth", "--out", str(out), "--ranks", "4", "--steps", "3",
-                    "--layers", "16", "--batch-sizes", "1,64", "--no-gzip"], check=True, capture_output=True, cwd=ROOT)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "k25trace",
+            "synth",
+            "--out",
+            str(out),
+            "--ranks",
+            "4",
+            "--steps",
+            "3",
+            "--layers",
+            "16",
+            "--batch-sizes",
+            "1,64",
+            "--no-gzip",
+        ],
+        check=True,
+        capture_output=True,
+        cwd=ROOT,
+    )
     return sorted(out.glob("*.pt.trace.json"))
 
 
 def _k25(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "k25trace", *args], capture_output=True, text=True, cwd=ROOT,
-                          timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "k25trace", *args], capture_output=True, text=True, cwd=ROOT, timeout=300
+    )
 
 
 def _stop_after(files: list[Path], dbfile: Path, sig: signal.Signals, loaded: int = 1) -> int:
     """`k25trace load FILES` stopped by ``sig`` (to its process group) once it says ``loaded`` files are loaded."""
-    proc = subprocess.Popen([sys.executable, "-m", "k25trace", "load", *map(str, files), "--db", str(dbfile)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=ROOT, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "k25trace", "load", *map(str, files), "--db", str(dbfile)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
+        start_new_session=True,
+    )
     try:
         seen = 0
         for line in proc.stderr:  # type: ignore[union-attr]
@@ -60,7 +86,7 @@ def _stop_after(files: list[Path], dbfile: Path, sig: signal.Signals, loaded: in
 def _committed(dbfile: Path) -> list[Path]:
     con = duckdb.connect(str(dbfile), read_only=True)
     try:
-        return [Path(p) for p, in con.execute("select path from traces order by trace_id").fetchall()]
+        return [Path(p) for (p,) in con.execute("select path from traces order by trace_id").fetchall()]
     finally:
         con.close()
 
@@ -116,8 +142,9 @@ def test_kill_9_then_loading_again_gives_the_runs_of_a_clean_load(tmp_path: Path
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
-def test_a_stopped_load_rebuilds_the_run_tables_of_what_committed(tmp_path: Path, ranks: list[Path],
-                                                                  sig: signal.Signals) -> None:
+def test_a_stopped_load_rebuilds_the_run_tables_of_what_committed(
+    tmp_path: Path, ranks: list[Path], sig: signal.Signals
+) -> None:
     dbfile = tmp_path / "run.duckdb"
     assert _stop_after(ranks, dbfile, sig, loaded=2) == 128 + sig  # 130 Ctrl-C, 143 SIGTERM
     committed = _committed(dbfile)

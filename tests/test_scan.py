@@ -81,9 +81,11 @@ def _assert_same(chunk: bytes) -> bool:
 
 def test_the_scanner_is_compiled_and_loaded() -> None:
     """`pip install` compiled _scan.c (hatch_build.py); without it every load is the slower msgspec path."""
-    assert scan.library() is not None, (f"{scan.LIBRARY} is missing, does not load or is stale (or "
-                                        f"{scan.DISABLE_ENV} is set): the install did not compile the scanner "
-                                        "(after changing _scan.c: pip install -e . again)")
+    assert scan.library() is not None, (
+        f"{scan.LIBRARY} is missing, does not load or is stale (or "
+        f"{scan.DISABLE_ENV} is set): the install did not compile the scanner "
+        "(after changing _scan.c: pip install -e . again)"
+    )
 
 
 @pytest.mark.parametrize("path", ALL_REAL + H200, ids=lambda p: f"{p.parent.name}/{p.name[:24]}")
@@ -103,19 +105,37 @@ def test_keep_python_is_left_to_msgspec() -> None:
 
 
 EDGE = [  # (name, chunk, read by the scanner?)
-    ("ints and nulls", b'[{"ph":"X","cat":"cpu_op","name":null,"pid":null,"tid":-3,"ts":9007199254740993,'
-                       b'"dur":null,"args":null},{"cat":"cpu_op","ts":-0,"dur":-0.0,"args":{"Input Dims":null}}]',
-     True),
-    ("int64 edges", b'[{"ph":"X","cat":"cuda_runtime","name":"c","pid":9223372036854775807,"tid":1,"ts":1.5,"dur":2,'
-                    b'"args":{"correlation":9223372036854775807,"External id":-9223372036854775807,'
-                    b'"cbid":2147483648}}]', True),
-    ("flow event fields before cat", b'[{"ph":"f","id":1,"pid":1,"tid":2,"ts":3.5,"cat":"ac2g","name":"ac2g",'
-                                     b'"bp":"e"},{"ph":"X","cat":"kernel","name":"k","pid":0,"tid":7,"ts":1,'
-                                     b'"dur":1,"args":{"device":0,"stream":7,"grid":[1,2,3]}}]', True),
-    ("22 decimals", b'[{"ph":"X","cat":"cpu_op","name":"a","pid":1,"tid":1,"ts":0.0000000000000000000001,'
-                    b'"dur":0.1234567890123456}]', True),
-    ("whitespace and empty args", b' [ \n{ "ph" : "X" , "cat" : "user_annotation" , "ts" : 1 , "args" : { } } \n] ',
-     True),
+    (
+        "ints and nulls",
+        b'[{"ph":"X","cat":"cpu_op","name":null,"pid":null,"tid":-3,"ts":9007199254740993,'
+        b'"dur":null,"args":null},{"cat":"cpu_op","ts":-0,"dur":-0.0,"args":{"Input Dims":null}}]',
+        True,
+    ),
+    (
+        "int64 edges",
+        b'[{"ph":"X","cat":"cuda_runtime","name":"c","pid":9223372036854775807,"tid":1,"ts":1.5,"dur":2,'
+        b'"args":{"correlation":9223372036854775807,"External id":-9223372036854775807,'
+        b'"cbid":2147483648}}]',
+        True,
+    ),
+    (
+        "flow event fields before cat",
+        b'[{"ph":"f","id":1,"pid":1,"tid":2,"ts":3.5,"cat":"ac2g","name":"ac2g",'
+        b'"bp":"e"},{"ph":"X","cat":"kernel","name":"k","pid":0,"tid":7,"ts":1,'
+        b'"dur":1,"args":{"device":0,"stream":7,"grid":[1,2,3]}}]',
+        True,
+    ),
+    (
+        "22 decimals",
+        b'[{"ph":"X","cat":"cpu_op","name":"a","pid":1,"tid":1,"ts":0.0000000000000000000001,'
+        b'"dur":0.1234567890123456}]',
+        True,
+    ),
+    (
+        "whitespace and empty args",
+        b' [ \n{ "ph" : "X" , "cat" : "user_annotation" , "ts" : 1 , "args" : { } } \n] ',
+        True,
+    ),
     ("empty chunk", b"[]", True),
     ("escape in a name", b'[{"ph":"X","cat":"cpu_op","name":"a\\"b","pid":1,"tid":1,"ts":1,"dur":1}]', False),
     ("non-ASCII name", '[{"ph":"X","cat":"cpu_op","name":"\u00e9","pid":1,"tid":1,"ts":1,"dur":1}]'.encode(), False),
@@ -133,8 +153,11 @@ EDGE = [  # (name, chunk, read by the scanner?)
     ("no ts", b'[{"ph":"X","cat":"cpu_op","name":"a","pid":1,"tid":1,"dur":1}]', False),
     ("float correlation", b'[{"ph":"X","cat":"cuda_runtime","name":"a","ts":1,"args":{"correlation":1.0}}]', False),
     ("newline in a string", b'[{"ph":"X","cat":"cpu_op","name":"a\nb","pid":1,"tid":1,"ts":1,"dur":1}]', False),
-    ("deep args", b'[{"ph":"X","cat":"cpu_op","name":"a","ts":1,"args":{"x":' + b"[" * 500 + b"]" * 500 + b"}}]",
-     False),
+    (
+        "deep args",
+        b'[{"ph":"X","cat":"cpu_op","name":"a","ts":1,"args":{"x":' + b"[" * 500 + b"]" * 500 + b"}}]",
+        False,
+    ),
     ("leading zero", b'[{"ph":"X","cat":"cpu_op","name":"a","ts":01}]', False),
     ("trailing comma", b'[{"ph":"X","cat":"cpu_op","name":"a","ts":1},]', False),
     ("not an object", b'[{"ph":"X","cat":"cpu_op","name":"a","ts":1},3]', False),
@@ -150,27 +173,50 @@ def _kernel(args: str, top: str = '"pid":0,"tid":7,"ts":1.5,"dur":2') -> str:
     return '{"ph":"X","cat":"kernel","name":"k<1>",' + top + (',"args":' + args if args else "") + "}"
 
 
-_FULL = ('{"device":0,"context":1,"stream":7,"correlation":5,"registers per thread":32,"shared memory":0,'
-         '"blocks per SM":0.5,"warps per SM":4.0,"grid":[1,2,3],"block":[128,1,1],"est. achieved occupancy %":25,'
-         '"External id":9,"queued":0}')
-_NCCL = ('{"device":0,"stream":9,"correlation":6,"Collective name":"allreduce","In msg nelems":4096,'
-         '"Out msg nelems":4096,"Group size":2,"dtype":"BFloat16","Process Group Name":"0",'
-         '"Process Group Ranks":"[0, 1]"}')
+_FULL = (
+    '{"device":0,"context":1,"stream":7,"correlation":5,"registers per thread":32,"shared memory":0,'
+    '"blocks per SM":0.5,"warps per SM":4.0,"grid":[1,2,3],"block":[128,1,1],"est. achieved occupancy %":25,'
+    '"External id":9,"queued":0}'
+)
+_NCCL = (
+    '{"device":0,"stream":9,"correlation":6,"Collective name":"allreduce","In msg nelems":4096,'
+    '"Out msg nelems":4096,"Group size":2,"dtype":"BFloat16","Process Group Name":"0",'
+    '"Process Group Ranks":"[0, 1]"}'
+)
 GPU_EDGE = [  # (name, events, GPU rows the scanner reads, GPU activities it copies out for msgspec; None: refused)
     ("every field", [_kernel(_FULL)], (1, 0)),
     ("no args: device and stream from pid and tid", [_kernel("")], (1, 0)),
     ("null args", [_kernel("null")], (1, 0)),
     ("null fields", [_kernel('{"device":null,"stream":null,"grid":null,"blocks per SM":null,"bytes":null}')], (1, 0)),
-    ("a memcpy with bytes", ['{"ph":"X","cat":"gpu_memcpy","name":"Memcpy DtoD","pid":1,"tid":2,"ts":3,"dur":1,'
-                            '"args":{"device":1,"stream":2,"correlation":3,"bytes":1048576,'
-                            '"memory bandwidth (GB/s)":1.5}}'], (1, 0)),
-    ("integers in float fields", [_kernel('{"blocks per SM":8,"warps per SM":-0,"est. achieved occupancy %":100}')],
-     (1, 0)),
-    ("beyond int32: NULL", [_kernel('{"device":4294967296,"registers per thread":-2147483649,'
-                                    '"shared memory":2147483648}')], (1, 0)),
-    ("no dur, null dur, negative dur, no name",
-     [_kernel("", '"pid":0,"tid":7,"ts":1'), _kernel("", '"pid":0,"tid":7,"ts":1,"dur":null'),
-      _kernel("", '"pid":0,"tid":7,"ts":1,"dur":-1'), '{"ph":"X","cat":"gpu_memset","ts":4,"args":{}}'], (4, 0)),
+    (
+        "a memcpy with bytes",
+        [
+            '{"ph":"X","cat":"gpu_memcpy","name":"Memcpy DtoD","pid":1,"tid":2,"ts":3,"dur":1,'
+            '"args":{"device":1,"stream":2,"correlation":3,"bytes":1048576,'
+            '"memory bandwidth (GB/s)":1.5}}'
+        ],
+        (1, 0),
+    ),
+    (
+        "integers in float fields",
+        [_kernel('{"blocks per SM":8,"warps per SM":-0,"est. achieved occupancy %":100}')],
+        (1, 0),
+    ),
+    (
+        "beyond int32: NULL",
+        [_kernel('{"device":4294967296,"registers per thread":-2147483649,"shared memory":2147483648}')],
+        (1, 0),
+    ),
+    (
+        "no dur, null dur, negative dur, no name",
+        [
+            _kernel("", '"pid":0,"tid":7,"ts":1'),
+            _kernel("", '"pid":0,"tid":7,"ts":1,"dur":null'),
+            _kernel("", '"pid":0,"tid":7,"ts":1,"dur":-1'),
+            '{"ph":"X","cat":"gpu_memset","ts":4,"args":{}}',
+        ],
+        (4, 0),
+    ),
     ("NCCL collective fields, between plain ones", [_kernel(_FULL), _kernel(_NCCL), _kernel(_FULL)], (2, 1)),
     ("null collective name", [_kernel('{"Collective name":null}')], (0, 1)),
     ("an integer beyond 2**53 in a float field", [_kernel('{"warps per SM":9007199254740993}')], (0, 1)),
@@ -187,12 +233,14 @@ GPU_EDGE = [  # (name, events, GPU rows the scanner reads, GPU activities it cop
 
 
 @pytest.mark.parametrize("name,events,split", GPU_EDGE, ids=[e[0] for e in GPU_EDGE])
-def test_gpu_activities_are_read_exactly_or_left_to_msgspec(name: str, events: list[str],
-                                                           split: tuple[int, int] | None) -> None:
+def test_gpu_activities_are_read_exactly_or_left_to_msgspec(
+    name: str, events: list[str], split: tuple[int, int] | None
+) -> None:
     """GPU activities: the scanner reads the plain ones into columns and copies the others out for msgspec (put
     back in event order); the table equals the msgspec path's either way."""
-    chunk = ("[" + ",".join(['{"ph":"X","cat":"cpu_op","name":"op","pid":0,"tid":1,"ts":1,"dur":1}', *events])
-             + "]").encode()
+    chunk = (
+        "[" + ",".join(['{"ph":"X","cat":"cpu_op","name":"op","pid":0,"tid":1,"ts":1,"dur":1}', *events]) + "]"
+    ).encode()
     assert _assert_same(chunk) is (split is not None)
     if split is not None:
         out = scan._buffers(len(chunk)).out
@@ -203,9 +251,10 @@ def test_mutated_chunks_are_never_read_differently() -> None:
     """Thousands of one- and two-byte mutations of real chunks (JSON punctuation, digits, letters, quotes,
     backslashes, control and non-ASCII bytes): whatever the scanner accepts, msgspec reads identically."""
     rng = random.Random(17)
-    sources = [_chunks(path, 16 << 10)[index][:6000]  # CPU events; kernels; NCCL kernels with collective args
-               for path, index in ((B200, 1), (HTA_NCCL, 1), (SGLANG, 1), (SGLANG, 28), (H200[0], 1117),
-                                   (HTA_NCCL, 494))]
+    sources = [
+        _chunks(path, 16 << 10)[index][:6000]  # CPU events; kernels; NCCL kernels with collective args
+        for path, index in ((B200, 1), (HTA_NCCL, 1), (SGLANG, 1), (SGLANG, 28), (H200[0], 1117), (HTA_NCCL, 494))
+    ]
     assert sum(source.count(b'"cat":"kernel"') + source.count(b'"cat": "kernel"') for source in sources) > 20
     seeds = []
     for source in sources:  # whole events only: cut after the last event boundary, close the array
@@ -237,8 +286,9 @@ def _rows(con: duckdb.DuckDBPyConnection) -> dict[str, list[tuple]]:
 
 
 @pytest.mark.parametrize("workers", [1, 2])
-def test_a_load_with_the_scanner_stores_what_a_load_without_it_stores(tmp_path: Path, workers: int,
-                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_load_with_the_scanner_stores_what_a_load_without_it_stores(
+    tmp_path: Path, workers: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Whole loads (decode workers included: they inherit the environment) with and without the scanner."""
     monkeypatch.setattr(limits, "BLOCK_SIZE", 1 << 20)
     options = ingest.LoadOptions(workers=workers, parallel_min_bytes=1)
@@ -293,8 +343,13 @@ def test_a_command_line_load_does_not_import_pandas(tmp_path: Path) -> None:
     (fake / "__init__.py").write_text("import sys\nsys.stderr.write('PANDAS WAS IMPORTED\\n')\n__version__ = '9.9'\n")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), *sys.path])}
     samples = [B200, SGLANG]
-    done = subprocess.run([sys.executable, "-m", "k25trace", "load", *map(str, samples), "--db",
-                           str(tmp_path / "t.duckdb"), "-q"], capture_output=True, text=True, env=env, cwd=tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-m", "k25trace", "load", *map(str, samples), "--db", str(tmp_path / "t.duckdb"), "-q"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr
     assert "PANDAS WAS IMPORTED" not in done.stderr
     probe = "import pyarrow as pa; pa.array([1])"  # the stand-in is seen when nothing answers for pyarrow
@@ -304,8 +359,10 @@ def test_a_command_line_load_does_not_import_pandas(tmp_path: Path) -> None:
 
 def test_pandas_still_works_after_pyarrow_was_told_it_is_not_there() -> None:
     pytest.importorskip("pandas")
-    code = ("from k25trace.ingest import pyarrow_skips_pandas; pyarrow_skips_pandas(); import sys; "
-            "print('pandas' in sys.modules); import pyarrow as pa; "
-            "print(type(pa.table({'a': [1]}).to_pandas()).__name__)")
+    code = (
+        "from k25trace.ingest import pyarrow_skips_pandas; pyarrow_skips_pandas(); import sys; "
+        "print('pandas' in sys.modules); import pyarrow as pa; "
+        "print(type(pa.table({'a': [1]}).to_pandas()).__name__)"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.split() == ["False", "DataFrame"]

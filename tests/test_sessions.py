@@ -28,8 +28,7 @@ def raw(path: Path) -> dict:
 
 def uses_graphs(path: Path) -> bool:
     """The raw trace has a CUDA graph launch among its runtime calls."""
-    return any(e.get("cat") == "cuda_runtime" and e.get("name") == "cudaGraphLaunch"
-               for e in raw(path)["traceEvents"])
+    return any(e.get("cat") == "cuda_runtime" and e.get("name") == "cudaGraphLaunch" for e in raw(path)["traceEvents"])
 
 
 def first_kernel_ns(path: Path) -> int:
@@ -57,8 +56,8 @@ def load_in_order(path: Path, files: list[Path]) -> db.duckdb.DuckDBPyConnection
 def test_eager_and_graph_sessions_of_one_rank_are_labelled(tmp_path: Path) -> None:
     """The real single-H200 eager and CUDA-graph traces in one folder, loaded graph first (the reverse of their
     first events, as in the issue): each session says which it is, in trace_runs, the run label and the warning."""
-    eager, = (GAPS / "eager").glob("*.pt.trace.json.gz")
-    graph, = (GAPS / "graph").glob("*.pt.trace.json.gz")
+    (eager,) = (GAPS / "eager").glob("*.pt.trace.json.gz")
+    (graph,) = (GAPS / "graph").glob("*.pt.trace.json.gz")
     folder = one_folder(tmp_path, eager, graph)
     files = [folder / graph.name, folder / eager.name]  # load order: graph, then eager
     truth = {f.name: "graph" if uses_graphs(f) else "eager" for f in files}
@@ -66,8 +65,9 @@ def test_eager_and_graph_sessions_of_one_rank_are_labelled(tmp_path: Path) -> No
     order = sorted(files, key=first_kernel_ns)  # session k = the k-th file by first event
     assert [f.name for f in order] == [eager.name, graph.name]  # not the load order
     con = load_in_order(tmp_path / "both.duckdb", files)
-    rows = con.execute("select file_name, session, session_label, run_label, group_label from trace_runs "
-                       "order by trace_id").fetchall()
+    rows = con.execute(
+        "select file_name, session, session_label, run_label, group_label from trace_runs order by trace_id"
+    ).fetchall()
     assert [r[0] for r in rows] == [graph.name, eager.name]
     for name, session, label, run_label, group_label in rows:
         k = [f.name for f in order].index(name) + 1
@@ -78,7 +78,8 @@ def test_eager_and_graph_sessions_of_one_rank_are_labelled(tmp_path: Path) -> No
     warnings = report.run_warnings(con)
     assert warnings == [
         f"both: 2 files claim rank 0 ({eager.name} -> both (TP1#s1 eager), {graph.name} -> both (TP1#s2 graph)); "
-        "kept apart as sessions (the k-th file of each rank, by first event, is session k)"]
+        "kept apart as sessions (the k-th file of each rank, by first event, is session k)"
+    ]
     # a side of compare can pick a session by its label
     from k25trace.analysis.compare import resolve_run, runs
 
@@ -89,8 +90,8 @@ def test_eager_and_graph_sessions_of_one_rank_are_labelled(tmp_path: Path) -> No
 def test_sessions_of_the_same_mode_are_told_apart_by_the_file_name(tmp_path: Path) -> None:
     """Two real CUDA-graph traces of rank 0 (two H200 decode loops): graph/eager cannot tell them apart, the part of
     the file name they do not share can (vLLM's timestamp between 'rank0.' and '.pt.trace.json.gz')."""
-    first, = LOOP.glob("*.pt.trace.json.gz")
-    second, = (GAPS / "graph").glob("*.pt.trace.json.gz")
+    (first,) = LOOP.glob("*.pt.trace.json.gz")
+    (second,) = (GAPS / "graph").glob("*.pt.trace.json.gz")
     assert uses_graphs(first) and uses_graphs(second)
     folder = one_folder(tmp_path, first, second)
     files = [folder / first.name, folder / second.name]
@@ -101,8 +102,12 @@ def test_sessions_of_the_same_mode_are_told_apart_by_the_file_name(tmp_path: Pat
     part = {f.name: f.name.split(".")[differ[0]] for f in files}
     order = sorted(files, key=first_kernel_ns)
     con = load_in_order(tmp_path / "two.duckdb", files)
-    got = {name: (session, label, run_label) for name, session, label, run_label in con.execute(
-        "select file_name, session, session_label, run_label from trace_runs").fetchall()}
+    got = {
+        name: (session, label, run_label)
+        for name, session, label, run_label in con.execute(
+            "select file_name, session, session_label, run_label from trace_runs"
+        ).fetchall()
+    }
     for k, f in enumerate(order, start=1):
         assert got[f.name] == (k, part[f.name], f"both (TP1#s{k} {part[f.name]})")
     con.close()

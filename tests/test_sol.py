@@ -86,8 +86,9 @@ def raw_ops(path: Path) -> dict[tuple[str, str], dict]:
     for ext, us in per_call.items():
         op = ops[ext]
         key = (op["name"], json.dumps(op["args"]["Input Dims"], separators=(",", ":")))
-        entry = out.setdefault(key, {"types": op["args"].get("Input type"), "calls": 0, "us": 0.0,
-                                     "dims": op["args"]["Input Dims"]})
+        entry = out.setdefault(
+            key, {"types": op["args"].get("Input type"), "calls": 0, "us": 0.0, "dims": op["args"]["Input Dims"]}
+        )
         entry["calls"] += 1
         entry["us"] += us
     return out
@@ -128,10 +129,18 @@ def hand_cost(name: str, dims: list, types: list) -> tuple[float | None, float]:
 
 
 def _check_ops_against_raw(frame: pl.DataFrame, raw: dict, ops: set[str]) -> int:
-    rows = frame.filter(pl.col("source") == "eager").group_by(["op", "input_dims"]).agg(
-        pl.col("calls").sum(), (pl.col("us_per_call") * pl.col("calls")).sum().alias("us"),
-        pl.col("gflop_per_call").first(), pl.col("mb_per_call").first(), pl.col("dtype").first(),
-        pl.col("bound").first())
+    rows = (
+        frame.filter(pl.col("source") == "eager")
+        .group_by(["op", "input_dims"])
+        .agg(
+            pl.col("calls").sum(),
+            (pl.col("us_per_call") * pl.col("calls")).sum().alias("us"),
+            pl.col("gflop_per_call").first(),
+            pl.col("mb_per_call").first(),
+            pl.col("dtype").first(),
+            pl.col("bound").first(),
+        )
+    )
     checked = 0
     for r in rows.iter_rows(named=True):
         if r["op"] not in ops:
@@ -156,8 +165,16 @@ def _check_ops_against_raw(frame: pl.DataFrame, raw: dict, ops: set[str]) -> int
 def test_builtin_peaks_file_is_complete_and_sourced() -> None:
     rows = sol.load_peaks()
     names = {r.device for r in rows}
-    assert {"H100 SXM", "H100 PCIe", "H200 SXM", "B200", "RTX PRO 6000 Blackwell", "A100 SXM 80GB", "MI300X",
-            "L40S"} <= names
+    assert {
+        "H100 SXM",
+        "H100 PCIe",
+        "H200 SXM",
+        "B200",
+        "RTX PRO 6000 Blackwell",
+        "A100 SXM 80GB",
+        "MI300X",
+        "L40S",
+    } <= names
     for r in rows:
         assert r.source and r.peak("hbm_gbps") and r.peak("bf16_tflops") and r.peak("interconnect_gbps"), r.device
         assert r.origin == "builtin"
@@ -165,23 +182,26 @@ def test_builtin_peaks_file_is_complete_and_sourced() -> None:
             assert r.peak("fp8_tflops") == pytest.approx(2 * r.peak("bf16_tflops"), rel=0.02), r.device
 
 
-@pytest.mark.parametrize(("name", "props", "device"), [
-    ("NVIDIA H200", {}, "H200 SXM"),
-    ("NVIDIA H200 NVL", {}, "H200 NVL"),
-    ("NVIDIA H100 80GB HBM3", {}, "H100 SXM"),
-    ("NVIDIA H100 PCIe", {}, "H100 PCIe"),
-    ("NVIDIA B200", {}, "B200"),
-    ("NVIDIA GB200", {}, "GB200"),
-    ("NVIDIA RTX PRO 6000 Blackwell Server Edition", {}, "RTX PRO 6000 Blackwell"),
-    ("NVIDIA A100-SXM4-80GB", {}, "A100 SXM 80GB"),
-    ("NVIDIA L40S", {}, "L40S"),
-    ("AMD Instinct MI300X", {}, "MI300X"),
-    ("", {"computeMajor": 9, "computeMinor": 4, "numSms": 304, "totalGlobalMem": 206141652992}, "MI300X"),
-    ("", {"computeMajor": 9, "computeMinor": 4, "numSms": 304, "totalGlobalMem": 274877906944}, "MI325X"),
-    ("NVIDIA GH200 480GB", {}, None),  # not an H200: unmatched rather than wrong
-    ("NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition", {}, None),
-    ("", {"computeMajor": 9, "computeMinor": 4, "numSms": 80, "totalGlobalMem": 206141652992}, None),
-])
+@pytest.mark.parametrize(
+    ("name", "props", "device"),
+    [
+        ("NVIDIA H200", {}, "H200 SXM"),
+        ("NVIDIA H200 NVL", {}, "H200 NVL"),
+        ("NVIDIA H100 80GB HBM3", {}, "H100 SXM"),
+        ("NVIDIA H100 PCIe", {}, "H100 PCIe"),
+        ("NVIDIA B200", {}, "B200"),
+        ("NVIDIA GB200", {}, "GB200"),
+        ("NVIDIA RTX PRO 6000 Blackwell Server Edition", {}, "RTX PRO 6000 Blackwell"),
+        ("NVIDIA A100-SXM4-80GB", {}, "A100 SXM 80GB"),
+        ("NVIDIA L40S", {}, "L40S"),
+        ("AMD Instinct MI300X", {}, "MI300X"),
+        ("", {"computeMajor": 9, "computeMinor": 4, "numSms": 304, "totalGlobalMem": 206141652992}, "MI300X"),
+        ("", {"computeMajor": 9, "computeMinor": 4, "numSms": 304, "totalGlobalMem": 274877906944}, "MI325X"),
+        ("NVIDIA GH200 480GB", {}, None),  # not an H200: unmatched rather than wrong
+        ("NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition", {}, None),
+        ("", {"computeMajor": 9, "computeMinor": 4, "numSms": 80, "totalGlobalMem": 206141652992}, None),
+    ],
+)
 def test_peaks_match_name_and_properties(name: str, props: dict, device: str | None) -> None:
     got = sol.match_peaks(sol.load_peaks(), name, props)
     assert (got.device if got else None) == device
@@ -190,8 +210,10 @@ def test_peaks_match_name_and_properties(name: str, props: dict, device: str | N
 def test_traces_match_their_device(gaps, vllm) -> None:
     peaks = sol.load_peaks()
     matched = {**sol.run_devices(gaps, peaks), **sol.run_devices(vllm, peaks)}
-    by_run = {run.rsplit("/", 1)[-1]: (p.device if p else None, p.peak("hbm_gbps") if p else None)
-              for (run, _), p in matched.items()}
+    by_run = {
+        run.rsplit("/", 1)[-1]: (p.device if p else None, p.peak("hbm_gbps") if p else None)
+        for (run, _), p in matched.items()
+    }
     assert by_run["eager#ws1"] == ("H200 SXM", H200_HBM) and by_run["graph#ws1"] == ("H200 SXM", H200_HBM)
     assert by_run["vllm-b200-tp8-rank0-eager#ws8"] == ("B200", 7700.0)
     # vLLM's ROCm trace names no device: matched by gfx942, 304 CUs and 192 GiB
@@ -200,16 +222,20 @@ def test_traces_match_their_device(gaps, vllm) -> None:
 
 def test_user_peaks_come_first_and_bad_files_are_named(tmp_path: Path, gaps) -> None:
     mine = tmp_path / "peaks.csv"
-    mine.write_text("# my clocks\ndevice,name_pattern,bf16_tflops,hbm_gbps,source\n"
-                    "my H200,H200,900,4000,measured by me\n", encoding="utf-8")
+    mine.write_text(
+        "# my clocks\ndevice,name_pattern,bf16_tflops,hbm_gbps,source\nmy H200,H200,900,4000,measured by me\n",
+        encoding="utf-8",
+    )
     frame = sol.roofline(gaps, peaks_file=mine)
     row = frame.filter((pl.col("op") == "aten::mm") & (pl.col("source") == "eager")).row(0, named=True)
     assert row["device"] == "my H200"
     assert row["pct_peak_hbm"] == pytest.approx(100 * row["gbps"] / 4000, abs=1e-3)
-    for text, message in [("device,name_pattern\nx,(\n", "bad name_pattern"),
-                          ("device,name_pattern,hbm_gbps\nx,H200,fast\n", "not a number"),
-                          ("device,colour\nx,red\n", "unknown peaks column"),
-                          ("device,hbm_gbps\nx,100\n", "at least one of")]:
+    for text, message in [
+        ("device,name_pattern\nx,(\n", "bad name_pattern"),
+        ("device,name_pattern,hbm_gbps\nx,H200,fast\n", "not a number"),
+        ("device,colour\nx,red\n", "unknown peaks column"),
+        ("device,hbm_gbps\nx,100\n", "at least one of"),
+    ]:
         mine.write_text(text, encoding="utf-8")
         with pytest.raises(K25Error, match=message):
             sol.load_peaks(mine)
@@ -284,34 +310,91 @@ def test_kv_cache_write_with_a_bf16_cache_on_the_mi300x_trace(vllm) -> None:
 def _synthetic_trace(path: Path, ops: list[tuple[str, list, str]]) -> Path:
     """A minimal Kineto trace: one decode step (vLLM's marker) with the given (op, Input Dims, kernel name) calls,
     each op launching its kernel on an H200. The dims follow vLLM's op schemas (csrc/torch_bindings.cpp)."""
-    events: list[dict] = [{"ph": "X", "cat": "user_annotation", "name": "execute_context_0(0)_generation_4(4)",
-                           "pid": 1, "tid": 1, "ts": 100.0, "dur": 1000.0, "args": {"External id": 1}}]
+    events: list[dict] = [
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "execute_context_0(0)_generation_4(4)",
+            "pid": 1,
+            "tid": 1,
+            "ts": 100.0,
+            "dur": 1000.0,
+            "args": {"External id": 1},
+        }
+    ]
     ts = 110.0
     for i, (name, dims, kernel) in enumerate(ops):
         ext, corr = 10 + i, 100 + i
         events += [
-            {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": 20.0,
-             "args": {"External id": ext, "Input Dims": dims}},
-            {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": ts + 5,
-             "dur": 5.0, "args": {"External id": ext, "correlation": corr, "cbid": 211}},
-            {"ph": "X", "cat": "kernel", "name": kernel, "pid": 0, "tid": 7, "ts": ts + 12, "dur": 40.0,
-             "args": {"External id": ext, "correlation": corr, "device": 0, "stream": 7, "grid": [132, 1, 1],
-                      "block": [256, 1, 1]}},
+            {
+                "ph": "X",
+                "cat": "cpu_op",
+                "name": name,
+                "pid": 1,
+                "tid": 1,
+                "ts": ts,
+                "dur": 20.0,
+                "args": {"External id": ext, "Input Dims": dims},
+            },
+            {
+                "ph": "X",
+                "cat": "cuda_runtime",
+                "name": "cudaLaunchKernel",
+                "pid": 1,
+                "tid": 1,
+                "ts": ts + 5,
+                "dur": 5.0,
+                "args": {"External id": ext, "correlation": corr, "cbid": 211},
+            },
+            {
+                "ph": "X",
+                "cat": "kernel",
+                "name": kernel,
+                "pid": 0,
+                "tid": 7,
+                "ts": ts + 12,
+                "dur": 40.0,
+                "args": {
+                    "External id": ext,
+                    "correlation": corr,
+                    "device": 0,
+                    "stream": 7,
+                    "grid": [132, 1, 1],
+                    "block": [256, 1, 1],
+                },
+            },
         ]
         ts += 100
-    trace = {"deviceProperties": [{"id": 0, "name": "NVIDIA H200", "computeMajor": 9, "computeMinor": 0,
-                                   "numSms": 132, "totalGlobalMem": 150109880320}],
-             "baseTimeNanoseconds": 1_700_000_000_000_000_000, "traceEvents": events}
+    trace = {
+        "deviceProperties": [
+            {
+                "id": 0,
+                "name": "NVIDIA H200",
+                "computeMajor": 9,
+                "computeMinor": 0,
+                "numSms": 132,
+                "totalGlobalMem": 150109880320,
+            }
+        ],
+        "baseTimeNanoseconds": 1_700_000_000_000_000_000,
+        "traceEvents": events,
+    }
     path.write_text(json.dumps(trace), encoding="utf-8")
     return path
 
 
-MARLIN = ("void marlin::Marlin<__nv_bfloat16, 1125899906843648l, 1125899906909960l, 128, 1, 4, 8, false, 4, 2, "
-          "false>(int4 const*, int4 const*, int4*, int4*, int4 const*)")
-MARLIN_MOE = ("void marlin_moe_wna16::Marlin<__nv_bfloat16, 1125899906843648l, 1125899906909960l, 256, 1, 8, 4, false, "
-              "4, 8, false>(int4 const*, int4 const*, int4*)")
-FP8_GEMM = ("void cutlass::device_kernel<vllm::cutlass_3x_gemm_sm90<cutlass::float_e4m3_t, cutlass::bfloat16_t, "
-            "vllm::c3x::ScaledEpilogue>::GemmKernel>(vllm::cutlass_3x_gemm_sm90<cutlass::float_e4m3_t>::Params)")
+MARLIN = (
+    "void marlin::Marlin<__nv_bfloat16, 1125899906843648l, 1125899906909960l, 128, 1, 4, 8, false, 4, 2, "
+    "false>(int4 const*, int4 const*, int4*, int4*, int4 const*)"
+)
+MARLIN_MOE = (
+    "void marlin_moe_wna16::Marlin<__nv_bfloat16, 1125899906843648l, 1125899906909960l, 256, 1, 8, 4, false, "
+    "4, 8, false>(int4 const*, int4 const*, int4*)"
+)
+FP8_GEMM = (
+    "void cutlass::device_kernel<vllm::cutlass_3x_gemm_sm90<cutlass::float_e4m3_t, cutlass::bfloat16_t, "
+    "vllm::c3x::ScaledEpilogue>::GemmKernel>(vllm::cutlass_3x_gemm_sm90<cutlass::float_e4m3_t>::Params)"
+)
 
 
 def test_marlin_and_fp8_gemms_from_vllm_op_schemas(tmp_path: Path) -> None:
@@ -321,14 +404,34 @@ def test_marlin_and_fp8_gemms_from_vllm_op_schemas(tmp_path: Path) -> None:
     dense = [[M, K], [], [K // 16, N * 16 * 4 // 32], [], [K // G, N], [], [], [], [], [512]] + [[]] * 8
     # moe_wna16_marlin_gemm: ..., workspace, sorted_token_ids, expert_ids, num_tokens_past_padded, topk_weights, ...
     E, TOPK, N13 = 384, 8, 4096
-    moe = ([[M, K], [], [E, K // 16, N13 * 2], [], [E, K // G, N13], [], [], [], [], [], [512], [1472], [92], [1],
-            [M, TOPK]] + [[]] * 13)
+    moe = [
+        [M, K],
+        [],
+        [E, K // 16, N13 * 2],
+        [],
+        [E, K // G, N13],
+        [],
+        [],
+        [],
+        [],
+        [],
+        [512],
+        [1472],
+        [92],
+        [1],
+        [M, TOPK],
+    ] + [[]] * 13
     # cutlass_scaled_mm(out, a, b, a_scales, b_scales, bias?)
     fp8 = [[M, N], [M, K], [K, N], [M, 1], [1, N], []]
-    trace = _synthetic_trace(tmp_path / "marlin.pt.trace.json", [
-        ("_C::gptq_marlin_gemm", dense, MARLIN), ("_moe_C::moe_wna16_marlin_gemm", moe, MARLIN_MOE),
-        ("_C::cutlass_scaled_mm", fp8, FP8_GEMM),
-        ("vllm::unified_mla_attention_with_output", [[M, 16, 576]], "void flash_fwd_splitkv_mla_kernel<>()")])
+    trace = _synthetic_trace(
+        tmp_path / "marlin.pt.trace.json",
+        [
+            ("_C::gptq_marlin_gemm", dense, MARLIN),
+            ("_moe_C::moe_wna16_marlin_gemm", moe, MARLIN_MOE),
+            ("_C::cutlass_scaled_mm", fp8, FP8_GEMM),
+            ("vllm::unified_mla_attention_with_output", [[M, 16, 576]], "void flash_fwd_splitkv_mla_kernel<>()"),
+        ],
+    )
     con = _load(tmp_path / "m.duckdb", trace)
     frame = sol.roofline(con, top=None)
     rows = {r["op"]: r for r in frame.iter_rows(named=True)}
@@ -341,8 +444,9 @@ def test_marlin_and_fp8_gemms_from_vllm_op_schemas(tmp_path: Path) -> None:
     assert r["gflop_per_call"] == pytest.approx(2 * M * K * N / 1e9, rel=1e-5)
     assert r["mb_per_call"] == pytest.approx((2 * M * K + weights + 2 * M * N) / 1e6, rel=1e-5)
     assert r["us_per_call"] == pytest.approx(40.0, rel=1e-5)
-    assert r["pct_peak_hbm"] == pytest.approx(100 * (2 * M * K + weights + 2 * M * N) / 40e-6 / 1e9 / H200_HBM,
-                                              rel=1e-4)
+    assert r["pct_peak_hbm"] == pytest.approx(
+        100 * (2 * M * K + weights + 2 * M * N) / 40e-6 / 1e9 / H200_HBM, rel=1e-4
+    )
 
     r = rows["_moe_C::moe_wna16_marlin_gemm"]
     hit = E * (1 - (1 - TOPK / E) ** M)
@@ -370,8 +474,11 @@ def test_graph_kernels_carry_shapes_only_where_unambiguous(gaps) -> None:
     carried = graph.filter(pl.col("note").str.contains("carried"))
     assert set(carried["op"].unique()) >= {"aten::mm", "aten::bmm"}
     for r in carried.filter(pl.col("op").is_in(["aten::mm", "aten::bmm"])).iter_rows(named=True):
-        twin = eager.filter((pl.col("op") == r["op"]) & (pl.col("input_dims") == r["input_dims"])
-                            & (pl.col("batch_size") == r["batch_size"]))
+        twin = eager.filter(
+            (pl.col("op") == r["op"])
+            & (pl.col("input_dims") == r["input_dims"])
+            & (pl.col("batch_size") == r["batch_size"])
+        )
         assert not twin.is_empty(), r
         # the graph replays the same calls per step as the eager loop
         assert r["calls_per_step"] == pytest.approx(twin["calls_per_step"].sum()), r
@@ -393,19 +500,45 @@ def test_graph_kernels_carry_shapes_only_where_unambiguous(gaps) -> None:
 
 def test_carry_rule_refuses_a_kernel_seen_with_two_shapes() -> None:
     def eager(op: str, dims: str, kernel_set: str) -> dict:
-        return {"run_id": "e", "phase": "decode", "batch_size": 4, "world_size": 1, "device_name": "G", "op": op,
-                "input_dims": dims, "kernel_set": kernel_set, "kernel_names": ["k"], "categories": ["gemm"]}
+        return {
+            "run_id": "e",
+            "phase": "decode",
+            "batch_size": 4,
+            "world_size": 1,
+            "device_name": "G",
+            "op": op,
+            "input_dims": dims,
+            "kernel_set": kernel_set,
+            "kernel_names": ["k"],
+            "categories": ["gemm"],
+        }
 
     def graph(sig: str, n: int) -> dict:
-        return {"run_id": "g", "phase": "decode", "batch_size": 4, "world_size": 1, "device_name": "G",
-                "trace_id": 2, "step_index": 0, "sig": sig, "kernels": n, "kernel_ns": 1000 * n, "category": "gemm",
-                "short_name": sig}
+        return {
+            "run_id": "g",
+            "phase": "decode",
+            "batch_size": 4,
+            "world_size": 1,
+            "device_name": "G",
+            "trace_id": 2,
+            "step_index": 0,
+            "sig": sig,
+            "kernels": n,
+            "kernel_ns": 1000 * n,
+            "category": "gemm",
+            "short_name": sig,
+        }
 
-    e = pl.DataFrame([eager("aten::mm", "[[4,8],[8,16]]", "1:1x1x1:1x1x1"),
-                      eager("aten::mm", "[[4,8],[8,32]]", "1:1x1x1:1x1x1"),  # same kernel and grid, other shape
-                      eager("aten::mm", "[[4,8],[8,64]]", "2:1x1x1:1x1x1 3:1x1x1:1x1x1")])  # split-K + reduce
-    g = pl.DataFrame([graph("1:1x1x1:1x1x1", 2), graph("2:1x1x1:1x1x1", 3), graph("3:1x1x1:1x1x1", 3),
-                      graph("9:1x1x1:1x1x1", 1)])
+    e = pl.DataFrame(
+        [
+            eager("aten::mm", "[[4,8],[8,16]]", "1:1x1x1:1x1x1"),
+            eager("aten::mm", "[[4,8],[8,32]]", "1:1x1x1:1x1x1"),  # same kernel and grid, other shape
+            eager("aten::mm", "[[4,8],[8,64]]", "2:1x1x1:1x1x1 3:1x1x1:1x1x1"),
+        ]
+    )  # split-K + reduce
+    g = pl.DataFrame(
+        [graph("1:1x1x1:1x1x1", 2), graph("2:1x1x1:1x1x1", 3), graph("3:1x1x1:1x1x1", 3), graph("9:1x1x1:1x1x1", 1)]
+    )
     rows = {r.kernel_set: r for r in sol.carry_graph_kernels(g, e)}
     assert rows["1:1x1x1:1x1x1"].op is None and "2 different op shapes" in rows["1:1x1x1:1x1x1"].reason
     both = rows["2:1x1x1:1x1x1 3:1x1x1:1x1x1"]
@@ -431,9 +564,16 @@ def test_deepseek_v3_step_bound_against_an_independent_calculation() -> None:
 
     # written out for DeepSeek-V3: 61 layers, 3 dense, 58 MoE; hidden 7168; MLA with 128 heads
     H, heads, qr, kvr, rope, nope, vd = 7168, 128, 1536, 512, 64, 128, 128
-    attention = 61 * (_mat_fp8_block(H, qr) + _mat_fp8_block(H, kvr + rope)  # replicated q_a, kv_a
-                      + (_mat_fp8_block(qr, heads * (nope + rope)) + _mat_fp8_block(kvr, heads * (nope + vd))
-                         + _mat_fp8_block(heads * vd, H)) / tp)
+    attention = 61 * (
+        _mat_fp8_block(H, qr)
+        + _mat_fp8_block(H, kvr + rope)  # replicated q_a, kv_a
+        + (
+            _mat_fp8_block(qr, heads * (nope + rope))
+            + _mat_fp8_block(kvr, heads * (nope + vd))
+            + _mat_fp8_block(heads * vd, H)
+        )
+        / tp
+    )
     dense = 3 * (2 * _mat_fp8_block(H, 18432) + _mat_fp8_block(18432, H)) / tp
     shared = 58 * (2 * _mat_fp8_block(H, 2048) + _mat_fp8_block(2048, H)) / tp
     expert = 2 * _mat_fp8_block(H, 2048) + _mat_fp8_block(2048, H)
@@ -463,9 +603,12 @@ def test_kimi_int4_experts_from_compressed_tensors_and_from_quant() -> None:
     kimi = models.load_config(MODELS / "kimi-k2-thinking" / "config.json")
     plan = models.parse_quant(None, kimi)
     assert plan.for_module("experts", "model.layers.5.mlp.experts.0.gate_proj").name == "w4a16-g32"
-    for part, module in (("attention", "model.layers.5.self_attn.q_b_proj"),
-                         ("shared", "model.layers.5.mlp.shared_experts.up_proj"),
-                         ("dense", "model.layers.0.mlp.down_proj"), ("lm_head", "lm_head")):
+    for part, module in (
+        ("attention", "model.layers.5.self_attn.q_b_proj"),
+        ("shared", "model.layers.5.mlp.shared_experts.up_proj"),
+        ("dense", "model.layers.0.mlp.down_proj"),
+        ("lm_head", "lm_head"),
+    ):
         assert plan.for_module(part, module).name == "bf16", part
     bound = models.step_bound(kimi, plan, tp=8, batch=8, context=None)
     hidden, moe_inter = 7168, 2048  # hidden size, routed experts' intermediate size
@@ -481,8 +624,10 @@ def test_kimi_int4_experts_from_compressed_tensors_and_from_quant() -> None:
     q = models.step_bound(loop, models.parse_quant("experts=w4a16-g32,kv=fp8", loop), tp=8, batch=8, context=100)
     assert q.part("routed_experts").bytes == pytest.approx(8 * hit * per_expert / 8)
     assert q.part("kv_cache").bytes == pytest.approx(8 * 8 * 100 * 576 * 1)
-    assert q.part("attention").bytes == models.step_bound(loop, models.parse_quant(None, loop), tp=8, batch=8,
-                                                          context=None).part("attention").bytes
+    assert (
+        q.part("attention").bytes
+        == models.step_bound(loop, models.parse_quant(None, loop), tp=8, batch=8, context=None).part("attention").bytes
+    )
 
 
 def test_dense_gqa_bound_replicates_kv_heads_beyond_tp() -> None:
@@ -498,8 +643,10 @@ def test_dense_gqa_bound_replicates_kv_heads_beyond_tp() -> None:
         assert bound.part("routed_experts") is None
 
 
-@pytest.mark.parametrize(("spec", "message"), [("experts=w3a16-g32", "unknown quantization scheme"),
-                                               ("heads=bf16", "unknown part"), ("kv=int4", "kv=int4")])
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [("experts=w3a16-g32", "unknown quantization scheme"), ("heads=bf16", "unknown part"), ("kv=int4", "kv=int4")],
+)
 def test_bad_quant_specs(spec: str, message: str) -> None:
     cfg = models.load_config(MODELS / "decode-loop-8l" / "config.json")
     with pytest.raises(K25Error, match=message):
@@ -528,8 +675,9 @@ def test_sol_report_on_the_tp2_eager_traces(x2) -> None:
         assert rows["allreduce"]["floor_ms"] == pytest.approx(ar["floor_kernel_ms"], rel=1e-5)
         assert rows["allreduce"]["observed_ms"] == pytest.approx(cats["allreduce"]["kernel_ms_per_step"], abs=1e-3)
         step = rows["step"]
-        assert step["floor_ms"] == pytest.approx(bound.total_bytes / (H200_HBM * 1e9) * 1e3 + ar["floor_kernel_ms"],
-                                                 abs=1e-3)
+        assert step["floor_ms"] == pytest.approx(
+            bound.total_bytes / (H200_HBM * 1e9) * 1e3 + ar["floor_kernel_ms"], abs=1e-3
+        )
         assert step["observed_ms"] == pytest.approx(cats["gemm"]["step_ms"], abs=1e-3)
         assert step["ratio"] > 1  # no step beat its bound
         assert rows["kv_cache"]["ratio"] is None  # the loop's attention runs in bmm GEMMs, not attention kernels
@@ -559,9 +707,24 @@ def test_cli_roofline_and_sol(x2_path: Path, x2) -> None:
     frame = pl.read_csv(out.stdout.encode())
     assert frame.columns == list(sol.ROOFLINE_COLUMNS)
     assert frame.group_by(["run_id", "batch_size"]).len()["len"].max() <= 3
-    out = runner.invoke(cli, ["report", "--db", str(path), "--by", "sol", "--format", "json", "--model-config",
-                              str(MODELS / "decode-loop-8l" / "config.json"), "--context", "1024", "--quant",
-                              "kv=fp8"])
+    out = runner.invoke(
+        cli,
+        [
+            "report",
+            "--db",
+            str(path),
+            "--by",
+            "sol",
+            "--format",
+            "json",
+            "--model-config",
+            str(MODELS / "decode-loop-8l" / "config.json"),
+            "--context",
+            "1024",
+            "--quant",
+            "kv=fp8",
+        ],
+    )
     assert out.exit_code == 0, out.output
     rows = json.loads(out.stdout)
     assert {r["part"] for r in rows} == {"weights", "kv_cache", "allreduce", "other", "idle", "step"}
@@ -594,8 +757,22 @@ def test_load_keeps_the_model_config_for_report_sol(tmp_path: Path) -> None:
     assert refused.exit_code != 0 and "bad.json" in refused.output and not path.exists()
     assert runner.invoke(cli, ["load", str(traces), "--db", str(path), "-q", "--model-config", str(cfg)]).exit_code == 0
     kept = runner.invoke(cli, ["report", "--db", str(path), "--by", "sol", "--context", "1024", "--format", "json"])
-    given = runner.invoke(cli, ["report", "--db", str(path), "--by", "sol", "--context", "1024", "--format", "json",
-                                "--model-config", str(cfg)])
+    given = runner.invoke(
+        cli,
+        [
+            "report",
+            "--db",
+            str(path),
+            "--by",
+            "sol",
+            "--context",
+            "1024",
+            "--format",
+            "json",
+            "--model-config",
+            str(cfg),
+        ],
+    )
     assert kept.exit_code == 0 and given.exit_code == 0, kept.output
     rows = lambda out: [line for line in out.splitlines() if line.startswith("[") or line.startswith("{")]  # noqa: E731
     assert rows(kept.output) and rows(kept.output) == rows(given.output)

@@ -35,8 +35,10 @@ def test_every_rule_category_is_in_exactly_one_part() -> None:
 def reclassified(tmp_path_factory: pytest.TempPathFactory):
     tmp = tmp_path_factory.mktemp("solcat")
     rules = tmp / "rules.csv"
-    rules.write_text("category,kind,name_pattern,collective_pattern,note\n"
-                     + "".join(f"{cat},kernel,{pattern},,test\n" for pattern, cat in NEW.items()))
+    rules.write_text(
+        "category,kind,name_pattern,collective_pattern,note\n"
+        + "".join(f"{cat},kernel,{pattern},,test\n" for pattern, cat in NEW.items())
+    )
     con = pipeline.connect(tmp / "x2.duckdb")
     results, _ = pipeline.load_paths(con, [X2])
     assert [r.status for r in results] == ["loaded", "loaded"]
@@ -50,8 +52,12 @@ def reclassified(tmp_path_factory: pytest.TempPathFactory):
 
 def test_unmodelled_categories_are_in_the_other_part_and_the_parts_add_up(reclassified) -> None:
     con = reclassified
-    got = dict(con.execute("select category, count(*) from gpu_events where category in "
-                           "('all2all', 'quantize', 'embedding') group by all").fetchall())
+    got = dict(
+        con.execute(
+            "select category, count(*) from gpu_events where category in "
+            "('all2all', 'quantize', 'embedding') group by all"
+        ).fetchall()
+    )
     assert set(got) == {"all2all", "quantize", "embedding"}  # the rules took
     frame = sol.step_sol(con, model_config=CONFIG, context=1024)
     batch = breakdown(con, by="batch")
@@ -63,7 +69,8 @@ def test_unmodelled_categories_are_in_the_other_part_and_the_parts_add_up(reclas
         for cat in ("all2all", "quantize", "embedding"):
             assert cat in other["categories"].split(",")
         assert other["exclusive_ms"] == pytest.approx(
-            sum(cats[c]["ms_per_step"] for c in other["categories"].split(",")), abs=1e-9)
+            sum(cats[c]["ms_per_step"] for c in other["categories"].split(",")), abs=1e-9
+        )
         parts = sum(rows[p]["exclusive_ms"] for p in ("weights", "kv_cache", "allreduce", "other", "idle"))
         rounding = 5e-5 * len(cats)  # the breakdown's ms are rounded to 4 decimals, one rounding per category
         new = sum(cats[c]["ms_per_step"] for c in ("all2all", "quantize", "embedding"))

@@ -64,9 +64,18 @@ def ns(x: float) -> int:
 @pytest.fixture(scope="module")
 def synth(tmp_path_factory):
     out = tmp_path_factory.mktemp("synth")
-    truth = generate(out, ranks=RANKS, batch_sizes=(1, 32), steps_per_batch=3, layers=LAYERS, prefill=True,
-                     empty_steps=1, delays=[(DELAY_RANK, DELAY_US, [DELAY_STEP])], clock_offsets_us=OFFSETS_US,
-                     seed=3)
+    truth = generate(
+        out,
+        ranks=RANKS,
+        batch_sizes=(1, 32),
+        steps_per_batch=3,
+        layers=LAYERS,
+        prefill=True,
+        empty_steps=1,
+        delays=[(DELAY_RANK, DELAY_US, [DELAY_STEP])],
+        clock_offsets_us=OFFSETS_US,
+        seed=3,
+    )
     docs = []
     texts = []
     for ri in truth["ranks"]:
@@ -79,8 +88,9 @@ def synth(tmp_path_factory):
 def _by_step(doc: dict, n_steps: int):
     """Assign GPU activities to steps by launch; returns (steps annotations, per-step GPU events, runtime map)."""
     ev = doc["traceEvents"]
-    anns = sorted((e for e in ev if e.get("cat") == "user_annotation" and e["name"].startswith("execute_")),
-                  key=lambda e: e["ts"])
+    anns = sorted(
+        (e for e in ev if e.get("cat") == "user_annotation" and e["name"].startswith("execute_")), key=lambda e: e["ts"]
+    )
     assert len(anns) == n_steps
     starts = [a["ts"] for a in anns]
     rt = {e["args"]["correlation"]: e for e in ev if e.get("cat") == "cuda_runtime"}
@@ -110,15 +120,36 @@ def test_files_layout_and_metadata(synth):
         assert {"pg_count", "nccl_version"} <= set(di)
         assert len(doc["deviceProperties"]) == RANKS
         kinds = {(e["ph"], e.get("cat")) for e in doc["traceEvents"]}
-        for k in [("X", "kernel"), ("X", "cuda_runtime"), ("X", "user_annotation"), ("X", "gpu_user_annotation"),
-                  ("X", "cpu_op"), ("X", "python_function"), ("X", "gpu_memcpy"), ("X", "gpu_memset"),
-                  ("s", "ac2g"), ("f", "ac2g")]:
+        for k in [
+            ("X", "kernel"),
+            ("X", "cuda_runtime"),
+            ("X", "user_annotation"),
+            ("X", "gpu_user_annotation"),
+            ("X", "cpu_op"),
+            ("X", "python_function"),
+            ("X", "gpu_memcpy"),
+            ("X", "gpu_memset"),
+            ("s", "ac2g"),
+            ("f", "ac2g"),
+        ]:
             assert k in kinds, k
         kern = next(e for e in doc["traceEvents"] if e.get("cat") == "kernel")
         assert kern["pid"] == r and kern["tid"] == kern["args"]["stream"]
-        assert {"External id", "queued", "device", "context", "stream", "correlation", "registers per thread",
-                "shared memory", "blocks per SM", "warps per SM", "grid", "block",
-                "est. achieved occupancy %"} <= set(kern["args"])
+        assert {
+            "External id",
+            "queued",
+            "device",
+            "context",
+            "stream",
+            "correlation",
+            "registers per thread",
+            "shared memory",
+            "blocks per SM",
+            "warps per SM",
+            "grid",
+            "block",
+            "est. achieved occupancy %",
+        } <= set(kern["args"])
         ar = next(e for e in doc["traceEvents"] if e.get("name", "").startswith("ncclDevKernel_AllReduce"))
         assert ar["args"]["Group size"] == RANKS and ar["args"]["Collective name"] == "allreduce"
         assert ar["args"]["Process Group Ranks"] == str(list(range(RANKS)))
@@ -138,10 +169,15 @@ def test_step_sequence_and_graph_correlation(synth):
     assert names.count("execute_context_0(0)_generation_0(0)") == 2
     for doc in docs:
         anns, per_step, rt = _by_step(doc, len(steps))
-        assert [a["name"] for a in anns] == names        # same step sequence on every rank
+        assert [a["name"] for a in anns] == names  # same step sequence on every rank
         for st, gpu, ann in zip(steps, per_step, anns, strict=True):
-            launches = [e for e in doc["traceEvents"] if e.get("cat") == "cuda_runtime"
-                        and e["name"] == "cudaGraphLaunch" and ann["ts"] <= e["ts"] <= ann["ts"] + ann["dur"]]
+            launches = [
+                e
+                for e in doc["traceEvents"]
+                if e.get("cat") == "cuda_runtime"
+                and e["name"] == "cudaGraphLaunch"
+                and ann["ts"] <= e["ts"] <= ann["ts"] + ann["dur"]
+            ]
             if st["phase"] == "empty":
                 assert not gpu and not launches
                 continue
@@ -153,11 +189,20 @@ def test_step_sequence_and_graph_correlation(synth):
                 assert len(graph_k) > 20 * LAYERS
                 assert sum("AllReduce" in e["name"] for e in graph_k) == 1 + 2 * LAYERS
                 # nothing else (no cpu_op, no other runtime call) carries the graph's correlation
-                assert sum(e.get("args", {}).get("correlation") == corr for e in doc["traceEvents"]
-                           if e.get("cat") not in ("kernel", "gpu_memset", "gpu_memcpy")) == 1
+                assert (
+                    sum(
+                        e.get("args", {}).get("correlation") == corr
+                        for e in doc["traceEvents"]
+                        if e.get("cat") not in ("kernel", "gpu_memset", "gpu_memcpy")
+                    )
+                    == 1
+                )
                 eager = [e for e in gpu if e["args"]["correlation"] != corr]
                 assert {rt[e["args"]["correlation"]]["name"] for e in eager} <= {
-                    "cudaLaunchKernel", "cudaMemcpyAsync", "cudaLaunchKernelExC"}
+                    "cudaLaunchKernel",
+                    "cudaMemcpyAsync",
+                    "cudaLaunchKernelExC",
+                }
             else:
                 assert st["graph"] == "PIECEWISE" and len(launches) == LAYERS + 1 == st["graph_launches"]
 
@@ -214,13 +259,14 @@ def test_truth_matches_written_events(synth):
                     ce = max(ce, e)
             busy += ce - cs
             assert busy == t["busy_ns"]
-            assert busy < sum(v["ns"] for v in cats.values())   # aux-stream shared expert overlaps
+            assert busy < sum(v["ns"] for v in cats.values())  # aux-stream shared expert overlaps
 
 
 def _collectives(doc: dict, n_steps: int) -> list[list[dict]]:
     _, per_step, _ = _by_step(doc, n_steps)
-    return [sorted((e for e in gpu if e["name"].startswith("ncclDevKernel_")), key=lambda e: e["ts"])
-            for gpu in per_step]
+    return [
+        sorted((e for e in gpu if e["name"].startswith("ncclDevKernel_")), key=lambda e: e["ts"]) for gpu in per_step
+    ]
 
 
 def test_collectives_end_together_in_offset_free_time(synth):
@@ -254,8 +300,9 @@ def test_collectives_end_together_in_offset_free_time(synth):
 def test_injected_delay_shows_as_waits(synth):
     _, truth, _, _ = synth
     d = DELAY_US * 1000
-    assert truth["delays"] == [{"rank": DELAY_RANK, "delay_ns": d, "steps": [DELAY_STEP], "ordinals": None,
-                                "every": None}]
+    assert truth["delays"] == [
+        {"rank": DELAY_RANK, "delay_ns": d, "steps": [DELAY_STEP], "ordinals": None, "every": None}
+    ]
     in_step = [c for c in truth["collectives"] if c["step"] == DELAY_STEP]
     other = [c for c in truth["collectives"] if c["step"] in (DELAY_STEP - 1, DELAY_STEP + 1)]
     assert len(in_step) == 1 + 2 * LAYERS + 1
@@ -289,14 +336,25 @@ def test_padding_reaches_target_size(tmp_path):
 
 
 def test_uncompressed_custom_allreduce_and_every_kth_delay(tmp_path):
-    truth = generate(tmp_path, ranks=2, batch_sizes=(4,), steps_per_batch=2, layers=2, prefill=False,
-                     empty_steps=0, gzip=False, allreduce="custom", delays=[(1, 80.0, None, None, 2)], seed=9)
+    truth = generate(
+        tmp_path,
+        ranks=2,
+        batch_sizes=(4,),
+        steps_per_batch=2,
+        layers=2,
+        prefill=False,
+        empty_steps=0,
+        gzip=False,
+        allreduce="custom",
+        delays=[(1, 80.0, None, None, 2)],
+        seed=9,
+    )
     files = [tmp_path / ri["file"] for ri in truth["ranks"]]
     assert all(f.name.endswith(".pt.trace.json") for f in files)
     doc = orjson.loads(files[0].read_bytes())
     assert any("cross_device_reduce_1stage" in e.get("name", "") for e in doc["traceEvents"])
     for c in truth["collectives"]:
-        if c["k"] == 0:     # first collective of a step also carries CPU launch skew
+        if c["k"] == 0:  # first collective of a step also carries CPU launch skew
             continue
         assert (c["late_rank"] == 1 and c["wait_ns"][0] > 60_000) == (c["k"] % 2 == 0), c
 
@@ -305,9 +363,28 @@ def test_cli_and_delay_parser(tmp_path):
     d = parse_delay("3:250:2,5-7:%4")
     assert (d.rank, d.delay_us, sorted(d.steps), d.every) == (3, 250.0, [2, 5, 6, 7], 4)
     assert parse_delay("1:10").steps is None
-    res = CliRunner().invoke(command, ["--out", str(tmp_path), "--ranks", "2", "--batch-sizes", "2", "--steps", "2",
-                                       "--layers", "2", "--no-prefill", "--delay", "1:50:1", "--clock-offset-us",
-                                       "0,-400", "--seed", "4"])
+    res = CliRunner().invoke(
+        command,
+        [
+            "--out",
+            str(tmp_path),
+            "--ranks",
+            "2",
+            "--batch-sizes",
+            "2",
+            "--steps",
+            "2",
+            "--layers",
+            "2",
+            "--no-prefill",
+            "--delay",
+            "1:50:1",
+            "--clock-offset-us",
+            "0,-400",
+            "--seed",
+            "4",
+        ],
+    )
     assert res.exit_code == 0, res.output
     truth = json.loads((tmp_path / "truth.json").read_text())
     assert [ri["clock_offset_ns"] for ri in truth["ranks"]] == [0, -400_000]
@@ -334,9 +411,13 @@ def test_config_once_and_errors(tmp_path):
     b = write_traces(tmp_path / "b", Config(**kw))
     assert a["params"] == b["params"] and a["per_rank_steps"] == b["per_rank_steps"]
     assert list(a["params"])[:3] == ["ranks", "batch_sizes", "steps_per_batch"] and "workers" not in a["params"]
-    for bad, what in (({"allreduce": "ring"}, "allreduce"), ({"clock_offsets_us": [0.0]}, "clock_offsets_us"),
-                      ({"delays": [(5, 10.0)]}, "delay rank"), ({"category_scale": {"attn": 2.0}}, "category_scale"),
-                      ({"kernel_rename": {"nope": "x"}}, "kernel_rename")):
+    for bad, what in (
+        ({"allreduce": "ring"}, "allreduce"),
+        ({"clock_offsets_us": [0.0]}, "clock_offsets_us"),
+        ({"delays": [(5, 10.0)]}, "delay rank"),
+        ({"category_scale": {"attn": 2.0}}, "category_scale"),
+        ({"kernel_rename": {"nope": "x"}}, "kernel_rename"),
+    ):
         with pytest.raises(SynthError, match=what) as info:
             generate(tmp_path / "bad", **{**kw, **bad})
         assert isinstance(info.value, K25Error)
@@ -357,13 +438,59 @@ def test_decode_loop_smoke_on_cpu(tmp_path):
     """The GPU workload generator end to end on the CPU (gloo, eager, a tiny model): one trace, the step markers,
     the injections it reports."""
     pytest.importorskip("torch")
-    tiny = ["--device", "cpu", "--world-size", "1", "--hidden", "128", "--heads", "4", "--q-lora-rank", "32",
-            "--kv-lora-rank", "32", "--rope-dim", "16", "--nope-dim", "16", "--v-dim", "16", "--experts", "4",
-            "--top-k", "2", "--moe-intermediate", "32", "--vocab", "256", "--context", "16", "--layers", "2",
-            "--batch-sizes", "1,2", "--steps", "3", "--warmup", "1", "--delay-rank", "0", "--delay-ms", "0.1",
-            "--delay-every", "2", "--inject-gaps", "--master-port", "29561"]
-    r = subprocess.run([sys.executable, "-m", "k25trace.synth.decode_loop", "--out", str(tmp_path), *tiny],
-                       capture_output=True, text=True, timeout=300)
+    tiny = [
+        "--device",
+        "cpu",
+        "--world-size",
+        "1",
+        "--hidden",
+        "128",
+        "--heads",
+        "4",
+        "--q-lora-rank",
+        "32",
+        "--kv-lora-rank",
+        "32",
+        "--rope-dim",
+        "16",
+        "--nope-dim",
+        "16",
+        "--v-dim",
+        "16",
+        "--experts",
+        "4",
+        "--top-k",
+        "2",
+        "--moe-intermediate",
+        "32",
+        "--vocab",
+        "256",
+        "--context",
+        "16",
+        "--layers",
+        "2",
+        "--batch-sizes",
+        "1,2",
+        "--steps",
+        "3",
+        "--warmup",
+        "1",
+        "--delay-rank",
+        "0",
+        "--delay-ms",
+        "0.1",
+        "--delay-every",
+        "2",
+        "--inject-gaps",
+        "--master-port",
+        "29561",
+    ]
+    r = subprocess.run(
+        [sys.executable, "-m", "k25trace.synth.decode_loop", "--out", str(tmp_path), *tiny],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
     (summary,) = json.loads(r.stdout)
     assert (summary["rank"], summary["world_size"], summary["mode"]) == (0, 1, "eager")
@@ -372,10 +499,28 @@ def test_decode_loop_smoke_on_cpu(tmp_path):
     (trace,) = tmp_path.glob("dp0_pp0_tp0_dcp0_ep0_rank0.*.pt.trace.json.gz")
     assert summary["files"] == [trace.name]
     doc = orjson.loads(gzip.decompress(trace.read_bytes()))
-    markers = [e["name"] for e in doc["traceEvents"] if e.get("cat") == "user_annotation"
-               and e["name"].startswith("execute_context_0(0)_generation_")]
+    markers = [
+        e["name"]
+        for e in doc["traceEvents"]
+        if e.get("cat") == "user_annotation" and e["name"].startswith("execute_context_0(0)_generation_")
+    ]
     assert markers == ["execute_context_0(0)_generation_1(1)"] * 3 + ["execute_context_0(0)_generation_2(2)"] * 3
-    bad = subprocess.run([sys.executable, "-m", "k25trace.synth.decode_loop", "--out", str(tmp_path), "--device",
-                          "cpu", "--world-size", "1", "--delay-rank", "3"], capture_output=True, text=True,
-                         timeout=120)
+    bad = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "k25trace.synth.decode_loop",
+            "--out",
+            str(tmp_path),
+            "--device",
+            "cpu",
+            "--world-size",
+            "1",
+            "--delay-rank",
+            "3",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert bad.returncode == 2 and "--delay-rank 3 is not a rank of 1" in bad.stderr

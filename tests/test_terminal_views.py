@@ -64,8 +64,9 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     load_into(root / "x2.duckdb", sorted((X2 / "eager").glob("*.json.gz")))
     load_into(root / "x2-graph.duckdb", sorted((X2 / "graph").glob("*.json.gz")))
     load_into(root / "b200.duckdb", sorted(B200.glob("*.json.gz")))
-    out = CliRunner().invoke(cli, ["bench", "import", str(X2 / "allreduce_bench_kimi.json"), "--db",
-                                   str(root / "x2.duckdb")])
+    out = CliRunner().invoke(
+        cli, ["bench", "import", str(X2 / "allreduce_bench_kimi.json"), "--db", str(root / "x2.duckdb")]
+    )
     assert out.exit_code == 0, out.output
     return root
 
@@ -119,8 +120,11 @@ def test_view_matches_golden(shown: dict[str, str], name: str) -> None:
 
 
 def test_no_line_is_wider_than_the_console(shown: dict[str, str]) -> None:
-    wide = {name: max(cell_len(line) for line in text.splitlines()) for name, text in shown.items()
-            if not text.startswith("exit ")}
+    wide = {
+        name: max(cell_len(line) for line in text.splitlines())
+        for name, text in shown.items()
+        if not text.startswith("exit ")
+    }
     assert wide and all(width <= WIDTH for width in wide.values()), {n: w for n, w in wide.items() if w > WIDTH}
 
 
@@ -156,8 +160,13 @@ def _numbers(values: Any) -> set[str]:
 
 def _cell_numbers(text: str) -> list[str]:
     """The numbers in the table cells of a text (rows between │ rules; titles, captions and prose left out)."""
-    return [n.replace(",", "") for line in text.splitlines() if line.startswith("│")
-            for cell in line.strip("│").split("│") for n in NUMBER.findall(cell)]
+    return [
+        n.replace(",", "")
+        for line in text.splitlines()
+        if line.startswith("│")
+        for cell in line.strip("│").split("│")
+        for n in NUMBER.findall(cell)
+    ]
 
 
 ALSO = {f"{db}_rank": _report_args(db, "rank-comm") for db in ("x2", "b200")}
@@ -187,7 +196,16 @@ def test_sql_list_leaves_out_what_k25trace_runs_itself(folder: Path) -> None:
     names = {line.split(",")[0] for line in listed.splitlines()[1:]}
     every = {line.split(",")[0] for line in everything.splitlines()[1:]}
     assert {"report_breakdown", "report_kernels", "browse_steps", "runs"} <= names
-    assert not names & {"meta_set", "meta_get", "ingest_commit", "gaps_build", "steps_build", "kernel_rules_install",
-                        "settings_lock", "compare_select", "floor_bench_insert"}
+    assert not names & {
+        "meta_set",
+        "meta_get",
+        "ingest_commit",
+        "gaps_build",
+        "steps_build",
+        "kernel_rules_install",
+        "settings_lock",
+        "compare_select",
+        "floor_bench_insert",
+    }
     assert {"meta_set", "ingest_commit", "gaps_build", "kernel_rules_install"} <= every and names < every
     assert "--list --all" in err

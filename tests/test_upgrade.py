@@ -33,8 +33,19 @@ OLD = "fcdb562"
 USER_RULES = "category,kind,name_pattern,collective_pattern,note\nmy_gemm,kernel,nvjet,,the cuBLAS GEMMs\n"
 
 # what a fresh load fills that version 4 did not have (and the tables they depend on), compared row for row
-TABLES = ["kernel_rules", "kernel_classes", "steps", "step_categories", "gpu_gaps", "trace_runs", "collectives",
-          "comm_alignment", "collective_causes", "step_layers", "step_layer_categories"]
+TABLES = [
+    "kernel_rules",
+    "kernel_classes",
+    "steps",
+    "step_categories",
+    "gpu_gaps",
+    "trace_runs",
+    "collectives",
+    "comm_alignment",
+    "collective_causes",
+    "step_layers",
+    "step_layer_categories",
+]
 
 
 def digest(path: Path) -> str:
@@ -59,10 +70,13 @@ def old_code(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def old_k25(old_code: Path, script: str, schema: int = 4) -> None:
     """Run ``script`` with a previous revision's k25trace (checked: it is that code, of schema version ``schema``)."""
     env = {**os.environ, "PYTHONPATH": str(old_code)}
-    check = (f"import k25trace, k25trace.db as d; assert k25trace.__file__.startswith({str(old_code)!r}), "
-             f"k25trace.__file__; assert d.SCHEMA_VERSION == {schema}, d.SCHEMA_VERSION\n")
-    done = subprocess.run([sys.executable, "-c", check + script], env=env, cwd=old_code, capture_output=True,
-                          text=True, timeout=300)
+    check = (
+        f"import k25trace, k25trace.db as d; assert k25trace.__file__.startswith({str(old_code)!r}), "
+        f"k25trace.__file__; assert d.SCHEMA_VERSION == {schema}, d.SCHEMA_VERSION\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", check + script], env=env, cwd=old_code, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr
 
 
@@ -73,7 +87,9 @@ def databases(old_code: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[
     rules = base / "user_rules.csv"
     rules.write_text(USER_RULES)
     paths = {name: base / f"{name}.duckdb" for name in ("v4", "v4_rules", "fresh", "fresh_rules")}
-    old_k25(old_code, f"""
+    old_k25(
+        old_code,
+        f"""
 from pathlib import Path
 from k25trace import classify, pipeline
 for name, user in (('v4', None), ('v4_rules', Path({str(rules)!r}))):
@@ -84,7 +100,8 @@ for name, user in (('v4', None), ('v4_rules', Path({str(rules)!r}))):
         pipeline.reclassify(con, user)
         pipeline.rebuild(con)
     con.close()
-""")
+""",
+    )
     for name, user in (("fresh", None), ("fresh_rules", rules)):
         con = pipeline.connect(paths[name])
         results, _ = pipeline.load_paths(con, [EAGER])
@@ -122,7 +139,7 @@ def test_the_old_database_is_version_4_without_the_new_tables(databases: dict[st
     v4 = databases["v4"]
     assert version(v4) == "4" and db.SCHEMA_VERSION == 6 and version(databases["fresh"]) == "6"
     con = duckdb.connect(str(v4), read_only=True)
-    tables = {name for name, in con.execute("select table_name from duckdb_tables()").fetchall()}
+    tables = {name for (name,) in con.execute("select table_name from duckdb_tables()").fetchall()}
     columns = {(t, c) for t, c in con.execute("select table_name, column_name from duckdb_columns()").fetchall()}
     con.close()
     assert not {"collective_causes", "step_layers", "step_layer_categories"} & tables
@@ -131,17 +148,25 @@ def test_the_old_database_is_version_4_without_the_new_tables(databases: dict[st
 
 
 def test_a_read_only_open_of_a_version_4_database_says_how_to_upgrade_and_changes_nothing(
-        databases: dict[str, Path], tmp_path: Path) -> None:
+    databases: dict[str, Path], tmp_path: Path
+) -> None:
     path = tmp_path / "v4.duckdb"
     shutil.copy(databases["v4"], path)
     before = digest(path)
-    with pytest.raises(K25Error, match=r"schema version 4 is older than this k25trace's \(6\): run `k25trace steps "
-                                       r"--db .*v4.duckdb` once to upgrade it"):
+    with pytest.raises(
+        K25Error,
+        match=r"schema version 4 is older than this k25trace's \(6\): run `k25trace steps "
+        r"--db .*v4.duckdb` once to upgrade it",
+    ):
         pipeline.connect(path, read_only=True)
-    for command in (["report", "--by", "comm"], ["html", "-o", str(tmp_path / "page.html")],
-                    ["export", "parquet", str(tmp_path / "pq")]):
-        argv = [command[0], "--db", str(path), *command[1:]] if command[0] != "export" else \
-            [*command, "--db", str(path)]
+    for command in (
+        ["report", "--by", "comm"],
+        ["html", "-o", str(tmp_path / "page.html")],
+        ["export", "parquet", str(tmp_path / "pq")],
+    ):
+        argv = (
+            [command[0], "--db", str(path), *command[1:]] if command[0] != "export" else [*command, "--db", str(path)]
+        )
         result = CliRunner().invoke(cli, argv)
         errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
         assert result.exit_code == 1 and len(errors) == 1, (command, result.output)
@@ -205,21 +230,25 @@ def v5_database(tmp_path_factory: pytest.TempPathFactory) -> Path:
     with tarfile.open(archive) as tar:
         tar.extractall(src, filter="tar")
     path = base / "v5.duckdb"
-    old_k25(src, f"""
+    old_k25(
+        src,
+        f"""
 from pathlib import Path
 from k25trace import pipeline
 con = pipeline.connect({str(path)!r})
 results, _ = pipeline.load_paths(con, [Path({str(EAGER)!r})])
 assert [r.status for r in results] == ['loaded', 'loaded'], results
 con.close()
-""", schema=5)
+""",
+        schema=5,
+    )
     return path
 
 
 def every_table(path: Path) -> dict[str, list[tuple]]:
     con = duckdb.connect(str(path), read_only=True)
     try:
-        names = [n for n, in con.execute("select table_name from duckdb_tables() where not temporary").fetchall()]
+        names = [n for (n,) in con.execute("select table_name from duckdb_tables() where not temporary").fetchall()]
     finally:
         con.close()
     return {name: rows(path, name) for name in sorted(names) if name != "meta"}
@@ -237,8 +266,9 @@ def test_the_upgrade_from_version_5_keeps_every_stored_row(v5_database: Path, tm
     pipeline.connect(path).close()  # the first write connection upgrades
     assert version(path) == "6"
     after = every_table(path)
-    assert sorted(after) == sorted(before) and all(before[t] == after[t] for t in before), \
-        [t for t in before if before[t] != after[t]]
+    assert sorted(after) == sorted(before) and all(before[t] == after[t] for t in before), [
+        t for t in before if before[t] != after[t]
+    ]
     assert sum(map(len, before.values())) > 1000  # the tables compared hold the pair's events
     result = CliRunner().invoke(cli, ["report", "--db", str(path), "--by", "comm", "--batch", "8", "--format", "csv"])
     assert result.exit_code == 0, result.output

@@ -94,9 +94,27 @@ def collective_split(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
     if frame.is_empty():
         return frame
     return _with_run_label(frame, report.run_labels(con)).select(
-        ["run", "level", "batch_size", "category", "ranks", "calls_per_step", "ms_per_step", "transfer_ms_per_step",
-         "wait_ms_per_step", "wait_pct", "wait_host_ms_per_step", "wait_gpu_work_ms_per_step", "skew_p90_us",
-         "straggler_rank", "straggler_wait_pct", "last_rank", "last_pct", "why_late"])
+        [
+            "run",
+            "level",
+            "batch_size",
+            "category",
+            "ranks",
+            "calls_per_step",
+            "ms_per_step",
+            "transfer_ms_per_step",
+            "wait_ms_per_step",
+            "wait_pct",
+            "wait_host_ms_per_step",
+            "wait_gpu_work_ms_per_step",
+            "skew_p90_us",
+            "straggler_rank",
+            "straggler_wait_pct",
+            "last_rank",
+            "last_pct",
+            "why_late",
+        ]
+    )
 
 
 def idle_split(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
@@ -125,23 +143,27 @@ def _with_run_label(frame: pl.DataFrame, labels: dict[str, str]) -> pl.DataFrame
     """``frame`` with a ``run`` column: the label of its ``run_id`` (:func:`k25trace.analysis.report.run_labels`)."""
     if frame.is_empty():
         return frame
-    return frame.with_columns(pl.col("run_id").replace_strict(labels, default=pl.col("run_id"), return_dtype=pl.String)
-                              .alias("run"))
+    return frame.with_columns(
+        pl.col("run_id").replace_strict(labels, default=pl.col("run_id"), return_dtype=pl.String).alias("run")
+    )
 
 
 def call_sites(con: duckdb.DuckDBPyConnection, run_id: str, batch_size: int | None, category: str) -> pl.DataFrame:
     """The call sites of one run, batch size and category, the most waited-on first (``report_comm_site``)."""
     frame = report.breakdown(con, by="comm-site", phase="decode")
-    frame = frame.filter((pl.col("run_id") == run_id) & (pl.col("category") == category)
-                         & (pl.col("batch_size").eq_missing(batch_size)))
+    frame = frame.filter(
+        (pl.col("run_id") == run_id) & (pl.col("category") == category) & (pl.col("batch_size").eq_missing(batch_size))
+    )
     return frame.sort(["wait_us", "site"], descending=[True, False])
 
 
-def steps(con: duckdb.DuckDBPyConnection, trace_id: int, *, phase: str = "all",
-          batch_size: int | None = None) -> pl.DataFrame:
+def steps(
+    con: duckdb.DuckDBPyConnection, trace_id: int, *, phase: str = "all", batch_size: int | None = None
+) -> pl.DataFrame:
     """The steps of one trace (rank), optionally one phase and one batch size, in step order."""
-    return query_frame(con, "browse_steps",
-                       {"trace_id": trace_id, "phase": check_phase(phase), "batch_size": batch_size})
+    return query_frame(
+        con, "browse_steps", {"trace_id": trace_id, "phase": check_phase(phase), "batch_size": batch_size}
+    )
 
 
 def batch_sizes(step_frame: pl.DataFrame) -> list[int]:
@@ -156,20 +178,40 @@ def first_row(frame: pl.DataFrame) -> dict[str, Any] | None:
     return frame.row(0, named=True) if frame.height else None
 
 
-def step_kernels(con: duckdb.DuckDBPyConnection, header: dict[str, Any], *, offset: int = 0,
-                 limit: int = KERNEL_PAGE) -> pl.DataFrame:
+def step_kernels(
+    con: duckdb.DuckDBPyConnection, header: dict[str, Any], *, offset: int = 0, limit: int = KERNEL_PAGE
+) -> pl.DataFrame:
     """A page of a step's GPU activities in time order (``header`` is a :func:`step_detail` header row)."""
     if header.get("gpu_start_ns") is None:
-        return query_frame(con, "browse_step_kernels", {
-            "trace_id": header["trace_id"], "step_index": header["step_index"], "start_ns": 0, "end_ns": -1,
-            "offset": offset, "limit": limit})
-    return query_frame(con, "browse_step_kernels", {
-        "trace_id": header["trace_id"], "step_index": header["step_index"],
-        "start_ns": header["gpu_start_ns"], "end_ns": header["gpu_end_ns"], "offset": offset, "limit": limit})
+        return query_frame(
+            con,
+            "browse_step_kernels",
+            {
+                "trace_id": header["trace_id"],
+                "step_index": header["step_index"],
+                "start_ns": 0,
+                "end_ns": -1,
+                "offset": offset,
+                "limit": limit,
+            },
+        )
+    return query_frame(
+        con,
+        "browse_step_kernels",
+        {
+            "trace_id": header["trace_id"],
+            "step_index": header["step_index"],
+            "start_ns": header["gpu_start_ns"],
+            "end_ns": header["gpu_end_ns"],
+            "offset": offset,
+            "limit": limit,
+        },
+    )
 
 
-def step_detail(con: duckdb.DuckDBPyConnection, trace_id: int, step_index: int, *, limit: int = KERNEL_PAGE,
-                buckets: int = 100) -> StepDetail | None:
+def step_detail(
+    con: duckdb.DuckDBPyConnection, trace_id: int, step_index: int, *, limit: int = KERNEL_PAGE, buckets: int = 100
+) -> StepDetail | None:
     """One step with the first page of its kernels; None when the trace has no such step."""
     header = first_row(query_frame(con, "browse_step", {"trace_id": trace_id, "step_index": step_index}))
     if header is None:
@@ -178,14 +220,29 @@ def step_detail(con: duckdb.DuckDBPyConnection, trace_id: int, step_index: int, 
     categories = query_frame(con, "browse_step_categories", {"trace_id": trace_id, "step_index": step_index})
     timeline: list[str] = []
     if header.get("gpu_start_ns") is not None and (header.get("wall_ns") or 0) > 0 and buckets > 0:
-        strip = query_frame(con, "browse_step_timeline", {
-            "trace_id": trace_id, "step_index": step_index, "start_ns": header["gpu_start_ns"],
-            "end_ns": header["gpu_end_ns"], "buckets": buckets})
+        strip = query_frame(
+            con,
+            "browse_step_timeline",
+            {
+                "trace_id": trace_id,
+                "step_index": step_index,
+                "start_ns": header["gpu_start_ns"],
+                "end_ns": header["gpu_end_ns"],
+                "buckets": buckets,
+            },
+        )
         timeline = strip["category"].to_list()
     ranks = query_frame(con, "browse_step_ranks", {"trace_id": trace_id, "step_index": step_index})
     flag = first_row(query_frame(con, "browse_step_flag", {"trace_id": trace_id, "step_index": step_index}))
-    return StepDetail(header=header, kernels=kernels, categories=categories, timeline=timeline, ranks=ranks,
-                      flag=None if flag is None else flag["flag"], layers=step_layers(con, trace_id, step_index))
+    return StepDetail(
+        header=header,
+        kernels=kernels,
+        categories=categories,
+        timeline=timeline,
+        ranks=ranks,
+        flag=None if flag is None else flag["flag"],
+        layers=step_layers(con, trace_id, step_index),
+    )
 
 
 def step_layers(con: duckdb.DuckDBPyConnection, trace_id: int, step_index: int) -> pl.DataFrame:
@@ -194,25 +251,42 @@ def step_layers(con: duckdb.DuckDBPyConnection, trace_id: int, step_index: int) 
     return query_frame(con, "browse_step_layers", {"trace_id": trace_id, "step_index": step_index})
 
 
-def segment_kernels(con: duckdb.DuckDBPyConnection, header: dict[str, Any], segment: dict[str, Any], *,
-                    offset: int = 0, limit: int = KERNEL_PAGE) -> pl.DataFrame:
+def segment_kernels(
+    con: duckdb.DuckDBPyConnection,
+    header: dict[str, Any],
+    segment: dict[str, Any],
+    *,
+    offset: int = 0,
+    limit: int = KERNEL_PAGE,
+) -> pl.DataFrame:
     """A page of one segment's GPU activities (``segment``: a :func:`step_layers` row of the step of ``header``),
     with :func:`step_kernels`' columns (``browse_step_layer_kernels``)."""
-    return query_frame(con, "browse_step_layer_kernels", {
-        "trace_id": header["trace_id"], "step_index": header["step_index"],
-        "start_ns": header.get("gpu_start_ns") or 0, "end_ns": header.get("gpu_end_ns") or -1,
-        "first_pos": segment["first_pos"] or 0, "count": segment["kernel_count"] or 0, "offset": offset,
-        "limit": limit})
+    return query_frame(
+        con,
+        "browse_step_layer_kernels",
+        {
+            "trace_id": header["trace_id"],
+            "step_index": header["step_index"],
+            "start_ns": header.get("gpu_start_ns") or 0,
+            "end_ns": header.get("gpu_end_ns") or -1,
+            "first_pos": segment["first_pos"] or 0,
+            "count": segment["kernel_count"] or 0,
+            "offset": offset,
+            "limit": limit,
+        },
+    )
 
 
 def kernel_detail(con: duckdb.DuckDBPyConnection, trace_id: int, event_id: int, start_ns: int) -> KernelDetail | None:
     """One GPU activity (by trace, event id and start) with its variation over steps; None if missing."""
-    row = first_row(query_frame(con, "browse_kernel",
-                                {"trace_id": trace_id, "event_id": event_id, "start_ns": start_ns}))
+    row = first_row(
+        query_frame(con, "browse_kernel", {"trace_id": trace_id, "event_id": event_id, "start_ns": start_ns})
+    )
     if row is None:
         return None
-    return KernelDetail(row=row, per_step=query_frame(con, "browse_kernel_steps",
-                                                      {"trace_id": trace_id, "name_id": row["name_id"]}))
+    return KernelDetail(
+        row=row, per_step=query_frame(con, "browse_kernel_steps", {"trace_id": trace_id, "name_id": row["name_id"]})
+    )
 
 
 def kernel_ranks(con: duckdb.DuckDBPyConnection, trace_id: int, name_id: int) -> pl.DataFrame:
@@ -239,7 +313,8 @@ def query_catalog() -> pl.DataFrame:
     """The named queries that return rows (not the ones that build tables): name, params, summary, grain."""
     rows = [
         {"name": q.name, "params": ", ".join("$" + p for p in q.params), "summary": q.summary, "grain": q.grain}
-        for q in named_queries().values() if q.is_report and q.name != "schema"
+        for q in named_queries().values()
+        if q.is_report and q.name != "schema"
     ]
     return pl.DataFrame(rows, schema={"name": pl.String, "params": pl.String, "summary": pl.String, "grain": pl.String})
 
@@ -248,8 +323,9 @@ INTERNAL_QUERIES = ("ingest_", "meta_", "settings_", "db_", "export_", "floor_be
 """Name prefixes of the queries of one stage's own work: loading, the meta table, the database check, export, the
 bench table, the rules table."""
 
-_WRITES = re.compile(r"^\s*(insert|update|delete|create|drop|alter|set|copy|attach|detach|install|load)\b",
-                     re.IGNORECASE | re.MULTILINE)
+_WRITES = re.compile(
+    r"^\s*(insert|update|delete|create|drop|alter|set|copy|attach|detach|install|load)\b", re.IGNORECASE | re.MULTILINE
+)
 
 
 def is_internal(query: NamedQuery) -> bool:
@@ -261,8 +337,13 @@ def is_internal(query: NamedQuery) -> bool:
     registered = any(r.startswith("_") or "$" in r or "macro of" in r for r in query.reads)
     no_table = not query.reads or all(r in ("none", "current_setting()") for r in query.reads)
     code = "\n".join(line.split("--", 1)[0] for line in query.sql.splitlines())
-    return ("creates" in query.header or registered or no_table or bool(_WRITES.search(code))
-            or query.name.startswith(INTERNAL_QUERIES))
+    return (
+        "creates" in query.header
+        or registered
+        or no_table
+        or bool(_WRITES.search(code))
+        or query.name.startswith(INTERNAL_QUERIES)
+    )
 
 
 def user_queries(everything: bool = False) -> list[NamedQuery]:
@@ -303,8 +384,9 @@ def next_rank_trace(traces: pl.DataFrame, trace_id: int) -> int | None:
     if this.is_empty():
         return None
     same_run = traces.filter(pl.col("run_key") == this["run_key"][0])
-    ordered = sorted(same_run.select("trace_id", "rank").iter_rows(),
-                     key=lambda row: (row[1] is None, row[1] or 0, row[0]))
+    ordered = sorted(
+        same_run.select("trace_id", "rank").iter_rows(), key=lambda row: (row[1] is None, row[1] or 0, row[0])
+    )
     if len(ordered) < 2:
         return None
     ids = [row[0] for row in ordered]
@@ -316,8 +398,9 @@ def trace_steps(con: duckdb.DuckDBPyConnection, trace_id: int) -> TraceSteps:
     traces = query_frame(con, "browse_traces")
     this = traces.filter(pl.col("trace_id") == trace_id)
     rank = None if this.is_empty() else this["rank"][0]
-    return TraceSteps(trace_id, None if rank is None else int(rank), next_rank_trace(traces, trace_id),
-                      steps(con, trace_id))
+    return TraceSteps(
+        trace_id, None if rank is None else int(rank), next_rank_trace(traces, trace_id), steps(con, trace_id)
+    )
 
 
 def run_labels(con: duckdb.DuckDBPyConnection) -> dict[str, str]:

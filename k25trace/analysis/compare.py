@@ -61,10 +61,33 @@ from k25trace.stats import Welch, betainc, holm, t_quantile, t_two_sided_p, welc
 from k25trace.vocab import COMPARE_MATCHES, COMPARE_TABLES, PHASES
 
 __all__ = [
-    "CHANGED", "MATCHES", "NEGLIGIBLE", "PHASES", "PSEUDO_CATEGORIES", "SECTIONS", "SELECTION_KEYS", "TITLES",
-    "UNTESTED", "WITHIN_NOISE", "Comparison", "Selection", "Side", "Welch", "betainc", "compare", "display_frame",
-    "format_p", "holm", "resolve_run", "runs", "symmetric_base", "t_quantile", "t_two_sided_p", "top_kernels",
-    "verdict", "welch",
+    "CHANGED",
+    "MATCHES",
+    "NEGLIGIBLE",
+    "PHASES",
+    "PSEUDO_CATEGORIES",
+    "SECTIONS",
+    "SELECTION_KEYS",
+    "TITLES",
+    "UNTESTED",
+    "WITHIN_NOISE",
+    "Comparison",
+    "Selection",
+    "Side",
+    "Welch",
+    "betainc",
+    "compare",
+    "display_frame",
+    "format_p",
+    "holm",
+    "resolve_run",
+    "runs",
+    "symmetric_base",
+    "t_quantile",
+    "t_two_sided_p",
+    "top_kernels",
+    "verdict",
+    "welch",
 ]
 
 MATCHES = COMPARE_MATCHES
@@ -98,8 +121,13 @@ class Comparison:
     TEST = "Welch's t-test on per-step values, two-sided, Holm-adjusted per table"
 
     def section(self, name: str) -> pl.DataFrame:
-        frames = {"category": self.categories, "kernel": self.kernels, "step": self.steps, "comm": self.comm,
-                  "macro": self.macro}
+        frames = {
+            "category": self.categories,
+            "kernel": self.kernels,
+            "step": self.steps,
+            "comm": self.comm,
+            "macro": self.macro,
+        }
         if name not in frames:
             raise K25Error(f"unknown section {name!r}; one of {', '.join(SECTIONS)}")
         return frames[name]
@@ -108,20 +136,31 @@ class Comparison:
         """One line per changed row (categories, kernels, the step wall, collectives); empty = no change."""
         lines = []
         for row in self.categories.filter(pl.col("verdict").is_in(CHANGED)).iter_rows(named=True):
-            lines.append(f"{row['group']}: {row['category']} {row['verdict']} "
-                         f"({_signed(row['delta_ms'])} ms/step, {_pct(row['delta_pct'])})")
+            lines.append(
+                f"{row['group']}: {row['category']} {row['verdict']} "
+                f"({_signed(row['delta_ms'])} ms/step, {_pct(row['delta_pct'])})"
+            )
         for row in self.kernels.filter(pl.col("verdict").is_in(CHANGED)).iter_rows(named=True):
             name = row["name_a"] if row["name_a"] is not None else row["name_b"]
-            lines.append(f"{row['group']}: kernel {_clip(name, 80)} {row['verdict']}"
-                         + (f" ({_signed(row['delta_ms'])} ms/step)" if row["delta_ms"] is not None
-                            and row["verdict"] in ("slower", "faster") else ""))
+            lines.append(
+                f"{row['group']}: kernel {_clip(name, 80)} {row['verdict']}"
+                + (
+                    f" ({_signed(row['delta_ms'])} ms/step)"
+                    if row["delta_ms"] is not None and row["verdict"] in ("slower", "faster")
+                    else ""
+                )
+            )
         # a step group on one side only was not compared (said in the notes): not a change
         for row in self.steps.filter(pl.col("verdict").is_in(["slower", "faster"])).iter_rows(named=True):
-            lines.append(f"{row['group']}: step {row['metric']} {row['verdict']} "
-                         f"({_signed(row['delta_ms'])} ms, {_pct(row['delta_pct'])})")
+            lines.append(
+                f"{row['group']}: step {row['metric']} {row['verdict']} "
+                f"({_signed(row['delta_ms'])} ms, {_pct(row['delta_pct'])})"
+            )
         for row in self.comm.filter(pl.col("verdict").is_in(CHANGED)).iter_rows(named=True):
-            lines.append(f"{row['group']}: {row['category']} {row['metric']} {row['verdict']} "
-                         f"({_signed(row['delta_ms'])} ms/step)")
+            lines.append(
+                f"{row['group']}: {row['category']} {row['metric']} {row['verdict']} "
+                f"({_signed(row['delta_ms'])} ms/step)"
+            )
         return lines
 
     @property
@@ -134,19 +173,30 @@ class Comparison:
 
     def summary(self) -> str:
         """One line: the verdict and the test it rests on."""
-        return (f"{self.verdict} (matched by {self.match}; {self.TEST}; changed = adjusted p < {self.alpha:g}, "
-                f"|delta| ≥ {self.min_change_pct:g} % of the smaller side's value and ≥ {self.min_step_pct:g} % of "
-                f"the shorter side's step: swapping A and B mirrors every verdict; delta_pct is relative to A)")
+        return (
+            f"{self.verdict} (matched by {self.match}; {self.TEST}; changed = adjusted p < {self.alpha:g}, "
+            f"|delta| ≥ {self.min_change_pct:g} % of the smaller side's value and ≥ {self.min_step_pct:g} % of "
+            f"the shorter side's step: swapping A and B mirrors every verdict; delta_pct is relative to A)"
+        )
 
     def as_dict(self) -> dict[str, Any]:
         """Every table as a list of rows, with the verdict, the test and the notes (``--format json``)."""
         return {
-            "verdict": self.verdict, "test": self.TEST, "alpha": self.alpha, "min_change_pct": self.min_change_pct,
+            "verdict": self.verdict,
+            "test": self.TEST,
+            "alpha": self.alpha,
+            "min_change_pct": self.min_change_pct,
             "min_step_pct": self.min_step_pct,
-            "match": self.match, "groups": self.groups, "changes": self.changes(), "notes": self.notes,
-            "sides": self.sides.to_dicts(), "categories": self.categories.to_dicts(),
+            "match": self.match,
+            "groups": self.groups,
+            "changes": self.changes(),
+            "notes": self.notes,
+            "sides": self.sides.to_dicts(),
+            "categories": self.categories.to_dicts(),
             "kernels": self.kernels.to_dicts(),
-            "steps": self.steps.to_dicts(), "comm": self.comm.to_dicts(), "macro": self.macro.to_dicts(),
+            "steps": self.steps.to_dicts(),
+            "comm": self.comm.to_dicts(),
+            "macro": self.macro.to_dicts(),
         }
 
 
@@ -165,8 +215,16 @@ def _clip(text: str, n: int) -> str:
 # ------------------------------------------------------------------------------------------------- core
 
 
-def compare(a: Side, b: Side, *, phase: str = "decode", match: str = "auto", alpha: float = 0.05,
-            min_change_pct: float = 5.0, min_step_pct: float = 0.5) -> Comparison:
+def compare(
+    a: Side,
+    b: Side,
+    *,
+    phase: str = "decode",
+    match: str = "auto",
+    alpha: float = 0.05,
+    min_change_pct: float = 5.0,
+    min_step_pct: float = 0.5,
+) -> Comparison:
     """Compare side ``a`` with side ``b`` (see the module doc)."""
     if phase not in PHASES:
         raise K25Error(f"unknown phase {phase!r}; one of {', '.join(PHASES)}")
@@ -198,8 +256,10 @@ def compare(a: Side, b: Side, *, phase: str = "decode", match: str = "auto", alp
         if g not in groups_a:
             notes.append(f"{g[0]} {g[1]}: only in B ({groups_b[g]} steps), not compared")
     if not matched:
-        notes.append(f"no step group is on both sides (phase {phase}, matched by {match}): nothing compared"
-                     + ("; --match side compares each side's steps as one group" if match != "side" else ""))
+        notes.append(
+            f"no step group is on both sides (phase {phase}, matched by {match}): nothing compared"
+            + ("; --match side compares each side's steps as one group" if match != "side" else "")
+        )
     notes.extend(device_notes(da, db))
     kw = {"alpha": alpha, "min_change_pct": min_change_pct, "min_step_pct": min_step_pct}
     categories = category_table(da, db, matched, **kw)
@@ -210,10 +270,20 @@ def compare(a: Side, b: Side, *, phase: str = "decode", match: str = "auto", alp
         notes.append(comm_note)
     macro, macro_notes = macro_table(da, db)
     notes.extend(macro_notes)
-    return Comparison(match=match, alpha=alpha, min_change_pct=min_change_pct, min_step_pct=min_step_pct,
-                      sides=sides_table(da, db),
-                      categories=categories, kernels=kernels, steps=steps, comm=comm, macro=macro, notes=notes,
-                      groups=len(matched))
+    return Comparison(
+        match=match,
+        alpha=alpha,
+        min_change_pct=min_change_pct,
+        min_step_pct=min_step_pct,
+        sides=sides_table(da, db),
+        categories=categories,
+        kernels=kernels,
+        steps=steps,
+        comm=comm,
+        macro=macro,
+        notes=notes,
+        groups=len(matched),
+    )
 
 
 def _resolve_match(match: str, a: Selection, b: Selection) -> str:
@@ -235,22 +305,31 @@ def _with_groups(obs: pl.DataFrame, match: str, side_runs: pl.DataFrame) -> pl.D
     """Add ``group`` (the label matched across sides) and ``group_order`` (for sorting) to the observations."""
     if match == "batch":
         return obs.with_columns(
-            pl.when(pl.col("batch_size").is_null()).then(pl.lit("bs=?"))
-            .otherwise(pl.lit("bs=") + pl.col("batch_size").cast(pl.String)).alias("group"),
-            pl.col("batch_size").fill_null(-1).cast(pl.Int64).alias("group_order"))
+            pl.when(pl.col("batch_size").is_null())
+            .then(pl.lit("bs=?"))
+            .otherwise(pl.lit("bs=") + pl.col("batch_size").cast(pl.String))
+            .alias("group"),
+            pl.col("batch_size").fill_null(-1).cast(pl.Int64).alias("group_order"),
+        )
     if match == "level":
         conc = {r["level"]: r["concurrency"] for r in side_runs.iter_rows(named=True) if r["level"] is not None}
         return obs.with_columns(
             pl.col("level").fill_null("(no level)").alias("group"),
-            pl.col("level").map_elements(lambda lv: conc.get(lv) or 0, return_dtype=pl.Int64)
-            .fill_null(-1).alias("group_order"))
+            pl.col("level")
+            .map_elements(lambda lv: conc.get(lv) or 0, return_dtype=pl.Int64)
+            .fill_null(-1)
+            .alias("group_order"),
+        )
     return obs.with_columns(pl.lit("all").alias("group"), pl.lit(0, dtype=pl.Int64).alias("group_order"))
 
 
 def _group_keys(obs: pl.DataFrame) -> dict[tuple[str, str], int]:
     """(phase, group) → steps, in (phase, group order) order."""
-    counts = (obs.group_by(["phase", "group"]).agg(pl.len().alias("n"), pl.col("group_order").first())
-              .sort(["phase", "group_order", "group"]))
+    counts = (
+        obs.group_by(["phase", "group"])
+        .agg(pl.len().alias("n"), pl.col("group_order").first())
+        .sort(["phase", "group_order", "group"])
+    )
     return {(r["phase"], r["group"]): int(r["n"]) for r in counts.iter_rows(named=True)}
 
 
@@ -259,9 +338,9 @@ def _group_keys(obs: pl.DataFrame) -> dict[tuple[str, str], int]:
 TITLES = {
     "sides": "Sides",
     "category": "Per category: exclusive ms/step (only that category running; with overlap and idle they add up "
-                "to the step), B against A",
+    "to the step), B against A",
     "kernel": "Per kernel: matched by exact name, else by family (template arguments, tile shapes, NCCL algorithm "
-              "aside), else only in A / only in B",
+    "aside), else only in A / only in B",
     "step": "Steps: wall time per step (p50/p90/p99 over every rank's steps; mean and busy tested)",
     "comm": "Collectives across ranks: transfer and wait per step (report --by comm)",
     "macro": "Capture levels: client-side figures (aggregates: no test)",
@@ -276,7 +355,8 @@ def top_kernels(frame: pl.DataFrame, top: int | None) -> tuple[pl.DataFrame, int
         return frame, 0
     ranked = frame.with_row_index("_row").with_columns(
         pl.col("verdict").is_in(CHANGED).alias("_changed"),
-        pl.col("_row").rank("ordinal").over(["phase", "group", pl.col("verdict").is_in(CHANGED)]).alias("_rank"))
+        pl.col("_row").rank("ordinal").over(["phase", "group", pl.col("verdict").is_in(CHANGED)]).alias("_rank"),
+    )
     kept = ranked.filter(pl.col("_changed") | (pl.col("_rank") <= top)).sort("_row").drop("_row", "_changed", "_rank")
     return kept, frame.height - kept.height
 

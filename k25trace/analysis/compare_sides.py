@@ -36,8 +36,9 @@ class Selection:
                 key, sep, value = part.partition("=")
                 key, value = key.strip().lower(), value.strip()
                 if not sep or not value:
-                    raise K25Error(f"side selection {part!r}: expected KEY=VALUE with KEY one of "
-                                   f"{', '.join(SELECTION_KEYS)}")
+                    raise K25Error(
+                        f"side selection {part!r}: expected KEY=VALUE with KEY one of {', '.join(SELECTION_KEYS)}"
+                    )
                 if key not in SELECTION_KEYS:
                     raise K25Error(f"side selection {part!r}: unknown key {key!r}; one of {', '.join(SELECTION_KEYS)}")
                 if key in values:
@@ -109,8 +110,9 @@ def resolve_run(frame: pl.DataFrame, wanted: str) -> str:
         return partial[0]
     known = "; ".join(f"{label} = {i}" for i, label in zip(ids, labels, strict=True)) or "none (no traces loaded)"
     if len(by_label) > 1 or len(partial) > 1:
-        raise K25Error(f"run={wanted!r} matches {max(len(by_label), len(partial))} runs; give more of the id. "
-                       f"Runs: {known}")
+        raise K25Error(
+            f"run={wanted!r} matches {max(len(by_label), len(partial))} runs; give more of the id. Runs: {known}"
+        )
     raise K25Error(f"no run matches run={wanted!r}. Runs: {known}")
 
 
@@ -120,13 +122,13 @@ class SideData:
 
     side: Side
     runs: pl.DataFrame
-    rank_steps: pl.DataFrame   # one row per (trace, step)
-    obs: pl.DataFrame          # one row per (run_id, step_index): the observation
-    categories: pl.DataFrame   # per (run_id, step_index, category): sums over ranks
-    kernels: pl.DataFrame      # per (run_id, step_index, name_id, category)
-    names: pl.DataFrame        # name_id → name, short_name, kind
-    comm: pl.DataFrame         # per (run_id, step_index, category)
-    levels: pl.DataFrame       # capture_levels of the side
+    rank_steps: pl.DataFrame  # one row per (trace, step)
+    obs: pl.DataFrame  # one row per (run_id, step_index): the observation
+    categories: pl.DataFrame  # per (run_id, step_index, category): sums over ranks
+    kernels: pl.DataFrame  # per (run_id, step_index, name_id, category)
+    names: pl.DataFrame  # name_id → name, short_name, kind
+    comm: pl.DataFrame  # per (run_id, step_index, category)
+    levels: pl.DataFrame  # capture_levels of the side
 
 
 def extract_side(side: Side, phase: str) -> SideData:
@@ -137,17 +139,26 @@ def extract_side(side: Side, phase: str) -> SideData:
     if sel.level is not None:
         levels = {lv for lv in all_runs["level"].to_list() if lv is not None}
         if sel.level not in levels:
-            raise K25Error(f"side {side.name} ({side.source}): no capture level {sel.level!r}; "
-                           f"levels: {', '.join(sorted(levels)) or 'none (traces not from k25trace capture)'}")
+            raise K25Error(
+                f"side {side.name} ({side.source}): no capture level {sel.level!r}; "
+                f"levels: {', '.join(sorted(levels)) or 'none (traces not from k25trace capture)'}"
+            )
     if sel.traces is not None:
         known = {t for ids in all_runs["trace_ids"].to_list() for t in ids}
         missing = sorted(set(sel.traces) - known)
         if missing:
-            raise K25Error(f"side {side.name} ({side.source}): no trace {', '.join(map(str, missing))}; "
-                           f"trace ids: {', '.join(map(str, sorted(known))) or 'none'}")
-    params = {"phase": phase, "run_id": run_id, "level": sel.level,
-              "trace_ids": list(sel.traces) if sel.traces is not None else None, "rank": sel.rank,
-              "batch_size": sel.batch}
+            raise K25Error(
+                f"side {side.name} ({side.source}): no trace {', '.join(map(str, missing))}; "
+                f"trace ids: {', '.join(map(str, sorted(known))) or 'none'}"
+            )
+    params = {
+        "phase": phase,
+        "run_id": run_id,
+        "level": sel.level,
+        "trace_ids": list(sel.traces) if sel.traces is not None else None,
+        "rank": sel.rank,
+        "batch_size": sel.batch,
+    }
     run_query(side.con, "compare_select", params)  # the side's steps, once, for the compare_* queries below
     try:
         return _read_side(side, sel, phase, params, all_runs)
@@ -160,16 +171,24 @@ def _read_side(side: Side, sel: Selection, phase: str, params: dict[str, Any], a
     rank_steps = query_frame(side.con, "compare_steps")
     if rank_steps.is_empty():
         what = f"{phase} steps" if phase != "all" else "steps"
-        raise K25Error(f"side {side.name} ({side.source}, {sel.describe()}) has no {what} with GPU activity"
-                       + (" (--phase all compares every step, inferred ones too)" if phase != "all" else ""))
-    obs = (rank_steps.group_by(["run_id", "step_index"], maintain_order=True)
-           .agg(pl.col("phase").first(), pl.col("batch_size").first(), pl.col("level").first(),
-                pl.col("rank").n_unique().alias("ranks"),
-                *(pl.col(c).cast(pl.Float64).mean() for c in ("wall_ns", "busy_ns", "idle_ns", "overlap_ns"))))
+        raise K25Error(
+            f"side {side.name} ({side.source}, {sel.describe()}) has no {what} with GPU activity"
+            + (" (--phase all compares every step, inferred ones too)" if phase != "all" else "")
+        )
+    obs = rank_steps.group_by(["run_id", "step_index"], maintain_order=True).agg(
+        pl.col("phase").first(),
+        pl.col("batch_size").first(),
+        pl.col("level").first(),
+        pl.col("rank").n_unique().alias("ranks"),
+        *(pl.col(c).cast(pl.Float64).mean() for c in ("wall_ns", "busy_ns", "idle_ns", "overlap_ns")),
+    )
     selected_runs = all_runs.filter(pl.col("run_id").is_in(obs["run_id"].unique().to_list()))
     level_params = {k: params[k] for k in ("run_id", "level", "trace_ids")}
     return SideData(
-        side=side, runs=selected_runs, rank_steps=rank_steps, obs=obs,
+        side=side,
+        runs=selected_runs,
+        rank_steps=rank_steps,
+        obs=obs,
         categories=query_frame(side.con, "compare_categories"),
         kernels=query_frame(side.con, "compare_kernels"),
         names=query_frame(side.con, "compare_kernel_names"),

@@ -20,8 +20,16 @@ NEGLIGIBLE = "negligible"
 UNTESTED = "untested (<2 steps)"
 
 
-def verdict(p_adjusted: float | None, delta: float, base: float | None, step: float | None = None, *,
-            alpha: float, min_change_pct: float, min_step_pct: float = 0.0) -> str:
+def verdict(
+    p_adjusted: float | None,
+    delta: float,
+    base: float | None,
+    step: float | None = None,
+    *,
+    alpha: float,
+    min_change_pct: float,
+    min_step_pct: float = 0.0,
+) -> str:
     """within noise / negligible / slower / faster (B against A), or untested without a p-value.
 
     ``base`` is the row's value, ``step`` the mean step wall time (same unit): a delta smaller than
@@ -52,8 +60,11 @@ def symmetric_base(a: float | None, b: float | None) -> float | None:
 
 def _obs_of(d: SideData, group: tuple[str, str]) -> pl.DataFrame:
     """The observations of one group, numbered 0…n−1 (``i``) in step order."""
-    return (d.obs.filter((pl.col("phase") == group[0]) & (pl.col("group") == group[1]))
-            .sort(["run_id", "step_index"]).with_row_index("i"))
+    return (
+        d.obs.filter((pl.col("phase") == group[0]) & (pl.col("group") == group[1]))
+        .sort(["run_id", "step_index"])
+        .with_row_index("i")
+    )
 
 
 def _series(values: pl.DataFrame, obs: pl.DataFrame, key: str, value: str) -> dict[Any, np.ndarray]:
@@ -78,21 +89,39 @@ def _row_stats(xa: np.ndarray, xb: np.ndarray, scale: float = 1e6) -> dict[str, 
     """Means (ms), delta, delta % and the Welch test of one row (values in ns, reported in ms)."""
     test = welch(xa / scale, xb / scale)
     ma, mb = float(xa.mean()) / scale, float(xb.mean()) / scale
-    return {"ms_a": ma, "ms_b": mb, "delta_ms": mb - ma,
-            "delta_pct": (mb - ma) * 100.0 / ma if ma else (0.0 if mb == ma else None),
-            "ci95_ms": test.ci95, "p_raw": test.p}
+    return {
+        "ms_a": ma,
+        "ms_b": mb,
+        "delta_ms": mb - ma,
+        "delta_pct": (mb - ma) * 100.0 / ma if ma else (0.0 if mb == ma else None),
+        "ci95_ms": test.ci95,
+        "p_raw": test.p,
+    }
 
 
-def _finish(rows: list[dict[str, Any]], columns: list[str], *, alpha: float, min_change_pct: float,
-            min_step_pct: float, schema: dict[str, Any]) -> pl.DataFrame:
+def _finish(
+    rows: list[dict[str, Any]],
+    columns: list[str],
+    *,
+    alpha: float,
+    min_change_pct: float,
+    min_step_pct: float,
+    schema: dict[str, Any],
+) -> pl.DataFrame:
     """Holm-adjust the table's p-values, give each row its verdict, round, and build the frame."""
     adjusted = holm([r.get("p_raw") for r in rows])
     for row, p in zip(rows, adjusted, strict=True):
         row["p_value"] = p
         if row.get("verdict") is None:
-            row["verdict"] = verdict(p, row["delta_ms"] or 0.0, symmetric_base(row["ms_a"], row["ms_b"]),
-                                     symmetric_base(row.get("step_ms_a"), row.get("step_ms_b")), alpha=alpha,
-                                     min_change_pct=min_change_pct, min_step_pct=min_step_pct)
+            row["verdict"] = verdict(
+                p,
+                row["delta_ms"] or 0.0,
+                symmetric_base(row["ms_a"], row["ms_b"]),
+                symmetric_base(row.get("step_ms_a"), row.get("step_ms_b")),
+                alpha=alpha,
+                min_change_pct=min_change_pct,
+                min_step_pct=min_step_pct,
+            )
         for k in ("ms_a", "ms_b", "delta_ms", "ci95_ms"):
             if row.get(k) is not None:
                 row[k] = round(row[k], 4)
@@ -105,21 +134,103 @@ def _finish(rows: list[dict[str, Any]], columns: list[str], *, alpha: float, min
 
 _NUM = pl.Float64
 _SCHEMA: dict[str, Any] = {
-    "phase": pl.String, "group": pl.String, "category": pl.String, "metric": pl.String, "match": pl.String,
-    "name_a": pl.String, "name_b": pl.String, "family": pl.String, "steps_a": pl.Int64, "steps_b": pl.Int64,
-    "ranks_a": pl.Int64, "ranks_b": pl.Int64, "calls_a": _NUM, "calls_b": _NUM, "us_per_call_a": _NUM,
-    "us_per_call_b": _NUM, "ms_a": _NUM, "ms_b": _NUM, "delta_ms": _NUM, "delta_pct": _NUM, "ci95_ms": _NUM,
-    "p_value": _NUM, "verdict": pl.String, "level_a": pl.String, "level_b": pl.String, "unit": pl.String,
-    "a": _NUM, "b": _NUM, "delta": _NUM, "better": pl.String,
+    "phase": pl.String,
+    "group": pl.String,
+    "category": pl.String,
+    "metric": pl.String,
+    "match": pl.String,
+    "name_a": pl.String,
+    "name_b": pl.String,
+    "family": pl.String,
+    "steps_a": pl.Int64,
+    "steps_b": pl.Int64,
+    "ranks_a": pl.Int64,
+    "ranks_b": pl.Int64,
+    "calls_a": _NUM,
+    "calls_b": _NUM,
+    "us_per_call_a": _NUM,
+    "us_per_call_b": _NUM,
+    "ms_a": _NUM,
+    "ms_b": _NUM,
+    "delta_ms": _NUM,
+    "delta_pct": _NUM,
+    "ci95_ms": _NUM,
+    "p_value": _NUM,
+    "verdict": pl.String,
+    "level_a": pl.String,
+    "level_b": pl.String,
+    "unit": pl.String,
+    "a": _NUM,
+    "b": _NUM,
+    "delta": _NUM,
+    "better": pl.String,
 }
-CATEGORY_COLUMNS = ["phase", "group", "category", "steps_a", "steps_b", "ms_a", "ms_b", "delta_ms", "delta_pct",
-                    "ci95_ms", "p_value", "verdict"]
-KERNEL_COLUMNS = ["phase", "group", "match", "category", "name_a", "name_b", "calls_a", "calls_b", "us_per_call_a",
-                  "us_per_call_b", "ms_a", "ms_b", "delta_ms", "delta_pct", "p_value", "verdict", "family"]
-STEP_COLUMNS = ["phase", "group", "metric", "steps_a", "steps_b", "ranks_a", "ranks_b", "ms_a", "ms_b", "delta_ms",
-                "delta_pct", "ci95_ms", "p_value", "verdict"]
-COMM_COLUMNS = ["phase", "group", "category", "metric", "ranks_a", "ranks_b", "calls_a", "calls_b", "ms_a", "ms_b",
-                "delta_ms", "delta_pct", "ci95_ms", "p_value", "verdict"]
+CATEGORY_COLUMNS = [
+    "phase",
+    "group",
+    "category",
+    "steps_a",
+    "steps_b",
+    "ms_a",
+    "ms_b",
+    "delta_ms",
+    "delta_pct",
+    "ci95_ms",
+    "p_value",
+    "verdict",
+]
+KERNEL_COLUMNS = [
+    "phase",
+    "group",
+    "match",
+    "category",
+    "name_a",
+    "name_b",
+    "calls_a",
+    "calls_b",
+    "us_per_call_a",
+    "us_per_call_b",
+    "ms_a",
+    "ms_b",
+    "delta_ms",
+    "delta_pct",
+    "p_value",
+    "verdict",
+    "family",
+]
+STEP_COLUMNS = [
+    "phase",
+    "group",
+    "metric",
+    "steps_a",
+    "steps_b",
+    "ranks_a",
+    "ranks_b",
+    "ms_a",
+    "ms_b",
+    "delta_ms",
+    "delta_pct",
+    "ci95_ms",
+    "p_value",
+    "verdict",
+]
+COMM_COLUMNS = [
+    "phase",
+    "group",
+    "category",
+    "metric",
+    "ranks_a",
+    "ranks_b",
+    "calls_a",
+    "calls_b",
+    "ms_a",
+    "ms_b",
+    "delta_ms",
+    "delta_pct",
+    "ci95_ms",
+    "p_value",
+    "verdict",
+]
 MACRO_COLUMNS = ["level_a", "level_b", "metric", "unit", "a", "b", "delta", "delta_pct", "better"]
 
 
@@ -138,9 +249,18 @@ def category_table(da: SideData, db: SideData, matched: list[tuple[str, str]], *
         group_rows = []
         for cat in cats:
             xa, xb = sa.get(cat, zeros_a), sb.get(cat, zeros_b)
-            group_rows.append({"phase": group[0], "group": group[1], "category": cat, "steps_a": oa.height,
-                               "steps_b": ob.height, "step_ms_a": _step_ms(oa), "step_ms_b": _step_ms(ob),
-                               **_row_stats(xa, xb)})
+            group_rows.append(
+                {
+                    "phase": group[0],
+                    "group": group[1],
+                    "category": cat,
+                    "steps_a": oa.height,
+                    "steps_b": ob.height,
+                    "step_ms_a": _step_ms(oa),
+                    "step_ms_b": _step_ms(ob),
+                    **_row_stats(xa, xb),
+                }
+            )
         group_rows.sort(key=lambda r: (r["category"] in PSEUDO_CATEGORIES, -max(r["ms_a"], r["ms_b"]), r["category"]))
         rows.extend(group_rows)
     return _finish(rows, CATEGORY_COLUMNS, schema=_SCHEMA, **kw)
@@ -182,8 +302,13 @@ def kernel_table(da: SideData, db: SideData, matched: list[tuple[str, str]], **k
         rest_a = {f: kernel_family(f) for f in full_a if f not in full_b}
         rest_b = {f: kernel_family(f) for f in full_b if f not in full_a}
         for fam in sorted(set(rest_a.values()) & set(rest_b.values())):
-            entries.append(("family", [full_a[f] for f in sorted(rest_a) if rest_a[f] == fam],
-                            [full_b[f] for f in sorted(rest_b) if rest_b[f] == fam]))
+            entries.append(
+                (
+                    "family",
+                    [full_a[f] for f in sorted(rest_a) if rest_a[f] == fam],
+                    [full_b[f] for f in sorted(rest_b) if rest_b[f] == fam],
+                )
+            )
         families_b = set(rest_b.values())
         families_a = set(rest_a.values())
         entries.extend(("only-A", [full_a[f]], []) for f in sorted(rest_a) if rest_a[f] not in families_b)
@@ -196,7 +321,10 @@ def kernel_table(da: SideData, db: SideData, matched: list[tuple[str, str]], **k
             ca = sum((calls_a[i] for i in ids_a), zeros_a)
             cb = sum((calls_b[i] for i in ids_b), zeros_b)
             row: dict[str, Any] = {
-                "phase": group[0], "group": group[1], "match": how, "step_ms_a": _step_ms(oa),
+                "phase": group[0],
+                "group": group[1],
+                "match": how,
+                "step_ms_a": _step_ms(oa),
                 "step_ms_b": _step_ms(ob),
                 "category": _join_categories([cat_a.get(i) for i in ids_a] + [cat_b.get(i) for i in ids_b]),
                 "name_a": " | ".join(shown(names_a[i]["name"], names_a[i]["short_name"]) for i in ids_a) or None,
@@ -222,10 +350,13 @@ def _categories_of(kernels: pl.DataFrame, obs: pl.DataFrame) -> dict[int, str]:
     """name_id → its category in these steps (the one with the most time when a name has several)."""
     if kernels.is_empty():
         return {}
-    per = (kernels.join(obs.select("run_id", "step_index"), on=["run_id", "step_index"], how="semi")
-           .group_by(["name_id", "category"]).agg(pl.col("kernel_ns").sum())
-           .sort(["name_id", "kernel_ns", "category"], descending=[False, True, False])
-           .unique("name_id", keep="first"))
+    per = (
+        kernels.join(obs.select("run_id", "step_index"), on=["run_id", "step_index"], how="semi")
+        .group_by(["name_id", "category"])
+        .agg(pl.col("kernel_ns").sum())
+        .sort(["name_id", "kernel_ns", "category"], descending=[False, True, False])
+        .unique("name_id", keep="first")
+    )
     return dict(zip(per["name_id"].to_list(), per["category"].to_list(), strict=True))
 
 
@@ -238,36 +369,63 @@ def _join_categories(cats: list[str | None]) -> str:
     return " → ".join(seen) if seen else "other"
 
 
-def step_table(da: SideData, db: SideData, matched: list[tuple[str, str]], groups_a: dict, groups_b: dict,
-               **kw: Any) -> pl.DataFrame:
+def step_table(
+    da: SideData, db: SideData, matched: list[tuple[str, str]], groups_a: dict, groups_b: dict, **kw: Any
+) -> pl.DataFrame:
     """Wall percentiles and the tested wall and busy means of every group (one-sided groups too)."""
     rows: list[dict[str, Any]] = []
     for group in list(groups_a) + [g for g in groups_b if g not in groups_a]:
         in_a, in_b = group in groups_a, group in groups_b
         oa = _obs_of(da, group) if in_a else None
         ob = _obs_of(db, group) if in_b else None
-        base = {"phase": group[0], "group": group[1], "steps_a": oa.height if oa is not None else None,
-                "steps_b": ob.height if ob is not None else None,
-                "ranks_a": _rank_count(oa) if oa is not None else None,
-                "ranks_b": _rank_count(ob) if ob is not None else None,
-                "step_ms_a": _step_ms(oa) if oa is not None else None,
-                "step_ms_b": _step_ms(ob) if ob is not None else None}
+        base = {
+            "phase": group[0],
+            "group": group[1],
+            "steps_a": oa.height if oa is not None else None,
+            "steps_b": ob.height if ob is not None else None,
+            "ranks_a": _rank_count(oa) if oa is not None else None,
+            "ranks_b": _rank_count(ob) if ob is not None else None,
+            "step_ms_a": _step_ms(oa) if oa is not None else None,
+            "step_ms_b": _step_ms(ob) if ob is not None else None,
+        }
         if not (in_a and in_b):
             o = oa if in_a else ob
             assert o is not None
             mean = _mean_float(o["wall_ns"]) / 1e6
-            rows.append({**base, "metric": "wall mean", "ms_a": mean if in_a else None, "ms_b": mean if in_b else None,
-                         "delta_ms": None, "verdict": "only in A" if in_a else "only in B"})
+            rows.append(
+                {
+                    **base,
+                    "metric": "wall mean",
+                    "ms_a": mean if in_a else None,
+                    "ms_b": mean if in_b else None,
+                    "delta_ms": None,
+                    "verdict": "only in A" if in_a else "only in B",
+                }
+            )
             continue
         assert oa is not None and ob is not None
         wa, wb = _rank_walls(da, oa), _rank_walls(db, ob)
         for q in (50, 90, 99):
             va, vb = float(np.percentile(wa, q)) / 1e6, float(np.percentile(wb, q)) / 1e6
-            rows.append({**base, "metric": f"wall p{q}", "ms_a": va, "ms_b": vb, "delta_ms": vb - va,
-                         "delta_pct": (vb - va) * 100 / va if va else None, "verdict": "—"})
+            rows.append(
+                {
+                    **base,
+                    "metric": f"wall p{q}",
+                    "ms_a": va,
+                    "ms_b": vb,
+                    "delta_ms": vb - va,
+                    "delta_pct": (vb - va) * 100 / va if va else None,
+                    "verdict": "—",
+                }
+            )
         for metric, column in (("wall mean", "wall_ns"), ("busy mean", "busy_ns")):
-            rows.append({**base, "metric": metric,
-                         **_row_stats(oa[column].to_numpy().astype(float), ob[column].to_numpy().astype(float))})
+            rows.append(
+                {
+                    **base,
+                    "metric": metric,
+                    **_row_stats(oa[column].to_numpy().astype(float), ob[column].to_numpy().astype(float)),
+                }
+            )
     return _finish(rows, STEP_COLUMNS, schema=_SCHEMA, **kw)
 
 
@@ -293,16 +451,24 @@ def _rank_count(obs: pl.DataFrame) -> int:
 
 def _rank_walls(d: SideData, obs: pl.DataFrame) -> np.ndarray:
     """The wall time of every (rank, step) of a group: the percentiles are over these, as in `report`."""
-    return (d.rank_steps.join(obs.select("run_id", "step_index"), on=["run_id", "step_index"], how="semi")
-            ["wall_ns"].to_numpy().astype(float))
+    return (
+        d.rank_steps.join(obs.select("run_id", "step_index"), on=["run_id", "step_index"], how="semi")["wall_ns"]
+        .to_numpy()
+        .astype(float)
+    )
 
 
-COMM_METRICS = (("transfer", "transfer_ns"), ("wait", "wait_ns"), ("launch wait", "launch_wait_ns"),
-                ("gpu wait", "gpu_wait_ns"))
+COMM_METRICS = (
+    ("transfer", "transfer_ns"),
+    ("wait", "wait_ns"),
+    ("launch wait", "launch_wait_ns"),
+    ("gpu wait", "gpu_wait_ns"),
+)
 
 
-def comm_table(da: SideData, db: SideData, matched: list[tuple[str, str]],
-               **kw: Any) -> tuple[pl.DataFrame, str | None]:
+def comm_table(
+    da: SideData, db: SideData, matched: list[tuple[str, str]], **kw: Any
+) -> tuple[pl.DataFrame, str | None]:
     """Collectives across ranks per category and metric, or no rows and the note that says why."""
     empty = pl.DataFrame(schema={c: _SCHEMA[c] for c in COMM_COLUMNS})
     ranks_a = _max_int(da.obs["ranks"])
@@ -323,20 +489,32 @@ def comm_table(da: SideData, db: SideData, matched: list[tuple[str, str]],
         for category in sorted(set(ca["category"].to_list()) | set(cb["category"].to_list())):
             pa = ca.filter(pl.col("category") == category).sort("i")
             pb = cb.filter(pl.col("category") == category).sort("i")
-            base = {"phase": group[0], "group": group[1], "category": category, "step_ms_a": _step_ms(oa),
-                    "step_ms_b": _step_ms(ob),
-                    "ranks_a": _max_int(pa["ranks"]) if pa.height else None,
-                    "ranks_b": _max_int(pb["ranks"]) if pb.height else None,
-                    "calls_a": round(_mean_float(pa["calls"]), 2) if pa.height else None,
-                    "calls_b": round(_mean_float(pb["calls"]), 2) if pb.height else None}
+            base = {
+                "phase": group[0],
+                "group": group[1],
+                "category": category,
+                "step_ms_a": _step_ms(oa),
+                "step_ms_b": _step_ms(ob),
+                "ranks_a": _max_int(pa["ranks"]) if pa.height else None,
+                "ranks_b": _max_int(pb["ranks"]) if pb.height else None,
+                "calls_a": round(_mean_float(pa["calls"]), 2) if pa.height else None,
+                "calls_b": round(_mean_float(pb["calls"]), 2) if pb.height else None,
+            }
             for metric, column in COMM_METRICS:
                 xa = pa[column].cast(pl.Float64).to_numpy() if pa.height else np.zeros(0)
                 xb = pb[column].cast(pl.Float64).to_numpy() if pb.height else np.zeros(0)
                 if not pa.height or not pb.height:
                     value = float((xa if pa.height else xb).mean()) / 1e6
-                    rows.append({**base, "metric": metric, "ms_a": value if pa.height else None,
-                                 "ms_b": value if pb.height else None, "delta_ms": None,
-                                 "verdict": "only in A" if pa.height else "only in B"})
+                    rows.append(
+                        {
+                            **base,
+                            "metric": metric,
+                            "ms_a": value if pa.height else None,
+                            "ms_b": value if pb.height else None,
+                            "delta_ms": None,
+                            "verdict": "only in A" if pa.height else "only in B",
+                        }
+                    )
                     continue
                 rows.append({**base, "metric": metric, **_row_stats(xa, xb)})
     return _finish(rows, COMM_COLUMNS, schema=_SCHEMA, **kw), None
@@ -344,13 +522,17 @@ def comm_table(da: SideData, db: SideData, matched: list[tuple[str, str]],
 
 MACRO_METRICS = (
     ("output tok/s", "output_tok_s", "tok/s", "higher"),
-    ("TTFT p50", "ttft_p50_ms", "ms", "lower"), ("TTFT p90", "ttft_p90_ms", "ms", "lower"),
+    ("TTFT p50", "ttft_p50_ms", "ms", "lower"),
+    ("TTFT p90", "ttft_p90_ms", "ms", "lower"),
     ("TTFT p99", "ttft_p99_ms", "ms", "lower"),
-    ("TPOT p50", "tpot_p50_ms", "ms", "lower"), ("TPOT p90", "tpot_p90_ms", "ms", "lower"),
+    ("TPOT p50", "tpot_p50_ms", "ms", "lower"),
+    ("TPOT p90", "tpot_p90_ms", "ms", "lower"),
     ("TPOT p99", "tpot_p99_ms", "ms", "lower"),
-    ("ITL p50", "itl_p50_ms", "ms", "lower"), ("ITL p90", "itl_p90_ms", "ms", "lower"),
+    ("ITL p50", "itl_p50_ms", "ms", "lower"),
+    ("ITL p90", "itl_p90_ms", "ms", "lower"),
     ("ITL p99", "itl_p99_ms", "ms", "lower"),
-    ("requests", "requests", "", None), ("errors", "errors", "", "lower"),
+    ("requests", "requests", "", None),
+    ("errors", "errors", "", "lower"),
 )
 
 
@@ -373,8 +555,9 @@ def macro_table(da: SideData, db: SideData) -> tuple[pl.DataFrame, list[str]]:
         for r in rows_a:
             if r["level"] in by_b:
                 pairs.append((r, by_b[r["level"]]))
-        unpaired = [f"A {r['level']}" for r in rows_a if r["level"] not in by_b] + \
-                   [f"B {r['level']}" for r in rows_b if r["level"] not in {x["level"] for x in rows_a}]
+        unpaired = [f"A {r['level']}" for r in rows_a if r["level"] not in by_b] + [
+            f"B {r['level']}" for r in rows_b if r["level"] not in {x["level"] for x in rows_a}
+        ]
         if unpaired:
             notes.append(f"capture levels without a same-named level on the other side: {', '.join(unpaired)}")
     rows = []
@@ -387,13 +570,23 @@ def macro_table(da: SideData, db: SideData) -> tuple[pl.DataFrame, list[str]]:
             better = None
             if delta is not None and good is not None:
                 better = "same" if delta == 0 else ("B" if (delta > 0) == (good == "higher") else "A")
-            rows.append({"level_a": ra["level"], "level_b": rb["level"], "metric": metric, "unit": unit,
-                         "a": None if va is None else round(va, 3), "b": None if vb is None else round(vb, 3),
-                         "delta": None if delta is None else round(delta, 3),
-                         "delta_pct": round(delta * 100 / va, 2) if delta is not None and va else None,
-                         "better": better})
-    notes.append("capture figures are per-level aggregates (percentiles over requests), not per-request values: "
-                 "shown with their delta, no test")
+            rows.append(
+                {
+                    "level_a": ra["level"],
+                    "level_b": rb["level"],
+                    "metric": metric,
+                    "unit": unit,
+                    "a": None if va is None else round(va, 3),
+                    "b": None if vb is None else round(vb, 3),
+                    "delta": None if delta is None else round(delta, 3),
+                    "delta_pct": round(delta * 100 / va, 2) if delta is not None and va else None,
+                    "better": better,
+                }
+            )
+    notes.append(
+        "capture figures are per-level aggregates (percentiles over requests), not per-request values: "
+        "shown with their delta, no test"
+    )
     return pl.DataFrame(rows, schema={c: _SCHEMA[c] for c in MACRO_COLUMNS}), notes
 
 
@@ -403,21 +596,27 @@ def sides_table(da: SideData, db: SideData) -> pl.DataFrame:
     for d in (da, db):
         r = d.runs
         batches = sorted({b for b in d.obs["batch_size"].to_list() if b is not None})
-        rows.append({
-            "side": d.side.name, "source": d.side.source, "selection": d.side.selection.describe(),
-            "runs": ", ".join(r["label"].to_list()),
-            "levels": ", ".join(sorted({lv for lv in d.obs["level"].to_list() if lv is not None})) or None,
-            "ranks": _max_int(d.obs["ranks"]),
-            "devices": ", ".join(sorted({x for v in r["devices"].to_list() if v for x in v.split(", ")})) or None,
-            "vllm": ", ".join(sorted({x for v in r["vllm_versions"].to_list() if v for x in v.split(", ")})) or None,
-            "steps": d.obs.height,
-            "batch_sizes": ", ".join(str(b) for b in batches) or None,
-        })
+        rows.append(
+            {
+                "side": d.side.name,
+                "source": d.side.source,
+                "selection": d.side.selection.describe(),
+                "runs": ", ".join(r["label"].to_list()),
+                "levels": ", ".join(sorted({lv for lv in d.obs["level"].to_list() if lv is not None})) or None,
+                "ranks": _max_int(d.obs["ranks"]),
+                "devices": ", ".join(sorted({x for v in r["devices"].to_list() if v for x in v.split(", ")})) or None,
+                "vllm": ", ".join(sorted({x for v in r["vllm_versions"].to_list() if v for x in v.split(", ")}))
+                or None,
+                "steps": d.obs.height,
+                "batch_sizes": ", ".join(str(b) for b in batches) or None,
+            }
+        )
     return pl.DataFrame(rows)
 
 
 def device_notes(da: SideData, db: SideData) -> list[str]:
     """A note for each of GPUs and vLLM versions in which the sides differ."""
+
     def values(d: SideData, column: str) -> set[str]:
         return {x for v in d.runs[column].to_list() if v for x in v.split(", ")}
 
@@ -425,6 +624,8 @@ def device_notes(da: SideData, db: SideData) -> list[str]:
     for column, what in (("devices", "GPUs"), ("vllm_versions", "vLLM versions")):
         va, vb = values(da, column), values(db, column)
         if va and vb and va != vb:
-            notes.append(f"the sides differ in {what} (A: {', '.join(sorted(va))}; B: {', '.join(sorted(vb))}): "
-                         "kernels of other builds match by family or not at all; see each row's match column")
+            notes.append(
+                f"the sides differ in {what} (A: {', '.join(sorted(va))}; B: {', '.join(sorted(vb))}): "
+                "kernels of other builds match by family or not at all; see each row's match column"
+            )
     return notes

@@ -74,6 +74,7 @@ __all__ = ["KINDS", "OVERLAP", "Finding", "FindingGroup", "Findings", "as_dict",
 def _rank(items: list[Finding], min_pct: float) -> tuple[list[Finding], int]:
     """Savings largest first, then the findings without a saving (in KINDS order); those with a saving below
     ``min_pct`` of the step (or none at all) left out and counted."""
+
     def large(f: Finding) -> bool:
         if f.saving_ms is not None:
             return (f.saving_pct or 0) >= min_pct
@@ -90,8 +91,11 @@ def _rank(items: list[Finding], min_pct: float) -> tuple[list[Finding], int]:
 def _heading(label: str, batch: int | None, group: dict[str, Any]) -> str:
     steps, ranks = int(group["engine_steps"]), int(group["ranks"])
     size = f"batch size {batch}" if batch is not None else "no batch size"
-    on = (f"{_plural(steps, 'engine step')} × {ranks} ranks ({_plural(int(group['rank_steps']), 'rank-step')})"
-          if ranks > 1 else _plural(steps, "step"))
+    on = (
+        f"{_plural(steps, 'engine step')} × {ranks} ranks ({_plural(int(group['rank_steps']), 'rank-step')})"
+        if ranks > 1
+        else _plural(steps, "step")
+    )
     mean = "step" if int(group["rank_steps"]) == 1 else "mean step"
     return f"{label}, {size}: {on}, {mean} {_ms(_num(group['step_ms']))} ms"
 
@@ -117,8 +121,12 @@ def _group(ctx: _Context, group: dict[str, Any], min_pct: float) -> FindingGroup
             items.append(transfer)
     unpaired = (group["world_size"] or 1) > (group["ranks_loaded"] or 1)
     for r in batch:
-        if (r["category"] in COMM_CATEGORIES and r["category"] not in comm and unpaired
-                and _num(r["pct_of_step"]) >= min_pct):
+        if (
+            r["category"] in COMM_CATEGORIES
+            and r["category"] not in comm
+            and unpaired
+            and _num(r["pct_of_step"]) >= min_pct
+        ):
             items.append(unpaired_finding(ctx, group, r, step_ms))
     idle = ctx.idle.get(key)
     if idle is not None:
@@ -132,20 +140,37 @@ def _group(ctx: _Context, group: dict[str, Any], min_pct: float) -> FindingGroup
     kept, left_out = _rank(items, min_pct)
     notes = []
     if group["inferred_steps"]:
-        notes.append(f"{group['inferred_steps']} of the {group['rank_steps']} rank-steps were inferred from GPU idle "
-                     "gaps (no step markers): no batch size, and where one step ends is a guess from gap lengths.")
+        notes.append(
+            f"{group['inferred_steps']} of the {group['rank_steps']} rank-steps were inferred from GPU idle "
+            "gaps (no step markers): no batch size, and where one step ends is a guess from gap lengths."
+        )
     if int(group["engine_steps"]) < 3:
         notes.append(f"from {_plural(int(group['engine_steps']), 'engine step')} only: one slow step weighs heavily.")
     label = ctx.labels.get(group["run_id"], str(group["run_id"]))
-    return FindingGroup(run_id=group["run_id"], run_label=label, batch_size=group["batch_size"],
-                        engine_steps=int(group["engine_steps"]), rank_steps=int(group["rank_steps"]),
-                        ranks=int(group["ranks"]), world_size=group["world_size"], step_ms=step_ms,
-                        heading=_heading(label, group["batch_size"], group), findings=tuple(kept),
-                        left_out=left_out, notes=tuple(notes))
+    return FindingGroup(
+        run_id=group["run_id"],
+        run_label=label,
+        batch_size=group["batch_size"],
+        engine_steps=int(group["engine_steps"]),
+        rank_steps=int(group["rank_steps"]),
+        ranks=int(group["ranks"]),
+        world_size=group["world_size"],
+        step_ms=step_ms,
+        heading=_heading(label, group["batch_size"], group),
+        findings=tuple(kept),
+        left_out=left_out,
+        notes=tuple(notes),
+    )
 
 
-def findings(con: duckdb.DuckDBPyConnection, *, phase: str | None = None, db: str | Path = "FILE",
-             peaks_file: Path | None = None, min_pct: float = 1.0) -> Findings:
+def findings(
+    con: duckdb.DuckDBPyConnection,
+    *,
+    phase: str | None = None,
+    db: str | Path = "FILE",
+    peaks_file: Path | None = None,
+    min_pct: float = 1.0,
+) -> Findings:
     """Per run and batch size, the ranked findings of the steps of ``phase``.
 
     ``phase`` None: decode steps; when the database has none, every phase (a note says so), and the steps
@@ -163,8 +188,10 @@ def findings(con: duckdb.DuckDBPyConnection, *, phase: str | None = None, db: st
                 phase = ALL
                 counts = steps.group_by("phase").len().sort("phase")
                 listed = ", ".join(f"{p} {_plural(n, 'rank-step')}" for p, n in counts.iter_rows())
-                notes.append(f"no decode steps (present: {listed}): the findings are over the steps of every phase "
-                             "(`--phase all` in the commands).")
+                notes.append(
+                    f"no decode steps (present: {listed}): the findings are over the steps of every phase "
+                    "(`--phase all` in the commands)."
+                )
     ctx = _Context(con, check_phase(phase), str(db), peaks_file)
     groups = tuple(_group(ctx, g, min_pct) for g in ctx.groups.iter_rows(named=True))
     return Findings(phase=phase, groups=groups, notes=tuple(notes))
@@ -172,10 +199,21 @@ def findings(con: duckdb.DuckDBPyConnection, *, phase: str | None = None, db: st
 
 # ---------------------------------------------------------------------------------------------------- as data
 
-FRAME_SCHEMA = {"run_id": pl.Utf8, "run_label": pl.Utf8, "batch_size": pl.Int64, "position": pl.Int64,
-                "kind": pl.Utf8, "sentence": pl.Utf8, "saving_ms": pl.Float64, "saving_pct": pl.Float64,
-                "saving_label": pl.Utf8, "evidence": pl.Utf8, "query": pl.Utf8, "trust": pl.Utf8,
-                "figures": pl.Utf8}
+FRAME_SCHEMA = {
+    "run_id": pl.Utf8,
+    "run_label": pl.Utf8,
+    "batch_size": pl.Int64,
+    "position": pl.Int64,
+    "kind": pl.Utf8,
+    "sentence": pl.Utf8,
+    "saving_ms": pl.Float64,
+    "saving_pct": pl.Float64,
+    "saving_label": pl.Utf8,
+    "evidence": pl.Utf8,
+    "query": pl.Utf8,
+    "trust": pl.Utf8,
+    "figures": pl.Utf8,
+}
 
 
 def _json_safe(value: Any) -> Any:
@@ -191,11 +229,25 @@ def _json_safe(value: Any) -> Any:
 def findings_frame(result: Findings) -> pl.DataFrame:
     """One row per finding (``report --by findings --format csv``): its group, position in the ranking, kind,
     sentence, saving, evidence, trust note, and the raw numbers as a JSON object."""
-    rows = [{"run_id": g.run_id, "run_label": g.run_label, "batch_size": g.batch_size, "position": i + 1,
-             "kind": f.kind, "sentence": f.sentence, "saving_ms": f.saving_ms, "saving_pct": f.saving_pct,
-             "saving_label": f.saving_label, "evidence": f.evidence, "query": f.query, "trust": f.trust,
-             "figures": json.dumps(_json_safe(dict(f.figures)), sort_keys=True)}
-            for g in result.groups for i, f in enumerate(g.findings)]
+    rows = [
+        {
+            "run_id": g.run_id,
+            "run_label": g.run_label,
+            "batch_size": g.batch_size,
+            "position": i + 1,
+            "kind": f.kind,
+            "sentence": f.sentence,
+            "saving_ms": f.saving_ms,
+            "saving_pct": f.saving_pct,
+            "saving_label": f.saving_label,
+            "evidence": f.evidence,
+            "query": f.query,
+            "trust": f.trust,
+            "figures": json.dumps(_json_safe(dict(f.figures)), sort_keys=True),
+        }
+        for g in result.groups
+        for i, f in enumerate(g.findings)
+    ]
     return pl.DataFrame(rows, schema=FRAME_SCHEMA, orient="row") if rows else pl.DataFrame(schema=FRAME_SCHEMA)
 
 

@@ -29,18 +29,23 @@ KINDS = {
     "between_steps": "time between one step's last GPU work and the next step's first",
     "kernels_sol": "kernel time above the hardware minimum of the ops with recorded shapes",
     "kernels_no_bound": "a large kernel category none of whose ops has a hardware minimum (no shapes or no cost "
-                        "model): no bound, never a guess",
+    "model): no bound, never a guess",
     "largest_category": "the category with the most exclusive time, and how far it is from its bound",
 }
 """Every kind of finding, with what it measures."""
 
-OVERLAP = ("Savings overlap: each is the most that one fix alone could bring (a rank's wait is often another "
-           "rank's idle; a kernel's time above its minimum and the idle around it share the step), so they are "
-           "not added up.")
+OVERLAP = (
+    "Savings overlap: each is the most that one fix alone could bring (a rank's wait is often another "
+    "rank's idle; a kernel's time above its minimum and the idle around it share the step), so they are "
+    "not added up."
+)
 
 COMM_CATEGORIES = ("allreduce", "all2all", "comm_other")
-_COMM_NAMES = {"allreduce": "All-reduce", "all2all": "All-to-all (expert parallelism)",
-               "comm_other": "Other collectives"}
+_COMM_NAMES = {
+    "allreduce": "All-reduce",
+    "all2all": "All-to-all (expert parallelism)",
+    "comm_other": "Other collectives",
+}
 _PSEUDO = ("idle", "overlap")
 _TOP_CATEGORIES = 3  # kernel categories checked against the hardware minimum
 _NEAR = 1.25  # "near its bound": within 25 % above it
@@ -98,8 +103,12 @@ class Findings:
     overlap: str = OVERLAP
 
     def as_dict(self) -> dict[str, Any]:
-        return {"phase": self.phase, "notes": list(self.notes), "overlap": self.overlap,
-                "groups": [g.as_dict() for g in self.groups]}
+        return {
+            "phase": self.phase,
+            "notes": list(self.notes),
+            "overlap": self.overlap,
+            "groups": [g.as_dict() for g in self.groups],
+        }
 
 
 # ---------------------------------------------------------------------------------------------------- wording
@@ -163,10 +172,26 @@ def _by_group(frame: pl.DataFrame | list[dict[str, Any]]) -> dict[tuple[str, int
     return out
 
 
-def _finding(kind: str, sentence: str, evidence: str, query: str, saving: float | None, step_ms: float,
-             label: str, trust: str = "", **figures: Any) -> Finding:
+def _finding(
+    kind: str,
+    sentence: str,
+    evidence: str,
+    query: str,
+    saving: float | None,
+    step_ms: float,
+    label: str,
+    trust: str = "",
+    **figures: Any,
+) -> Finding:
     pct = None if saving is None or not step_ms else round(100.0 * saving / step_ms, 2)
-    return Finding(kind=kind, sentence=sentence, evidence=evidence, query=query,
-                   saving_ms=None if saving is None else round(saving, 4), saving_pct=pct,
-                   saving_label=label, trust=trust, figures=figures)
-
+    return Finding(
+        kind=kind,
+        sentence=sentence,
+        evidence=evidence,
+        query=query,
+        saving_ms=None if saving is None else round(saving, 4),
+        saving_pct=pct,
+        saving_label=label,
+        trust=trust,
+        figures=figures,
+    )

@@ -65,8 +65,10 @@ def parse_size(text: str) -> int:
     if not math.isfinite(value) or value <= 0 or value != int(value):
         raise K25Error(f"{text!r} is not a positive whole number of bytes")
     if value > MAX_MESSAGE:
-        raise K25Error(f"{text!r} is more than {MAX_MESSAGE:,} bytes (1 GiB): the largest message benched (a decode "
-                       "step's all-reduces are KiB to MiB)")
+        raise K25Error(
+            f"{text!r} is more than {MAX_MESSAGE:,} bytes (1 GiB): the largest message benched (a decode "
+            "step's all-reduces are KiB to MiB)"
+        )
     return int(value)
 
 
@@ -77,8 +79,9 @@ def parse_batch_sizes(text: str) -> list[int]:
         if not item:
             continue
         if not item.isdigit() or not 1 <= int(item) <= MAX_BATCH:
-            raise K25Error(f"--batch-sizes {text!r}: {item!r} is not a batch size (a whole number from 1 to "
-                           f"{MAX_BATCH:,})")
+            raise K25Error(
+                f"--batch-sizes {text!r}: {item!r} is not a batch size (a whole number from 1 to {MAX_BATCH:,})"
+            )
         out.append(int(item))
     if not out:
         raise K25Error(f"--batch-sizes {text!r}: give at least one batch size")
@@ -91,8 +94,10 @@ def import_torch() -> Any:
         import torch
         import torch.distributed  # noqa: F401
     except ImportError as exc:
-        raise K25Error(f"bench allreduce needs PyTorch (torch.distributed), which is not installed here "
-                       f"({exc}): pip install torch (see https://pytorch.org for a CUDA build)") from None
+        raise K25Error(
+            f"bench allreduce needs PyTorch (torch.distributed), which is not installed here "
+            f"({exc}): pip install torch (see https://pytorch.org for a CUDA build)"
+        ) from None
     return torch
 
 
@@ -112,8 +117,15 @@ def pattern_from_db(con: Any, *, phase: str, hidden: int, dtype: str) -> list[di
             size, source = int(r["size_bytes"]), "trace"
         else:
             size, source = hidden * int(r["batch_size"]) * DTYPE_BYTES[dtype], "hidden"
-        out.append({"batch_size": int(r["batch_size"]), "count": int(r["allreduce_per_step"]), "size_bytes": size,
-                    "size_source": source, "world_size": r["world_size"]})
+        out.append(
+            {
+                "batch_size": int(r["batch_size"]),
+                "count": int(r["allreduce_per_step"]),
+                "size_bytes": size,
+                "size_source": source,
+                "world_size": r["world_size"],
+            }
+        )
     return out
 
 
@@ -134,17 +146,30 @@ def resolve_backend(backend: str, world_size: int | None) -> tuple[str, int]:
     return backend, world_size
 
 
-def bench_specs(con: Any, *, sizes: str | None, count: int | None, batch_sizes: str, hidden: int, dtype: str,
-                phase: str, world_size: int, source: str = "the database",
-                notes: list[str] | None = None) -> list[dict[str, Any]]:
+def bench_specs(
+    con: Any,
+    *,
+    sizes: str | None,
+    count: int | None,
+    batch_sizes: str,
+    hidden: int,
+    dtype: str,
+    phase: str,
+    world_size: int,
+    source: str = "the database",
+    notes: list[str] | None = None,
+) -> list[dict[str, Any]]:
     """What to measure: the given ``sizes`` (comma-separated, K/M/G suffixes) x ``count``; else the all-reduce
     pattern of ``con``'s ``phase`` steps (each distinct size and count once); else hidden x batch x dtype for each
     of ``batch_sizes``. Without ``count``, 122 all-reduces per burst (the database's count when it has one).
     ``notes`` receives what the caller should say (a trace that ran on another number of ranks)."""
     if sizes:
         try:
-            given = [{"size_bytes": parse_size(s), "count": count or 122, "size_source": "given"}
-                     for s in sizes.split(",") if s.strip()]
+            given = [
+                {"size_bytes": parse_size(s), "count": count or 122, "size_source": "given"}
+                for s in sizes.split(",")
+                if s.strip()
+            ]
         except K25Error as exc:
             raise K25Error(f"--sizes {exc}") from None
         if not given:
@@ -152,12 +177,20 @@ def bench_specs(con: Any, *, sizes: str | None, count: int | None, batch_sizes: 
         return given
     if con is None:
         specs: list[dict[str, Any]] = [
-            {"size_bytes": hidden * b * DTYPE_BYTES[dtype], "count": count or 122, "batch_size": b,
-             "size_source": "hidden"} for b in parse_batch_sizes(batch_sizes)]
+            {
+                "size_bytes": hidden * b * DTYPE_BYTES[dtype],
+                "count": count or 122,
+                "batch_size": b,
+                "size_source": "hidden",
+            }
+            for b in parse_batch_sizes(batch_sizes)
+        ]
         for s in specs:
             if s["size_bytes"] > MAX_MESSAGE:
-                raise K25Error(f"--hidden {hidden} x batch {s['batch_size']} x {dtype} is {s['size_bytes']:,} bytes, "
-                               f"more than the {MAX_MESSAGE:,} (1 GiB) benched at most")
+                raise K25Error(
+                    f"--hidden {hidden} x batch {s['batch_size']} x {dtype} is {s['size_bytes']:,} bytes, "
+                    f"more than the {MAX_MESSAGE:,} (1 GiB) benched at most"
+                )
         return specs
     specs = pattern_from_db(con, phase=phase, hidden=hidden, dtype=dtype)
     if not specs:
@@ -190,13 +223,23 @@ def check_memory(specs: list[dict[str, Any]], *, backend: str, world_size: int) 
             return
         where, budget, total = f"half this machine's memory ({have / 2**30:.1f} GiB)", have // 2, need * 3 * world_size
     if total > budget:
-        raise K25Error(f"--sizes: {len(specs)} size(s) totalling {need:,} bytes need {total / 2**30:.2f} GiB "
-                       f"({'per GPU' if backend == 'nccl' else f'{world_size} processes x 3 buffers'}), more than "
-                       f"{where}: bench fewer or smaller sizes")
+        raise K25Error(
+            f"--sizes: {len(specs)} size(s) totalling {need:,} bytes need {total / 2**30:.2f} GiB "
+            f"({'per GPU' if backend == 'nccl' else f'{world_size} processes x 3 buffers'}), more than "
+            f"{where}: bench fewer or smaller sizes"
+        )
 
 
-def combine(outs: list[dict[str, Any]], sizes: list[dict[str, Any]], *, backend: str, world_size: int, dtype: str,
-            bench_run: str, measured_at: Any) -> list[dict[str, Any]]:
+def combine(
+    outs: list[dict[str, Any]],
+    sizes: list[dict[str, Any]],
+    *,
+    backend: str,
+    world_size: int,
+    dtype: str,
+    bench_run: str,
+    measured_at: Any,
+) -> list[dict[str, Any]]:
     """Per size and mode, per repetition the slowest rank; then median/p90 and bandwidths."""
     rows = []
     factor = 2 * (world_size - 1) / world_size
@@ -214,26 +257,58 @@ def combine(outs: list[dict[str, Any]], sizes: list[dict[str, Any]], *, backend:
             per_rank_k = [o["results"][i].get(f"{mode}_kernel") for o in outs]
             # strict=False: each rank's list is what its profiler recorded, not guaranteed to be as long
             kern = [min(v) for v in zip(*per_rank_k, strict=False)] if all(per_rank_k) else []
-            rows.append({
-                "bench_run": bench_run, "measured_at": measured_at, "backend": backend, "world_size": world_size,
-                "device_name": outs[0]["device_name"], "torch_version": outs[0]["torch_version"], "dtype": dtype,
-                "size_bytes": spec["size_bytes"], "batch_size": spec.get("batch_size"),
-                "size_source": spec.get("size_source", "given"), "mode": mode, "count": n, "reps": len(reps),
-                "median_us": med, "p90_us": p90,
-                "burst_ms": None if mode == "single" else quantile(reps, 0.5) / 1e3,
-                "algbw_gbps": algbw, "busbw_gbps": None if algbw is None else algbw * factor,
-                "kernel_median_us": quantile(kern, 0.5) if kern else None,
-                "kernel_p90_us": quantile(kern, 0.9) if kern else None,
-            })
+            rows.append(
+                {
+                    "bench_run": bench_run,
+                    "measured_at": measured_at,
+                    "backend": backend,
+                    "world_size": world_size,
+                    "device_name": outs[0]["device_name"],
+                    "torch_version": outs[0]["torch_version"],
+                    "dtype": dtype,
+                    "size_bytes": spec["size_bytes"],
+                    "batch_size": spec.get("batch_size"),
+                    "size_source": spec.get("size_source", "given"),
+                    "mode": mode,
+                    "count": n,
+                    "reps": len(reps),
+                    "median_us": med,
+                    "p90_us": p90,
+                    "burst_ms": None if mode == "single" else quantile(reps, 0.5) / 1e3,
+                    "algbw_gbps": algbw,
+                    "busbw_gbps": None if algbw is None else algbw * factor,
+                    "kernel_median_us": quantile(kern, 0.5) if kern else None,
+                    "kernel_p90_us": quantile(kern, 0.9) if kern else None,
+                }
+            )
     return rows
 
 
 # ------------------------------------------------------------------------------------------------ database
 
 
-COLUMNS = ("bench_run", "measured_at", "backend", "world_size", "device_name", "torch_version", "dtype",
-           "size_bytes", "batch_size", "size_source", "mode", "count", "reps", "median_us", "p90_us", "burst_ms",
-           "algbw_gbps", "busbw_gbps", "kernel_median_us", "kernel_p90_us")
+COLUMNS = (
+    "bench_run",
+    "measured_at",
+    "backend",
+    "world_size",
+    "device_name",
+    "torch_version",
+    "dtype",
+    "size_bytes",
+    "batch_size",
+    "size_source",
+    "mode",
+    "count",
+    "reps",
+    "median_us",
+    "p90_us",
+    "burst_ms",
+    "algbw_gbps",
+    "busbw_gbps",
+    "kernel_median_us",
+    "kernel_p90_us",
+)
 """The columns of ``allreduce_bench`` (``queries/schema.sql``) that a result row carries."""
 
 
@@ -270,8 +345,19 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
     rows = doc.get("allreduce_bench") if isinstance(doc, dict) else None
     if not isinstance(rows, list) or not rows:
         raise K25Error(f"{path}: no 'allreduce_bench' rows (not a file of `bench allreduce --save-json`)")
-    required = {"bench_run", "measured_at", "backend", "world_size", "dtype", "size_bytes", "mode", "count", "reps",
-                "median_us", "p90_us"}
+    required = {
+        "bench_run",
+        "measured_at",
+        "backend",
+        "world_size",
+        "dtype",
+        "size_bytes",
+        "mode",
+        "count",
+        "reps",
+        "median_us",
+        "p90_us",
+    }
     out = []
     for i, r in enumerate(rows):
         missing = sorted(required - set(r)) if isinstance(r, dict) else sorted(required)

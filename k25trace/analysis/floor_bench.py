@@ -46,8 +46,13 @@ def _measure_rank(rank: int, world: int, cfg: dict[str, Any], progress: Callable
     device_name = torch.cuda.get_device_name(rig.device) if rig.cuda else "cpu"
     # no barrier or destroy_process_group here: with NCCL collectives captured in CUDA graphs, tearing the group
     # down hung on 2 H200s (torch 2.11, NCCL 2.28); the worker hands its result over and exits (see _worker)
-    return {"rank": rank, "device_name": device_name, "torch_version": torch.__version__, "results": results,
-            "profile_files": files}
+    return {
+        "rank": rank,
+        "device_name": device_name,
+        "torch_version": torch.__version__,
+        "results": results,
+        "profile_files": files,
+    }
 
 
 class _Rig:
@@ -68,8 +73,9 @@ class _Rig:
             self.device = torch.device("cpu")
             torch.set_num_threads(1)
         kwargs: dict[str, Any] = {"device_id": self.device} if self.cuda else {}
-        dist.init_process_group(cfg["backend"], init_method=f"tcp://127.0.0.1:{cfg['port']}", rank=rank,
-                                world_size=world, **kwargs)
+        dist.init_process_group(
+            cfg["backend"], init_method=f"tcp://127.0.0.1:{cfg['port']}", rank=rank, world_size=world, **kwargs
+        )
         self.dtype = getattr(torch, cfg["dtype"])
         self.esize = torch.empty(0, dtype=self.dtype).element_size()
         self.tiny = torch.zeros(1, device=self.device)
@@ -129,9 +135,11 @@ def _measure_size(rig: _Rig, spec: dict[str, Any], cfg: dict[str, Any]) -> tuple
     if rig.cuda:
         res.update(_kernel_times(torch, burst, graph, rig.align))
     if rig.rank == 0:
-        rig.progress(f"{size:,} B x {count}: single median {quantile(res['single'], 0.5):.1f} µs, eager burst "
-                     f"{quantile(res['eager'], 0.5) / 1e3:.3f} ms"
-                     + (f", graph burst {quantile(res['graph'], 0.5) / 1e3:.3f} ms" if "graph" in res else ""))
+        rig.progress(
+            f"{size:,} B x {count}: single median {quantile(res['single'], 0.5):.1f} µs, eager burst "
+            f"{quantile(res['eager'], 0.5) / 1e3:.3f} ms"
+            + (f", graph burst {quantile(res['graph'], 0.5) / 1e3:.3f} ms" if "graph" in res else "")
+        )
     return res, x, graph
 
 
@@ -185,9 +193,13 @@ def _kernel_times(torch: Any, burst: Any, graph: Any, align: Any) -> dict[str, l
             prof.export_chrome_trace(path)
             with open(path) as fh:
                 events = json.load(fh).get("traceEvents", [])
-        out[f"{mode}_kernel"] = [float(e["dur"]) for e in events
-                                 if e.get("cat") == "kernel" and "AllReduce" in str(e.get("name", ""))
-                                 and isinstance(e.get("dur"), (int, float))]
+        out[f"{mode}_kernel"] = [
+            float(e["dur"])
+            for e in events
+            if e.get("cat") == "kernel"
+            and "AllReduce" in str(e.get("name", ""))
+            and isinstance(e.get("dur"), (int, float))
+        ]
     return out
 
 
@@ -220,11 +232,22 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def run_allreduce_bench(sizes: list[dict[str, Any]], *, backend: str, world_size: int, dtype: str = "bfloat16",
-                        iters: int = 200, warmup: int = 20, bursts: int = 20, graph: bool = True,
-                        profile: str | None = None, timeout_s: float = 600.0,
-                        bench_run: str | None = None, die_rank: int | None = None,
-                        on_progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
+def run_allreduce_bench(
+    sizes: list[dict[str, Any]],
+    *,
+    backend: str,
+    world_size: int,
+    dtype: str = "bfloat16",
+    iters: int = 200,
+    warmup: int = 20,
+    bursts: int = 20,
+    graph: bool = True,
+    profile: str | None = None,
+    timeout_s: float = 600.0,
+    bench_run: str | None = None,
+    die_rank: int | None = None,
+    on_progress: Callable[[str], None] | None = None,
+) -> list[dict[str, Any]]:
     """Start ``world_size`` processes, measure every size, return the result rows (one per size and mode);
     ``on_progress`` gets a line per size as rank 0 finishes it.
 
@@ -237,9 +260,18 @@ def run_allreduce_bench(sizes: list[dict[str, Any]], *, backend: str, world_size
     dtype = DTYPE_CANON.get(dtype, dtype)
     measured_at = _dt.datetime.now(_dt.timezone.utc).replace(tzinfo=None, microsecond=0)
     bench_run = bench_run or f"{backend}-ws{world_size}-{measured_at:%Y%m%dT%H%M%S}-{os.getpid()}"
-    cfg = {"backend": backend, "dtype": dtype, "iters": iters, "warmup": warmup, "bursts": bursts, "graph": graph,
-           "profile": profile, "port": _free_port(), "die_rank": die_rank,
-           "sizes": [{"size_bytes": s["size_bytes"], "count": s["count"]} for s in sizes]}
+    cfg = {
+        "backend": backend,
+        "dtype": dtype,
+        "iters": iters,
+        "warmup": warmup,
+        "bursts": bursts,
+        "graph": graph,
+        "profile": profile,
+        "port": _free_port(),
+        "die_rank": die_rank,
+        "sizes": [{"size_bytes": s["size_bytes"], "count": s["count"]} for s in sizes],
+    }
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     procs = [ctx.Process(target=_worker, args=(r, world_size, cfg, q), daemon=True) for r in range(world_size)]
@@ -257,8 +289,9 @@ def run_allreduce_bench(sizes: list[dict[str, Any]], *, backend: str, world_size
             if p.is_alive():
                 p.kill()
     outs.sort(key=lambda o: o["rank"])
-    return combine(outs, sizes, backend=backend, world_size=world_size, dtype=dtype, bench_run=bench_run,
-                   measured_at=measured_at)
+    return combine(
+        outs, sizes, backend=backend, world_size=world_size, dtype=dtype, bench_run=bench_run, measured_at=measured_at
+    )
 
 
 def _ended(code: int | None) -> str:
@@ -277,8 +310,9 @@ def _ended(code: int | None) -> str:
     return f"exited with status {code}"
 
 
-def _collect(procs: list[Any], q: Any, timeout_s: float,
-             on_progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
+def _collect(
+    procs: list[Any], q: Any, timeout_s: float, on_progress: Callable[[str], None] | None = None
+) -> list[dict[str, Any]]:
     """Every rank's result from the queue, polling the processes between reads: a K25Error naming the rank as soon
     as one dies before giving its result or reports an error, or when ``timeout_s`` passes. Progress lines on the
     queue go to ``on_progress``."""
@@ -308,15 +342,20 @@ def _collect(procs: list[Any], q: Any, timeout_s: float,
         if failed_at is not None and (now - failed_at > 1.0 or len(outs) + len(dead) == len(procs)):
             killed = [r for r in dead if (procs[r].exitcode or 0) < 0]
             parts = [f"rank {r} {_ended(procs[r].exitcode)} before giving its result" for r in killed or dead]
-            parts += [f"rank {o['rank']}: {o['error']}" for o in sorted(errors, key=lambda o: o["rank"])
-                      if not killed]
+            parts += [f"rank {o['rank']}: {o['error']}" for o in sorted(errors, key=lambda o: o["rank"]) if not killed]
             raise K25Error("the bench stopped: " + "; ".join(parts))
         if now > deadline:
             waiting = [str(r) for r in range(len(procs)) if r not in outs]
-            raise K25Error(f"the bench processes gave no result within {timeout_s:g} s (--timeout; rank(s) "
-                           f"{', '.join(waiting)} still running)")
+            raise K25Error(
+                f"the bench processes gave no result within {timeout_s:g} s (--timeout; rank(s) "
+                f"{', '.join(waiting)} still running)"
+            )
     if any("error" in o for o in outs.values()):
-        raise K25Error("; ".join(f"rank {o['rank']}: {o['error']}" for o in sorted(outs.values(),
-                                                                                    key=lambda o: o["rank"])
-                                 if "error" in o))
+        raise K25Error(
+            "; ".join(
+                f"rank {o['rank']}: {o['error']}"
+                for o in sorted(outs.values(), key=lambda o: o["rank"])
+                if "error" in o
+            )
+        )
     return list(outs.values())

@@ -127,8 +127,18 @@ def _elem(ctx: OpContext) -> int:
     return DTYPE_BYTES[ctx.dtype]
 
 
-def _mm_cost(m: int, k: int, n: int, e: int, *, batch: int = 1, extra_bytes: float = 0.0, extra_flops: float = 0.0,
-             ctx: OpContext, label: str = "") -> OpCost:
+def _mm_cost(
+    m: int,
+    k: int,
+    n: int,
+    e: int,
+    *,
+    batch: int = 1,
+    extra_bytes: float = 0.0,
+    extra_flops: float = 0.0,
+    ctx: OpContext,
+    label: str = "",
+) -> OpCost:
     flops = 2.0 * batch * m * k * n + extra_flops
     nbytes = float(batch * (m * k + k * n + m * n) * e) + extra_bytes
     shape = (f"B={batch} " if batch != 1 else "") + f"M={m} K={k} N={n}" + (f" {label}" if label else "")
@@ -147,8 +157,9 @@ def model_addmm(dims: Dims, ctx: OpContext) -> OpCost:
     if len(a) != 2 or len(b) != 2 or a[1] != b[0]:
         raise Unmodelled(f"addmm shapes {a} x {b} are not [M,K] x [K,N]")
     e = _elem(ctx)
-    return _mm_cost(a[0], a[1], b[1], e, extra_bytes=_numel(bias) * e, extra_flops=2.0 * a[0] * b[1], ctx=ctx,
-                    label="+bias")
+    return _mm_cost(
+        a[0], a[1], b[1], e, extra_bytes=_numel(bias) * e, extra_flops=2.0 * a[0] * b[1], ctx=ctx, label="+bias"
+    )
 
 
 def model_bmm(dims: Dims, ctx: OpContext) -> OpCost:
@@ -163,8 +174,17 @@ def model_baddbmm(dims: Dims, ctx: OpContext) -> OpCost:
     if len(a) != 3 or len(b) != 3 or a[0] != b[0] or a[2] != b[1]:
         raise Unmodelled(f"baddbmm shapes {a} x {b} are not [B,M,K] x [B,K,N]")
     e = _elem(ctx)
-    return _mm_cost(a[1], a[2], b[2], e, batch=a[0], extra_bytes=_numel(c) * e,
-                    extra_flops=2.0 * a[0] * a[1] * b[2], ctx=ctx, label="+input")
+    return _mm_cost(
+        a[1],
+        a[2],
+        b[2],
+        e,
+        batch=a[0],
+        extra_bytes=_numel(c) * e,
+        extra_flops=2.0 * a[0] * a[1] * b[2],
+        ctx=ctx,
+        label="+input",
+    )
 
 
 def model_matmul(dims: Dims, ctx: OpContext) -> OpCost:
@@ -178,8 +198,12 @@ def model_matmul(dims: Dims, ctx: OpContext) -> OpCost:
         n = b[-1] if len(b) > 1 else 1
         batch = _numel(b[:-2]) if len(b) > 2 else 1
         flops = 2.0 * batch * m * k * n
-        return OpCost(flops, float((_numel(a) + _numel(b) + batch * m * n) * e), ctx.dtype or "",
-                      f"M={m} K={k} N={n}" + (f" B={batch}" if batch > 1 else ""))
+        return OpCost(
+            flops,
+            float((_numel(a) + _numel(b) + batch * m * n) * e),
+            ctx.dtype or "",
+            f"M={m} K={k} N={n}" + (f" B={batch}" if batch > 1 else ""),
+        )
     if a[-1] != b[-2]:
         raise Unmodelled(f"matmul shapes {a} x {b} do not contract")
     m, k, n = a[-2], a[-1], b[-1]
@@ -188,15 +212,17 @@ def model_matmul(dims: Dims, ctx: OpContext) -> OpCost:
         return _mm_cost(rows, k, n, e, ctx=ctx)
     batch_shape = []
     # both have 2+ dims here, padded with 1s to the longer one's batch rank: the lengths match
-    for x, y in zip(reversed([1] * (len(b) - len(a)) + a[:-2]), reversed([1] * (len(a) - len(b)) + b[:-2]),
-                    strict=True):
+    for x, y in zip(
+        reversed([1] * (len(b) - len(a)) + a[:-2]), reversed([1] * (len(a) - len(b)) + b[:-2]), strict=True
+    ):
         if x != y and 1 not in (x, y):
             raise Unmodelled(f"matmul batch dimensions of {a} x {b} do not broadcast")
         batch_shape.append(max(x, y))
     batch = _numel(batch_shape) if batch_shape else 1
     flops = 2.0 * batch * m * k * n
-    return OpCost(flops, float((_numel(a) + _numel(b) + batch * m * n) * e), ctx.dtype or "",
-                  f"B={batch} M={m} K={k} N={n}")
+    return OpCost(
+        flops, float((_numel(a) + _numel(b) + batch * m * n) * e), ctx.dtype or "", f"B={batch} M={m} K={k} N={n}"
+    )
 
 
 def model_linear(dims: Dims, ctx: OpContext) -> OpCost:
@@ -207,8 +233,9 @@ def model_linear(dims: Dims, ctx: OpContext) -> OpCost:
     e = _elem(ctx)
     m = _numel(x[:-1])
     extra = (_numel(bias) * e, 2.0 * m * w[0]) if bias else (0, 0.0)
-    return _mm_cost(m, w[1], w[0], e, extra_bytes=extra[0], extra_flops=extra[1], ctx=ctx,
-                    label="+bias" if bias else "")
+    return _mm_cost(
+        m, w[1], w[0], e, extra_bytes=extra[0], extra_flops=extra[1], ctx=ctx, label="+bias" if bias else ""
+    )
 
 
 def expected_distinct(groups: int, draws: int, per_draw: int = 1) -> float:
@@ -228,9 +255,14 @@ def model_grouped_mm(dims: Dims, ctx: OpContext) -> OpCost:
         hit = expected_distinct(g, t)
         flops = 2.0 * t * k * n
         nbytes = (t * k + t * n) * e + hit * k * n * e + g * 4
-        return OpCost(flops, nbytes, ctx.dtype or "", f"T={t} K={k} N={n} G={g}",
-                      f"weights of {hit:.1f} of {g} groups: expected when the {t} rows spread uniformly (range "
-                      f"1-{min(g, t)}); FLOPs assume every row is in a group (offs[-1] = T)")
+        return OpCost(
+            flops,
+            nbytes,
+            ctx.dtype or "",
+            f"T={t} K={k} N={n} G={g}",
+            f"weights of {hit:.1f} of {g} groups: expected when the {t} rows spread uniformly (range "
+            f"1-{min(g, t)}); FLOPs assume every row is in a group (offs[-1] = T)",
+        )
     if len(a) == 3 and len(b) == 3 and a[0] == b[0] and a[2] == b[1]:
         return _mm_cost(a[1], a[2], b[2], e, batch=a[0], ctx=ctx)
     raise Unmodelled(f"_grouped_mm layout {a} x {b} (only 2d x 3d and 3d x 3d are modelled)")
@@ -243,26 +275,34 @@ def model_sdpa(dims: Dims, ctx: OpContext) -> OpCost:
     b, h, lq, d = q
     lk, dv = k[2], v[3]
     if lq != 1:
-        raise Unmodelled("query length > 1: whether the mask is causal is a value (Concrete Inputs), not a recorded "
-                         "shape, so the work is not known")
+        raise Unmodelled(
+            "query length > 1: whether the mask is causal is a value (Concrete Inputs), not a recorded "
+            "shape, so the work is not known"
+        )
     e = _elem(ctx)
     flops = 2.0 * b * h * lq * lk * (d + dv)
     nbytes = float((_numel(q) + _numel(k) + _numel(v) + b * h * lq * dv) * e)
-    return OpCost(flops, nbytes, ctx.dtype or "", f"B={b} H={h} Hkv={k[1]} Lq={lq} Lk={lk} D={d}",
-                  "decode (one query): every key is read once")
+    return OpCost(
+        flops,
+        nbytes,
+        ctx.dtype or "",
+        f"B={b} H={h} Hkv={k[1]} Lq={lq} Lk={lk} D={d}",
+        "decode (one query): every key is read once",
+    )
 
 
 def model_norm(dims: Dims, ctx: OpContext) -> OpCost:
-    x, = _need(dims, 0)
+    (x,) = _need(dims, 0)
     h = x[-1]
     params = sum(_numel(t) for t in (_tensor(d) for d in dims[1:]) if t)
     e = _elem(ctx)
-    return OpCost(None, float((2 * _numel(x) + params) * e), "", f"N={_numel(x[:-1])} H={h}",
-                  "reads x and the weights, writes y")
+    return OpCost(
+        None, float((2 * _numel(x) + params) * e), "", f"N={_numel(x[:-1])} H={h}", "reads x and the weights, writes y"
+    )
 
 
 def model_softmax(dims: Dims, ctx: OpContext) -> OpCost:
-    x, = _need(dims, 0)
+    (x,) = _need(dims, 0)
     e = _elem(ctx)
     return OpCost(None, float(2 * _numel(x) * e), "", "x".join(map(str, x)), "reads x, writes y")
 
@@ -270,15 +310,25 @@ def model_softmax(dims: Dims, ctx: OpContext) -> OpCost:
 def model_vllm_rms_norm(dims: Dims, ctx: OpContext) -> OpCost:
     out, x, w = _need(dims, 0, 1, 2)
     e = _elem(ctx)
-    return OpCost(None, float((2 * _numel(x) + _numel(w)) * e), "", f"N={_numel(x[:-1])} H={x[-1]}",
-                  "reads x and the weights, writes out")
+    return OpCost(
+        None,
+        float((2 * _numel(x) + _numel(w)) * e),
+        "",
+        f"N={_numel(x[:-1])} H={x[-1]}",
+        "reads x and the weights, writes out",
+    )
 
 
 def model_vllm_fused_add_rms_norm(dims: Dims, ctx: OpContext) -> OpCost:
     x, res, w = _need(dims, 0, 1, 2)
     e = _elem(ctx)
-    return OpCost(None, float((4 * _numel(x) + _numel(w)) * e), "", f"N={_numel(x[:-1])} H={x[-1]}",
-                  "reads x and the residual, writes both in place")
+    return OpCost(
+        None,
+        float((4 * _numel(x) + _numel(w)) * e),
+        "",
+        f"N={_numel(x[:-1])} H={x[-1]}",
+        "reads x and the residual, writes both in place",
+    )
 
 
 def _cache_bytes(ctx: OpContext) -> int:
@@ -294,8 +344,13 @@ def model_reshape_and_cache(dims: Dims, ctx: OpContext) -> OpCost:
     e, c = _elem(ctx), _cache_bytes(ctx)
     n = key[0]
     nbytes = float((_numel(key) + _numel(value)) * (e + c) + (_numel(slots) * 8 if slots else 0))
-    return OpCost(None, nbytes, "", f"N={n} Hkv={key[1] if len(key) > 2 else '?'} D={key[-1]} cache={c} B/elem",
-                  "reads K and V, writes them into the cache")
+    return OpCost(
+        None,
+        nbytes,
+        "",
+        f"N={n} Hkv={key[1] if len(key) > 2 else '?'} D={key[-1]} cache={c} B/elem",
+        "reads K and V, writes them into the cache",
+    )
 
 
 def model_concat_and_cache_mla(dims: Dims, ctx: OpContext) -> OpCost:
@@ -304,8 +359,13 @@ def model_concat_and_cache_mla(dims: Dims, ctx: OpContext) -> OpCost:
     e, c = _elem(ctx), _cache_bytes(ctx)
     width = kv_c[-1] + k_pe[-1]
     nbytes = float((_numel(kv_c) + _numel(k_pe)) * e + kv_c[0] * width * c + (_numel(slots) * 8 if slots else 0))
-    return OpCost(None, nbytes, "", f"N={kv_c[0]} latent={kv_c[-1]}+{k_pe[-1]} cache={c} B/elem",
-                  "reads the latent and rope key, writes the cache")
+    return OpCost(
+        None,
+        nbytes,
+        "",
+        f"N={kv_c[0]} latent={kv_c[-1]}+{k_pe[-1]} cache={c} B/elem",
+        "reads the latent and rope key, writes the cache",
+    )
 
 
 def _marlin_scales(dims: Dims, start: int, k: int, qw: list[int], experts: bool) -> tuple[list[int], int, int, int]:
@@ -332,8 +392,13 @@ def model_marlin_gemm(dims: Dims, ctx: OpContext) -> OpCost:
     scales, n, bits, group = _marlin_scales(dims, 3, k, qw, experts=False)
     e = _elem(ctx)
     nbytes = float(m * k * e + _numel(qw) * 4 + _numel(scales) * e + m * n * e)
-    return OpCost(2.0 * m * k * n, nbytes, ctx.dtype or "", f"M={m} K={k} N={n} W{bits}A16 g{group}",
-                  "weights: packed int32 plus 16-bit group scales, as recorded")
+    return OpCost(
+        2.0 * m * k * n,
+        nbytes,
+        ctx.dtype or "",
+        f"M={m} K={k} N={n} W{bits}A16 g{group}",
+        "weights: packed int32 plus 16-bit group scales, as recorded",
+    )
 
 
 def model_marlin_moe(dims: Dims, ctx: OpContext) -> OpCost:
@@ -352,10 +417,13 @@ def model_marlin_moe(dims: Dims, ctx: OpContext) -> OpCost:
     e = _elem(ctx)
     per_expert = _numel(qw[1:]) * 4 + _numel(scales[1:]) * e
     nbytes = float(_numel(a) * e + rows * n * e + hit * per_expert)
-    return OpCost(2.0 * rows * k * n, nbytes, ctx.dtype or "",
-                  f"tokens={tokens} top_k={per_token} K={k} N={n} E={experts} W{bits}A16 g{group}",
-                  f"weights of {hit:.1f} of {experts} experts: expected when {tokens} tokens pick {per_token} "
-                  "experts uniformly")
+    return OpCost(
+        2.0 * rows * k * n,
+        nbytes,
+        ctx.dtype or "",
+        f"tokens={tokens} top_k={per_token} K={k} N={n} E={experts} W{bits}A16 g{group}",
+        f"weights of {hit:.1f} of {experts} experts: expected when {tokens} tokens pick {per_token} experts uniformly",
+    )
 
 
 def model_scaled_mm(dims: Dims, ctx: OpContext, *, out_first: bool) -> OpCost:
@@ -370,7 +438,7 @@ def model_scaled_mm(dims: Dims, ctx: OpContext, *, out_first: bool) -> OpCost:
     n = b[1]
     names = " ".join(ctx.kernel_names)
     compute = "int8" if _INT8.search(names) and not _FP8.search(names) else "fp8" if _FP8.search(names) else ""
-    scales = sum(_numel(t) for t in (_tensor(d) for d in dims[(3 if out_first else 2):]) if t) * 4
+    scales = sum(_numel(t) for t in (_tensor(d) for d in dims[(3 if out_first else 2) :]) if t) * 4
     nbytes = float(m * k + k * n + _numel(out) * 2 + scales)
     note = "8-bit inputs; output counted as 16-bit" + ("" if compute else "; FP8 or INT8 not stated by the kernel")
     return OpCost(2.0 * m * k * n, nbytes, compute, f"M={m} K={k} N={n}", note)
@@ -409,19 +477,34 @@ OP_MODELS: dict[str, OpModel] = {
 
 #: ops whose recorded inputs cannot give their cost, and why (checked by prefix after an exact-name miss)
 UNMODELLED_REASONS: tuple[tuple[str, str], ...] = (
-    ("vllm::unified_attention", "attention over a paged KV cache: the sequence lengths are tensor values, not "
-     "shapes, so the KV read is unknown (report --by sol models it from --context)"),
-    ("vllm::unified_mla_attention", "MLA over a paged KV cache: the sequence lengths are tensor values, not shapes "
-     "(report --by sol models the KV read from --context)"),
+    (
+        "vllm::unified_attention",
+        "attention over a paged KV cache: the sequence lengths are tensor values, not "
+        "shapes, so the KV read is unknown (report --by sol models it from --context)",
+    ),
+    (
+        "vllm::unified_mla_attention",
+        "MLA over a paged KV cache: the sequence lengths are tensor values, not shapes "
+        "(report --by sol models the KV read from --context)",
+    ),
     ("_flashmla_C::", "FlashMLA: the sequence lengths are tensor values, not shapes"),
     ("_vllm_fa", "varlen FlashAttention: cu_seqlens are tensor values, not shapes"),
     ("vllm_flash_attn", "varlen FlashAttention: cu_seqlens are tensor values, not shapes"),
-    ("vllm::moe_forward", "the expert weights are module parameters, not inputs of the op: their shapes are not "
-     "recorded (report --by sol models the experts from --model-config)"),
-    ("vllm::inplace_fused_experts", "fused_experts: the weight element type (BF16, FP8 or packed int) is a flag "
-     "value, not a shape, and the Triton kernel name does not state it"),
-    ("vllm::outplace_fused_experts", "fused_experts: the weight element type (BF16, FP8 or packed int) is a flag "
-     "value, not a shape, and the Triton kernel name does not state it"),
+    (
+        "vllm::moe_forward",
+        "the expert weights are module parameters, not inputs of the op: their shapes are not "
+        "recorded (report --by sol models the experts from --model-config)",
+    ),
+    (
+        "vllm::inplace_fused_experts",
+        "fused_experts: the weight element type (BF16, FP8 or packed int) is a flag "
+        "value, not a shape, and the Triton kernel name does not state it",
+    ),
+    (
+        "vllm::outplace_fused_experts",
+        "fused_experts: the weight element type (BF16, FP8 or packed int) is a flag "
+        "value, not a shape, and the Triton kernel name does not state it",
+    ),
     ("_C::rotary_embedding", "head_size is a value, not a shape: the bytes rotated are not known"),
     ("symm_mem::", "a collective: compared with the all-reduce floor in report --by floor / --by sol"),
     ("c10d::", "a collective: compared with the all-reduce floor in report --by floor / --by sol"),

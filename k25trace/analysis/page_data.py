@@ -76,15 +76,20 @@ class ReportData:
         return f"{name}, level {level}" if level else name
 
 
-def collect(con: duckdb.DuckDBPyConnection, *, source: str = "", phase: str | None = None, top: int = 20,
-            buckets: int) -> ReportData:
+def collect(
+    con: duckdb.DuckDBPyConnection, *, source: str = "", phase: str | None = None, top: int = 20, buckets: int
+) -> ReportData:
     """Run every query the page needs (the report views and the representative steps' timelines)."""
     phase, note = report.resolve_phase(con, phase)
     notes = ([note] if note else []) + report.run_warnings(con) + report.alignment_warnings(con)
-    timelines = [step_timeline(con, row, buckets)
-                 for row in query_frame(con, "representative_steps", {"phase": phase}).iter_rows(named=True)]
+    timelines = [
+        step_timeline(con, row, buckets)
+        for row in query_frame(con, "representative_steps", {"phase": phase}).iter_rows(named=True)
+    ]
     return ReportData(
-        source=source, phase=phase, notes=notes,
+        source=source,
+        phase=phase,
+        notes=notes,
         runs=query_frame(con, "runs"),
         batch=report.breakdown(con, by="batch", phase=phase),
         idle=report.breakdown(con, by="idle", phase=phase),
@@ -104,9 +109,18 @@ def step_timeline(con: duckdb.DuckDBPyConnection, rep: dict[str, Any], buckets: 
     lanes_frame = query_frame(con, "step_lanes", {"run_id": rep["run_id"], "step_index": rep["step_index"]})
     lanes_frame = lanes_frame.filter(pl.col("wall_ns") > 0)
     timeline = Timeline(
-        run_id=rep["run_id"], level=rep["level"], batch_size=rep["batch_size"], step_index=rep["step_index"],
-        candidates=rep["candidates"], wall_ms=rep["wall_ms"], median_wall_ms=rep["median_wall_ms"],
-        inferred=bool(rep["inferred"]), start_ns=0, end_ns=0, buckets=buckets, lanes=[],
+        run_id=rep["run_id"],
+        level=rep["level"],
+        batch_size=rep["batch_size"],
+        step_index=rep["step_index"],
+        candidates=rep["candidates"],
+        wall_ms=rep["wall_ms"],
+        median_wall_ms=rep["median_wall_ms"],
+        inferred=bool(rep["inferred"]),
+        start_ns=0,
+        end_ns=0,
+        buckets=buckets,
+        lanes=[],
     )
     if lanes_frame.is_empty():
         return timeline
@@ -114,13 +128,31 @@ def step_timeline(con: duckdb.DuckDBPyConnection, rep: dict[str, Any], buckets: 
     end = int(cast(int, lanes_frame["aligned_end_ns"].max()))
     timeline.start_ns, timeline.end_ns = start, end
     for row in lanes_frame.iter_rows(named=True):
-        lane = Lane(rank=row["rank"], trace_id=row["trace_id"], offset_ns=row["offset_ns"], aligned=row["aligned"],
-                    start_ns=row["aligned_start_ns"], end_ns=row["aligned_end_ns"], wall_ns=row["wall_ns"],
-                    idle_ns=row["idle_ns"], collectives=row["collectives"], wait_ns=row["wait_ns"],
-                    caused_wait_ns=row["caused_wait_ns"], marker=row["marker"])
-        slices = query_frame(con, "browse_step_timeline", {
-            "trace_id": lane.trace_id, "step_index": rep["step_index"], "start_ns": start + lane.offset_ns,
-            "end_ns": end + lane.offset_ns, "buckets": buckets})["category"].to_list()
+        lane = Lane(
+            rank=row["rank"],
+            trace_id=row["trace_id"],
+            offset_ns=row["offset_ns"],
+            aligned=row["aligned"],
+            start_ns=row["aligned_start_ns"],
+            end_ns=row["aligned_end_ns"],
+            wall_ns=row["wall_ns"],
+            idle_ns=row["idle_ns"],
+            collectives=row["collectives"],
+            wait_ns=row["wait_ns"],
+            caused_wait_ns=row["caused_wait_ns"],
+            marker=row["marker"],
+        )
+        slices = query_frame(
+            con,
+            "browse_step_timeline",
+            {
+                "trace_id": lane.trace_id,
+                "step_index": rep["step_index"],
+                "start_ns": start + lane.offset_ns,
+                "end_ns": end + lane.offset_ns,
+                "buckets": buckets,
+            },
+        )["category"].to_list()
         for i in range(len(slices)):  # slices wholly outside this rank's own step are not drawn
             s0, s1 = start + (end - start) * i // buckets, start + (end - start) * (i + 1) // buckets
             if s1 <= lane.start_ns or s0 >= lane.end_ns:
@@ -174,12 +206,23 @@ def bars(frame: pl.DataFrame, category_order: Sequence[str]) -> list[Bar]:
     for (run_id, batch), group in groups(frame, ["run_id", "batch_size"]):
         first = group.row(0, named=True)
         by_cat = {r["category"]: r for r in group.iter_rows(named=True)}
-        order = [c for c in category_order if c in by_cat] + sorted(c for c in by_cat if c not in category_order
-                                                                    and c not in ("overlap", "idle"))
+        order = [c for c in category_order if c in by_cat] + sorted(
+            c for c in by_cat if c not in category_order and c not in ("overlap", "idle")
+        )
         order += [c for c in ("overlap", "idle") if c in by_cat]
-        out.append(Bar(run_id=run_id, batch=batch, level=first["level"], steps=first["steps"], ranks=first["ranks"],
-                       step_ms=first["step_ms"], median_ms=first["median_step_ms"], idle_pct=first["idle_pct"],
-                       segments=[by_cat[c] for c in order]))
+        out.append(
+            Bar(
+                run_id=run_id,
+                batch=batch,
+                level=first["level"],
+                steps=first["steps"],
+                ranks=first["ranks"],
+                step_ms=first["step_ms"],
+                median_ms=first["median_step_ms"],
+                idle_pct=first["idle_pct"],
+                segments=[by_cat[c] for c in order],
+            )
+        )
     return out
 
 
@@ -230,5 +273,6 @@ def box(values: list[float]) -> Box:
     iqr = q3 - q1
     lo_fence, hi_fence = q1 - 1.5 * iqr, q3 + 1.5 * iqr
     inside = [v for v in values if lo_fence <= v <= hi_fence] or values
-    return Box(q1=q1, median=med, q3=q3, lo_fence=lo_fence, hi_fence=hi_fence, whisker_lo=min(inside),
-               whisker_hi=max(inside))
+    return Box(
+        q1=q1, median=med, q3=q3, lo_fence=lo_fence, hi_fence=hi_fence, whisker_lo=min(inside), whisker_hi=max(inside)
+    )

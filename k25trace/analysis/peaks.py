@@ -18,13 +18,43 @@ from k25trace.csvfile import read_commented_csv
 from k25trace.db import queries_dir, query_frame
 from k25trace.errors import K25Error
 
-PEAK_COLUMNS = ("device", "name_pattern", "compute", "sms", "memory_gb", "bf16_tflops", "fp8_tflops", "int8_tops",
-                "fp4_tflops", "tf32_tflops", "fp32_tflops", "hbm_gbps", "interconnect_gbps", "interconnect", "source")
-NUMERIC_PEAKS = ("bf16_tflops", "fp8_tflops", "int8_tops", "fp4_tflops", "tf32_tflops", "fp32_tflops", "hbm_gbps",
-                 "interconnect_gbps")
+PEAK_COLUMNS = (
+    "device",
+    "name_pattern",
+    "compute",
+    "sms",
+    "memory_gb",
+    "bf16_tflops",
+    "fp8_tflops",
+    "int8_tops",
+    "fp4_tflops",
+    "tf32_tflops",
+    "fp32_tflops",
+    "hbm_gbps",
+    "interconnect_gbps",
+    "interconnect",
+    "source",
+)
+NUMERIC_PEAKS = (
+    "bf16_tflops",
+    "fp8_tflops",
+    "int8_tops",
+    "fp4_tflops",
+    "tf32_tflops",
+    "fp32_tflops",
+    "hbm_gbps",
+    "interconnect_gbps",
+)
 #: which peak column a compute dtype runs at (W4A16/W8A16 dequantize to 16 bit: bf16)
-COMPUTE_PEAK = {"bf16": "bf16_tflops", "fp16": "bf16_tflops", "fp8": "fp8_tflops", "int8": "int8_tops",
-                "fp4": "fp4_tflops", "tf32": "tf32_tflops", "fp32": "fp32_tflops"}
+COMPUTE_PEAK = {
+    "bf16": "bf16_tflops",
+    "fp16": "bf16_tflops",
+    "fp8": "fp8_tflops",
+    "int8": "int8_tops",
+    "fp4": "fp4_tflops",
+    "tf32": "tf32_tflops",
+    "fp32": "fp32_tflops",
+}
 
 
 @dataclass(frozen=True)
@@ -68,8 +98,14 @@ def builtin_peaks_path() -> Path:
 def read_peaks(path: Path, *, origin: str | None = None) -> list[Peaks]:
     """Parse a peaks CSV (``#`` lines are comments); errors name the file and line."""
     origin = origin or f"user:{path}"
-    table = read_commented_csv(path, columns=PEAK_COLUMNS, required="device", unreadable="cannot read the peaks file",
-                               no_header="a peaks file needs a header line with the columns", noun="peaks")
+    table = read_commented_csv(
+        path,
+        columns=PEAK_COLUMNS,
+        required="device",
+        unreadable="cannot read the peaks file",
+        no_header="a peaks file needs a header line with the columns",
+        noun="peaks",
+    )
     out = []
     for line in table.rows:
         row = line.fields
@@ -100,10 +136,15 @@ def read_peaks(path: Path, *, origin: str | None = None) -> list[Peaks]:
             raise K25Error(f"{where}: compute {compute!r} must read major.minor (e.g. 9.0)")
         sms = num("sms")
         peaks = Peaks(
-            device=(row.get("device") or "").strip(), name_pattern=pattern, compute=compute,
-            sms=int(sms) if sms is not None else None, memory_gb=num("memory_gb"),
-            values={c: num(c) for c in NUMERIC_PEAKS}, interconnect=(row.get("interconnect") or "").strip(),
-            source=(row.get("source") or "").strip(), origin=origin,
+            device=(row.get("device") or "").strip(),
+            name_pattern=pattern,
+            compute=compute,
+            sms=int(sms) if sms is not None else None,
+            memory_gb=num("memory_gb"),
+            values={c: num(c) for c in NUMERIC_PEAKS},
+            interconnect=(row.get("interconnect") or "").strip(),
+            source=(row.get("source") or "").strip(),
+            origin=origin,
         )
         if not peaks.device:
             raise K25Error(f"{where}: the device column is empty")
@@ -153,4 +194,3 @@ def run_devices(con: duckdb.DuckDBPyConnection, peaks: Sequence[Peaks]) -> dict[
         if out.get(key) is None:
             out[key] = match_peaks(peaks, r["device_name"], device_props(r["device_properties"], r["device"]))
     return out
-

@@ -15,9 +15,27 @@ from k25trace.db import query_frame
 from k25trace.errors import K25Error
 from k25trace.vocab import ALL, CROSS_RANK_VIEWS, PHASES, VIEWS, check_phase, check_view
 
-__all__ = ["CROSS_RANK_VIEWS", "PHASES", "SOL_VIEWS", "VIEWS", "alignment_warnings", "allreduce_floor", "breakdown",
-           "check_filters", "empty_view_reason", "engine_steps", "far_activity_warnings", "refuse_filters",
-           "resolve_phase", "resolve_run", "run_labels", "run_warnings", "steps_seen", "summary", "view_filters"]
+__all__ = [
+    "CROSS_RANK_VIEWS",
+    "PHASES",
+    "SOL_VIEWS",
+    "VIEWS",
+    "alignment_warnings",
+    "allreduce_floor",
+    "breakdown",
+    "check_filters",
+    "empty_view_reason",
+    "engine_steps",
+    "far_activity_warnings",
+    "refuse_filters",
+    "resolve_phase",
+    "resolve_run",
+    "run_labels",
+    "run_warnings",
+    "steps_seen",
+    "summary",
+    "view_filters",
+]
 
 SOL_VIEWS = ("roofline", "sol")
 """The views :mod:`.sol` computes (:func:`.sol.roofline`, :func:`.sol.step_sol`)."""
@@ -54,9 +72,17 @@ _WHY_NOT = {  # why a view does not take a filter
 }
 
 
-def breakdown(con: duckdb.DuckDBPyConnection, *, by: str = "batch", phase: str = "decode", rank: int | None = None,
-              trace_id: int | None = None, batch_size: int | None = None, run_id: str | None = None,
-              top: int = 20) -> pl.DataFrame:
+def breakdown(
+    con: duckdb.DuckDBPyConnection,
+    *,
+    by: str = "batch",
+    phase: str = "decode",
+    rank: int | None = None,
+    trace_id: int | None = None,
+    batch_size: int | None = None,
+    run_id: str | None = None,
+    top: int = 20,
+) -> pl.DataFrame:
     """The table of one view (``by``): batch, category, step, rank, kernel, idle, timeline, comm, comm-site, comm-bw,
     rank-comm, floor, layer or layer-late, over the steps of ``phase`` (``'all'``: every phase), of one batch size
     and one run (``run_id``: :func:`resolve_run`) when given, optionally of one rank or trace (the views that take
@@ -67,8 +93,14 @@ def breakdown(con: duckdb.DuckDBPyConnection, *, by: str = "batch", phase: str =
         raise K25Error("view 'findings' is computed by analysis.findings (findings), above this module")
     refuse_filters(by, rank=rank, trace_id=trace_id, batch_size=batch_size, run_id=run_id)
     query, takes = _VIEW_QUERIES[by]
-    given = {"phase": check_phase(phase), "rank": rank, "trace_id": trace_id, "batch_size": batch_size,
-             "run_id": run_id, "top": top}
+    given = {
+        "phase": check_phase(phase),
+        "rank": rank,
+        "trace_id": trace_id,
+        "batch_size": batch_size,
+        "run_id": run_id,
+        "top": top,
+    }
     return query_frame(con, query, {name: given[name] for name in takes})
 
 
@@ -82,8 +114,9 @@ def view_filters(by: str) -> tuple[str, ...]:
     return _SOL_FILTERS if by in SOL_VIEWS else _VIEW_QUERIES[by][1]
 
 
-def refuse_filters(by: str, *, rank: int | None, trace_id: int | None, batch_size: int | None = None,
-                   run_id: str | None = None) -> None:
+def refuse_filters(
+    by: str, *, rank: int | None, trace_id: int | None, batch_size: int | None = None, run_id: str | None = None
+) -> None:
     """A K25Error when ``rank``, ``trace_id``, ``batch_size`` or ``run_id`` is given to a view that does not honour
     it (it would print every rank's, trace's, batch size's or run's rows as if they were the one asked for)."""
     takes = view_filters(by)
@@ -91,8 +124,7 @@ def refuse_filters(by: str, *, rank: int | None, trace_id: int | None, batch_siz
         if value is not None and name not in takes:
             option = FILTER_OPTIONS[name]
             honour = ", ".join(v for v in VIEWS if name in view_filters(v))
-            raise K25Error(f"--by {by} does not take {option}: {_WHY_NOT[name]} (views that take {option}: "
-                           f"{honour})")
+            raise K25Error(f"--by {by} does not take {option}: {_WHY_NOT[name]} (views that take {option}: {honour})")
 
 
 def _span(values: list[int]) -> str:
@@ -106,9 +138,16 @@ def _span(values: list[int]) -> str:
     return ", ".join(str(a) if a == b else f"{a}–{b}" for a, b in runs)
 
 
-def check_filters(con: duckdb.DuckDBPyConnection, *, phase: str, rank: int | None = None,
-                  trace_id: int | None = None, batch_size: int | None = None, run_id: str | None = None,
-                  with_empty: bool = False) -> None:
+def check_filters(
+    con: duckdb.DuckDBPyConnection,
+    *,
+    phase: str,
+    rank: int | None = None,
+    trace_id: int | None = None,
+    batch_size: int | None = None,
+    run_id: str | None = None,
+    with_empty: bool = False,
+) -> None:
     """A K25Error saying what exists when ``rank``, ``trace_id``, ``phase``, ``batch_size`` or ``run_id`` selects
     no step of the database: "no rank 99: ranks 0–1", "no trace 999: traces 1–2", "no prefill steps (rank 1):
     phases present: decode 9 engine steps (9 rank-steps); use --phase decode or --phase all", "no decode steps of
@@ -122,44 +161,75 @@ def check_filters(con: duckdb.DuckDBPyConnection, *, phase: str, rank: int | Non
     if rank is not None and rank not in set(ranks.values()):
         raise K25Error(f"no rank {rank}: ranks {_span(list(ranks.values())) or 'none (empty database)'}")
     if rank is not None and trace_id is not None and ranks.get(trace_id) != rank:
-        raise K25Error(f"trace {trace_id} is rank {ranks.get(trace_id)}, not rank {rank}: give one of --rank and "
-                       "--trace, or a trace of that rank")
-    where = ", ".join(w for w in (f"rank {rank}" if rank is not None else "",
-                                  f"trace {trace_id}" if trace_id is not None else "",
-                                  f"run {run_labels(con).get(run_id, run_id)}" if run_id is not None else "") if w)
+        raise K25Error(
+            f"trace {trace_id} is rank {ranks.get(trace_id)}, not rank {rank}: give one of --rank and "
+            "--trace, or a trace of that rank"
+        )
+    where = ", ".join(
+        w
+        for w in (
+            f"rank {rank}" if rank is not None else "",
+            f"trace {trace_id}" if trace_id is not None else "",
+            f"run {run_labels(con).get(run_id, run_id)}" if run_id is not None else "",
+        )
+        if w
+    )
     within = f" ({where})" if where else ""
     counts = query_frame(con, "report_selection", {"rank": rank, "trace_id": trace_id, "run_id": run_id})
     if with_empty:  # a view that lists empty steps too (--by step): they count as selected
         counts = counts.with_columns(rank_steps=pl.col("rank_steps") + pl.col("empty_steps"), empty_steps=0)
     if run_id is not None and counts.is_empty():
-        raise K25Error(f"no steps in run {run_labels(con).get(run_id, run_id)}"
-                       + (f" of {where.rsplit(', ', 1)[0]}" if rank is not None or trace_id is not None else ""))
+        raise K25Error(
+            f"no steps in run {run_labels(con).get(run_id, run_id)}"
+            + (f" of {where.rsplit(', ', 1)[0]}" if rank is not None or trace_id is not None else "")
+        )
     of_phase = counts if check_phase(phase) == ALL else counts.filter(pl.col("phase") == phase)
     if of_phase["rank_steps"].sum() == 0:
-        present = counts.group_by("phase").agg(pl.col("engine_steps").sum(), pl.col("rank_steps").sum(),
-                                               pl.col("empty_steps").sum()).sort("phase")
+        present = (
+            counts.group_by("phase")
+            .agg(pl.col("engine_steps").sum(), pl.col("rank_steps").sum(), pl.col("empty_steps").sum())
+            .sort("phase")
+        )
         listed = ", ".join(f"{p} {_steps_text(e, r)}" for p, e, r, _ in present.iter_rows() if r) or "none"
         empty = int(of_phase["empty_steps"].sum())
         others = [p for p, _, r, _ in present.iter_rows() if r]
-        advice = f"; use --phase {others[0]}{' or --phase all' if phase != ALL else ''}" if len(others) == 1 else \
-            "; use --phase all" if others else ""
+        advice = (
+            f"; use --phase {others[0]}{' or --phase all' if phase != ALL else ''}"
+            if len(others) == 1
+            else "; use --phase all"
+            if others
+            else ""
+        )
         what = "steps" if phase == ALL else f"{phase} steps"
-        raise K25Error(f"no {what}{within}"
-                       + (f" with GPU work ({empty} empty {what}, no GPU activity)" if empty else "")
-                       + f": phases present: {listed}{advice}")
+        raise K25Error(
+            f"no {what}{within}"
+            + (f" with GPU work ({empty} empty {what}, no GPU activity)" if empty else "")
+            + f": phases present: {listed}{advice}"
+        )
     if batch_size is None:
         return
     if of_phase.filter(pl.col("batch_size") == batch_size)["rank_steps"].sum() == 0:
-        sizes = of_phase.filter(pl.col("rank_steps") > 0).group_by("batch_size").agg(
-            pl.col("engine_steps").sum(), pl.col("rank_steps").sum()).sort("batch_size", nulls_last=True)
-        listed = ", ".join(f"{'none (inferred steps)' if b is None else b}: {_steps_text(e, r)}"
-                           for b, e, r in sizes.iter_rows())
+        sizes = (
+            of_phase.filter(pl.col("rank_steps") > 0)
+            .group_by("batch_size")
+            .agg(pl.col("engine_steps").sum(), pl.col("rank_steps").sum())
+            .sort("batch_size", nulls_last=True)
+        )
+        listed = ", ".join(
+            f"{'none (inferred steps)' if b is None else b}: {_steps_text(e, r)}" for b, e, r in sizes.iter_rows()
+        )
         what = "steps" if phase == ALL else f"{phase} steps"
         raise K25Error(f"no {what} of batch size {batch_size}{within}: batch sizes present: {listed}")
 
 
-def engine_steps(con: duckdb.DuckDBPyConnection, *, phase: str, rank: int | None = None, trace_id: int | None = None,
-                 run_id: str | None = None) -> dict[tuple[str, int | None], int]:
+def engine_steps(
+    con: duckdb.DuckDBPyConnection,
+    *,
+    phase: str,
+    rank: int | None = None,
+    trace_id: int | None = None,
+    run_id: str | None = None,
+) -> dict[tuple[str, int | None], int]:
     """(run id, batch size) → its engine steps with GPU work (one scheduler step, however many ranks saw it) among
     the steps the filters select; a breakdown's ``steps`` column counts rank-steps instead."""
     counts = query_frame(con, "report_selection", {"rank": rank, "trace_id": trace_id, "run_id": run_id})
@@ -186,8 +256,10 @@ def steps_seen(engine: int | None, rank_steps: int, ranks: int) -> str:
 def _steps_text(engine_steps: int, rank_steps: int) -> str:
     """``'9 engine steps (18 rank-steps)'``: an engine step is one scheduler step, seen on every rank; a rank-step
     is one rank's observation of it."""
-    return (f"{engine_steps} engine step{'s' if engine_steps != 1 else ''} "
-            f"({rank_steps} rank-step{'s' if rank_steps != 1 else ''})")
+    return (
+        f"{engine_steps} engine step{'s' if engine_steps != 1 else ''} "
+        f"({rank_steps} rank-step{'s' if rank_steps != 1 else ''})"
+    )
 
 
 _PAIRED_VIEWS = ("comm", "comm-site", "comm-bw", "rank-comm", "layer-late")
@@ -202,9 +274,11 @@ def empty_view_reason(con: duckdb.DuckDBPyConnection, by: str, phase: str) -> st
         ranks = query_frame(con, "report_selection", {"rank": None, "trace_id": None, "run_id": None})["ranks"]
         if by in _PAIRED_VIEWS and _int(ranks.max()) <= 1:
             worlds = sorted(set(int(w) for w in summary(con)["world_size"].drop_nulls().to_list()))
-            return (f"--by {by} pairs the collectives of a run's ranks, and each run here has one rank loaded"
-                    + (f" (of world size {', '.join(map(str, worlds))})" if worlds and max(worlds) > 1 else "")
-                    + ": load every rank's trace of the run into the database")
+            return (
+                f"--by {by} pairs the collectives of a run's ranks, and each run here has one rank loaded"
+                + (f" (of world size {', '.join(map(str, worlds))})" if worlds and max(worlds) > 1 else "")
+                + ": load every rank's trace of the run into the database"
+            )
         return f"--by {by}: the {what} hold no {'all-reduce' if by == 'floor' else 'collective'} kernels"
     if by in ("layer", "layer-late"):
         return f"--by {by}: no layer segments were found in the {what} (see docs/methods.md, layers)"
@@ -257,9 +331,11 @@ def resolve_phase(con: duckdb.DuckDBPyConnection, phase: str | None) -> tuple[st
     if inferred.is_empty():
         return "decode", None
     names = ", ".join(inferred["file_name"].head(4).to_list()) + (" …" if inferred.height > 4 else "")
-    return "all", (f"no step markers in {inferred.height} trace(s) ({names}); looked for "
-                   f"{', '.join(MARKER_FORMS)}. Showing the {int(inferred['steps'].sum())} steps inferred from GPU "
-                   f"idle gaps (phase unknown, no batch size); --phase decode shows marker steps only.")
+    return "all", (
+        f"no step markers in {inferred.height} trace(s) ({names}); looked for "
+        f"{', '.join(MARKER_FORMS)}. Showing the {int(inferred['steps'].sum())} steps inferred from GPU "
+        f"idle gaps (phase unknown, no batch size); --phase decode shows marker steps only."
+    )
 
 
 def alignment_warnings(con: duckdb.DuckDBPyConnection) -> list[str]:
@@ -268,20 +344,26 @@ def alignment_warnings(con: duckdb.DuckDBPyConnection) -> list[str]:
     for r in query_frame(con, "report_alignment").iter_rows(named=True):
         what = []
         if r["residual_p90_us"] is not None and r["alignment"] == "poor":
-            what.append(f"paired collectives end {r['residual_p90_us']:,.1f} µs apart at p90 after clock alignment "
-                        f"(median transfer {r['transfer_p50_us']:,.1f} µs)")
+            what.append(
+                f"paired collectives end {r['residual_p90_us']:,.1f} µs apart at p90 after clock alignment "
+                f"(median transfer {r['transfer_p50_us']:,.1f} µs)"
+            )
         if r["unpaired_events"]:
             what.append(f"{r['unpaired_events']} of {r['collective_events']} collective kernels could not be paired")
-        lines.append(f"{r['run_label']}: cross-rank wait and straggler figures are approximate: "
-                     + "; ".join(what or ["nothing could be paired"]))
+        lines.append(
+            f"{r['run_label']}: cross-rank wait and straggler figures are approximate: "
+            + "; ".join(what or ["nothing could be paired"])
+        )
     return lines
 
 
 def run_warnings(con: duckdb.DuckDBPyConnection) -> list[str]:
     """One line per rank that two or more files of one run claim (kept apart as sessions; ``trace_runs``)."""
-    return [f"{r['run']}: {r['files']} files claim rank {r['rank']} ({r['sessions']}); kept apart as sessions (the "
-            "k-th file of each rank, by first event, is session k)"
-            for r in query_frame(con, "report_run_duplicates").iter_rows(named=True)]
+    return [
+        f"{r['run']}: {r['files']} files claim rank {r['rank']} ({r['sessions']}); kept apart as sessions (the "
+        "k-th file of each rank, by first event, is session k)"
+        for r in query_frame(con, "report_run_duplicates").iter_rows(named=True)
+    ]
 
 
 def far_activity_warnings(con: duckdb.DuckDBPyConnection, trace_ids: set[int] | None = None) -> list[str]:
@@ -291,9 +373,11 @@ def far_activity_warnings(con: duckdb.DuckDBPyConnection, trace_ids: set[int] | 
     for r in query_frame(con, "report_far_activities").iter_rows(named=True):
         if trace_ids is None or r["trace_id"] in trace_ids:
             n = r["far_activities"]
-            lines.append(f"{r['path']}: {n:,} GPU {'activity' if n == 1 else 'activities'} timestamped far outside "
-                         "the trace (more than 1 s past its CPU span and the GPU work after it) "
-                         f"{'was' if n == 1 else 'were'} kept out of its steps")
+            lines.append(
+                f"{r['path']}: {n:,} GPU {'activity' if n == 1 else 'activities'} timestamped far outside "
+                "the trace (more than 1 s past its CPU span and the GPU work after it) "
+                f"{'was' if n == 1 else 'were'} kept out of its steps"
+            )
     return lines
 
 

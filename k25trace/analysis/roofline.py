@@ -93,13 +93,25 @@ def _cost_row(row: _Row, run_dtype: dict[str, str]) -> None:
 def eager_rows(frame: pl.DataFrame) -> list[_Row]:
     rows = []
     for r in frame.iter_rows(named=True):
-        rows.append(_Row(
-            run_id=r["run_id"], phase=r["phase"], batch_size=r["batch_size"], world_size=r["world_size"],
-            device_name=r["device_name"], steps=r["steps"], source="eager", op=r["op"],
-            input_dims=_compact_dims(r["input_dims"]), kernel_set=r["kernel_set"], calls=r["calls"],
-            kernels=r["kernels"], kernel_ns=r["kernel_ns"], categories=list(r["categories"] or []),
-            kernel_names=tuple(r["kernel_names"] or ()),
-        ))
+        rows.append(
+            _Row(
+                run_id=r["run_id"],
+                phase=r["phase"],
+                batch_size=r["batch_size"],
+                world_size=r["world_size"],
+                device_name=r["device_name"],
+                steps=r["steps"],
+                source="eager",
+                op=r["op"],
+                input_dims=_compact_dims(r["input_dims"]),
+                kernel_set=r["kernel_set"],
+                calls=r["calls"],
+                kernels=r["kernels"],
+                kernel_ns=r["kernel_ns"],
+                categories=list(r["categories"] or []),
+                kernel_names=tuple(r["kernel_names"] or ()),
+            )
+        )
     return _merge(rows)
 
 
@@ -107,8 +119,16 @@ def _merge(rows: list[_Row]) -> list[_Row]:
     """Rows equal after normalising the dims text (pretty-printed vs compact JSON) become one."""
     merged: dict[tuple, _Row] = {}
     for row in rows:
-        key = (row.run_id, row.phase, row.batch_size, row.device_name, row.source, row.op, row.input_dims,
-               row.kernel_set)
+        key = (
+            row.run_id,
+            row.phase,
+            row.batch_size,
+            row.device_name,
+            row.source,
+            row.op,
+            row.input_dims,
+            row.kernel_set,
+        )
         have = merged.get(key)
         if have is None:
             merged[key] = row
@@ -149,8 +169,9 @@ def carry_graph_kernels(graph: pl.DataFrame, eager: pl.DataFrame) -> list[_Row]:
         ctx_key = (first["device_name"], first["world_size"], first["phase"], first["batch_size"])
         by_sig = {g["sig"]: g for g in group}
         used: set[str] = set()
-        candidates = {next(iter(owners[ctx_key + (sig,)])) for sig in by_sig
-                      if len(owners.get((*ctx_key, sig), ())) == 1}
+        candidates = {
+            next(iter(owners[ctx_key + (sig,)])) for sig in by_sig if len(owners.get((*ctx_key, sig), ())) == 1
+        }
         for op, dims, kernel_set in sorted(candidates, key=str):
             need = Counter(kernel_set.split(" "))
             if any(owners.get((*ctx_key, sig)) != {(op, dims, kernel_set)} or sig not in by_sig for sig in need):
@@ -161,33 +182,65 @@ def carry_graph_kernels(graph: pl.DataFrame, eager: pl.DataFrame) -> list[_Row]:
             calls = int(next(iter(ratios)))
             used.update(need)
             info = shapes[ctx_key + (op, dims, kernel_set)]
-            out.append(_Row(
-                run_id=run_id, phase=first["phase"], batch_size=first["batch_size"], world_size=first["world_size"],
-                device_name=first["device_name"], steps=0, source="graph", op=op, input_dims=dims,
-                kernel_set=kernel_set, calls=calls, kernels=sum(by_sig[s]["kernels"] for s in need),
-                kernel_ns=sum(by_sig[s]["kernel_ns"] for s in need), categories=sorted(info["categories"]),
-                kernel_names=tuple(sorted(info["names"])),
-                note="shapes carried from eager calls with the same kernels (name, grid, block)",
-            ))
+            out.append(
+                _Row(
+                    run_id=run_id,
+                    phase=first["phase"],
+                    batch_size=first["batch_size"],
+                    world_size=first["world_size"],
+                    device_name=first["device_name"],
+                    steps=0,
+                    source="graph",
+                    op=op,
+                    input_dims=dims,
+                    kernel_set=kernel_set,
+                    calls=calls,
+                    kernels=sum(by_sig[s]["kernels"] for s in need),
+                    kernel_ns=sum(by_sig[s]["kernel_ns"] for s in need),
+                    categories=sorted(info["categories"]),
+                    kernel_names=tuple(sorted(info["names"])),
+                    note="shapes carried from eager calls with the same kernels (name, grid, block)",
+                )
+            )
         for sig, g in by_sig.items():
             if sig in used:
                 continue
             owned = owners.get((*ctx_key, sig), set())
             if not owned:
-                why = (f"CUDA-graph replay: no eager {first['phase']} step of batch {first['batch_size']} on this "
-                       "device ran this kernel with the same grid and block, so its shapes are unknown")
+                why = (
+                    f"CUDA-graph replay: no eager {first['phase']} step of batch {first['batch_size']} on this "
+                    "device ran this kernel with the same grid and block, so its shapes are unknown"
+                )
             elif len(owned) > 1:
-                why = (f"CUDA-graph replay: in eager steps the same kernel (name, grid, block) ran for {len(owned)} "
-                       "different op shapes, so the match is ambiguous")
+                why = (
+                    f"CUDA-graph replay: in eager steps the same kernel (name, grid, block) ran for {len(owned)} "
+                    "different op shapes, so the match is ambiguous"
+                )
             else:
-                why = ("CUDA-graph replay: the eager op launched other kernels too, and their counts in the graph do "
-                       "not match, so the match is ambiguous")
-            out.append(_Row(
-                run_id=run_id, phase=first["phase"], batch_size=first["batch_size"], world_size=first["world_size"],
-                device_name=first["device_name"], steps=0, source="graph", op=None, input_dims=None,
-                kernel_set=sig, calls=g["kernels"], kernels=g["kernels"], kernel_ns=g["kernel_ns"],
-                categories=[g["category"]], kernel_names=(g["short_name"],), reason=why,
-            ))
+                why = (
+                    "CUDA-graph replay: the eager op launched other kernels too, and their counts in the graph do "
+                    "not match, so the match is ambiguous"
+                )
+            out.append(
+                _Row(
+                    run_id=run_id,
+                    phase=first["phase"],
+                    batch_size=first["batch_size"],
+                    world_size=first["world_size"],
+                    device_name=first["device_name"],
+                    steps=0,
+                    source="graph",
+                    op=None,
+                    input_dims=None,
+                    kernel_set=sig,
+                    calls=g["kernels"],
+                    kernels=g["kernels"],
+                    kernel_ns=g["kernel_ns"],
+                    categories=[g["category"]],
+                    kernel_names=(g["short_name"],),
+                    reason=why,
+                )
+            )
     return out
 
 
@@ -215,35 +268,80 @@ def _graph_merge(rows: list[_Row], steps: dict[tuple, int]) -> list[_Row]:
 
 
 ROOFLINE_COLUMNS = (
-    "run_id", "batch_size", "source", "op", "shape", "dtype", "calls_per_step", "us_per_call", "ms_per_step",
-    "gflop_per_call", "mb_per_call", "tflops", "gbps", "pct_peak_flops", "pct_peak_hbm", "intensity", "ridge",
-    "bound", "sol_us", "pct_of_sol", "category", "device", "dtype_source", "kernels_per_call", "calls", "steps",
-    "input_dims", "note",
+    "run_id",
+    "batch_size",
+    "source",
+    "op",
+    "shape",
+    "dtype",
+    "calls_per_step",
+    "us_per_call",
+    "ms_per_step",
+    "gflop_per_call",
+    "mb_per_call",
+    "tflops",
+    "gbps",
+    "pct_peak_flops",
+    "pct_peak_hbm",
+    "intensity",
+    "ridge",
+    "bound",
+    "sol_us",
+    "pct_of_sol",
+    "category",
+    "device",
+    "dtype_source",
+    "kernels_per_call",
+    "calls",
+    "steps",
+    "input_dims",
+    "note",
 )
 
 
 def _metrics(row: _Row, peaks: Peaks | None) -> dict[str, Any]:
     us = row.kernel_ns / row.calls / 1e3 if row.calls else None
     out: dict[str, Any] = {
-        "run_id": row.run_id, "batch_size": row.batch_size, "source": row.source,
+        "run_id": row.run_id,
+        "batch_size": row.batch_size,
+        "source": row.source,
         "op": row.op if row.op is not None else f"({', '.join(row.kernel_names)[:120]})",
-        "shape": None, "dtype": row.dtype, "calls_per_step": row.calls / row.steps if row.steps else None,
-        "us_per_call": us, "ms_per_step": row.kernel_ns / 1e6 / row.steps if row.steps else None,
-        "category": ",".join(row.categories), "device": peaks.device if peaks else None,
-        "dtype_source": row.dtype_source or None, "kernels_per_call": row.kernels / row.calls if row.calls else None,
-        "calls": int(row.calls), "steps": row.steps, "input_dims": row.input_dims, "note": row.reason or row.note,
+        "shape": None,
+        "dtype": row.dtype,
+        "calls_per_step": row.calls / row.steps if row.steps else None,
+        "us_per_call": us,
+        "ms_per_step": row.kernel_ns / 1e6 / row.steps if row.steps else None,
+        "category": ",".join(row.categories),
+        "device": peaks.device if peaks else None,
+        "dtype_source": row.dtype_source or None,
+        "kernels_per_call": row.kernels / row.calls if row.calls else None,
+        "calls": int(row.calls),
+        "steps": row.steps,
+        "input_dims": row.input_dims,
+        "note": row.reason or row.note,
     }
     cost = row.cost
     if cost is None or not row.kernel_ns:
         out["bound"] = "unmodelled" if cost is None else None
         return out
-    note = "; ".join(x for x in (cost.note, row.note, f"dtype from the {row.dtype_source}'s kernel names"
-                                 if row.dtype_source == "run" else "") if x)
-    out.update(shape=cost.shape, note=note, mb_per_call=cost.bytes / 1e6,
-               gbps=cost.bytes * row.calls / row.kernel_ns,
-               gflop_per_call=cost.flops / 1e9 if cost.flops is not None else None,
-               tflops=cost.flops * row.calls / row.kernel_ns / 1e3 if cost.flops is not None else None,
-               intensity=cost.flops / cost.bytes if cost.flops is not None and cost.bytes else None)
+    note = "; ".join(
+        x
+        for x in (
+            cost.note,
+            row.note,
+            f"dtype from the {row.dtype_source}'s kernel names" if row.dtype_source == "run" else "",
+        )
+        if x
+    )
+    out.update(
+        shape=cost.shape,
+        note=note,
+        mb_per_call=cost.bytes / 1e6,
+        gbps=cost.bytes * row.calls / row.kernel_ns,
+        gflop_per_call=cost.flops / 1e9 if cost.flops is not None else None,
+        tflops=cost.flops * row.calls / row.kernel_ns / 1e3 if cost.flops is not None else None,
+        intensity=cost.flops / cost.bytes if cost.flops is not None and cost.bytes else None,
+    )
     hbm = peaks.peak("hbm_gbps") if peaks else None
     flops_peak = peaks.peak(COMPUTE_PEAK[cost.compute]) if peaks and cost.compute in COMPUTE_PEAK else None
     if hbm:
@@ -265,8 +363,15 @@ def _metrics(row: _Row, peaks: Peaks | None) -> dict[str, Any]:
     return out
 
 
-def roofline(con: duckdb.DuckDBPyConnection, *, phase: str = "decode", rank: int | None = None,
-             trace_id: int | None = None, top: int | None = None, peaks_file: Path | None = None) -> pl.DataFrame:
+def roofline(
+    con: duckdb.DuckDBPyConnection,
+    *,
+    phase: str = "decode",
+    rank: int | None = None,
+    trace_id: int | None = None,
+    top: int | None = None,
+    peaks_file: Path | None = None,
+) -> pl.DataFrame:
     """``report --by roofline``: per run, batch size and op shape, achieved TFLOP/s and GB/s against the device's
     peaks (eager calls, and CUDA-graph kernels whose shapes carry over unambiguously); unmodelled ops listed with
     the reason. Sorted by time per step within each (run, batch size); ``top`` keeps that many rows per group."""
@@ -278,8 +383,11 @@ def roofline(con: duckdb.DuckDBPyConnection, *, phase: str = "decode", rank: int
     graph = query_frame(con, "sol_graph_kernels", params)
     rows = eager_rows(eager)
     if not graph.is_empty():
-        source = eager if rank is None and trace_id is None else query_frame(
-            con, "sol_op_calls", {"phase": phase, "rank": None, "trace_id": None})
+        source = (
+            eager
+            if rank is None and trace_id is None
+            else query_frame(con, "sol_op_calls", {"phase": phase, "rank": None, "trace_id": None})
+        )
         steps = query_frame(con, "sol_step_counts", params)
         counts = {(r["run_id"], r["phase"], r["batch_size"]): r["steps"] for r in steps.iter_rows(named=True)}
         rows += _graph_merge(carry_graph_kernels(graph, source), counts)
@@ -288,8 +396,11 @@ def roofline(con: duckdb.DuckDBPyConnection, *, phase: str = "decode", rank: int
         if row.cost is None and not row.reason:
             _cost_row(row, run_dtype)
     records = [_metrics(row, devices.get((row.run_id, row.device_name))) for row in rows]
-    frame = pl.DataFrame(records, schema=_roofline_schema(), orient="row") if records else pl.DataFrame(
-        schema=_roofline_schema())
+    frame = (
+        pl.DataFrame(records, schema=_roofline_schema(), orient="row")
+        if records
+        else pl.DataFrame(schema=_roofline_schema())
+    )
     frame = frame.sort(["run_id", "batch_size", "ms_per_step"], descending=[False, False, True], nulls_last=True)
     if top:
         frame = frame.filter(pl.int_range(pl.len()).over(["run_id", "batch_size"]) < top)
@@ -297,7 +408,23 @@ def roofline(con: duckdb.DuckDBPyConnection, *, phase: str = "decode", rank: int
 
 
 def _roofline_schema() -> dict[str, Any]:
-    floats = {"calls_per_step", "us_per_call", "ms_per_step", "gflop_per_call", "mb_per_call", "tflops", "gbps",
-              "pct_peak_flops", "pct_peak_hbm", "intensity", "ridge", "sol_us", "pct_of_sol", "kernels_per_call"}
-    return {c: (pl.Float64 if c in floats else pl.Int64 if c in ("batch_size", "calls", "steps") else pl.Utf8)
-            for c in ROOFLINE_COLUMNS}
+    floats = {
+        "calls_per_step",
+        "us_per_call",
+        "ms_per_step",
+        "gflop_per_call",
+        "mb_per_call",
+        "tflops",
+        "gbps",
+        "pct_peak_flops",
+        "pct_peak_hbm",
+        "intensity",
+        "ridge",
+        "sol_us",
+        "pct_of_sol",
+        "kernels_per_call",
+    }
+    return {
+        c: (pl.Float64 if c in floats else pl.Int64 if c in ("batch_size", "calls", "steps") else pl.Utf8)
+        for c in ROOFLINE_COLUMNS
+    }

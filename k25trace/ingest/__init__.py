@@ -21,7 +21,6 @@ The only module that reads trace JSON. Invariants:
 * Nothing outlives a load: decode workers end with their parent, shared memory is unlinked once mapped.
 """
 
-
 from __future__ import annotations
 
 import importlib
@@ -41,11 +40,25 @@ if TYPE_CHECKING:
 #   (decode processes), loader (DuckDB; the only module that imports it).
 # The loader's and the workers' names load lazily (PEP 562): a decode worker process imports the decode modules,
 # not DuckDB; importing this package (or start_workers) imports neither numpy nor pyarrow.
-_PUBLIC = {"Loader": "loader", "db_problem": "loader", "load_paths": "loader",
-           "pyarrow_skips_pandas": "workers", "start_workers": "workers"}
+_PUBLIC = {
+    "Loader": "loader",
+    "db_problem": "loader",
+    "load_paths": "loader",
+    "pyarrow_skips_pandas": "workers",
+    "start_workers": "workers",
+}
 __all__ = [
-    "FileResult", "LoadOptions", "Loader", "TraceFile", "db_problem",
-    "discover", "file_size", "is_frontend_name", "load_paths", "pyarrow_skips_pandas", "start_workers",
+    "FileResult",
+    "LoadOptions",
+    "Loader",
+    "TraceFile",
+    "db_problem",
+    "discover",
+    "file_size",
+    "is_frontend_name",
+    "load_paths",
+    "pyarrow_skips_pandas",
+    "start_workers",
 ]
 
 

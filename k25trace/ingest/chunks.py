@@ -15,8 +15,12 @@ from k25trace.ingest.scan import scan_chunk
 from k25trace.ingest.stream import _Reader, _Splitter
 
 
-def _decode_and_build(path: str, chunk: Any, keep_python: bool, where: tuple[int, int, list[int]] | None = None,
-                      ) -> Chunk:
+def _decode_and_build(
+    path: str,
+    chunk: Any,
+    keep_python: bool,
+    where: tuple[int, int, list[int]] | None = None,
+) -> Chunk:
     """One chunk of events -> staging tables (event ids local to the chunk). Nothing returned refers to ``chunk``.
 
     The cyclic garbage collector is paused meanwhile: a chunk is ~100k small acyclic structs, and the collections
@@ -53,8 +57,9 @@ def _decoded(splitter: _Splitter, chunk: bytearray | memoryview, keep_python: bo
     yield item
 
 
-def _one_block(reader: _Reader, splitter: _Splitter, keep_python: bool,
-               progress: Callable[[int], None]) -> Generator[Chunk, None, bool]:
+def _one_block(
+    reader: _Reader, splitter: _Splitter, keep_python: bool, progress: Callable[[int], None]
+) -> Generator[Chunk, None, bool]:
     """Read one block in this process and decode the chunk it completes, if any; False at the end of the file."""
     block = reader.read(limits.BLOCK_SIZE)
     reader.report(progress)
@@ -66,8 +71,9 @@ def _one_block(reader: _Reader, splitter: _Splitter, keep_python: bool,
     return True
 
 
-def _reused_block(reader: _Reader, splitter: _Splitter, buf: mmap.mmap, keep_python: bool,
-                  progress: Callable[[int], None]) -> Generator[Chunk, None, bool]:
+def _reused_block(
+    reader: _Reader, splitter: _Splitter, buf: mmap.mmap, keep_python: bool, progress: Callable[[int], None]
+) -> Generator[Chunk, None, bool]:
     """:func:`_one_block` in a buffer used again for every block (:meth:`_Splitter.cut_in`, as the workers' ring
     does): no fresh memory per block (a block read fresh is decompressed into new memory and copied once more into
     the splitter's text; on an 80 MB real-structure trace the reused buffer saved ~12 k page faults and 0.1-0.2 s
@@ -105,5 +111,3 @@ def _chunks(path: Path, keep_python: bool, progress: Callable[[int], None]) -> I
         reader.close()
         if buf is not None:
             buf.close()
-
-

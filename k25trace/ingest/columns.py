@@ -36,8 +36,9 @@ def _as_float(v: Any) -> float:
         return math.inf
 
 
-def _us(events: list[Any], get: Callable[[Any], Any],
-        none_is_zero: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
+def _us(
+    events: list[Any], get: Callable[[Any], Any], none_is_zero: bool = False
+) -> tuple[np.ndarray, np.ndarray | None]:
     """Each event's µs value (``get``) as float64, and the mask of the events that have none (None; None if no
     event lacks one). ``none_is_zero``: a missing value is 0 instead (a GPU activity without dur lasts 0).
 
@@ -154,12 +155,14 @@ def _ints(values: list[Any], typ: pa.DataType, convert: Callable[[Any], Any] = _
         try:
             return out.cast(typ)
         except pa.ArrowInvalid:  # beyond the column's width: NULL, like any value that is no number
-            return pa.array([v if v is not None and -(1 << 31) <= v < (1 << 31) else None for v in out.to_pylist()],
-                            typ)
+            return pa.array(
+                [v if v is not None and -(1 << 31) <= v < (1 << 31) else None for v in out.to_pylist()], typ
+            )
 
 
-def _getter_ints(items: list[Any], get: Callable[[Any], Any], typ: pa.DataType,
-                 convert: Callable[[Any], Any] = _int_or_none) -> pa.Array:
+def _getter_ints(
+    items: list[Any], get: Callable[[Any], Any], typ: pa.DataType, convert: Callable[[Any], Any] = _int_or_none
+) -> pa.Array:
     """:func:`_ints` of ``get(item)`` for each item, read straight from the items when every value is an integer
     that fits (no list in between)."""
     try:
@@ -210,8 +213,12 @@ def _raw_texts(raws: list[Any]) -> pa.Array:
     return pc.if_else(pa.array(absent), pa.scalar(None, pa.string()), texts)
 
 
-_API_OF_CAT = {"cuda_runtime": "cuda_runtime", "Runtime": "cuda_runtime", "cuda_driver": "cuda_driver",
-               "Driver": "cuda_driver"}
+_API_OF_CAT = {
+    "cuda_runtime": "cuda_runtime",
+    "Runtime": "cuda_runtime",
+    "cuda_driver": "cuda_driver",
+    "Driver": "cuda_driver",
+}
 
 
 def _mapped(values: list[str], mapping: dict[str, str]) -> pa.Array:
@@ -241,8 +248,12 @@ EXTRA_COLUMNS: dict[str, dict[str, _ColumnFn]] = {
     "py": {},
 }
 TABLE_ORDER = ("gpu", "launch", "ann", "ops", "py")
-_TABLE_OF_CAT = {**{c: "gpu" for c in GPU_CATS}, **{c: "launch" for c in LAUNCH_CATS}, "cpu_op": "ops",
-                 **{c: "ann" for c in ANNOTATION_CATS}}
+_TABLE_OF_CAT = {
+    **{c: "gpu" for c in GPU_CATS},
+    **{c: "launch" for c in LAUNCH_CATS},
+    "cpu_op": "ops",
+    **{c: "ann" for c in ANNOTATION_CATS},
+}
 
 
 def _table_of_type(keep_python: bool) -> dict[type, str | None]:
@@ -262,8 +273,9 @@ class _Routes:
         table_of = _table_of_type(keep_python)
         self.types = list(table_of)
         self.code_of = {t: i for i, t in enumerate(self.types)}
-        self.table_number = np.array([0 if table_of[t] is None else TABLE_ORDER.index(table_of[t]) + 1
-                                      for t in self.types], dtype=np.int8)
+        self.table_number = np.array(
+            [0 if table_of[t] is None else TABLE_ORDER.index(table_of[t]) + 1 for t in self.types], dtype=np.int8
+        )
 
 
 _ROUTES = {False: _Routes(False), True: _Routes(True)}
@@ -280,16 +292,20 @@ class _Columns:
 
     def build(self, events: list[Any], first_event_id: int) -> dict[str, pa.Table]:
         """Columns per staging table; GPU rows carry their ``name`` (the parent maps names to ids)."""
-        routed = self._route_tagged(events) if events and type(events[0]).__module__ == _EVENTS_MODULE \
-            and type(events[0]) is not Event else None
+        routed = (
+            self._route_tagged(events)
+            if events and type(events[0]).__module__ == _EVENTS_MODULE and type(events[0]) is not Event
+            else None
+        )
         if routed is None:
             routed = self._route_generic(events)
         out: dict[str, pa.Table] = {}
         for key in TABLE_ORDER:
             if key in routed:
                 rows, idx = routed[key]
-                out[key] = self._table(key, rows, pa.array(np.asarray(idx, dtype=np.int64) + first_event_id,
-                                                           pa.int64()))
+                out[key] = self._table(
+                    key, rows, pa.array(np.asarray(idx, dtype=np.int64) + first_event_id, pa.int64())
+                )
         return out
 
     def _table(self, key: str, rows: list[Any], ids: pa.Array) -> pa.Table:
@@ -298,8 +314,14 @@ class _Columns:
             return self._gpu_table(rows, ids)
         args = _args(rows, _EMPTY_ARGS) if EXTRA_COLUMNS[key] else []
         ts, dur, bad = _times(rows)
-        columns = {"event_id": ids, "name": _names(rows), "pid": _getter_ints(rows, _PID, pa.int64(), _pid),
-                   "tid": _getter_ints(rows, _TID, pa.int64(), _pid), "ts_ns": ts, "dur_ns": dur}
+        columns = {
+            "event_id": ids,
+            "name": _names(rows),
+            "pid": _getter_ints(rows, _PID, pa.int64(), _pid),
+            "tid": _getter_ints(rows, _TID, pa.int64(), _pid),
+            "ts_ns": ts,
+            "dur_ns": dur,
+        }
         for column, make in EXTRA_COLUMNS[key].items():
             columns[column] = make(rows, args)
         return self._checked(key, bad, columns)
@@ -404,33 +426,42 @@ class _Columns:
         if None in streams:
             streams = [s if s is not None else _pid(e.tid) for s, e in zip(streams, gpu, strict=True)]
         ts, dur, bad = _times(gpu, gpu=True)
-        return self._checked("gpu", bad, {
-            "event_id": ids,
-            "kind": _mapped(list(map(_CAT, gpu)), GPU_CATS),
-            "name": _names(gpu),
-            "device": _ints(devices, pa.int32()),
-            "stream": _ints(streams, pa.int64()),
-            "ts_ns": ts,
-            "dur_ns": dur,
-            "correlation": _arg_ints(args, "correlation", pa.int64()),
-            "external_id": _arg_ints(args, "external_id", pa.int64()),
-            **_dims("grid", list(map(attrgetter("grid"), args))),
-            **_dims("block", list(map(attrgetter("block"), args))),
-            "registers": _arg_ints(args, "registers", pa.int32()),
-            "shared_mem_bytes": _arg_ints(args, "shared_memory", pa.int32()),
-            "blocks_per_sm": pa.array(list(map(attrgetter("blocks_per_sm"), args)), pa.float64()),
-            "warps_per_sm": pa.array(list(map(attrgetter("warps_per_sm"), args)), pa.float64()),
-            "occupancy_pct": pa.array(list(map(attrgetter("occupancy"), args)), pa.float64()),
-            "bytes": _ints(list(map(attrgetter("bytes"), args)), pa.int64()),  # some traces write it as a string
-            **_collective_columns(args),
-        })
+        return self._checked(
+            "gpu",
+            bad,
+            {
+                "event_id": ids,
+                "kind": _mapped(list(map(_CAT, gpu)), GPU_CATS),
+                "name": _names(gpu),
+                "device": _ints(devices, pa.int32()),
+                "stream": _ints(streams, pa.int64()),
+                "ts_ns": ts,
+                "dur_ns": dur,
+                "correlation": _arg_ints(args, "correlation", pa.int64()),
+                "external_id": _arg_ints(args, "external_id", pa.int64()),
+                **_dims("grid", list(map(attrgetter("grid"), args))),
+                **_dims("block", list(map(attrgetter("block"), args))),
+                "registers": _arg_ints(args, "registers", pa.int32()),
+                "shared_mem_bytes": _arg_ints(args, "shared_memory", pa.int32()),
+                "blocks_per_sm": pa.array(list(map(attrgetter("blocks_per_sm"), args)), pa.float64()),
+                "warps_per_sm": pa.array(list(map(attrgetter("warps_per_sm"), args)), pa.float64()),
+                "occupancy_pct": pa.array(list(map(attrgetter("occupancy"), args)), pa.float64()),
+                "bytes": _ints(list(map(attrgetter("bytes"), args)), pa.int64()),  # some traces write it as a string
+                **_collective_columns(args),
+            },
+        )
 
 
 # A GPU activity's collective metadata (NCCL kernels): (column, args field, type); most rows have none of it.
-_COLLECTIVE_FIELDS = (("collective_name", "collective_name", pa.string()), ("msg_in_nelems", "in_nelems", pa.int64()),
-                      ("msg_out_nelems", "out_nelems", pa.int64()), ("msg_dtype", "dtype", pa.string()),
-                      ("group_size", "group_size", pa.int32()), ("pg_name", "pg_name", pa.string()),
-                      ("pg_ranks", "pg_ranks", pa.string()))
+_COLLECTIVE_FIELDS = (
+    ("collective_name", "collective_name", pa.string()),
+    ("msg_in_nelems", "in_nelems", pa.int64()),
+    ("msg_out_nelems", "out_nelems", pa.int64()),
+    ("msg_dtype", "dtype", pa.string()),
+    ("group_size", "group_size", pa.int32()),
+    ("pg_name", "pg_name", pa.string()),
+    ("pg_ranks", "pg_ranks", pa.string()),
+)
 _COLLECTIVE = attrgetter(*(field for _, field, _ in _COLLECTIVE_FIELDS))
 _NO_COLLECTIVE = (None,) * len(_COLLECTIVE_FIELDS)
 

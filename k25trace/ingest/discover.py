@@ -43,11 +43,14 @@ def discover(paths: list[Path], *, include_frontend: bool = False) -> tuple[list
         skipped_frontend = [p for p in found if is_frontend_name(p.name)]
         skipped_capture = [p for p in found if "capture_traces" in p.relative_to(arg).parts]
         if skipped_frontend and not include_frontend:
-            notes.append(f"{arg}: skipped {len(skipped_frontend)} front-end (*.async_llm.*) trace(s); "
-                         "--include-frontend loads them")
+            notes.append(
+                f"{arg}: skipped {len(skipped_frontend)} front-end (*.async_llm.*) trace(s); "
+                "--include-frontend loads them"
+            )
         if skipped_capture:
-            notes.append(f"{arg}: skipped {len(skipped_capture)} graph-capture trace(s) in capture_traces/; "
-                         "name them to load")
+            notes.append(
+                f"{arg}: skipped {len(skipped_capture)} graph-capture trace(s) in capture_traces/; name them to load"
+            )
         kept = [p for p in found if p not in skipped_capture and (include_frontend or p not in skipped_frontend)]
         if not kept:
             errors.append(f"{arg}: no *.pt.trace.json[.gz] files found")
@@ -87,8 +90,10 @@ def _walk_traces(root: Path, errors: list[str], notes: list[str] | None = None) 
             key = (st.st_dev, st.st_ino)
             if key in seen:
                 if notes is not None:
-                    notes.append(f"{sub}: skipped: the same folder as {seen[key]}, already searched (a symlink loop "
-                                 "or a second link to it)")
+                    notes.append(
+                        f"{sub}: skipped: the same folder as {seen[key]}, already searched (a symlink loop "
+                        "or a second link to it)"
+                    )
                 continue
             seen[key] = sub
             kept.append(name)
@@ -101,8 +106,9 @@ def _walk_traces(root: Path, errors: list[str], notes: list[str] | None = None) 
     return sorted(found)
 
 
-def _capture_info_for(path: Path, notes: list[str] | None = None
-                      ) -> tuple[Path | None, str | None, int | None, bool | None, str | None]:
+def _capture_info_for(
+    path: Path, notes: list[str] | None = None
+) -> tuple[Path | None, str | None, int | None, bool | None, str | None]:
     """If ``path`` lies in a ``k25trace capture`` directory: (capture dir, level, concurrency, valid, problem).
 
     A damaged manifest is read as far as it is sound (``capture.manifest.check_manifest``); what is wrong
@@ -116,9 +122,11 @@ def _capture_info_for(path: Path, notes: list[str] | None = None
         if m is None:  # another tool's manifest.json
             continue
         if m.problems and notes is not None:
-            note = (f"{m.path}: damaged capture manifest: {m.summary()}; "
-                    + ("its traces load as plain files (no level, no request statistics)" if not m.usable
-                       else "the damaged entries are ignored"))
+            note = f"{m.path}: damaged capture manifest: {m.summary()}; " + (
+                "its traces load as plain files (no level, no request statistics)"
+                if not m.usable
+                else "the damaged entries are ignored"
+            )
             if note not in notes:
                 notes.append(note)
         if not m.usable:

@@ -16,14 +16,36 @@ import orjson
 
 from k25trace.errors import TraceError
 
-GPU_CATS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset", "Kernel": "kernel", "Memcpy": "memcpy",
-            "Memset": "memset"}
+GPU_CATS = {
+    "kernel": "kernel",
+    "gpu_memcpy": "memcpy",
+    "gpu_memset": "memset",
+    "Kernel": "kernel",
+    "Memcpy": "memcpy",
+    "Memset": "memset",
+}
 LAUNCH_CATS = {"cuda_runtime", "cuda_driver", "Runtime", "Driver"}
 ANNOTATION_CATS = {"user_annotation", "gpu_user_annotation"}
 KNOWN_SKIPPED = {
-    "ac2g", "fwdbwd", "Trace", "overhead", "cpu_instant_event", "python_function", "Python", "cuda_profiler_range",
-    "gpu_mem", "cpu_mem", "memory", "Memory", "mtia_ccp_events", "privateuse1_runtime", "privateuse1_driver",
-    "cuda_sync", "Sync", "Activity Buffer Request", "Overhead",
+    "ac2g",
+    "fwdbwd",
+    "Trace",
+    "overhead",
+    "cpu_instant_event",
+    "python_function",
+    "Python",
+    "cuda_profiler_range",
+    "gpu_mem",
+    "cpu_mem",
+    "memory",
+    "Memory",
+    "mtia_ccp_events",
+    "privateuse1_runtime",
+    "privateuse1_driver",
+    "cuda_sync",
+    "Sync",
+    "Activity Buffer Request",
+    "Overhead",
 }
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -115,8 +137,9 @@ class _Op(_Timed):
 
 
 def _tagged(base: type, cat: str) -> type:
-    return msgspec.defstruct(f"_T_{cat}", [], bases=(base,), tag=cat,
-                             namespace={"cat": cat, "__annotations__": {"cat": ClassVar[str]}})
+    return msgspec.defstruct(
+        f"_T_{cat}", [], bases=(base,), tag=cat, namespace={"cat": cat, "__annotations__": {"cat": ClassVar[str]}}
+    )
 
 
 _GPU_TYPES = [_tagged(_Gpu, c) for c in ("kernel", "gpu_memcpy", "gpu_memset")]
@@ -127,16 +150,20 @@ _SKIP_CATS = ("ac2g", "fwdbwd", "Trace", "overhead", "cpu_instant_event", "cuda_
 _SKIP_TYPES = [_tagged(_Tagged, c) for c in _SKIP_CATS]
 _PY_TYPES = (_tagged(_Tagged, "python_function"), _tagged(_Timed, "python_function"))  # dropped / kept
 _SKIP_TYPE_SET = frozenset(_SKIP_TYPES) | {_PY_TYPES[0]}
-_TAGGED_KEPT = (tuple(_GPU_TYPES + _LAUNCH_TYPES + _OP_TYPES + _ANN_TYPES)
-                + (_PY_TYPES[1],))  # kept python: with keep_python
-_KEEP_TYPE = {t: t not in _SKIP_TYPE_SET
-              for t in _GPU_TYPES + _LAUNCH_TYPES + _OP_TYPES + _ANN_TYPES + _SKIP_TYPES + list(_PY_TYPES)}.__getitem__
+_TAGGED_KEPT = tuple(_GPU_TYPES + _LAUNCH_TYPES + _OP_TYPES + _ANN_TYPES) + (
+    _PY_TYPES[1],
+)  # kept python: with keep_python
+_KEEP_TYPE = {
+    t: t not in _SKIP_TYPE_SET
+    for t in _GPU_TYPES + _LAUNCH_TYPES + _OP_TYPES + _ANN_TYPES + _SKIP_TYPES + list(_PY_TYPES)
+}.__getitem__
 _FAST_DECODER = msgspec.json.Decoder(
     list[Union[tuple(_GPU_TYPES + _LAUNCH_TYPES + _OP_TYPES + _ANN_TYPES + _SKIP_TYPES + [_PY_TYPES[0]])]]  # type: ignore[misc]
 )
 _FAST_DECODER_PY = msgspec.json.Decoder(
     list[Union[tuple(_GPU_TYPES + _LAUNCH_TYPES + _OP_TYPES + _ANN_TYPES + _SKIP_TYPES + [_PY_TYPES[1]])]]  # type: ignore[misc]
 )
+
 
 class _GuessedCut(Exception):
     """A chunk cut at a guessed event boundary did not decode: cut it again, exactly."""
@@ -155,8 +182,12 @@ def _reason(exc: BaseException) -> str:
     return _BYTE_RE.sub("", str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
 
 
-def _decode_chunk(path: Path, data: bytes | bytearray | memoryview, keep_python: bool = False,
-                  where: tuple[int, int, list[int]] | None = None) -> list[Any]:
+def _decode_chunk(
+    path: Path,
+    data: bytes | bytearray | memoryview,
+    keep_python: bool = False,
+    where: tuple[int, int, list[int]] | None = None,
+) -> list[Any]:
     """Decode ``[event, …]`` (as the splitter returns it). ``where`` is (events before, byte offset, event
     starts) for an exactly cut chunk, None for a guessed cut (any failure then raises :class:`_GuessedCut`)."""
     try:
@@ -198,13 +229,17 @@ def _decode_odd(path: Path, data: Any, where: tuple[int, int, list[int]] | None,
             events_before, offset, starts = where
             if deep:
                 pos = _char_to_byte(data, exc2.pos)
-                raise TraceError(str(path), f"an event nested deeper than {_MAX_DEPTH:,} levels "
-                                 f"{_at(events_before, offset, starts, pos)}: not loaded") from None
+                raise TraceError(
+                    str(path),
+                    f"an event nested deeper than {_MAX_DEPTH:,} levels "
+                    f"{_at(events_before, offset, starts, pos)}: not loaded",
+                ) from None
             found = _byte_of(exc) if not isinstance(exc, RecursionError) else None
             pos = found if found is not None else _char_to_byte(data, exc2.pos)
             reason = _reason(exc) if isinstance(exc, msgspec.DecodeError) else str(exc2).split(":")[0]
-            raise TraceError(str(path), f"invalid JSON in traceEvents {_at(events_before, offset, starts, pos)}: "
-                             f"{reason}") from None
+            raise TraceError(
+                str(path), f"invalid JSON in traceEvents {_at(events_before, offset, starts, pos)}: {reason}"
+            ) from None
     if not isinstance(raw, list):
         raise TraceError(str(path), "invalid JSON in traceEvents")
     return [_loose_event(e) for e in raw]
@@ -307,5 +342,3 @@ def _loose_event(raw: Any) -> Event:
         dur=_time(raw.get("dur")),
         args=args,
     )
-
-

@@ -12,9 +12,13 @@ from k25trace.errors import TraceError
 from k25trace.ingest.columns import _Columns, _int_or_none
 from k25trace.ingest.events import _dumps
 
-TABLE_WORDS = {"gpu": ("GPU activity", "GPU activities"), "launch": ("launch", "launches"),
-                "ann": ("annotation", "annotations"), "ops": ("CPU op", "CPU ops"),
-                "py": ("python function", "python functions")}
+TABLE_WORDS = {
+    "gpu": ("GPU activity", "GPU activities"),
+    "launch": ("launch", "launches"),
+    "ann": ("annotation", "annotations"),
+    "ops": ("CPU op", "CPU ops"),
+    "py": ("python function", "python functions"),
+}
 
 
 def base_time(meta: dict[str, Any], path: Path) -> int:
@@ -54,8 +58,11 @@ def metadata_text(meta: dict[str, Any], shown: str, warnings: list[str]) -> str:
 def skipped_counts(cols: _Columns) -> dict[str, int]:
     """traces.skipped: events skipped per category, plus the rows dropped as bad time, negative or duplicate."""
     skipped = dict(cols.skipped)
-    for label, prefix in (("(bad time)", "bad_time:"), ("(negative duration)", "negative_dur:"),
-                          ("(duplicate)", "duplicate:")):
+    for label, prefix in (
+        ("(bad time)", "bad_time:"),
+        ("(negative duration)", "negative_dur:"),
+        ("(duplicate)", "duplicate:"),
+    ):
         n = sum(v for k, v in cols.problems.items() if k.startswith(prefix))
         if n:
             skipped[label] = n
@@ -75,22 +82,27 @@ def problem_warnings(shown: str, problems: Counter[str], gpu_n: int, frontend: b
     out = []
 
     def per_table(prefix: str) -> tuple[int, str]:
-        parts = {k[len(prefix):]: v for k, v in problems.items() if k.startswith(prefix) and v}
-        text = ", ".join(f"{v:,} {TABLE_WORDS.get(k, (k, k))[v != 1]}"
-                         for k, v in sorted(parts.items(), key=lambda kv: -kv[1]))
+        parts = {k[len(prefix) :]: v for k, v in problems.items() if k.startswith(prefix) and v}
+        text = ", ".join(
+            f"{v:,} {TABLE_WORDS.get(k, (k, k))[v != 1]}" for k, v in sorted(parts.items(), key=lambda kv: -kv[1])
+        )
         return sum(parts.values()), text
 
     n, text = per_table("bad_time:")
     if n:
-        out.append(f"{shown}: skipped {n:,} event(s) whose ts or dur is no time (NaN, Infinity, or beyond 64-bit ns, "
-                   f"e.g. 1e16 µs): {text}")
+        out.append(
+            f"{shown}: skipped {n:,} event(s) whose ts or dur is no time (NaN, Infinity, or beyond 64-bit ns, "
+            f"e.g. 1e16 µs): {text}"
+        )
     n, text = per_table("negative_dur:")
     if n:
         out.append(f"{shown}: skipped {n:,} event(s) with a negative duration: {text}")
     n, text = per_table("duplicate:")
     if n:
-        out.append(f"{shown}: dropped {n:,} exact duplicate event(s) (every stored field equal to an earlier event's; "
-                   f"the first is kept): {text}")
+        out.append(
+            f"{shown}: dropped {n:,} exact duplicate event(s) (every stored field equal to an earlier event's; "
+            f"the first is kept): {text}"
+        )
     no_ts = problems.get("gpu_no_ts", 0)
     not_x = problems.get("gpu_not_X", 0)
     bad_gpu = problems.get("bad_time:gpu", 0) + problems.get("negative_dur:gpu", 0)
@@ -105,11 +117,14 @@ def problem_warnings(shown: str, problems: Counter[str], gpu_n: int, frontend: b
         if reasons:
             out.append(f"{shown}: no GPU events stored: {'; '.join(reasons)}; loaded its CPU events")
         else:
-            out.append(f"{shown}: no GPU events in the file (CPU-only trace{', front end' if frontend else ''}); "
-                       "loaded its CPU events")
+            out.append(
+                f"{shown}: no GPU events in the file (CPU-only trace{', front end' if frontend else ''}); "
+                "loaded its CPU events"
+            )
     elif no_ts or not_x:
-        what = " and ".join(x for x in (f"{no_ts:,} without ts" if no_ts else "",
-                                        f"{not_x:,} not 'X'" if not_x else "") if x)
+        what = " and ".join(
+            x for x in (f"{no_ts:,} without ts" if no_ts else "", f"{not_x:,} not 'X'" if not_x else "") if x
+        )
         out.append(f"{shown}: skipped GPU events {what}")
     return out
 
@@ -129,4 +144,3 @@ def rank_of(dist: dict[str, Any] | None, file_name: str) -> tuple[int, int | Non
     if found and int(found[-1]) < (1 << 31):
         return int(found[-1]), world, "file_name"
     return 0, world if world is not None else 1, "default"
-

@@ -50,10 +50,14 @@ LONG_GPU_NS = 3_600 * 10**9  # a GPU activity longer than an hour is reported
 class Loader:
     """Loads trace files into one database connection, one transaction per file."""
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, options: LoadOptions | None = None,
-                 progress: Callable[[int], None] | None = None,
-                 after_file: Callable[[duckdb.DuckDBPyConnection, int], None] | None = None,
-                 workers: _Workers | None = None) -> None:
+    def __init__(
+        self,
+        con: duckdb.DuckDBPyConnection,
+        options: LoadOptions | None = None,
+        progress: Callable[[int], None] | None = None,
+        after_file: Callable[[duckdb.DuckDBPyConnection, int], None] | None = None,
+        workers: _Workers | None = None,
+    ) -> None:
         self.con = con
         self.options = options or LoadOptions()
         self._executor: _Workers | None = workers  # decode processes started before (start_workers); closed here
@@ -127,13 +131,16 @@ class Loader:
                     con.execute("rollback")
                     result.status = "skipped"
                     result.trace_id = row[0]
-                    result.message = (f"{shown}: already loaded as trace {row[0]} ({row[1]}) "
-                                      "(it changed while it was read)")
+                    result.message = (
+                        f"{shown}: already loaded as trace {row[0]} ({row[1]}) (it changed while it was read)"
+                    )
                     return result
             trace_id, warnings = self._commit_file(tf, path, read_sha, read_bytes, meta, counts, cols, names.new)
             if read_sha != sha:
-                warnings.append(f"{shown}: the file changed while it was read (still being written?); stored what was "
-                                f"read ({read_bytes:,} bytes, sha256 {read_sha[:12]}…)")
+                warnings.append(
+                    f"{shown}: the file changed while it was read (still being written?); stored what was "
+                    f"read ({read_bytes:,} bytes, sha256 {read_sha[:12]}…)"
+                )
             committing = True
             con.execute("commit")
         except BaseException as exc:
@@ -262,64 +269,99 @@ class Loader:
         for staged, problem, n in run_query(self.con, "ingest_dropped").fetchall():
             problems[f"{problem}:{staged}"] += n
             table = self._staged[staged]
-            ids = pa.array([i for (i,) in run_query(self.con, "ingest_dropped_ids", {"staged": staged}).fetchall()],
-                           pa.int64())
+            ids = pa.array(
+                [i for (i,) in run_query(self.con, "ingest_dropped_ids", {"staged": staged}).fetchall()], pa.int64()
+            )
             self._stage(staged, table.filter(pc.invert(pc.is_in(table.column("event_id"), ids))))
 
-    def _commit_file(self, tf: TraceFile, path: Path, sha: str, read_bytes: int, meta: dict[str, Any], counts: int,
-                     cols: _Columns, new_names: dict[str, int]) -> tuple[int, list[str]]:
+    def _commit_file(
+        self,
+        tf: TraceFile,
+        path: Path,
+        sha: str,
+        read_bytes: int,
+        meta: dict[str, Any],
+        counts: int,
+        cols: _Columns,
+        new_names: dict[str, int],
+    ) -> tuple[int, list[str]]:
         """Clean the staged events, move them into the final tables, write the traces row, record the capture, run
         the later stages (``after_file``); all inside the file's transaction. Returns (trace id, warnings)."""
         con = self.con
         shown = _shown(path)
         warnings: list[str] = []
         if shown != str(path):
-            warnings.append(f"{shown}: the file name is not valid UTF-8; path and file_name are stored with U+FFFD (�) "
-                            "in place of the bytes that are not")
+            warnings.append(
+                f"{shown}: the file name is not valid UTF-8; path and file_name are stored with U+FFFD (�) "
+                "in place of the bytes that are not"
+            )
         dist = meta.get("distributedInfo") if isinstance(meta.get("distributedInfo"), dict) else None
         rank, world, rank_source = rank_of(dist, path.name)
         base = base_time(meta, path)
         devices = meta.get("deviceProperties") if isinstance(meta.get("deviceProperties"), list) else None
         self._register_staged()
         self._clean_staged(base, cols.problems)
-        gpu_n, main_device, long_n, longest = run_query(con, "ingest_stage_summary",
-                                                        {"long_ns": LONG_GPU_NS}).fetchall()[0]
+        gpu_n, main_device, long_n, longest = run_query(
+            con, "ingest_stage_summary", {"long_ns": LONG_GPU_NS}
+        ).fetchall()[0]
         frontend = is_frontend_name(path.name)
         warnings += problem_warnings(shown, cols.problems, gpu_n, frontend)
         if cols.unknown:
             unknown = ", ".join(f"{k} ({v})" for k, v in cols.unknown.most_common())
             warnings.append(f"{shown}: skipped events of unknown categories: {unknown}")
         if long_n:
-            warnings.append(f"{shown}: {long_n:,} GPU activit{'y' if long_n == 1 else 'ies'} longer than an hour (the "
-                            f"longest {span_text(longest)}): kept; such times usually mean a broken trace")
+            warnings.append(
+                f"{shown}: {long_n:,} GPU activit{'y' if long_n == 1 else 'ies'} longer than an hour (the "
+                f"longest {span_text(longest)}): kept; such times usually mean a broken trace"
+            )
         trace_id = run_query(con, "ingest_next_trace_id").fetchall()[0][0]
         if new_names:
-            run_query(con, "ingest_names_add", {"names": [
-                {"name_id": i, "name": n, "short_name": short_name(n)} for n, i in new_names.items()]})
+            run_query(
+                con,
+                "ingest_names_add",
+                {"names": [{"name_id": i, "name": n, "short_name": short_name(n)} for n, i in new_names.items()]},
+            )
         run_query(con, "ingest_commit", {"trace_id": trace_id, "rank": rank, "base": base})
         metadata_json = metadata_text(meta, shown, warnings)
         vllm_version = meta.get("vllm_version")
         if isinstance(vllm_version, (list, dict)):
             vllm_version = _dumps(vllm_version)
-        run_query(con, "ingest_trace", {
-            "trace_id": trace_id, "path": _shown(path.resolve()), "file_name": _shown(Path(path.name)),
-            "file_size": read_bytes, "sha256": sha, "rank": rank, "world_size": world, "base_time_ns": base,
-            "device_name": device_name(devices, main_device, rank), "device_count": len(devices) if devices else None,
-            "vllm_version": str(vllm_version) if vllm_version is not None else None, "is_frontend": frontend,
-            "capture_dir": _shown(tf.capture_dir) if tf.capture_dir else None, "level": tf.level,
-            "concurrency": tf.concurrency, "event_count": counts, "gpu_event_count": gpu_n,
-            "distributed_info": _dumps(dist) if dist else None,
-            "device_properties": _dumps(devices) if devices else None,
-            "metadata": metadata_json, "skipped": orjson.dumps(skipped_counts(cols)).decode(),
-            "loaded_at": _dt.datetime.now(), "loader_version": __version__, "rank_source": rank_source,
-        })
+        run_query(
+            con,
+            "ingest_trace",
+            {
+                "trace_id": trace_id,
+                "path": _shown(path.resolve()),
+                "file_name": _shown(Path(path.name)),
+                "file_size": read_bytes,
+                "sha256": sha,
+                "rank": rank,
+                "world_size": world,
+                "base_time_ns": base,
+                "device_name": device_name(devices, main_device, rank),
+                "device_count": len(devices) if devices else None,
+                "vllm_version": str(vllm_version) if vllm_version is not None else None,
+                "is_frontend": frontend,
+                "capture_dir": _shown(tf.capture_dir) if tf.capture_dir else None,
+                "level": tf.level,
+                "concurrency": tf.concurrency,
+                "event_count": counts,
+                "gpu_event_count": gpu_n,
+                "distributed_info": _dumps(dist) if dist else None,
+                "device_properties": _dumps(devices) if devices else None,
+                "metadata": metadata_json,
+                "skipped": orjson.dumps(skipped_counts(cols)).decode(),
+                "loaded_at": _dt.datetime.now(),
+                "loader_version": __version__,
+                "rank_source": rank_source,
+            },
+        )
         self.last_counts = (rank, counts, gpu_n)
         if tf.capture_dir is not None:
             _record_capture(con, tf.capture_dir)
         if self.after_file is not None:
             self.after_file(con, trace_id)
         return trace_id, warnings
-
 
 
 class _NameIds:
@@ -373,7 +415,6 @@ def _interrupted(exc: BaseException) -> bool:
     return False
 
 
-
 def _with_name_ids(table: pa.Table, name_id: Callable[[str], int]) -> pa.Table:
     """A GPU chunk table as staged: its ``name`` column swapped for ``name_id`` (the database's name ids)."""
     names = table.column("name").combine_chunks().dictionary_encode()
@@ -405,12 +446,18 @@ def _record_capture(con: duckdb.DuckDBPyConnection, capture_dir: Path) -> None:
 
     m = check_manifest(capture_dir)
     if m is None or not m.usable:  # changed since discovery
-        raise TraceError(str(capture_dir / "manifest.json"),
-                         "the capture manifest is gone or unusable: " + (m.summary() if m else "missing"))
+        raise TraceError(
+            str(capture_dir / "manifest.json"),
+            "the capture manifest is gone or unusable: " + (m.summary() if m else "missing"),
+        )
     key = _shown(capture_dir.resolve())
     rows = level_rows(m)
-    levels = pa.table({"capture_dir": pa.array([key] * len(rows), pa.string()),
-                       **{c: pa.array([row[c] for row in rows]) for c in LEVEL_COLUMNS}})
+    levels = pa.table(
+        {
+            "capture_dir": pa.array([key] * len(rows), pa.string()),
+            **{c: pa.array([row[c] for row in rows]) for c in LEVEL_COLUMNS},
+        }
+    )
     con.register("_capture_levels", levels)
     try:
         run_query(con, "ingest_capture", {"capture_dir": key, "manifest": m.json_text()})
@@ -492,11 +539,20 @@ def _interrupts_deferred() -> Iterator[None]:
             signal.raise_signal(held[0])  # through the handler just restored
 
 
-def _load_files(con: duckdb.DuckDBPyConnection, files: list[TraceFile], big: list[Path], options: LoadOptions,
-                results: list[FileResult], on_result: Callable[[FileResult], None] | None, progress_ctx: Any,
-                after_file: Callable[[duckdb.DuckDBPyConnection, int], None] | None, workers: _Workers | None) -> None:
+def _load_files(
+    con: duckdb.DuckDBPyConnection,
+    files: list[TraceFile],
+    big: list[Path],
+    options: LoadOptions,
+    results: list[FileResult],
+    on_result: Callable[[FileResult], None] | None,
+    progress_ctx: Any,
+    after_file: Callable[[duckdb.DuckDBPyConnection, int], None] | None,
+    workers: _Workers | None,
+) -> None:
     """:func:`load_paths`'s loop over the files, appending to ``results``; the decode workers are closed at its end,
     however it ends."""
+
     def _nothing(_: object) -> None:
         return None
 

@@ -39,5 +39,3 @@ class TraceFile:
     capture_dir: Path | None = None
     level: str | None = None
     concurrency: int | None = None
-
-

@@ -43,12 +43,48 @@ _G_EVENT, _G_DEVICE, _G_STREAM, _G_CORR, _G_EXT, _G_GRID = range(6)
 _G_BLOCK = _G_GRID + 3
 _G_REG, _G_SHM, _G_BYTES, _G_NAME_END, _NGI = range(_G_BLOCK + 3, _G_BLOCK + 8)
 _GF_TS, _GF_DUR, _GF_BPSM, _GF_WPSM, _GF_OCC, _NGF = range(6)
-(_GN_DEVICE, _GN_STREAM, _GN_CORR, _GN_EXT, _GN_GRID, _GN_BLOCK, _GN_REG, _GN_SHM, _GN_BPSM, _GN_WPSM, _GN_OCC,
- _GN_BYTES, _NGN) = range(13)
+(
+    _GN_DEVICE,
+    _GN_STREAM,
+    _GN_CORR,
+    _GN_EXT,
+    _GN_GRID,
+    _GN_BLOCK,
+    _GN_REG,
+    _GN_SHM,
+    _GN_BPSM,
+    _GN_WPSM,
+    _GN_OCC,
+    _GN_BYTES,
+    _NGN,
+) = range(13)
 
 _P, _I64 = ctypes.c_void_p, ctypes.c_int64
-_ARGTYPES: list[Any] = [_P, _I64, _P, _P, _I64, _P, _P, _I64, _P, _P, _P, _P, _P, _I64, _P, _P, _P, _P,
-                        _P, _P, _P, _P, _P]
+_ARGTYPES: list[Any] = [
+    _P,
+    _I64,
+    _P,
+    _P,
+    _I64,
+    _P,
+    _P,
+    _I64,
+    _P,
+    _P,
+    _P,
+    _P,
+    _P,
+    _I64,
+    _P,
+    _P,
+    _P,
+    _P,
+    _P,
+    _P,
+    _P,
+    _P,
+    _P,
+]
 
 
 class _Categories:
@@ -108,9 +144,11 @@ def scanner_note() -> list[str]:
     off with ``K25TRACE_NO_SCANNER``)."""
     if library() is not None or os.environ.get(DISABLE_ENV, "") not in ("", "0"):
         return []
-    return [f"the compiled chunk scanner is not installed ({LIBRARY.name} missing, not loadable or from another "
-            "version; reinstalling k25trace builds it, see README): every chunk is decoded by msgspec — the same "
-            "tables, 1.1-1.3x slower on real traces (measured)"]
+    return [
+        f"the compiled chunk scanner is not installed ({LIBRARY.name} missing, not loadable or from another "
+        "version; reinstalling k25trace builds it, see README): every chunk is decoded by msgspec — the same "
+        "tables, 1.1-1.3x slower on real traces (measured)"
+    ]
 
 
 class Scanned:
@@ -140,11 +178,33 @@ class Scanned:
     def read(self, lib: ctypes.CDLL, data: np.ndarray) -> int:
         """Run the scanner on ``data`` (uint8); the number of events, or -1 (``out[8]``: the C line that refused)."""
         a = _address
-        return int(lib.k25_scan(
-            a(data), len(data), _CATS.text, a(_CATS.ends), _CATS.count, a(_CATS.kind), a(self.codes),
-            self.cap_events, a(self.gpu), a(self.ints), a(self.floats), a(self.nulls), a(self.kinds), self.cap_rows,
-            a(self.names[0]), a(self.names[1]), a(self.names[2]), a(self.dims), a(self.gints), a(self.gfloats),
-            a(self.gnulls), a(self.gnames), a(self.out)))
+        return int(
+            lib.k25_scan(
+                a(data),
+                len(data),
+                _CATS.text,
+                a(_CATS.ends),
+                _CATS.count,
+                a(_CATS.kind),
+                a(self.codes),
+                self.cap_events,
+                a(self.gpu),
+                a(self.ints),
+                a(self.floats),
+                a(self.nulls),
+                a(self.kinds),
+                self.cap_rows,
+                a(self.names[0]),
+                a(self.names[1]),
+                a(self.names[2]),
+                a(self.dims),
+                a(self.gints),
+                a(self.gfloats),
+                a(self.gnulls),
+                a(self.gnames),
+                a(self.out),
+            )
+        )
 
 
 def _address(array: np.ndarray) -> int:
@@ -225,12 +285,14 @@ def _texts(data: np.ndarray, ends: np.ndarray, present: np.ndarray | None = None
         validity = pa.py_buffer(np.packbits(present, bitorder="little"))
         nulls = int(len(present) - present.sum())
     text = pa.py_buffer(data[: int(offsets[-1])].tobytes())  # a copy: the buffers serve the next chunk
-    return pa.Array.from_buffers(pa.large_string(), len(ends), [validity, pa.py_buffer(offsets), text],
-                                 null_count=nulls).cast(pa.string())
+    return pa.Array.from_buffers(
+        pa.large_string(), len(ends), [validity, pa.py_buffer(offsets), text], null_count=nulls
+    ).cast(pa.string())
 
 
-def _cpu_table(key: str, scanned: Scanned, codes: np.ndarray, n_rows: int, out: list[int],
-               columns: _Columns) -> pa.Table:
+def _cpu_table(
+    key: str, scanned: Scanned, codes: np.ndarray, n_rows: int, out: list[int], columns: _Columns
+) -> pa.Table:
     """One CPU-side staging table (launch, ann, ops) from the scanner's rows of its kind."""
     rows = np.flatnonzero(scanned.kinds[:n_rows] == _KIND[key])
     ints = scanned.ints[rows]

@@ -108,8 +108,11 @@ class _Reader:
         try:
             return method(arg)
         except EOFError as exc:
-            raise TraceError(str(self.path), "truncated gzip: the compressed stream ends before its end marker "
-                             "(the writer may still be running, or was killed)") from exc
+            raise TraceError(
+                str(self.path),
+                "truncated gzip: the compressed stream ends before its end marker "
+                "(the writer may still be running, or was killed)",
+            ) from exc
         except (OSError, zlib.error) as exc:
             raise TraceError(str(self.path), f"corrupt gzip data: {exc}") from exc
 
@@ -307,7 +310,7 @@ class _Splitter:
                 return None
             self.buf += self.prefix[start:]
             self.offset = start
-            del self.prefix[start - 1:]  # keep up to the key and colon
+            del self.prefix[start - 1 :]  # keep up to the key and colon
             self.in_array = True
         elif self.ended:
             self.after += block
@@ -322,7 +325,7 @@ class _Splitter:
             return None
         cut, resume = last
         self.cut_at(cut, resume, buf, len(buf))
-        del buf[cut + 1:]
+        del buf[cut + 1 :]
         buf += b"]"
         return buf
 
@@ -382,13 +385,16 @@ class _Splitter:
         buf = self.buf
         scan.run(buf)
         if scan.bad is not None:
-            raise TraceError(str(self.path), f"invalid JSON in traceEvents {self.at(scan.bad, scan.starts)}: "
-                             "a closing bracket without an opening one")
+            raise TraceError(
+                str(self.path),
+                f"invalid JSON in traceEvents {self.at(scan.bad, scan.starts)}: "
+                "a closing bracket without an opening one",
+            )
         if scan.array_end is not None:
             end = scan.array_end
             chunk = bytearray(memoryview(buf)[:end])
             chunk += b"]"
-            self.after = bytearray(memoryview(buf)[end + 1:])
+            self.after = bytearray(memoryview(buf)[end + 1 :])
             self.ended = True
             self.chunk_offset, self.chunk_starts = self.offset, scan.starts
             self.buf, self.exact = bytearray(b"["), None
@@ -402,15 +408,18 @@ class _Splitter:
             if final:
                 return None
             if len(buf) > limits.MAX_PENDING:
-                raise TraceError(str(self.path), f"invalid JSON in traceEvents {self.at(1, scan.starts)}: no end of "
-                                 f"an event in {limits.MAX_PENDING >> 20} MB (an unclosed string or bracket?)")
+                raise TraceError(
+                    str(self.path),
+                    f"invalid JSON in traceEvents {self.at(1, scan.starts)}: no end of "
+                    f"an event in {limits.MAX_PENDING >> 20} MB (an unclosed string or bracket?)",
+                )
             return None
         chunk = bytearray(memoryview(buf)[:end])
         chunk += b"]"
         self.chunk_offset = self.offset
         self.chunk_starts = scan.starts[: bisect.bisect_left(scan.starts, end)]
         self.offset += m.end() - 1
-        self.buf = bytearray(b"[") + memoryview(buf)[m.end():]
+        self.buf = bytearray(b"[") + memoryview(buf)[m.end() :]
         self.exact = _Scan(1) if self.misses >= limits.FAST_MISSES else None
         return chunk
 
@@ -418,8 +427,10 @@ class _Splitter:
         """'at event N (byte B of the decompressed JSON)' for position ``pos`` of a buffer whose event starts are
         ``starts``."""
         index = max(0, bisect.bisect_right(starts, pos) - 1)
-        return (f"at event {self.events + index:,} (byte {(self.offset if offset is None else offset) + pos - 1:,} "
-                "of the decompressed JSON)")
+        return (
+            f"at event {self.events + index:,} (byte {(self.offset if offset is None else offset) + pos - 1:,} "
+            "of the decompressed JSON)"
+        )
 
     def finish(self) -> tuple[bytearray | None, bytes]:
         """At end of input: the last events (a chunk, cut exactly, or None) and the metadata text."""
@@ -432,8 +443,9 @@ class _Splitter:
             except orjson.JSONDecodeError as exc:
                 raise TraceError(str(self.path), f"invalid JSON: {exc}") from exc
             if not isinstance(obj, dict):
-                raise TraceError(str(self.path),
-                                 f"top-level JSON is a {type(obj).__name__}, not an object with traceEvents")
+                raise TraceError(
+                    str(self.path), f"top-level JSON is a {type(obj).__name__}, not an object with traceEvents"
+                )
             raise TraceError(str(self.path), "no traceEvents array: not a Kineto/Chrome trace")
         chunk = None
         if not self.ended:
@@ -460,7 +472,8 @@ class _Splitter:
                 return TraceError(str(self.path), f"invalid JSON in traceEvents {where}: {_reason(exc)}")
         except (msgspec.ValidationError, RecursionError):
             pass
-        return TraceError(str(self.path), f"truncated JSON: the file ends inside traceEvents "
-                          f"{self.at(len(self.buf), scan.starts)} (the writer may still be running, or was killed)")
-
-
+        return TraceError(
+            str(self.path),
+            f"truncated JSON: the file ends inside traceEvents "
+            f"{self.at(len(self.buf), scan.starts)} (the writer may still be running, or was killed)",
+        )

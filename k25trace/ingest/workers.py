@@ -180,7 +180,7 @@ def _remove_stale_segments() -> None:
         return
     for name in names:
         try:
-            pid = int(name[len(SHM_PREFIX):].split("_", 1)[0])
+            pid = int(name[len(SHM_PREFIX) :].split("_", 1)[0])
         except ValueError:
             continue
         try:
@@ -217,8 +217,10 @@ class _Workers:
         # next file ready when the parent comes to it, not every later file. 8 real ranks on the 16-CPU device:
         # unbounded 16.4-17.5 s, 256: 17.5 s, 128: 25-27 s (the parent waited on workers held back).
         self.results = [ctx.Queue(maxsize=limits.RESULTS_IN_FLIGHT) for _ in range(count)]
-        self.procs = [ctx.Process(target=_worker_main, args=(i, self.tasks[i], self.results[i], pdeathsig), daemon=True)
-                      for i in range(count)]
+        self.procs = [
+            ctx.Process(target=_worker_main, args=(i, self.tasks[i], self.results[i], pdeathsig), daemon=True)
+            for i in range(count)
+        ]
         _start_ignoring_sigint(self.procs)
         self.next_task = 0
         self.planned: dict[str, tuple[int, int]] = {}  # path -> (task id, worker) of a whole-file prefetch
@@ -251,8 +253,9 @@ class _Workers:
 
         while True:
             try:
-                got_id, item = (self.results[worker].get(timeout=timeout) if timeout
-                                else self.results[worker].get_nowait())
+                got_id, item = (
+                    self.results[worker].get(timeout=timeout) if timeout else self.results[worker].get_nowait()
+                )
             except queue.Empty:
                 if not self.procs[worker].is_alive():
                     raise K25Error(f"decode worker {worker} died (exit code {self.procs[worker].exitcode})") from None
@@ -302,8 +305,11 @@ class _Workers:
         ring: list[Any] = []
         try:
             for i in range(2 * self.count + 2):
-                ring.append(shared_memory.SharedMemory(name=f"{SHM_PREFIX}{os.getpid()}_{token}_{i}", create=True,
-                                                       size=limits.RING_BUFFER_BYTES))
+                ring.append(
+                    shared_memory.SharedMemory(
+                        name=f"{SHM_PREFIX}{os.getpid()}_{token}_{i}", create=True, size=limits.RING_BUFFER_BYTES
+                    )
+                )
         except BaseException:
             self._drop_segments(ring)
             raise
@@ -321,8 +327,10 @@ class _Workers:
         task_id, ring, answered = self._attaching
         try:
             for worker in range(self.count):
-                if worker not in answered and (self._get(worker, task_id) if wait
-                                               else self._poll(worker, task_id, 0)) is not None:
+                if (
+                    worker not in answered
+                    and (self._get(worker, task_id) if wait else self._poll(worker, task_id, 0)) is not None
+                ):
                     answered.add(worker)
         except BaseException:  # a worker died (or an interrupt): nobody will use these segments
             self._drop_segments(ring)
@@ -406,8 +414,9 @@ class _Workers:
         finally:
             reader.close()
 
-    def _take_oldest(self, in_flight: deque, ring: list[Any], splitter: _Splitter, task_id: int,
-                     keep_python: bool) -> Iterator[Message]:
+    def _take_oldest(
+        self, in_flight: deque, ring: list[Any], splitter: _Splitter, task_id: int, keep_python: bool
+    ) -> Iterator[Message]:
         """The result of the oldest chunk in flight. If its cut (a guess) did not hold, the chunks sent after it
         were cut on a wrong carry: wait for them (their buffers are read until their workers answer), drop their
         results, rebuild the text from the failed chunk's start and let the splitter cut it exactly here."""
@@ -478,5 +487,3 @@ class _Workers:
             except BufferError:  # a view of it still held by an unfinished generator: freed with it
                 pass
         self.ring = []
-
-

@@ -15,8 +15,14 @@ from k25trace.render import output
 
 RIGHT = ("p_value",)  # text columns that hold numbers (right-aligned)
 NAMES = ("kernel", "name", "name_a", "name_b")  # kernel names: shortened in the middle in a table
-DROP_FIRST = (("calls_a", "calls_b"), ("us_per_call_a", "us_per_call_b"), ("steps_a", "steps_b"),
-              ("ranks_a", "ranks_b"), "ci95_ms", "match")  # left out first when a table is wider than the console
+DROP_FIRST = (
+    ("calls_a", "calls_b"),
+    ("us_per_call_a", "us_per_call_b"),
+    ("steps_a", "steps_b"),
+    ("ranks_a", "ranks_b"),
+    "ci95_ms",
+    "match",
+)  # left out first when a table is wider than the console
 MAX_CHANGES = 15  # changes listed under the verdict in a table (Markdown lists every one)
 
 
@@ -27,8 +33,14 @@ def write(comparison: Comparison, fmt: str, *, by: str = "all", top: int | None 
         frame = comparison.section(by)
         if by == "kernel" and fmt in ("table", "markdown"):
             frame, _ = top_kernels(frame, top)
-        output.write(display_frame(frame, by) if fmt in ("table", "markdown") else frame, fmt, out, title=TITLES[by],
-                     right=RIGHT, layout=output.Layout(right=RIGHT, names=NAMES, drop_first=DROP_FIRST))
+        output.write(
+            display_frame(frame, by) if fmt in ("table", "markdown") else frame,
+            fmt,
+            out,
+            title=TITLES[by],
+            right=RIGHT,
+            layout=output.Layout(right=RIGHT, names=NAMES, drop_first=DROP_FIRST),
+        )
         return
     if fmt == "csv":
         raise K25Error("CSV holds one table: choose --by category, kernel, step, comm or macro (or --format json)")
@@ -61,12 +73,18 @@ def write(comparison: Comparison, fmt: str, *, by: str = "all", top: int | None 
     for change in changes[:MAX_CHANGES]:
         console.print(Text("  " + change))
     if len(changes) > MAX_CHANGES:
-        console.print(Text(f"  … {len(changes) - MAX_CHANGES} more changes: in the tables below (--format markdown "
-                           "lists them all)", style="dim"))
+        console.print(
+            Text(
+                f"  … {len(changes) - MAX_CHANGES} more changes: in the tables below (--format markdown "
+                "lists them all)",
+                style="dim",
+            )
+        )
     layout = output.Layout(right=RIGHT, names=NAMES, drop_first=DROP_FIRST)
     for name, frame, note in sections:
-        table = output.rich_table(_one_name(frame), title=TITLES[name], caption=note or None, width=console.width,
-                                  layout=layout)
+        table = output.rich_table(
+            _one_name(frame), title=TITLES[name], caption=note or None, width=console.width, layout=layout
+        )
         output.print_table(table, target=console)
 
 

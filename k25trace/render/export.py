@@ -56,11 +56,19 @@ def input_files(con: duckdb.DuckDBPyConnection, db_path: Path | str, side: str =
     return list(dict.fromkeys(out))
 
 
-
 # ---------------------------------------------------------------------------------------------- parquet
 
-PARTITIONED_TABLES = ("gpu_events", "launches", "annotations", "cpu_ops", "python_functions", "steps",
-                      "step_categories", "gpu_gaps", "collectives")
+PARTITIONED_TABLES = (
+    "gpu_events",
+    "launches",
+    "annotations",
+    "cpu_ops",
+    "python_functions",
+    "steps",
+    "step_categories",
+    "gpu_gaps",
+    "collectives",
+)
 """Tables written as ``TABLE/run=…/rank=…/*.parquet`` (one row per event or step: the big ones); every other table
 is one ``TABLE.parquet`` file."""
 
@@ -102,8 +110,14 @@ _LAYOUT_RE = re.compile(r"(run=[^/]+/rank=[^/]+/data_\d+\.parquet|empty\.parquet
 _TMP_RE = re.compile(r"\.k25trace-export-(\d+)-")
 
 
-def export_parquet(con: duckdb.DuckDBPyConnection, out_dir: Path, *, overwrite: bool = False, source: str = "",
-                   inputs: tuple[tuple[str, str], ...] = ()) -> list[TableExport]:
+def export_parquet(
+    con: duckdb.DuckDBPyConnection,
+    out_dir: Path,
+    *,
+    overwrite: bool = False,
+    source: str = "",
+    inputs: tuple[tuple[str, str], ...] = (),
+) -> list[TableExport]:
     """Write every table of the database under ``out_dir`` (see :data:`PARTITIONED_TABLES`), plus
     ``run_keys.parquet`` (trace_id, run, run_id) and ``manifest.json``. Written into a temporary folder inside
     ``out_dir`` and moved into place at the end; the temporary folder is removed on every exit path (an error,
@@ -116,15 +130,16 @@ def export_parquet(con: duckdb.DuckDBPyConnection, out_dir: Path, *, overwrite: 
     targets = []
     for r in tables.iter_rows(named=True):
         partitioned = r["table_name"] in PARTITIONED_TABLES and r["has_trace_id"] and r["has_rank"]
-        targets.append((r["table_name"], partitioned,
-                        r["table_name"] if partitioned else f"{r['table_name']}.parquet"))
+        targets.append((r["table_name"], partitioned, r["table_name"] if partitioned else f"{r['table_name']}.parquet"))
     ours = [t[2] for t in targets] + ["run_keys.parquet", MANIFEST]
     for name in ours:
         check_not_input(out_dir / name, inputs, option="export parquet")
     present = [name for name in ours if os.path.lexists(out_dir / name)]
     if present and not overwrite:
-        raise K25Error(f"{out_dir}: already holds {', '.join(present[:5])}{' …' if len(present) > 5 else ''} "
-                       "(--overwrite replaces them)")
+        raise K25Error(
+            f"{out_dir}: already holds {', '.join(present[:5])}{' …' if len(present) > 5 else ''} "
+            "(--overwrite replaces them)"
+        )
     if present:
         _check_replaceable(out_dir, present)
     _remove_stale_temporaries(out_dir)
@@ -137,17 +152,19 @@ def export_parquet(con: duckdb.DuckDBPyConnection, out_dir: Path, *, overwrite: 
             done, keys = _write_tables(con, tmp, targets)
             files = sorted(str(f.relative_to(tmp)) for f in tmp.rglob("*") if f.is_file()) + [MANIFEST]
             manifest = {
-                "generator": f"k25trace {__version__}", "source": source,
+                "generator": f"k25trace {__version__}",
+                "source": source,
                 "exported_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                "tables": {t.table: {"rows": t.rows, "path": t.path, "partitioned_by": t.partitioned_by}
-                           for t in done},
-                "runs": dict(sorted({(r["run"], r["run_id"]) for r in keys.iter_rows(named=True)},
-                                    key=lambda kv: kv[0])),
-                "read_with": {"duckdb": "select * from read_parquet('DIR/gpu_events/**/*.parquet', "
-                                        "hive_partitioning=true)",
-                              "polars": "pl.read_parquet('DIR/gpu_events/')",
-                              "pandas": "pd.read_parquet('DIR/gpu_events')",
-                              "spark": "spark.read.parquet('DIR/gpu_events')"},
+                "tables": {t.table: {"rows": t.rows, "path": t.path, "partitioned_by": t.partitioned_by} for t in done},
+                "runs": dict(
+                    sorted({(r["run"], r["run_id"]) for r in keys.iter_rows(named=True)}, key=lambda kv: kv[0])
+                ),
+                "read_with": {
+                    "duckdb": "select * from read_parquet('DIR/gpu_events/**/*.parquet', hive_partitioning=true)",
+                    "polars": "pl.read_parquet('DIR/gpu_events/')",
+                    "pandas": "pd.read_parquet('DIR/gpu_events')",
+                    "spark": "spark.read.parquet('DIR/gpu_events')",
+                },
                 "files": files,
             }
             (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, default=str) + "\n", encoding="utf-8")
@@ -159,15 +176,18 @@ def export_parquet(con: duckdb.DuckDBPyConnection, out_dir: Path, *, overwrite: 
                     target.unlink()
                 os.replace(tmp / name, target)
         except OSError as exc:
-            raise K25Error(f"{out_dir}: cannot write the export: {exc.strerror or exc}"
-                           + (f" ({exc.filename})" if exc.filename else "")) from None
+            raise K25Error(
+                f"{out_dir}: cannot write the export: {exc.strerror or exc}"
+                + (f" ({exc.filename})" if exc.filename else "")
+            ) from None
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     return done
 
 
-def _write_tables(con: duckdb.DuckDBPyConnection, tmp: Path,
-                  targets: list[tuple[str, bool, str]]) -> tuple[list[TableExport], pl.DataFrame]:
+def _write_tables(
+    con: duckdb.DuckDBPyConnection, tmp: Path, targets: list[tuple[str, bool, str]]
+) -> tuple[list[TableExport], pl.DataFrame]:
     done: list[TableExport] = []
     keys = run_keys(con)
     con.register("_export_run_keys", keys.to_arrow())
@@ -211,9 +231,11 @@ def _check_replaceable(out_dir: Path, present: list[str]) -> None:
     """Refuse ``--overwrite`` over anything an earlier k25trace export did not write."""
     previous = _previous_manifest(out_dir)
     if previous is None:
-        raise K25Error(f"{out_dir}: {', '.join(present[:5])} {'is' if len(present) == 1 else 'are'} not from a "
-                       f"k25trace export (no k25trace {MANIFEST} there lists {'it' if len(present) == 1 else 'them'}): "
-                       "refusing to replace what k25trace did not write; export into another folder")
+        raise K25Error(
+            f"{out_dir}: {', '.join(present[:5])} {'is' if len(present) == 1 else 'are'} not from a "
+            f"k25trace export (no k25trace {MANIFEST} there lists {'it' if len(present) == 1 else 'them'}): "
+            "refusing to replace what k25trace did not write; export into another folder"
+        )
     tables = previous.get("tables")
     if not isinstance(tables, dict):
         tables = {}
@@ -226,8 +248,9 @@ def _check_replaceable(out_dir: Path, present: list[str]) -> None:
         if target.is_symlink():
             raise K25Error(f"{target}: a symbolic link, not written by k25trace: refusing to replace it")
         if name not in recorded:
-            raise K25Error(f"{target}: not listed in {out_dir / MANIFEST} (not written by k25trace): refusing to "
-                           "replace it")
+            raise K25Error(
+                f"{target}: not listed in {out_dir / MANIFEST} (not written by k25trace): refusing to replace it"
+            )
         if target.is_dir():
             foreign = []
             for root, dirs, names in os.walk(target):
@@ -238,9 +261,11 @@ def _check_replaceable(out_dir: Path, present: list[str]) -> None:
                     if not ours or (Path(root) / entry).is_symlink():
                         foreign.append(rel)
             if foreign:
-                raise K25Error(f"{target}: holds {len(foreign)} file(s) k25trace did not write "
-                               f"({', '.join(sorted(foreign)[:3])}{' …' if len(foreign) > 3 else ''}): refusing to "
-                               "replace the folder; move them away or export into another folder")
+                raise K25Error(
+                    f"{target}: holds {len(foreign)} file(s) k25trace did not write "
+                    f"({', '.join(sorted(foreign)[:3])}{' …' if len(foreign) > 3 else ''}): refusing to "
+                    "replace the folder; move them away or export into another folder"
+                )
 
 
 def _remove_stale_temporaries(out_dir: Path) -> None:
@@ -275,9 +300,12 @@ def _relation(con: duckdb.DuckDBPyConnection, query: str, table: str) -> duckdb.
     def quote(name: str) -> str:
         return '"' + name.replace('"', '""') + '"'
 
-    return rel.project(", ".join(
-        f"CAST({quote(n)} AS DECIMAL(38, 0)) AS {quote(n)}" if str(t).upper() in WIDE_INTEGERS else quote(n)
-        for n, t in zip(rel.columns, rel.types, strict=True)))
+    return rel.project(
+        ", ".join(
+            f"CAST({quote(n)} AS DECIMAL(38, 0)) AS {quote(n)}" if str(t).upper() in WIDE_INTEGERS else quote(n)
+            for n, t in zip(rel.columns, rel.types, strict=True)
+        )
+    )
 
 
 def _count(con: duckdb.DuckDBPyConnection, table: str) -> int:

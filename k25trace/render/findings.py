@@ -23,8 +23,18 @@ from rich.text import Text
 from k25trace.analysis.findings import Finding, FindingGroup, Findings, as_dict, findings_frame
 from k25trace.render import output
 
-__all__ = ["MAX_WIDTH", "PER_GROUP", "all_command", "evidence_views", "finding_lines", "findings_text",
-           "print_findings", "saving_text", "shown", "write"]
+__all__ = [
+    "MAX_WIDTH",
+    "PER_GROUP",
+    "all_command",
+    "evidence_views",
+    "finding_lines",
+    "findings_text",
+    "print_findings",
+    "saving_text",
+    "shown",
+    "write",
+]
 
 MAX_WIDTH = 120
 """The widest the findings are laid out, however wide the terminal (longer lines read badly)."""
@@ -79,8 +89,14 @@ def _wrap(text: str, width: int, first: str, rest: str, *, break_words: bool = F
     stay with their units and signs."""
     bound = _SIGN_NUMBER.sub(r"\1" + _NBSP, _NUMBER_UNIT.sub(r"\1" + _NBSP, " ".join(text.split())))
     bound = _OPTION.sub(r"\1" + _NBSP, bound)
-    lines = textwrap.wrap(bound, width=max(width, len(first) + 8), initial_indent=first, subsequent_indent=rest,
-                          break_long_words=break_words, break_on_hyphens=False)
+    lines = textwrap.wrap(
+        bound,
+        width=max(width, len(first) + 8),
+        initial_indent=first,
+        subsequent_indent=rest,
+        break_long_words=break_words,
+        break_on_hyphens=False,
+    )
     out = []
     for line in lines:
         line = line.replace(_NBSP, " ")
@@ -103,11 +119,15 @@ def _group_lines(group: FindingGroup, width: int, per_group: int | None, more: s
         indent = " " * len(number)
         yield from (Text(line) for line in _wrap(finding.sentence, width, number, indent))
         tail = f"{saving_text(finding)} · {evidence_views(finding.evidence)}"
-        yield from (Text(line, style="green" if finding.saving_ms is not None else "cyan")
-                    for line in _wrap(tail, width, indent + "→ ", indent + "  ", break_words=True))
+        yield from (
+            Text(line, style="green" if finding.saving_ms is not None else "cyan")
+            for line in _wrap(tail, width, indent + "→ ", indent + "  ", break_words=True)
+        )
         if finding.trust:
-            yield from (Text(line, style="dim")
-                        for line in _wrap(f"caveat: {finding.trust}", width, indent + "  ", indent + "  "))
+            yield from (
+                Text(line, style="dim")
+                for line in _wrap(f"caveat: {finding.trust}", width, indent + "  ", indent + "  ")
+            )
     hidden = len(group.findings) - len(items)
     left = []
     if hidden:
@@ -115,18 +135,23 @@ def _group_lines(group: FindingGroup, width: int, per_group: int | None, more: s
     if group.left_out:
         left.append(f"{group.left_out} below 1 % of the step left out")
     if left:
-        yield from (Text(line, style="dim") for line in _wrap("; ".join(left) + ")", width, "     (", "      ",
-                                                              break_words=True))
+        yield from (
+            Text(line, style="dim")
+            for line in _wrap("; ".join(left) + ")", width, "     (", "      ", break_words=True)
+        )
 
 
-def finding_lines(result: Findings, width: int = MAX_WIDTH, *, per_group: int | None = PER_GROUP,
-                  more: str | None = None) -> list[Text]:
+def finding_lines(
+    result: Findings, width: int = MAX_WIDTH, *, per_group: int | None = PER_GROUP, more: str | None = None
+) -> list[Text]:
     """Every line of the findings laid out at ``width`` columns (at most :data:`MAX_WIDTH`): a title with the
     overlap rule, the notes, then per group its heading and at most ``per_group`` findings (None: all); ``more`` is
     the command that shows them all, named under a group whose list was cut."""
     width = max(min(width, MAX_WIDTH), 40)
-    lines = [Text(line, style="bold underline") for line in _wrap(
-        "Findings, ranked by the most each fix alone could bring", width, "", "  ")]
+    lines = [
+        Text(line, style="bold underline")
+        for line in _wrap("Findings, ranked by the most each fix alone could bring", width, "", "  ")
+    ]
     lines += [Text(line, style="dim") for line in _wrap(result.overlap, width, "", "")]
     for note in result.notes:
         lines += [Text(line, style="yellow") for line in _wrap(note, width, "note: ", "      ")]
@@ -138,14 +163,16 @@ def finding_lines(result: Findings, width: int = MAX_WIDTH, *, per_group: int | 
     return lines
 
 
-def findings_text(result: Findings, width: int = MAX_WIDTH, *, per_group: int | None = PER_GROUP,
-                  more: str | None = None) -> Text:
+def findings_text(
+    result: Findings, width: int = MAX_WIDTH, *, per_group: int | None = PER_GROUP, more: str | None = None
+) -> Text:
     """:func:`finding_lines` as one rich Text (lines joined by newlines), for a TUI panel or a page."""
     return Text("\n").join(finding_lines(result, width, per_group=per_group, more=more))
 
 
-def print_findings(result: Findings, console: Console, *, per_group: int | None = PER_GROUP,
-                   more: str | None = None) -> None:
+def print_findings(
+    result: Findings, console: Console, *, per_group: int | None = PER_GROUP, more: str | None = None
+) -> None:
     """Print the findings on ``console`` at its width (at most :data:`MAX_WIDTH`), then a blank line."""
     for line in finding_lines(result, console.width, per_group=per_group, more=more):
         console.print(line, soft_wrap=True, highlight=False)
@@ -154,8 +181,9 @@ def print_findings(result: Findings, console: Console, *, per_group: int | None 
 
 def all_command(db: str | Path, phase: str) -> str:
     """The command that lists every finding of a database (``report --by findings``), as the user would type it."""
-    return f"k25trace report --db {shlex.quote(str(db))} --by findings" + ("" if phase == "decode" else
-                                                                           f" --phase {phase}")
+    return f"k25trace report --db {shlex.quote(str(db))} --by findings" + (
+        "" if phase == "decode" else f" --phase {phase}"
+    )
 
 
 def write(result: Findings, fmt: str, out: IO[str] | None = None) -> None:

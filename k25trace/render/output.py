@@ -159,6 +159,7 @@ NAME_MIN = 24
 def _text_widths(wants: list[int], floors: list[int], room: int) -> list[int] | None:
     """Each text column's width: min(want, max(L, floor)) for the widest level L that fits in ``room``; None when
     not even the floors fit."""
+
     def at(level: int) -> list[int]:
         return [min(w, max(level, f)) for w, f in zip(wants, floors, strict=True)]
 
@@ -171,8 +172,13 @@ def _text_widths(wants: list[int], floors: list[int], room: int) -> list[int] | 
     return at(level)
 
 
-def fit_table(frame: pl.DataFrame, width: int | None, title: str | None = None, caption: str | None = None,
-              layout: Layout = Layout()) -> tuple[Table, list[str]]:
+def fit_table(
+    frame: pl.DataFrame,
+    width: int | None,
+    title: str | None = None,
+    caption: str | None = None,
+    layout: Layout = Layout(),
+) -> tuple[Table, list[str]]:
     """A Rich table of a frame that fits ``width`` columns (None: as wide as its cells), and the frame columns left
     out to fit. Numbers are never wrapped or cut (no_wrap, right-aligned), text is cut with "…" (or wrapped at
     word boundaries in ``layout.wrap`` columns), names keep head and tail; cells, title and caption are plain
@@ -200,8 +206,14 @@ def fit_table(frame: pl.DataFrame, width: int | None, title: str | None = None, 
         for n in next((g for g in first if g), [names[-1]]):
             names.remove(n)
     widths = dict(wants) if fitted is None else {**wants, **dict(zip(texts, fitted, strict=True))}
-    table = Table(title=None if title is None else Text(title), caption=None if caption is None else Text(caption),
-                  show_lines=False, header_style="bold", title_justify="left", caption_justify="left")
+    table = Table(
+        title=None if title is None else Text(title),
+        caption=None if caption is None else Text(caption),
+        show_lines=False,
+        header_style="bold",
+        title_justify="left",
+        caption_justify="left",
+    )
     for n in names:
         header = "\n".join(textwrap.wrap(titles.get(n, n), widths[n], break_long_words=False)) or titles.get(n, n)
         if n in numeric:
@@ -215,13 +227,21 @@ def fit_table(frame: pl.DataFrame, width: int | None, title: str | None = None, 
     return table, [n for n in frame.columns if n not in names]
 
 
-def rich_table(frame: pl.DataFrame, title: str | None = None, caption: str | None = None, *,
-               right: Collection[str] = (), width: int | None = None, layout: Layout | None = None) -> Table:
+def rich_table(
+    frame: pl.DataFrame,
+    title: str | None = None,
+    caption: str | None = None,
+    *,
+    right: Collection[str] = (),
+    width: int | None = None,
+    layout: Layout | None = None,
+) -> Table:
     """A Rich table of a frame (:func:`fit_table`): ``width`` None draws every column at its full width."""
     layout = layout or Layout(right=right)
     if right and not layout.right:
-        layout = Layout(titles=layout.titles, right=right, names=layout.names, wrap=layout.wrap,
-                        drop_first=layout.drop_first)
+        layout = Layout(
+            titles=layout.titles, right=right, names=layout.names, wrap=layout.wrap, drop_first=layout.drop_first
+        )
     table, hidden = fit_table(frame, width, title, caption, layout)
     if hidden:
         note = f"{len(hidden)} more column(s) in --format csv: {', '.join(hidden)}"
@@ -229,9 +249,17 @@ def rich_table(frame: pl.DataFrame, title: str | None = None, caption: str | Non
     return table
 
 
-def write(frame: pl.DataFrame, fmt: str, out: IO[str] | None = None, *, title: str | None = None,
-          right: Collection[str] = (), caption: str | None = None, layout: Layout | None = None,
-          wide: bool = False) -> None:
+def write(
+    frame: pl.DataFrame,
+    fmt: str,
+    out: IO[str] | None = None,
+    *,
+    title: str | None = None,
+    right: Collection[str] = (),
+    caption: str | None = None,
+    layout: Layout | None = None,
+    wide: bool = False,
+) -> None:
     """Write a frame; ``right`` names text columns that hold numbers (right-aligned in tables); a table fits the
     console (:func:`console_width`) unless ``wide``."""
     out = out or sys.stdout
@@ -244,13 +272,20 @@ def write(frame: pl.DataFrame, fmt: str, out: IO[str] | None = None, *, title: s
         out.write(markdown(frame, right=right) + "\n")
     else:
         width = console_width(out)
-        table = rich_table(frame, title=title, caption=caption, right=right, layout=layout,
-                           width=None if wide else width)
+        table = rich_table(
+            frame, title=title, caption=caption, right=right, layout=layout, width=None if wide else width
+        )
         print_table(table, out, width, wide=wide)
 
 
-def print_table(table: Table, out: IO[str] | None = None, width: int | None = None, *, wide: bool = False,
-                target: Console | None = None) -> None:
+def print_table(
+    table: Table,
+    out: IO[str] | None = None,
+    width: int | None = None,
+    *,
+    wide: bool = False,
+    target: Console | None = None,
+) -> None:
     """Print a table on ``target`` or a console of ``width`` columns (:func:`console_width`), or as wide as the
     table (``wide``); a title or caption wider than the table is printed above or below it at the console's width
     (Rich wraps them to the table's)."""
@@ -277,8 +312,13 @@ def print_table(table: Table, out: IO[str] | None = None, width: int | None = No
 
 def markdown(frame: pl.DataFrame, *, right: Collection[str] = ()) -> str:
     lines = ["| " + " | ".join(_md(name) for name in frame.columns) + " |"]
-    lines.append("|" + "|".join("---:" if d.is_numeric() or n in right else "---"
-                                for n, d in zip(frame.columns, frame.dtypes, strict=True)) + "|")
+    lines.append(
+        "|"
+        + "|".join(
+            "---:" if d.is_numeric() or n in right else "---" for n, d in zip(frame.columns, frame.dtypes, strict=True)
+        )
+        + "|"
+    )
     for row in frame.iter_rows():
         lines.append("| " + " | ".join(_md(_cell(v)) for v in row) + " |")
     return "\n".join(lines)
@@ -295,15 +335,20 @@ def _csv_ready(frame: pl.DataFrame) -> pl.DataFrame:
     for series in frame.get_columns():
         dtype = series.dtype
         if isinstance(dtype, simple) or dtype.base_type() in simple or not _csv_writable(dtype):
-            series = pl.Series(series.name, [None if v is None else _text(v) for v in series.to_list()],
-                               dtype=pl.String)
+            series = pl.Series(
+                series.name, [None if v is None else _text(v) for v in series.to_list()], dtype=pl.String
+            )
         columns.append(series)
     return pl.DataFrame(columns)
 
 
 def _csv_writable(dtype: pl.DataType) -> bool:
-    return dtype.is_numeric() or dtype.is_temporal() or dtype in (pl.String, pl.Boolean, pl.Null, pl.Categorical) \
+    return (
+        dtype.is_numeric()
+        or dtype.is_temporal()
+        or dtype in (pl.String, pl.Boolean, pl.Null, pl.Categorical)
         or isinstance(dtype, (pl.Categorical, pl.Enum))
+    )
 
 
 def _jsonable(value: Any) -> Any:
@@ -321,13 +366,18 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, int):
         return value if _JSON_INT_RANGE[0] <= value <= _JSON_INT_RANGE[1] else orjson.Fragment(str(value))
     if isinstance(value, Decimal):
-        return orjson.Fragment(str(value)) if value.is_finite() else ("NaN" if value.is_nan() else
-                                                                     ("Infinity" if value > 0 else "-Infinity"))
+        return (
+            orjson.Fragment(str(value))
+            if value.is_finite()
+            else ("NaN" if value.is_nan() else ("Infinity" if value > 0 else "-Infinity"))
+        )
     if isinstance(value, (bytes, bytearray, memoryview)):
         return blob_text(value)
     if isinstance(value, dict):
-        return {k if isinstance(k, (str, int, float, bool)) or k is None else _text(k): _jsonable(v)
-                for k, v in value.items()}
+        return {
+            k if isinstance(k, (str, int, float, bool)) or k is None else _text(k): _jsonable(v)
+            for k, v in value.items()
+        }
     if isinstance(value, (list, tuple)):
         return [_jsonable(v) for v in value]
     return value  # datetime, date, time, UUID: orjson writes them; anything else goes through _json_default
@@ -338,8 +388,9 @@ def _json_default(value: Any) -> Any:
 
 
 def _dump_json(rows: list[dict[str, Any]]) -> str:
-    return orjson.dumps(rows, default=_json_default,
-                        option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode() + "\n"
+    return (
+        orjson.dumps(rows, default=_json_default, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode() + "\n"
+    )
 
 
 def write_json(value: Any, out: IO[str] | None = None) -> None:
@@ -358,8 +409,10 @@ def write_result(result: "SqlResult", fmt: str, out: IO[str] | None = None, *, w
         if not result.is_json:
             raise ValueError("run the SQL with as_json=True to write JSON")
         names = result.frame.columns
-        rows = [{name: _json_fragment(text) for name, text in zip(names, row, strict=True)}
-                for row in result.frame.iter_rows()]
+        rows = [
+            {name: _json_fragment(text) for name, text in zip(names, row, strict=True)}
+            for row in result.frame.iter_rows()
+        ]
         out.write(_dump_json(rows))
     else:
         write(result.frame, fmt, out, right=result.numeric_text, wide=wide)
@@ -376,5 +429,19 @@ def _json_fragment(text: str | None) -> Any:
     return orjson.Fragment(text)
 
 
-__all__ = ["DEFAULT_WIDTH", "Layout", "blob_text", "console", "console_width", "default_format", "fit_table",
-           "markdown", "print_table", "rich_table", "shorten", "write", "write_json", "write_result"]
+__all__ = [
+    "DEFAULT_WIDTH",
+    "Layout",
+    "blob_text",
+    "console",
+    "console_width",
+    "default_format",
+    "fit_table",
+    "markdown",
+    "print_table",
+    "rich_table",
+    "shorten",
+    "write",
+    "write_json",
+    "write_result",
+]

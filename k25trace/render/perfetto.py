@@ -82,8 +82,9 @@ def parse_int_list(text: str | None, what: str) -> list[int] | None:
     return sorted(set(out))
 
 
-def select_steps(con: duckdb.DuckDBPyConnection, run_id: str, steps: str | None, batch: int | None,
-                 phase: str = "decode") -> list[int]:
+def select_steps(
+    con: duckdb.DuckDBPyConnection, run_id: str, steps: str | None, batch: int | None, phase: str = "decode"
+) -> list[int]:
     """The step indexes to export. ``steps``: a list/ranges, or ``all``; ``batch``: only steps of that batch size.
     Neither: one representative step per batch size (the one nearest the median wall time, as the HTML page
     shows); ``batch`` alone: that batch size's representative step."""
@@ -102,9 +103,11 @@ def select_steps(con: duckdb.DuckDBPyConnection, run_id: str, steps: str | None,
         missing = [s for s in wanted if s not in known]
         if missing:
             scope = f" of batch size {batch}" if batch is not None else ""
-            raise K25Error(f"{_label(con, run_id)}: no step{'s' if len(missing) > 1 else ''}{scope} with index "
-                           f"{', '.join(map(str, missing[:10]))} (steps{scope}: "
-                           f"{ranges_text(sorted(known))})")
+            raise K25Error(
+                f"{_label(con, run_id)}: no step{'s' if len(missing) > 1 else ''}{scope} with index "
+                f"{', '.join(map(str, missing[:10]))} (steps{scope}: "
+                f"{ranges_text(sorted(known))})"
+            )
         return wanted
     reps = query_frame(con, "representative_steps", {"phase": "all"}).filter(pl.col("run_id") == run_id)
     if batch is not None:
@@ -130,26 +133,52 @@ def ranges_text(values: list[int]) -> str:
     return ",".join(out)
 
 
-
 # ---------------------------------------------------------------------------------------------- perfetto
 
 # The legacy trace viewer's reserved colour names (catapult's color_scheme: the only colours a Chrome JSON trace
 # can ask for, by name), chosen per category as the nearest distinct hue to the TUI's colour.
 CNAME_RGB = {
-    "terrible": (180, 0, 0), "rail_idle": (238, 142, 0), "light_memory_dump": (0, 0, 180),
-    "rail_response": (67, 135, 253), "detailed_memory_dump": (180, 0, 180), "thread_state_uninterruptible":
-    (182, 125, 143), "good": (0, 125, 0), "yellow": (255, 255, 0), "background_memory_dump": (0, 180, 180),
-    "cq_build_passed": (153, 238, 102), "thread_state_unknown": (199, 155, 125), "rail_animation": (244, 74, 63),
-    "generic_work": (125, 125, 125), "grey": (221, 221, 221), "olive": (100, 100, 0), "bad": (180, 125, 0),
-    "thread_state_runnable": (133, 160, 210), "rail_load": (13, 168, 97), "startup": (230, 230, 0),
-    "thread_state_iowait": (255, 140, 0), "cq_build_abandoned": (187, 187, 187),
+    "terrible": (180, 0, 0),
+    "rail_idle": (238, 142, 0),
+    "light_memory_dump": (0, 0, 180),
+    "rail_response": (67, 135, 253),
+    "detailed_memory_dump": (180, 0, 180),
+    "thread_state_uninterruptible": (182, 125, 143),
+    "good": (0, 125, 0),
+    "yellow": (255, 255, 0),
+    "background_memory_dump": (0, 180, 180),
+    "cq_build_passed": (153, 238, 102),
+    "thread_state_unknown": (199, 155, 125),
+    "rail_animation": (244, 74, 63),
+    "generic_work": (125, 125, 125),
+    "grey": (221, 221, 221),
+    "olive": (100, 100, 0),
+    "bad": (180, 125, 0),
+    "thread_state_runnable": (133, 160, 210),
+    "rail_load": (13, 168, 97),
+    "startup": (230, 230, 0),
+    "thread_state_iowait": (255, 140, 0),
+    "cq_build_abandoned": (187, 187, 187),
 }
 CATEGORY_CNAME = {
-    "allreduce": "terrible", "comm_other": "thread_state_iowait", "marlin_gemm": "light_memory_dump",
-    "quant_gemm": "rail_response", "gemm": "thread_state_runnable", "moe_routing": "detailed_memory_dump",
-    "attention": "good", "norm": "startup", "rotary": "background_memory_dump", "activation": "cq_build_passed",
-    "elementwise": "thread_state_unknown", "sampling": "thread_state_uninterruptible", "memcpy": "generic_work",
-    "memset": "cq_build_abandoned", "other": "grey", "overlap": "olive", "all2all": "bad", "quantize": "rail_idle",
+    "allreduce": "terrible",
+    "comm_other": "thread_state_iowait",
+    "marlin_gemm": "light_memory_dump",
+    "quant_gemm": "rail_response",
+    "gemm": "thread_state_runnable",
+    "moe_routing": "detailed_memory_dump",
+    "attention": "good",
+    "norm": "startup",
+    "rotary": "background_memory_dump",
+    "activation": "cq_build_passed",
+    "elementwise": "thread_state_unknown",
+    "sampling": "thread_state_uninterruptible",
+    "memcpy": "generic_work",
+    "memset": "cq_build_abandoned",
+    "other": "grey",
+    "overlap": "olive",
+    "all2all": "bad",
+    "quantize": "rail_idle",
     "embedding": "yellow",
 }
 """The colour of each category's slices: every category of the rules (``queries/kernel_rules.csv``), ``other`` and
@@ -184,8 +213,15 @@ class PerfettoExport:
         return orjson.dumps(self.trace)
 
 
-def perfetto_trace(con: duckdb.DuckDBPyConnection, run_id: str, steps: list[int], ranks: list[int] | None = None,
-                   *, details: bool = False, source: str = "") -> PerfettoExport:
+def perfetto_trace(
+    con: duckdb.DuckDBPyConnection,
+    run_id: str,
+    steps: list[int],
+    ranks: list[int] | None = None,
+    *,
+    details: bool = False,
+    source: str = "",
+) -> PerfettoExport:
     """The Chrome trace of ``steps`` of ``run_id`` on ``ranks`` (None: all). Timestamps: (start_ns − the rank's
     offset − t0) / 1000 µs, t0 = the earliest aligned start exported, so every rank is on the reference rank's
     clock and the numbers stay small (exact to the nanosecond). Each activity's args: category, step, batch size,
@@ -197,49 +233,71 @@ def perfetto_trace(con: duckdb.DuckDBPyConnection, run_id: str, steps: list[int]
     offsets = {r["rank"]: r["offset_ns"] for r in lanes.iter_rows(named=True)}
     aligned = {r["rank"]: r["aligned"] for r in lanes.iter_rows(named=True)}
     marker_tid = _marker_tid(events)
-    trace_events = _rank_tracks(rank_list, {r["rank"]: r["device_name"] for r in lanes.iter_rows(named=True)},
-                                marker_tid)
+    trace_events = _rank_tracks(
+        rank_list, {r["rank"]: r["device_name"] for r in lanes.iter_rows(named=True)}, marker_tid
+    )
     step_events, markers = _step_slices(lanes, t0, marker_tid)
     activity_events, activities, waits, overflow = _activity_slices(events, t0, details=details)
     trace_events += step_events + activity_events
 
     notes = []
     if len(rank_list) > 1 and not all(aligned.get(r) for r in rank_list):
-        notes.append(f"{_label(con, run_id)}: no clock offsets for rank(s) "
-                     f"{', '.join(str(r) for r in rank_list if not aligned.get(r))} (no paired collectives): "
-                     "their raw clocks are used")
+        notes.append(
+            f"{_label(con, run_id)}: no clock offsets for rank(s) "
+            f"{', '.join(str(r) for r in rank_list if not aligned.get(r))} (no paired collectives): "
+            "their raw clocks are used"
+        )
     if overflow:
-        notes.append(f"{overflow} GPU activities overlap another on the same stream; they are on a track "
-                     "of their own ('overlapping activities') so that every track nests")
+        notes.append(
+            f"{overflow} GPU activities overlap another on the same stream; they are on a track "
+            "of their own ('overlapping activities') so that every track nests"
+        )
     trace = {
         "traceEvents": trace_events,
         "otherData": {
-            "generator": f"k25trace {__version__}", "source": source, "run_id": run_id,
-            "steps": steps, "ranks": ranks if ranks is not None else rank_list, "t0_ns": t0,
+            "generator": f"k25trace {__version__}",
+            "source": source,
+            "run_id": run_id,
+            "steps": steps,
+            "ranks": ranks if ranks is not None else rank_list,
+            "t0_ns": t0,
             "clock": "ts = (start_ns - clock_offset_ns - t0_ns) / 1000 µs: every rank on the reference (lowest) "
-                     "rank's clock (rank_offsets)",
+            "rank's clock (rank_offsets)",
             "clock_offsets_ns": {str(r): offsets.get(r, 0) for r in rank_list},
             "exported_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         },
     }
-    return PerfettoExport(trace=trace, run_id=run_id, steps=steps, ranks=rank_list, t0_ns=t0, activities=activities,
-                          waits=waits, markers=markers, offsets_ns={r: offsets.get(r, 0) for r in rank_list},
-                          notes=notes)
+    return PerfettoExport(
+        trace=trace,
+        run_id=run_id,
+        steps=steps,
+        ranks=rank_list,
+        t0_ns=t0,
+        activities=activities,
+        waits=waits,
+        markers=markers,
+        offsets_ns={r: offsets.get(r, 0) for r in rank_list},
+        notes=notes,
+    )
 
 
-def _step_frames(con: duckdb.DuckDBPyConnection, run_id: str, steps: list[int],
-                 ranks: list[int] | None) -> tuple[pl.DataFrame, pl.DataFrame]:
+def _step_frames(
+    con: duckdb.DuckDBPyConnection, run_id: str, steps: list[int], ranks: list[int] | None
+) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The GPU activities (``export_step_events``) and the per-rank step lanes (``step_lanes``) of the steps on the
     chosen ranks; an error when a chosen rank is not in the steps or the steps hold no GPU activity."""
     events = query_frame(con, "export_step_events", {"run_id": run_id, "steps": steps, "ranks": ranks})
-    lanes = pl.concat([query_frame(con, "step_lanes", {"run_id": run_id, "step_index": s}) for s in steps],
-                      how="vertical_relaxed")
+    lanes = pl.concat(
+        [query_frame(con, "step_lanes", {"run_id": run_id, "step_index": s}) for s in steps], how="vertical_relaxed"
+    )
     if ranks is not None:
         present = set(lanes["rank"].to_list())
         absent = [r for r in ranks if r not in present]
         if absent:
-            raise K25Error(f"{_label(con, run_id)}: no rank {', '.join(map(str, absent))} in step(s) "
-                           f"{ranges_text(steps)} (ranks: {', '.join(map(str, sorted(present)))})")
+            raise K25Error(
+                f"{_label(con, run_id)}: no rank {', '.join(map(str, absent))} in step(s) "
+                f"{ranges_text(steps)} (ranks: {', '.join(map(str, sorted(present)))})"
+            )
         lanes = lanes.filter(pl.col("rank").is_in(ranks))
     if events.is_empty():
         raise K25Error(f"{_label(con, run_id)}: step(s) {ranges_text(steps)} hold no GPU activity on the chosen ranks")
@@ -257,8 +315,10 @@ def _first_start(events: pl.DataFrame, lanes: pl.DataFrame) -> int:
 
 def _marker_tid(events: pl.DataFrame) -> int:
     """The track of the host step markers (the GPU step windows go on the next one): below every stream track."""
-    all_streams = {r["stream"] if r["stream"] is not None else 0
-                   for r in events.select(["rank", "stream"]).unique().iter_rows(named=True)}
+    all_streams = {
+        r["stream"] if r["stream"] is not None else 0
+        for r in events.select(["rank", "stream"]).unique().iter_rows(named=True)
+    }
     return min([0] + [s for s in all_streams]) - 2 if 0 in all_streams or 1 in all_streams else 0
 
 
@@ -286,26 +346,51 @@ def _step_slices(lanes: pl.DataFrame, t0: int, marker_tid: int) -> tuple[list[di
     markers = 0
     for lane in lanes.sort(["rank", "step_index"]).iter_rows(named=True):
         rank, off = lane["rank"], lane["offset_ns"]
-        step_args = {"step": lane["step_index"], "batch_size": lane["batch_size"], "phase": lane["phase"],
-                     "rank": rank, "gpu_wall_ms": round(lane["wall_ns"] / 1e6, 6),
-                     "gpu_idle_ms": round(lane["idle_ns"] / 1e6, 6), "kernels": lane["kernel_count"],
-                     "collectives": lane["collectives"], "collective_wait_us": round(lane["wait_ns"] / 1e3, 3),
-                     "caused_wait_us": round(lane["caused_wait_ns"] / 1e3, 3), "clock_offset_ns": off}
+        step_args = {
+            "step": lane["step_index"],
+            "batch_size": lane["batch_size"],
+            "phase": lane["phase"],
+            "rank": rank,
+            "gpu_wall_ms": round(lane["wall_ns"] / 1e6, 6),
+            "gpu_idle_ms": round(lane["idle_ns"] / 1e6, 6),
+            "kernels": lane["kernel_count"],
+            "collectives": lane["collectives"],
+            "collective_wait_us": round(lane["wait_ns"] / 1e3, 3),
+            "caused_wait_us": round(lane["caused_wait_ns"] / 1e3, 3),
+            "clock_offset_ns": off,
+        }
         if lane["marker_start_ns"] is not None and lane["marker_end_ns"] is not None:
-            trace_events.append({
-                "ph": "X", "name": lane["marker"] or f"step {lane['step_index']}", "cat": "k25trace.step",
-                "pid": rank, "tid": marker_tid, "ts": _us(lane["marker_start_ns"] - off - t0),
-                "dur": _us(lane["marker_end_ns"] - lane["marker_start_ns"]), "cname": STEP_CNAME, "args": step_args})
+            trace_events.append(
+                {
+                    "ph": "X",
+                    "name": lane["marker"] or f"step {lane['step_index']}",
+                    "cat": "k25trace.step",
+                    "pid": rank,
+                    "tid": marker_tid,
+                    "ts": _us(lane["marker_start_ns"] - off - t0),
+                    "dur": _us(lane["marker_end_ns"] - lane["marker_start_ns"]),
+                    "cname": STEP_CNAME,
+                    "args": step_args,
+                }
+            )
             markers += 1
-        trace_events.append({
-            "ph": "X", "name": f"step {lane['step_index']} (batch {lane['batch_size']})", "cat": "k25trace.step",
-            "pid": rank, "tid": marker_tid + 1, "ts": _us(lane["aligned_start_ns"] - t0), "dur": _us(lane["wall_ns"]),
-            "cname": STEP_CNAME, "args": step_args})
+        trace_events.append(
+            {
+                "ph": "X",
+                "name": f"step {lane['step_index']} (batch {lane['batch_size']})",
+                "cat": "k25trace.step",
+                "pid": rank,
+                "tid": marker_tid + 1,
+                "ts": _us(lane["aligned_start_ns"] - t0),
+                "dur": _us(lane["wall_ns"]),
+                "cname": STEP_CNAME,
+                "args": step_args,
+            }
+        )
     return trace_events, markers
 
 
-def _activity_slices(events: pl.DataFrame, t0: int, *,
-                     details: bool) -> tuple[list[dict[str, Any]], int, int, int]:
+def _activity_slices(events: pl.DataFrame, t0: int, *, details: bool) -> tuple[list[dict[str, Any]], int, int, int]:
     """One slice per GPU activity on its stream's track (an overlapping one on a track of its own, named when first
     used), and a 'wait for rank N' slice over the waiting part of a collective; returns the events, the number of
     activities and of waits, and how many activities overlapped another on their stream."""
@@ -320,20 +405,45 @@ def _activity_slices(events: pl.DataFrame, t0: int, *,
         if (rank, tid) not in thread_names:
             thread_names.add((rank, tid))
             label = f"GPU stream {stream}" + ("" if tid == stream else " (overlapping activities)")
-            trace_events += [{"ph": "M", "name": "thread_name", "pid": rank, "tid": tid, "args": {"name": label}},
-                             {"ph": "M", "name": "thread_sort_index", "pid": rank, "tid": tid,
-                              "args": {"sort_index": tid}}]
-        trace_events.append({"ph": "X", "name": e["short_name"], "cat": e["category"], "pid": rank, "tid": tid,
-                             "ts": _us(ts), "dur": _us(e["dur_ns"]),
-                             "cname": CATEGORY_CNAME.get(e["category"], "grey"), "args": _activity_args(e, details)})
+            trace_events += [
+                {"ph": "M", "name": "thread_name", "pid": rank, "tid": tid, "args": {"name": label}},
+                {"ph": "M", "name": "thread_sort_index", "pid": rank, "tid": tid, "args": {"sort_index": tid}},
+            ]
+        trace_events.append(
+            {
+                "ph": "X",
+                "name": e["short_name"],
+                "cat": e["category"],
+                "pid": rank,
+                "tid": tid,
+                "ts": _us(ts),
+                "dur": _us(e["dur_ns"]),
+                "cname": CATEGORY_CNAME.get(e["category"], "grey"),
+                "args": _activity_args(e, details),
+            }
+        )
         activities += 1
         if e["call_site"] is not None and e["wait_ns"] and 0 < e["wait_ns"] < e["dur_ns"]:
-            trace_events.append({
-                "ph": "X", "name": f"wait for rank {e['late_rank']}", "cat": "k25trace.wait", "pid": rank, "tid": tid,
-                "ts": _us(ts), "dur": _us(e["wait_ns"]), "cname": WAIT_CNAME,
-                "args": {"wait_us": round(e["wait_ns"] / 1e3, 3), "wait_kind": e["wait_kind"],
-                         "late_rank": e["late_rank"], "call_site": e["call_site"], "event_id": e["event_id"],
-                         "transfer_us": round(e["transfer_ns"] / 1e3, 3)}})
+            trace_events.append(
+                {
+                    "ph": "X",
+                    "name": f"wait for rank {e['late_rank']}",
+                    "cat": "k25trace.wait",
+                    "pid": rank,
+                    "tid": tid,
+                    "ts": _us(ts),
+                    "dur": _us(e["wait_ns"]),
+                    "cname": WAIT_CNAME,
+                    "args": {
+                        "wait_us": round(e["wait_ns"] / 1e3, 3),
+                        "wait_kind": e["wait_kind"],
+                        "late_rank": e["late_rank"],
+                        "call_site": e["call_site"],
+                        "event_id": e["event_id"],
+                        "transfer_us": round(e["transfer_ns"] / 1e3, 3),
+                    },
+                }
+            )
             waits += 1
     return trace_events, activities, waits, placed.overflow
 
@@ -341,8 +451,13 @@ def _activity_slices(events: pl.DataFrame, t0: int, *,
 def _activity_args(e: dict[str, Any], details: bool) -> dict[str, Any]:
     """The args of one activity's slice: its rows in the database, grid and block, bytes, the collective's figures;
     ``details`` adds the full name, the raw start and the launch/occupancy/NCCL fields."""
-    args: dict[str, Any] = {"category": e["category"], "step": e["step_index"], "batch_size": e["batch_size"],
-                            "event_id": e["event_id"], "name_id": e["name_id"]}
+    args: dict[str, Any] = {
+        "category": e["category"],
+        "step": e["step_index"],
+        "batch_size": e["batch_size"],
+        "event_id": e["event_id"],
+        "name_id": e["name_id"],
+    }
     if e["grid_x"] is not None:
         args["grid"] = [e["grid_x"], e["grid_y"], e["grid_z"]]
         args["block"] = [e["block_x"], e["block_y"], e["block_z"]]
@@ -351,16 +466,30 @@ def _activity_args(e: dict[str, Any], details: bool) -> dict[str, Any]:
     if details:
         args["kernel"] = e["name"]
         args["start_ns"] = e["start_ns"]  # on the rank's own clock, as in the database
-        for key in ("kind", "correlation", "external_id", "registers", "shared_mem_bytes", "occupancy_pct",
-                    "collective_name", "msg_in_nelems", "msg_dtype"):
+        for key in (
+            "kind",
+            "correlation",
+            "external_id",
+            "registers",
+            "shared_mem_bytes",
+            "occupancy_pct",
+            "collective_name",
+            "msg_in_nelems",
+            "msg_dtype",
+        ):
             if e[key] is not None:
                 args[key] = e[key]
     if e["call_site"] is not None:
         args["collective"] = {
-            "call_site": e["call_site"], "transfer_us": round(e["transfer_ns"] / 1e3, 3),
-            "wait_us": round(e["wait_ns"] / 1e3, 3), "wait_kind": e["wait_kind"], "late_rank": e["late_rank"],
-            "this_rank_late": e["is_late"], "lateness_us": round(e["lateness_ns"] / 1e3, 3),
-            "caused_wait_us": round(e["caused_wait_ns"] / 1e3, 3), "skew_us": round(e["skew_ns"] / 1e3, 3),
+            "call_site": e["call_site"],
+            "transfer_us": round(e["transfer_ns"] / 1e3, 3),
+            "wait_us": round(e["wait_ns"] / 1e3, 3),
+            "wait_kind": e["wait_kind"],
+            "late_rank": e["late_rank"],
+            "this_rank_late": e["is_late"],
+            "lateness_us": round(e["lateness_ns"] / 1e3, 3),
+            "caused_wait_us": round(e["caused_wait_ns"] / 1e3, 3),
+            "skew_us": round(e["skew_ns"] / 1e3, 3),
         }
     return args
 
@@ -407,8 +536,12 @@ def check_chrome_trace(trace: dict[str, Any]) -> list[str]:
         if not isinstance(e.get("pid"), int) or not isinstance(e.get("tid"), int):
             problems.append(f"event {i}: pid/tid not integers")
         if ph == "M":
-            if e.get("name") not in ("process_name", "process_sort_index", "thread_name", "thread_sort_index") \
-                    or not isinstance(e.get("args"), dict):
+            if e.get("name") not in (
+                "process_name",
+                "process_sort_index",
+                "thread_name",
+                "thread_sort_index",
+            ) or not isinstance(e.get("args"), dict):
                 problems.append(f"event {i}: bad metadata event")
         elif ph == "X":
             ts, dur = e.get("ts"), e.get("dur")
@@ -431,8 +564,9 @@ def check_chrome_trace(trace: dict[str, Any]) -> list[str]:
             while stack and stack[-1][1] <= s[0] + 1e-9:
                 stack.pop()
             if stack and s[1] > stack[-1][1] + 1e-9:
-                problems.append(f"track pid {key[0]} tid {key[1]}: event {s[2]} overlaps event {stack[-1][2]} "
-                                "without nesting")
+                problems.append(
+                    f"track pid {key[0]} tid {key[1]}: event {s[2]} overlaps event {stack[-1][2]} without nesting"
+                )
                 break
             stack.append(s)
     return problems

@@ -86,6 +86,22 @@ from k25trace.synth.kernels import __all__ as _kernel_names
 from k25trace.synth.program import Program, build_program, step_plan
 from k25trace.synth.simulate import StepSim, simulate
 
-__all__ = ["BASE_EPOCH_NS", "Config", "Delay", "Program", "StepSim", "SynthError", "as_delay", "build_program",
-           "command", "generate", "parse_delay", "parse_renames", "parse_scales", "simulate", "step_plan",
-           "write_traces", *_kernel_names]
+__all__ = [
+    "BASE_EPOCH_NS",
+    "Config",
+    "Delay",
+    "Program",
+    "StepSim",
+    "SynthError",
+    "as_delay",
+    "build_program",
+    "command",
+    "generate",
+    "parse_delay",
+    "parse_renames",
+    "parse_scales",
+    "simulate",
+    "step_plan",
+    "write_traces",
+    *_kernel_names,
+]

@@ -13,7 +13,7 @@ from k25trace.synth.kernels import CATEGORIES, KERNEL_CATEGORY
 BASE_EPOCH_NS = 1767189312_000_000_000  # true time of the first step (an arbitrary 2026 wall time)
 
 # Config field metadata: which options truth.json's "params" records
-_NEVER = {"params": "never"}            # recorded elsewhere (delays) or not deciding the content (workers)
+_NEVER = {"params": "never"}  # recorded elsewhere (delays) or not deciding the content (workers)
 _IF_CHANGED = {"params": "if_changed"}  # the known-change options: recorded only when one is used
 
 
@@ -27,9 +27,9 @@ class Delay:
 
     rank: int
     delay_us: float
-    steps: frozenset[int] | None = None      # step indices (truth "index"), None = every step with collectives
-    ordinals: frozenset[int] | None = None   # collective ordinals k within the step
-    every: int | None = None                 # every K-th collective (k % K == 0)
+    steps: frozenset[int] | None = None  # step indices (truth "index"), None = every step with collectives
+    ordinals: frozenset[int] | None = None  # collective ordinals k within the step
+    every: int | None = None  # every K-th collective (k % K == 0)
 
     def applies(self, step: int, k: int) -> bool:
         if self.steps is not None and step not in self.steps:
@@ -45,9 +45,13 @@ class Delay:
         return int(round(self.delay_us * 1000))
 
     def as_dict(self) -> dict[str, Any]:
-        return {"rank": self.rank, "delay_ns": self.delay_ns,
-                "steps": sorted(self.steps) if self.steps is not None else None,
-                "ordinals": sorted(self.ordinals) if self.ordinals is not None else None, "every": self.every}
+        return {
+            "rank": self.rank,
+            "delay_ns": self.delay_ns,
+            "steps": sorted(self.steps) if self.steps is not None else None,
+            "ordinals": sorted(self.ordinals) if self.ordinals is not None else None,
+            "every": self.every,
+        }
 
 
 def as_delay(spec: Any) -> Delay:
@@ -58,8 +62,13 @@ def as_delay(spec: Any) -> Delay:
     if isinstance(spec, dict):
         steps = spec.get("steps")
         ords = spec.get("ordinals")
-        return Delay(int(spec["rank"]), float(spec["delay_us"]), frozenset(steps) if steps is not None else None,
-                     frozenset(ords) if ords is not None else None, spec.get("every"))
+        return Delay(
+            int(spec["rank"]),
+            float(spec["delay_us"]),
+            frozenset(steps) if steps is not None else None,
+            frozenset(ords) if ords is not None else None,
+            spec.get("every"),
+        )
     spec = tuple(spec)
     steps = frozenset(spec[2]) if len(spec) > 2 and spec[2] is not None else None
     ords = frozenset(spec[3]) if len(spec) > 3 and spec[3] is not None else None
@@ -91,19 +100,19 @@ class Config:
 
     ranks: int = 8
     batch_sizes: Sequence[int] = (1, 64, 256)
-    steps_per_batch: int | Sequence[int] = 20   # decode steps per batch size: one number, or one per size
+    steps_per_batch: int | Sequence[int] = 20  # decode steps per batch size: one number, or one per size
     layers: int = 61
     first_k_dense: int = 1
-    prefill: bool = True                        # a piecewise prefill step before each batch-size group
+    prefill: bool = True  # a piecewise prefill step before each batch-size group
     prompt_len: int = 512
     max_prefill_tokens: int = 8192
-    empty_steps: int = 1                        # execute_context_0(0)_generation_0(0) steps after each group
+    empty_steps: int = 1  # execute_context_0(0)_generation_0(0) steps after each group
     context_len: int = 1024
-    allreduce: str = "nccl"                     # nccl | custom
+    allreduce: str = "nccl"  # nccl | custom
     ar_bus_gbps: float = 20.0
     ar_latency_us: float = 24.0
-    delays: Iterable[Any] = field(default=(), metadata=_NEVER)   # truth.json "delays"
-    clock_offsets_us: float | Sequence[float] | None = None      # params: the offsets used
+    delays: Iterable[Any] = field(default=(), metadata=_NEVER)  # truth.json "delays"
+    clock_offsets_us: float | Sequence[float] | None = None  # params: the offsets used
     max_clock_offset_us: float = field(default=2000.0, metadata=_NEVER)
     jitter: float = 0.03
     target_gz_mb: float | None = None

@@ -103,24 +103,40 @@ def _init_rank(rank: int, world: int, a: DecodeLoopOptions) -> tuple[Any, Any, b
         device = torch.device("cpu")
     os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
     os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
-    dist.init_process_group("nccl" if cuda else "gloo", init_method=f"tcp://127.0.0.1:{a.master_port}",
-                            rank=rank, world_size=world, device_id=device if cuda else None)
+    dist.init_process_group(
+        "nccl" if cuda else "gloo",
+        init_method=f"tcp://127.0.0.1:{a.master_port}",
+        rank=rank,
+        world_size=world,
+        device_id=device if cuda else None,
+    )
     torch.manual_seed(a.seed)
     return device, getattr(torch, a.dtype), cuda
 
 
-def _batch_state(model: Model, a: DecodeLoopOptions, batch: int, device: Any, dtype: Any, cuda: bool,
-                 gpu_delay: bool, spin_cycles: int) -> dict[str, Any]:
+def _batch_state(
+    model: Model,
+    a: DecodeLoopOptions,
+    batch: int,
+    device: Any,
+    dtype: Any,
+    cuda: bool,
+    gpu_delay: bool,
+    spin_cycles: int,
+) -> dict[str, Any]:
     """One batch size's inputs and latent KV caches, and (CUDA, not --eager) its captured graph(s)."""
     import torch
 
     st: dict[str, Any] = {
         "ids": torch.zeros(batch, dtype=torch.long, device=device),
         "pos": torch.zeros(batch, dtype=torch.long, device=device),
-        "ids_host": torch.randint(0, a.vocab, (batch,), dtype=torch.long).pin_memory() if cuda
+        "ids_host": torch.randint(0, a.vocab, (batch,), dtype=torch.long).pin_memory()
+        if cuda
         else torch.randint(0, a.vocab, (batch,), dtype=torch.long),
-        "caches": [torch.randn(batch, a.context, a.kv_lora_rank + a.rope_dim, dtype=dtype, device=device) * 0.1
-                   for _ in range(a.layers)],
+        "caches": [
+            torch.randn(batch, a.context, a.kv_lora_rank + a.rope_dim, dtype=dtype, device=device) * 0.1
+            for _ in range(a.layers)
+        ],
     }
     st["pos"].fill_(a.context - 1)
     if cuda and not a.eager:
@@ -145,8 +161,15 @@ def _batch_state(model: Model, a: DecodeLoopOptions, batch: int, device: Any, dt
 class _Stepper:
     """Runs decode steps and records which profiled steps got which injection (CPU delay, GPU spin, gap)."""
 
-    def __init__(self, a: DecodeLoopOptions, rank: int, model: Model, state: dict[int, dict[str, Any]],
-                 gpu_delay: bool, spin_cycles: int) -> None:
+    def __init__(
+        self,
+        a: DecodeLoopOptions,
+        rank: int,
+        model: Model,
+        state: dict[int, dict[str, Any]],
+        gpu_delay: bool,
+        spin_cycles: int,
+    ) -> None:
         self.a, self.rank, self.model, self.state = a, rank, model, state
         self.gpu_delay, self.spin_cycles = gpu_delay, spin_cycles
         self.step_no = 0  # profiled steps so far
@@ -181,15 +204,22 @@ class _Stepper:
                 graph.replay()
                 nxt = model.logits_and_sample(out)
             else:  # the same kernels as the replay and logits_and_sample, in the same order
-                nxt = model.forward(st["ids"], st["pos"], st["caches"], self.spin_cycles if spin else 0,
-                                    annotate=a.layer_annotations, sample=True)
+                nxt = model.forward(
+                    st["ids"],
+                    st["pos"],
+                    st["caches"],
+                    self.spin_cycles if spin else 0,
+                    annotate=a.layer_annotations,
+                    sample=True,
+                )
         st["ids_host"].copy_(nxt, non_blocking=True)  # next tokens back to the host (D2H), as the sampler does
         if profiled:
             self.step_no += 1
 
 
-def _profiled_steps(a: DecodeLoopOptions, rank: int, stepper: _Stepper, batch_sizes: list[int],
-                    cuda: bool) -> dict[int, list[float]]:
+def _profiled_steps(
+    a: DecodeLoopOptions, rank: int, stepper: _Stepper, batch_sizes: list[int], cuda: bool
+) -> dict[int, list[float]]:
     """``--steps`` decode steps per batch size under the torch profiler, as vLLM profiles a worker; returns the
     wall time of each step (ms) per batch size."""
     import torch
@@ -220,9 +250,12 @@ def run_rank(rank: int, world: int, a: DecodeLoopOptions) -> dict[str, Any]:
     model = Model(a, rank, world, device, dtype)
     if cuda:
         torch.cuda.synchronize()
-    log(rank, f"model ready in {time.perf_counter() - t0:.1f} s: {a.layers} layers, {model.h} heads, "
-               f"{model.E} local experts, grouped_mm={model.grouped}, dense layers {a.dense_layers}, "
-               f"odd layer {a.odd_layer}, marlin={model.marlin is not None}")
+    log(
+        rank,
+        f"model ready in {time.perf_counter() - t0:.1f} s: {a.layers} layers, {model.h} heads, "
+        f"{model.E} local experts, grouped_mm={model.grouped}, dense layers {a.dense_layers}, "
+        f"odd layer {a.odd_layer}, marlin={model.marlin is not None}",
+    )
     batch_sizes = a.batch_size_list()
     gpu_delay = cuda and world > 1 and a.gpu_delay_rank is not None and a.gpu_delay_us > 0
     # torch.cuda._sleep spins clock64() cycles: about 1.98 GHz on an H100/H200 under load
@@ -248,29 +281,56 @@ def run_rank(rank: int, world: int, a: DecodeLoopOptions) -> dict[str, Any]:
     return _summary(a, rank, world, device, cuda, model, stepper, step_ms, files)
 
 
-def _summary(a: DecodeLoopOptions, rank: int, world: int, device: Any, cuda: bool, model: Model,
-             stepper: _Stepper, step_ms: dict[int, list[float]], files: list[str]) -> dict[str, Any]:
+def _summary(
+    a: DecodeLoopOptions,
+    rank: int,
+    world: int,
+    device: Any,
+    cuda: bool,
+    model: Model,
+    stepper: _Stepper,
+    step_ms: dict[int, list[float]],
+    files: list[str],
+) -> dict[str, Any]:
     import torch
 
     nccl = ".".join(map(str, torch.cuda.nccl.version())) if cuda else None
     delayed, gpu_delayed, injected = stepper.delayed, stepper.gpu_delayed, stepper.injected
-    return {"rank": rank, "world_size": world, "device": torch.cuda.get_device_name(device) if cuda else "cpu",
-            "torch": torch.__version__, "cuda": torch.version.cuda, "nccl": nccl, "grouped_mm": model.grouped,
-            "layers": a.layers, "steps": a.steps, "mode": "graph" if cuda and not a.eager else "eager",
-            "allreduce_sites_per_step": 2 * a.layers + 1 if world > 1 else 0,
-            "cpu_delayed_steps": delayed, "cpu_delay_ms": a.delay_ms if delayed else 0.0,
-            "gpu_delayed_steps": gpu_delayed, "gpu_delay_site": a.gpu_delay_site if gpu_delayed else None,
-            "gpu_delay_cycles": stepper.spin_cycles if gpu_delayed else 0,
-            "host_sleep_steps": injected.get("sleep", []), "blocking_copy_steps": injected.get("copy", []),
-            "host_gap_us": a.host_gap_us if injected else None,
-            "median_step_ms": {b: sorted(v)[len(v) // 2] for b, v in step_ms.items()},
-            "layer_annotations": bool(a.layer_annotations and not (cuda and not a.eager)),
-            "layer_kinds": model.kinds, "dense_layers": a.dense_layers, "dense_intermediate": a.dense_intermediate,
-            "odd_layer": a.odd_layer, "odd_factor": a.odd_factor if a.odd_layer is not None else None,
-            "top_k_per_layer": model.top_ks, "dtype": a.dtype, "marlin": model.marlin is not None,
-            "marlin_check_rel_err": model.marlin.check_rel_err if model.marlin else None,
-            "marlin_group_size": model.marlin.groupsize if model.marlin else None,
-            "marlin_weights_kn": sorted(set(model.marlin.shapes)) if model.marlin else None, "files": files}
+    return {
+        "rank": rank,
+        "world_size": world,
+        "device": torch.cuda.get_device_name(device) if cuda else "cpu",
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "nccl": nccl,
+        "grouped_mm": model.grouped,
+        "layers": a.layers,
+        "steps": a.steps,
+        "mode": "graph" if cuda and not a.eager else "eager",
+        "allreduce_sites_per_step": 2 * a.layers + 1 if world > 1 else 0,
+        "cpu_delayed_steps": delayed,
+        "cpu_delay_ms": a.delay_ms if delayed else 0.0,
+        "gpu_delayed_steps": gpu_delayed,
+        "gpu_delay_site": a.gpu_delay_site if gpu_delayed else None,
+        "gpu_delay_cycles": stepper.spin_cycles if gpu_delayed else 0,
+        "host_sleep_steps": injected.get("sleep", []),
+        "blocking_copy_steps": injected.get("copy", []),
+        "host_gap_us": a.host_gap_us if injected else None,
+        "median_step_ms": {b: sorted(v)[len(v) // 2] for b, v in step_ms.items()},
+        "layer_annotations": bool(a.layer_annotations and not (cuda and not a.eager)),
+        "layer_kinds": model.kinds,
+        "dense_layers": a.dense_layers,
+        "dense_intermediate": a.dense_intermediate,
+        "odd_layer": a.odd_layer,
+        "odd_factor": a.odd_factor if a.odd_layer is not None else None,
+        "top_k_per_layer": model.top_ks,
+        "dtype": a.dtype,
+        "marlin": model.marlin is not None,
+        "marlin_check_rel_err": model.marlin.check_rel_err if model.marlin else None,
+        "marlin_group_size": model.marlin.groupsize if model.marlin else None,
+        "marlin_weights_kn": sorted(set(model.marlin.shapes)) if model.marlin else None,
+        "files": files,
+    }
 
 
 def _worker(rank: int, world: int, a: DecodeLoopOptions, queue: Any) -> None:
@@ -367,33 +427,57 @@ def run(a: DecodeLoopOptions) -> tuple[list[dict[str, Any]], int]:
 @click.option("--context", type=int, default=1024, show_default=True, help="Tokens in each request's latent KV cache.")
 @click.option("--delay-rank", type=int, default=None, help="Rank that sleeps on the CPU before the graph replay.")
 @click.option("--delay-ms", type=float, default=0.0, show_default=True)
-@click.option("--delay-every", type=int, default=4, show_default=True,
-              help="Delay every K-th profiled step (1 = every step).")
+@click.option(
+    "--delay-every", type=int, default=4, show_default=True, help="Delay every K-th profiled step (1 = every step)."
+)
 @click.option("--gpu-delay-rank", type=int, default=None, help="Rank that runs a spin kernel before one all-reduce.")
-@click.option("--gpu-delay-us", type=float, default=0.0, show_default=True,
-              help="Spin-kernel length in µs (at ~1.98 GHz).")
-@click.option("--gpu-delay-site", type=int, default=1, show_default=True,
-              help="The all-reduce call site the spin kernel precedes.")
-@click.option("--gpu-delay-every", type=int, default=2, show_default=True,
-              help="GPU delay on every K-th profiled step.")
-@click.option("--gpu-delay-offset", type=int, default=1, show_default=True,
-              help="First GPU-delayed profiled step (mod K).")
+@click.option(
+    "--gpu-delay-us", type=float, default=0.0, show_default=True, help="Spin-kernel length in µs (at ~1.98 GHz)."
+)
+@click.option(
+    "--gpu-delay-site",
+    type=int,
+    default=1,
+    show_default=True,
+    help="The all-reduce call site the spin kernel precedes.",
+)
+@click.option(
+    "--gpu-delay-every", type=int, default=2, show_default=True, help="GPU delay on every K-th profiled step."
+)
+@click.option(
+    "--gpu-delay-offset", type=int, default=1, show_default=True, help="First GPU-delayed profiled step (mod K)."
+)
 @click.option("--eager", is_flag=True, help="No CUDA graph: launch every kernel eagerly.")
 @click.option("--inject-gaps", is_flag=True, help="Eager: a host sleep / a blocking copy mid-step.")
 @click.option("--host-gap-us", type=float, default=500.0, show_default=True)
 @click.option("--gap-layer", type=int, default=None, help="Layer before which the gap is made [default: half].")
 @click.option("--record-shapes", is_flag=True, help="Profile with record_shapes=True.")
-@click.option("--layer-annotations", is_flag=True,
-              help="Eager: record_function ranges pre, model.layers.{i}, post (the per-layer truth).")
-@click.option("--dense-layers", type=int, default=0, show_default=True,
-              help="Layers 0..K-1 are a dense MLP, not MoE (Kimi: first_k_dense_replace = 1).")
+@click.option(
+    "--layer-annotations",
+    is_flag=True,
+    help="Eager: record_function ranges pre, model.layers.{i}, post (the per-layer truth).",
+)
+@click.option(
+    "--dense-layers",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Layers 0..K-1 are a dense MLP, not MoE (Kimi: first_k_dense_replace = 1).",
+)
 @click.option("--dense-intermediate", type=int, default=18432, show_default=True)
 @click.option("--odd-layer", type=int, default=None, help="A MoE layer that routes to top_k x --odd-factor experts.")
 @click.option("--odd-factor", type=int, default=2, show_default=True)
-@click.option("--marlin", is_flag=True,
-              help="Routed experts and dense MLPs as Marlin W4A16 GEMMs (needs --dtype float16, nvcc, the source).")
-@click.option("--marlin-src", default=".marlin", show_default=True,
-              help="The exported github:IST-DASLab/marlin tree (marlin/marlin_cuda*.c*); not part of k25trace.")
+@click.option(
+    "--marlin",
+    is_flag=True,
+    help="Routed experts and dense MLPs as Marlin W4A16 GEMMs (needs --dtype float16, nvcc, the source).",
+)
+@click.option(
+    "--marlin-src",
+    default=".marlin",
+    show_default=True,
+    help="The exported github:IST-DASLab/marlin tree (marlin/marlin_cuda*.c*); not part of k25trace.",
+)
 @click.option("--marlin-build", default=None, help="Build directory for the extension [default: a temp dir].")
 @click.option("--device", default="cuda", show_default=True, help="cuda, or cpu (a smoke run: no graphs).")
 @click.option("--dtype", default="bfloat16", show_default=True)

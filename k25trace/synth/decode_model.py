@@ -33,8 +33,10 @@ class Model:
         # weights below are drawn exactly as before these flags existed)
         self.marlin = MarlinGemms(a.marlin_src, a.marlin_build, device) if a.marlin else None
         self.kinds = ["dense" if i < a.dense_layers else "moe" for i in range(a.layers)]
-        self.top_ks = [0 if kind == "dense" else a.top_k * (a.odd_factor if i == a.odd_layer else 1)
-                       for i, kind in enumerate(self.kinds)]
+        self.top_ks = [
+            0 if kind == "dense" else a.top_k * (a.odd_factor if i == a.odd_layer else 1)
+            for i, kind in enumerate(self.kinds)
+        ]
         self.embed = w(a.vocab // world if world > 1 else a.vocab, H, std=0.02)
         self.layers = []
         for i in range(a.layers):
@@ -56,16 +58,22 @@ class Model:
                 else:
                     L.update({"d13": w(H, 2 * di), "d2": w(di, H)})
             else:
-                L.update({
-                    "gate": w(H, a.experts),
-                    "gate_bias": torch.zeros(a.experts, dtype=torch.float32, device=device),
-                    "sh13": w(H, 2 * inter // world),
-                    "sh2": w(inter // world, H),
-                })
+                L.update(
+                    {
+                        "gate": w(H, a.experts),
+                        "gate_bias": torch.zeros(a.experts, dtype=torch.float32, device=device),
+                        "sh13": w(H, 2 * inter // world),
+                        "sh2": w(inter // world, H),
+                    }
+                )
                 if self.marlin:  # this layer's k experts, concatenated (see the module doc)
                     k = self.top_ks[i]
-                    L.update({"m13": self.marlin.weight(H, k * 2 * inter // world),
-                              "m2": self.marlin.weight(k * inter // world, H)})
+                    L.update(
+                        {
+                            "m13": self.marlin.weight(H, k * 2 * inter // world),
+                            "m2": self.marlin.weight(k * inter // world, H),
+                        }
+                    )
             L["kind"], L["top_k"] = self.kinds[i], self.top_ks[i]
             self.layers.append(L)
         if self.marlin:
@@ -213,8 +221,9 @@ class Model:
         y = self.marlin.mm(act, L["d2"]) if self.marlin is not None else act @ L["d2"]
         return self._all_reduce(y)
 
-    def forward(self, ids: Any, pos: Any, caches: list, spin_cycles: int = 0, annotate: bool = False,
-                sample: bool = False) -> Any:
+    def forward(
+        self, ids: Any, pos: Any, caches: list, spin_cycles: int = 0, annotate: bool = False, sample: bool = False
+    ) -> Any:
         """The decode forward: embedding, the layers, the final norm (what the CUDA graph captures); with
         ``sample`` also the lm_head and argmax (returns the next tokens, else the final hidden states). With
         ``annotate`` the regions are ``record_function`` ranges ``pre``, ``model.layers.{i}`` and ``post`` (the

@@ -44,14 +44,14 @@ def write_traces(out_dir: str | os.PathLike[str], cfg: Config, *, progress: bool
     """:func:`generate` for a ready :class:`Config`."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    rng = random.Random(f"meta-{cfg.seed}")   # clock offsets, base and export times, in this order
+    rng = random.Random(f"meta-{cfg.seed}")  # clock offsets, base and export times, in this order
     offsets_ns = cfg.clock_offsets_ns(rng)
     metas = _rank_metas(cfg, offsets_ns, rng)
     t0 = time.perf_counter()
     steps, per_rank, collectives = simulated_truth(cfg, metas)
     sim_s = time.perf_counter() - t0
     last_true = max(p["annotation_end_ns"] - metas[r].offset_ns for r in range(cfg.ranks) for p in per_rank[r][-1:])
-    for m in metas:   # file name time = export time on the rank's clock, after the last step
+    for m in metas:  # file name time = export time on the rank's clock, after the last step
         m.export_ns = last_true + m.offset_ns + 2_000_000_000 + int(rng.uniform(0, 3e9))
     core = count_core_events(cfg)
     plan = [s["phase"] for s in steps]
@@ -59,16 +59,24 @@ def write_traces(out_dir: str | os.PathLike[str], cfg: Config, *, progress: bool
     t1 = time.perf_counter()
     if cfg.workers > 1:
         import multiprocessing as mp
+
         with mp.get_context("spawn").Pool(min(cfg.workers, cfg.ranks)) as pool:
             written = pool.map(_write_rank_job, jobs)
     else:
         written = [_write_rank_job(j) for j in jobs]
     write_s = time.perf_counter() - t1
     ranks = [rank_entry(m, w) for m, w in zip(metas, written, strict=True)]
-    truth = {"format": FORMAT, "params": cfg.params(offsets_ns), "categories": list(CATEGORIES),
-             "kernel_categories": kernel_categories(cfg), "ranks": ranks,
-             "steps": steps, "per_rank_steps": per_rank, "collectives": collectives,
-             "delays": [d.as_dict() for d in cfg.delays],
-             "timing": {"simulate_seconds": round(sim_s, 3), "write_seconds": round(write_s, 3)}}
+    truth = {
+        "format": FORMAT,
+        "params": cfg.params(offsets_ns),
+        "categories": list(CATEGORIES),
+        "kernel_categories": kernel_categories(cfg),
+        "ranks": ranks,
+        "steps": steps,
+        "per_rank_steps": per_rank,
+        "collectives": collectives,
+        "delays": [d.as_dict() for d in cfg.delays],
+        "timing": {"simulate_seconds": round(sim_s, 3), "write_seconds": round(write_s, 3)},
+    }
     (out / "truth.json").write_text(json.dumps(truth, indent=1))
     return truth

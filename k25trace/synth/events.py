@@ -62,8 +62,10 @@ class _Templates:
             return t
         cat = {"kernel": "kernel", "memcpy": "gpu_memcpy", "memset": "gpu_memset"}[op.kind]
         name = json.dumps(self.rename.get(op.name, op.name))
-        head = (f'{_IND}{{\n{_IND}    "ph": "X",\n{_IND}    "cat": "{cat}",\n{_IND}    "name": {name},\n'
-                f'{_IND}    "pid": {self.device},\n{_IND}    "tid": {stream_id},\n{_IND}    "ts": ')
+        head = (
+            f'{_IND}{{\n{_IND}    "ph": "X",\n{_IND}    "cat": "{cat}",\n{_IND}    "name": {name},\n'
+            f'{_IND}    "pid": {self.device},\n{_IND}    "tid": {stream_id},\n{_IND}    "ts": '
+        )
         a = _IND + "        "
         if op.kind == "kernel":
             grid, block, regs, smem = GEOMETRY[op.name]
@@ -72,22 +74,31 @@ class _Templates:
             bps = round(blocks / SMS, 6)
             wps = round(blocks * threads / 32 / SMS, 6)
             occ = min(100, int(100 * min(64.0, wps) / 64)) if blocks >= SMS else 0
-            tail = (f',\n{a}"registers per thread": {regs},\n{a}"shared memory": {smem},\n'
-                    f'{a}"blocks per SM": {bps!r},\n{a}"warps per SM": {wps!r},\n'
-                    f'{a}"grid": {_list_lines(grid, a)},\n{a}"block": {_list_lines(block, a)},\n'
-                    f'{a}"est. achieved occupancy %": {occ}')
+            tail = (
+                f',\n{a}"registers per thread": {regs},\n{a}"shared memory": {smem},\n'
+                f'{a}"blocks per SM": {bps!r},\n{a}"warps per SM": {wps!r},\n'
+                f'{a}"grid": {_list_lines(grid, a)},\n{a}"block": {_list_lines(block, a)},\n'
+                f'{a}"est. achieved occupancy %": {occ}'
+            )
             if op.coll_args is not None:
                 cname, inn, outn, dtype = op.coll_args
-                tail += (f',\n{a}"Collective name": "{cname}",\n{a}"In msg nelems": {inn},\n'
-                         f'{a}"Out msg nelems": {outn},\n{a}"Group size": {self.ranks},\n{a}"dtype": "{dtype}",\n'
-                         f'{a}"In split size": "[]",\n{a}"Out split size": "[]",\n{a}"Process Group Name": "1",\n'
-                         f'{a}"Process Group Description": "undefined",\n{a}"Process Group Ranks": {self.ranks_str}')
+                tail += (
+                    f',\n{a}"Collective name": "{cname}",\n{a}"In msg nelems": {inn},\n'
+                    f'{a}"Out msg nelems": {outn},\n{a}"Group size": {self.ranks},\n{a}"dtype": "{dtype}",\n'
+                    f'{a}"In split size": "[]",\n{a}"Out split size": "[]",\n{a}"Process Group Name": "1",\n'
+                    f'{a}"Process Group Description": "undefined",\n{a}"Process Group Ranks": {self.ranks_str}'
+                )
             tail += f"\n{_IND}    }}\n{_IND}}}"
         else:
             tail = None  # memcpy/memset: bytes and bandwidth vary, rendered per event
-        mid = (f',\n{a}"queued": 0,\n{a}"device": {self.device},\n{a}"context": 1,\n{a}"stream": {stream_id},\n'
-               f'{a}"correlation": ') if op.kind == "kernel" else (
-            f',\n{a}"device": {self.device},\n{a}"context": 1,\n{a}"stream": {stream_id},\n{a}"correlation": ')
+        mid = (
+            (
+                f',\n{a}"queued": 0,\n{a}"device": {self.device},\n{a}"context": 1,\n{a}"stream": {stream_id},\n'
+                f'{a}"correlation": '
+            )
+            if op.kind == "kernel"
+            else (f',\n{a}"device": {self.device},\n{a}"context": 1,\n{a}"stream": {stream_id},\n{a}"correlation": ')
+        )
         t = (head, mid, tail)
         self.cache[key] = t
         return t
@@ -136,9 +147,11 @@ _PY_HEADS: dict[int, list[str]] = {}
 
 
 def _py_heads(pid: int) -> list[str]:
-    heads = [f'{_IND}{{\n{_IND}    "ph": "X",\n{_IND}    "cat": "python_function",\n{_IND}    "name": '
-             f'{json.dumps(name)},\n{_IND}    "pid": {pid},\n{_IND}    "tid": {pid},\n{_IND}    "ts": '
-             for name in _PY_FRAMES]
+    heads = [
+        f'{_IND}{{\n{_IND}    "ph": "X",\n{_IND}    "cat": "python_function",\n{_IND}    "name": '
+        f'{json.dumps(name)},\n{_IND}    "pid": {pid},\n{_IND}    "tid": {pid},\n{_IND}    "ts": '
+        for name in _PY_FRAMES
+    ]
     _PY_HEADS[pid] = heads
     return heads
 
@@ -164,6 +177,7 @@ class TraceWriter:
         self.out: io.BufferedIOBase
         if cfg.gzip:
             from isal import igzip
+
             self.out = igzip.IGzipFile(fileobj=self.raw, mode="wb", compresslevel=cfg.compresslevel)
         else:
             self.out = self.raw
@@ -197,7 +211,7 @@ class TraceWriter:
         self.out.write(b)
 
     def footer(self, trace_name: str) -> None:
-        b = ("\n    ],\n    \"traceName\": " + json.dumps(trace_name) + "\n}").encode()
+        b = ('\n    ],\n    "traceName": ' + json.dumps(trace_name) + "\n}").encode()
         self.bytes += len(b)
         self.out.write(b)
         if self.out is not self.raw:
@@ -206,19 +220,23 @@ class TraceWriter:
 
     # --- event renderers
     def x_cpu(self, cat: str, name: str, ts_true: int, dur: int, args: str) -> str:
-        return (f'{_IND}{{\n{_IND}    "ph": "X",\n{_IND}    "cat": "{cat}",\n{_IND}    "name": {json.dumps(name)},\n'
-                f'{_IND}    "pid": {self.pid},\n{_IND}    "tid": {self.pid},\n{_IND}    "ts": {self.rel(ts_true)},\n'
-                f'{_IND}    "dur": {_f(dur)},\n{_IND}    "args": {{\n{args}\n{_IND}    }}\n{_IND}}}')
+        return (
+            f'{_IND}{{\n{_IND}    "ph": "X",\n{_IND}    "cat": "{cat}",\n{_IND}    "name": {json.dumps(name)},\n'
+            f'{_IND}    "pid": {self.pid},\n{_IND}    "tid": {self.pid},\n{_IND}    "ts": {self.rel(ts_true)},\n'
+            f'{_IND}    "dur": {_f(dur)},\n{_IND}    "args": {{\n{args}\n{_IND}    }}\n{_IND}}}'
+        )
 
     def py(self, name: str, ts: int, dur: int, parent: int) -> tuple[str, int]:
         self.py_id += 1
         self.ev_idx += 1
         a = _IND + "        "
-        return (f'{_IND}{{\n{_IND}    "ph": "X",\n{_IND}    "cat": "python_function",\n{_IND}    "name": '
-                f'{json.dumps(name)},\n{_IND}    "pid": {self.pid},\n{_IND}    "tid": {self.pid},\n'
-                f'{_IND}    "ts": {self.rel(ts)},\n{_IND}    "dur": {_f(dur)},\n{_IND}    "args": {{\n'
-                f'{a}"Python parent id": {parent},\n{a}"Python id": {self.py_id},\n{a}"Ev Idx": {self.ev_idx}\n'
-                f'{_IND}    }}\n{_IND}}}'), self.py_id
+        return (
+            f'{_IND}{{\n{_IND}    "ph": "X",\n{_IND}    "cat": "python_function",\n{_IND}    "name": '
+            f'{json.dumps(name)},\n{_IND}    "pid": {self.pid},\n{_IND}    "tid": {self.pid},\n'
+            f'{_IND}    "ts": {self.rel(ts)},\n{_IND}    "dur": {_f(dur)},\n{_IND}    "args": {{\n'
+            f'{a}"Python parent id": {parent},\n{a}"Python id": {self.py_id},\n{a}"Ev Idx": {self.ev_idx}\n'
+            f"{_IND}    }}\n{_IND}}}"
+        ), self.py_id
 
     def cpu_op(self, name: str, ts: int, dur: int, ext: int, dims: str | None = None) -> str:
         self.ev_idx += 1
@@ -231,9 +249,11 @@ class TraceWriter:
 
     def flow(self, ph: str, corr: int, pid: int, tid: int, ts: int) -> str:
         tail = f',\n{_IND}    "bp": "e"' if ph == "f" else ""
-        return (f'{_IND}{{\n{_IND}    "ph": "{ph}",\n{_IND}    "id": {corr},\n{_IND}    "pid": {pid},\n'
-                f'{_IND}    "tid": {tid},\n{_IND}    "ts": {self.rel(ts)},\n{_IND}    "cat": "ac2g",\n'
-                f'{_IND}    "name": "ac2g"{tail}\n{_IND}}}')
+        return (
+            f'{_IND}{{\n{_IND}    "ph": "{ph}",\n{_IND}    "id": {corr},\n{_IND}    "pid": {pid},\n'
+            f'{_IND}    "tid": {tid},\n{_IND}    "ts": {self.rel(ts)},\n{_IND}    "cat": "ac2g",\n'
+            f'{_IND}    "name": "ac2g"{tail}\n{_IND}}}'
+        )
 
     def padding(self, n: int, t0: int, t1: int, parent: int, out: list[str], rng: random.Random) -> None:
         """n python_function/cpu_op events as nested call chains (depth 5) inside [t0, t1]."""
@@ -250,7 +270,7 @@ class TraceWriter:
         mid2 = f',\n{_IND}    "args": {{\n{a_}"Python parent id": '
         mid3 = f',\n{a_}"Python id": '
         mid4 = f',\n{a_}"Ev Idx": '
-        end = f'\n{_IND}    }}\n{_IND}}}'
+        end = f"\n{_IND}    }}\n{_IND}}}"
         py_id, ev_idx = self.py_id, self.ev_idx
         append = out.append
         rnd = rng.random
@@ -273,8 +293,10 @@ class TraceWriter:
                 else:
                     py_id += 1
                     ev_idx += 1
-                    append(f"{heads[(salt + d * 7) % nf]}{(a + base) / 1000!r}{mid1}{(b - a) / 1000!r}{mid2}{p}"
-                           f"{mid3}{py_id}{mid4}{ev_idx}{end}")
+                    append(
+                        f"{heads[(salt + d * 7) % nf]}{(a + base) / 1000!r}{mid1}{(b - a) / 1000!r}{mid2}{p}"
+                        f"{mid3}{py_id}{mid4}{ev_idx}{end}"
+                    )
                     p = py_id
                 made += 1
                 shrink = (b - a) // 6
@@ -310,24 +332,37 @@ class TraceWriter:
         ann_ext = self.ext
         self.ev_idx += 1
         a = _IND + "        "
-        cpu.append(self.x_cpu("user_annotation", prog.name, a0, a1 - a0,
-                              f'{a}"External id": {ann_ext},\n{a}"Record function id": 0,\n{a}"Ev Idx": {self.ev_idx}'))
+        cpu.append(
+            self.x_cpu(
+                "user_annotation",
+                prog.name,
+                a0,
+                a1 - a0,
+                f'{a}"External id": {ann_ext},\n{a}"Record function id": 0,\n{a}"Ev Idx": {self.ev_idx}',
+            )
+        )
         end_all = st.cpu_end[r]
         s, worker_id = self.py("vllm/v1/worker/gpu_worker.py(601): execute_model", a0 + 1000, a1 - a0 - 1500, 2)
         cpu.append(s)
-        s, runner_id = self.py("vllm/v1/worker/gpu_model_runner.py(2540): execute_model", a0 + 2500,
-                               a1 - a0 - 4000, worker_id)
+        s, runner_id = self.py(
+            "vllm/v1/worker/gpu_model_runner.py(2540): execute_model", a0 + 2500, a1 - a0 - 4000, worker_id
+        )
         cpu.append(s)
         frames = _StepFrames(ann_ext, runner_id)
         launches = prog.launches
         if any(ln.after_annotation for ln in launches):
             t_after = min(st.launch_ts[r][i] for i, ln in enumerate(launches) if ln.after_annotation) - 60_000
             t_after = max(t_after, a1 + 1000)
-            s, sample_id = self.py("vllm/v1/worker/gpu_worker.py(622): sample_tokens", t_after,
-                                   end_all - t_after - 5000, 2)
+            s, sample_id = self.py(
+                "vllm/v1/worker/gpu_worker.py(622): sample_tokens", t_after, end_all - t_after - 5000, 2
+            )
             cpu.append(s)
-            s, frames.sample_parent = self.py("vllm/v1/worker/gpu_model_runner.py(2905): sample_tokens",
-                                              t_after + 1200, end_all - t_after - 8000, sample_id)
+            s, frames.sample_parent = self.py(
+                "vllm/v1/worker/gpu_model_runner.py(2905): sample_tokens",
+                t_after + 1200,
+                end_all - t_after - 8000,
+                sample_id,
+            )
             cpu.append(s)
             frames.t_after = t_after
         return frames
@@ -361,8 +396,9 @@ class TraceWriter:
             self.padding(share, g0, g1, parent, cpu, rng)
             left -= share
 
-    def _launches(self, st: StepSim, ann_ext: int, cpu: list[str], rt: list[str], gpu: list[str],
-                  flows: list[str]) -> tuple[int, int] | None:
+    def _launches(
+        self, st: StepSim, ann_ext: int, cpu: list[str], rt: list[str], gpu: list[str], flows: list[str]
+    ) -> tuple[int, int] | None:
         """The runtime call of every launch (and its eager cpu_op), and the GPU activities it started with their
         flow events; returns the (start, end) of the GPU work launched inside the annotation (None if none)."""
         r, prog = self.rank, st.prog
@@ -397,19 +433,22 @@ class TraceWriter:
         head, mid, tail = self.tpl.gpu(op, stream_id)
         if tail is None:
             bw = op.nbytes / dur if dur else 0.0
-            tail = (f',\n{a}"bytes": {op.nbytes},\n{a}"memory bandwidth (GB/s)": {bw!r}\n'
-                    f'{_IND}    }}\n{_IND}}}')
-        return (f'{head}{self.rel(start)},\n{_IND}    "dur": {_f(dur)},\n{_IND}    "args": {{\n'
-                f'{a}"External id": {ext}{mid}{corr}{tail}')
+            tail = f',\n{a}"bytes": {op.nbytes},\n{a}"memory bandwidth (GB/s)": {bw!r}\n{_IND}    }}\n{_IND}}}'
+        return (
+            f'{head}{self.rel(start)},\n{_IND}    "dur": {_f(dur)},\n{_IND}    "args": {{\n'
+            f'{a}"External id": {ext}{mid}{corr}{tail}'
+        )
 
     def _gpu_annotation(self, name: str, ann_ext: int, start: int, end: int) -> str:
         """The ``gpu_user_annotation`` copy of the step marker on the main stream, over its GPU work."""
         a = _IND + "        "
-        return (f'{_IND}{{\n{_IND}    "ph": "X",\n{_IND}    "cat": "gpu_user_annotation",\n'
-                f'{_IND}    "name": {json.dumps(name)},\n{_IND}    "pid": {self.rank},\n'
-                f'{_IND}    "tid": {STREAM_IDS[MAIN]},\n{_IND}    "ts": {self.rel(start)},\n'
-                f'{_IND}    "dur": {_f(end - start)},\n{_IND}    "args": {{\n'
-                f'{a}"External id": {ann_ext}\n{_IND}    }}\n{_IND}}}')
+        return (
+            f'{_IND}{{\n{_IND}    "ph": "X",\n{_IND}    "cat": "gpu_user_annotation",\n'
+            f'{_IND}    "name": {json.dumps(name)},\n{_IND}    "pid": {self.rank},\n'
+            f'{_IND}    "tid": {STREAM_IDS[MAIN]},\n{_IND}    "ts": {self.rel(start)},\n'
+            f'{_IND}    "dur": {_f(end - start)},\n{_IND}    "args": {{\n'
+            f'{a}"External id": {ann_ext}\n{_IND}    }}\n{_IND}}}'
+        )
 
 
 @dataclass
@@ -420,7 +459,7 @@ class _StepFrames:
     ann_ext: int
     runner_id: int
     sample_parent: int | None = None
-    t_after: int | None = None   # start of the sample_tokens frame (None: no launch after the annotation)
+    t_after: int | None = None  # start of the sample_tokens frame (None: no launch after the annotation)
 
 
 def _dims_pretty(dims: str, ind: str) -> str:
@@ -429,4 +468,3 @@ def _dims_pretty(dims: str, ind: str) -> str:
     if r is None:
         r = _DIMS_CACHE[key] = json.dumps(json.loads(dims), indent=4).replace("\n", "\n" + ind)
     return r
-

@@ -31,9 +31,11 @@ int marlin_cuda(const void* A, const void* B, void* C, void* s, int prob_m, int 
 # "an illegal instruction was encountered" on the H200 (driver 580.159.04, CUDA 13.0; built for sm_90a and for
 # sm_90 alike; compute-sanitizer placed it in fetch_to_shared); without it the kernel passes its check. The load is
 # the same 16-byte cp.async.cg, without the hint.
-_MARLIN_CACHE_HINT = ('    "   .reg .b64 p;\\n"\n'
-                      '    "   createpolicy.fractional.L2::evict_first.b64 p, 1.0;"\n'
-                      '    "   cp.async.cg.shared.global.L2::cache_hint [%0], [%1], %2, p;\\n"\n')
+_MARLIN_CACHE_HINT = (
+    '    "   .reg .b64 p;\\n"\n'
+    '    "   createpolicy.fractional.L2::evict_first.b64 p, 1.0;"\n'
+    '    "   cp.async.cg.shared.global.L2::cache_hint [%0], [%1], %2, p;\\n"\n'
+)
 _MARLIN_NO_HINT = '    "   cp.async.cg.shared.global [%0], [%1], %2;\\n"\n'
 
 
@@ -56,6 +58,7 @@ def load_marlin(src: str, build: str | None = None, verbose: bool = False, no_ca
         os.environ["TORCH_CUDA_ARCH_LIST"] = "%d.%d" % torch.cuda.get_device_capability()
     build = os.path.abspath(build or os.path.join(tempfile.gettempdir(), "k25trace-marlin-build"))
     os.makedirs(build, exist_ok=True)
+
     def write(path: str, text: str) -> None:
         if not os.path.isfile(path) or open(path).read() != text:
             with open(path, "w") as f:
@@ -69,8 +72,14 @@ def load_marlin(src: str, build: str | None = None, verbose: bool = False, no_ca
         write(cu, kernel.replace(_MARLIN_CACHE_HINT, _MARLIN_NO_HINT))
     wrapper = os.path.join(build, "marlin_ns_kernel.cu")
     write(wrapper, _MARLIN_WRAPPER % cu)
-    mod = cpp_extension.load(name="marlin_cuda", sources=[cpp, wrapper], build_directory=build,
-                             extra_cflags=["-O3"], extra_cuda_cflags=["-O3", "-lineinfo"], verbose=verbose)
+    mod = cpp_extension.load(
+        name="marlin_cuda",
+        sources=[cpp, wrapper],
+        build_directory=build,
+        extra_cflags=["-O3"],
+        extra_cuda_cflags=["-O3", "-lineinfo"],
+        verbose=verbose,
+    )
     sys.modules.setdefault("marlin_cuda", mod)  # the package's marlin/__init__.py imports it by that name
     return mod
 
@@ -100,7 +109,7 @@ class MarlinGemms:
         k, n, g = 1024, 512, self.groupsize
         q = torch.randint(0, 16, (k, n), device=self.dev)
         scale = (torch.rand(k // g, n, device=self.dev) * 0.01 + 0.005).half()
-        ref = ((q - 8).half() * scale.repeat_interleave(g, 0))  # (k, n)
+        ref = (q - 8).half() * scale.repeat_interleave(g, 0)  # (k, n)
         lin = torch.nn.Linear(k, n, bias=False).half().to(self.dev)
         lin.weight.data = ref.t().contiguous()
         layer = marlin.Layer(k, n, groupsize=g).to(self.dev)

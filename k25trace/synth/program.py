@@ -61,30 +61,30 @@ from k25trace.synth.kernels import (
     VOCAB,
 )
 
-MAIN, AUX, D2H = 0, 1, 2          # stream slots
+MAIN, AUX, D2H = 0, 1, 2  # stream slots
 STREAM_IDS = (7, 13, 52)
 
 
 @dataclass
 class Op:
     name: str
-    kind: str            # kernel | memcpy | memset
-    stream: int          # slot
-    launch: int          # index into Program.launches
-    dur_ns: int          # base duration (for collectives: transfer time)
-    coll: str | None = None   # allreduce | comm_other
+    kind: str  # kernel | memcpy | memset
+    stream: int  # slot
+    launch: int  # index into Program.launches
+    dur_ns: int  # base duration (for collectives: transfer time)
+    coll: str | None = None  # allreduce | comm_other
     deps: tuple[int, ...] = ()
     nbytes: int = 0
-    coll_args: tuple | None = None   # (collective name, in nelems, out nelems, dtype)
+    coll_args: tuple | None = None  # (collective name, in nelems, out nelems, dtype)
 
 
 @dataclass
 class Launch:
-    name: str            # cudaGraphLaunch / cudaLaunchKernel / cudaMemcpyAsync / cudaLaunchKernelExC / ...
+    name: str  # cudaGraphLaunch / cudaLaunchKernel / cudaMemcpyAsync / cudaLaunchKernelExC / ...
     cbid: int
-    cpu_ns: int          # duration of the runtime call
-    gap_before_ns: int   # CPU (python) time before the call
-    cpu_op: str | None   # enclosing cpu_op name (eager) or None
+    cpu_ns: int  # duration of the runtime call
+    gap_before_ns: int  # CPU (python) time before the call
+    cpu_op: str | None  # enclosing cpu_op name (eager) or None
     after_annotation: bool = False
     ops: list[int] = field(default_factory=list)
 
@@ -95,8 +95,8 @@ class Program:
     name: str
     launches: list[Launch]
     ops: list[Op]
-    ann_tail_ns: int     # CPU time from last in-annotation launch to annotation end
-    pre_ns: int          # CPU time from annotation start to first launch (input prep)
+    ann_tail_ns: int  # CPU time from last in-annotation launch to annotation end
+    pre_ns: int  # CPU time from annotation start to first launch (input prep)
 
 
 def _us(x: float) -> int:
@@ -112,14 +112,25 @@ class _Builder:
         self.last_main = -1
         self.scale = dict(cfg.category_scale or {})
 
-    def launch(self, name: str, cbid: int, cpu_us: float, gap_us: float, cpu_op: str | None = None,
-               after: bool = False) -> int:
+    def launch(
+        self, name: str, cbid: int, cpu_us: float, gap_us: float, cpu_op: str | None = None, after: bool = False
+    ) -> int:
         self.launches.append(Launch(name, cbid, _us(cpu_us), int(gap_us * 1000), cpu_op, after))
         self.cur = len(self.launches) - 1
         return self.cur
 
-    def op(self, name: str, dur_ns: float, *, stream: int = MAIN, kind: str = "kernel", coll: str | None = None,
-           deps: tuple[int, ...] = (), nbytes: int = 0, coll_args: tuple | None = None) -> int:
+    def op(
+        self,
+        name: str,
+        dur_ns: float,
+        *,
+        stream: int = MAIN,
+        kind: str = "kernel",
+        coll: str | None = None,
+        deps: tuple[int, ...] = (),
+        nbytes: int = 0,
+        coll_args: tuple | None = None,
+    ) -> int:
         dur = max(700, int(dur_ns))
         factor = self.scale.get(KERNEL_CATEGORY[name], 1.0)
         if factor != 1.0:
@@ -135,7 +146,7 @@ class _Builder:
     def gemm_ns(self, k: int, n_out: int, fixed_us: float = 3.0) -> int:
         w = k * n_out * 2
         flops = 2.0 * self.n * k * n_out
-        return int(fixed_us * 1000 + max(w / 3300.0, flops / 650e3))   # 650 TFLOP/s -> flops/ns
+        return int(fixed_us * 1000 + max(w / 3300.0, flops / 650e3))  # 650 TFLOP/s -> flops/ns
 
     def small_ns(self, base_us: float, per_tok_ns: float) -> int:
         return int(base_us * 1000 + per_tok_ns * self.n)
@@ -147,8 +158,9 @@ class _Builder:
             t = 6000 + nbytes / 40.0
             return self.op(name, t, coll="allreduce")
         t = cfg.ar_latency_us * 1000 + 2.0 * (cfg.ranks - 1) / cfg.ranks * nbytes / cfg.ar_bus_gbps
-        return self.op(K_NCCL_AR, t, coll="allreduce",
-                       coll_args=("allreduce", self.n * HIDDEN, self.n * HIDDEN, "BFloat16"))
+        return self.op(
+            K_NCCL_AR, t, coll="allreduce", coll_args=("allreduce", self.n * HIDDEN, self.n * HIDDEN, "BFloat16")
+        )
 
     # --- model pieces
     def embedding(self) -> None:
@@ -226,14 +238,17 @@ class _Builder:
         self.launch("cudaLaunchKernelExC", 430, 9.0, 35.0, None)
         per = rows * (VOCAB // 8)
         t = self.cfg.ar_latency_us * 1000 * 0.8 + (self.cfg.ranks - 1) / self.cfg.ranks * per * 2 * self.cfg.ranks / (
-            self.cfg.ar_bus_gbps)
+            self.cfg.ar_bus_gbps
+        )
         self.op(K_NCCL_AG, t, coll="comm_other", coll_args=("_allgather_base", per, per * self.cfg.ranks, "BFloat16"))
         # sample_tokens(): after the execute_model annotation has closed
         first = True
-        for name, opname, base, per_row in ((K_SOFTMAX, "aten::_softmax", 5.0, 45.0),
-                                            (K_TOPK_SAMPLE, "aten::topk", 7.0, 40.0),
-                                            (K_EXPONENTIAL, "aten::exponential_", 3.5, 20.0),
-                                            (K_ARGMAX, "aten::argmax", 4.0, 25.0)):
+        for name, opname, base, per_row in (
+            (K_SOFTMAX, "aten::_softmax", 5.0, 45.0),
+            (K_TOPK_SAMPLE, "aten::topk", 7.0, 40.0),
+            (K_EXPONENTIAL, "aten::exponential_", 3.5, 20.0),
+            (K_ARGMAX, "aten::argmax", 4.0, 25.0),
+        ):
             self.launch("cudaLaunchKernel", 211, 5.0, 140.0 if first else 18.0, opname, after=True)
             first = False
             self.op(name, self.small_ns(base, 0) + rows * per_row)
@@ -301,4 +316,3 @@ def step_plan(cfg: Config) -> list[tuple[str, int, int]]:
         plan.extend(("decode", bs, bs) for _ in range(n_steps))
         plan.extend(("empty", 0, 0) for _ in range(cfg.empty_steps))
     return plan
-

@@ -23,12 +23,12 @@ from k25trace.synth.program import Op, Program, build_program, step_plan
 class StepSim:
     index: int
     prog: Program
-    ann_start: list[int]        # per rank, true ns
+    ann_start: list[int]  # per rank, true ns
     ann_end: list[int]
     launch_ts: list[list[int]]  # [rank][launch]
-    start: list[list[int]]      # [rank][op]
+    start: list[list[int]]  # [rank][op]
     dur: list[list[int]]
-    cpu_end: list[int]          # per rank, true ns (after the last launch of the step)
+    cpu_end: list[int]  # per rank, true ns (after the last launch of the step)
 
 
 @dataclass
@@ -50,10 +50,11 @@ class _Simulator:
         self.speed = [1.0 + self.rng.uniform(-0.01, 0.01) for _ in range(self.ranks)]  # persistent per GPU
         if cfg.noise_seed is not None:  # the same GPUs (speeds), another run: only the jitter and timing draws differ
             self.rng = random.Random(f"synth-{cfg.seed}-noise{cfg.noise_seed}")
-            self.rank_rngs = [random.Random(f"synth-{cfg.seed}-noise{cfg.noise_seed}-rank{r}")
-                              for r in range(self.ranks)]
+            self.rank_rngs = [
+                random.Random(f"synth-{cfg.seed}-noise{cfg.noise_seed}-rank{r}") for r in range(self.ranks)
+            ]
         self.delays: tuple[Delay, ...] = tuple(cfg.delays)
-        self.stream_free = [[0, 0, 0] for _ in range(self.ranks)]   # [rank][stream slot] -> true ns
+        self.stream_free = [[0, 0, 0] for _ in range(self.ranks)]  # [rank][stream slot] -> true ns
         self._programs: dict[tuple[str, int, int], Program] = {}
 
     def program(self, phase: str, requests: int, tokens: int) -> Program:
@@ -87,8 +88,9 @@ class _Simulator:
             timeline.cpu_end[r] = t + int(rank_rng.uniform(20_000, 40_000))
         return timeline
 
-    def gpu_timeline(self, step_index: int, prog: Program,
-                     launch_ts: list[list[int]]) -> tuple[list[list[int]], list[list[int]]]:
+    def gpu_timeline(
+        self, step_index: int, prog: Program, launch_ts: list[list[int]]
+    ) -> tuple[list[list[int]], list[list[int]]]:
         """Every op's (start, duration) per rank: ``([rank][op], [rank][op])``, true ns."""
         n_ops = len(prog.ops)
         start = [[0] * n_ops for _ in range(self.ranks)]
@@ -101,8 +103,9 @@ class _Simulator:
                 k += 1
         return start, dur
 
-    def _run_or_arrive(self, prog: Program, j: int, op: Op, launch_ts: list[list[int]],
-                       start: list[list[int]], dur: list[list[int]]) -> list[int]:
+    def _run_or_arrive(
+        self, prog: Program, j: int, op: Op, launch_ts: list[list[int]], start: list[list[int]], dur: list[list[int]]
+    ) -> list[int]:
         """When op ``j`` can start on each rank; a non-collective op is also run (start, duration recorded)."""
         graph = prog.launches[op.launch].name == "cudaGraphLaunch"
         arrivals = [0] * self.ranks
@@ -121,8 +124,17 @@ class _Simulator:
                 free[op.stream] = s + dur[r][j]
         return arrivals
 
-    def _collective(self, step_index: int, k: int, prog: Program, j: int, op: Op, arrivals: list[int],
-                    start: list[list[int]], dur: list[list[int]]) -> None:
+    def _collective(
+        self,
+        step_index: int,
+        k: int,
+        prog: Program,
+        j: int,
+        op: Op,
+        arrivals: list[int],
+        start: list[list[int]],
+        dur: list[list[int]],
+    ) -> None:
         """The k-th collective of the step: injected delays, then a common end at the last arrival + transfer."""
         for r in range(self.ranks):
             for delay in self.delays:

@@ -42,13 +42,21 @@ def _step(index: int, prog: Program) -> dict[str, Any]:
         ctx_reqs, ctx_tokens, gen_reqs, gen_tokens = map(int, m.groups())
     else:
         ctx_reqs = ctx_tokens = gen_reqs = gen_tokens = 0
-    return {"index": index, "name": prog.name, "phase": phase,
-            "batch_size": gen_reqs if phase == "decode" else ctx_reqs, "requests": ctx_reqs + gen_reqs,
-            "tokens": ctx_tokens + gen_tokens, "ctx_reqs": ctx_reqs, "ctx_tokens": ctx_tokens,
-            "gen_reqs": gen_reqs, "gen_tokens": gen_tokens,
-            "graph": None if not graph_launches else ("FULL" if graph_launches == 1 else "PIECEWISE"),
-            "graph_launches": graph_launches,
-            "n_collectives": sum(1 for o in prog.ops if o.coll)}
+    return {
+        "index": index,
+        "name": prog.name,
+        "phase": phase,
+        "batch_size": gen_reqs if phase == "decode" else ctx_reqs,
+        "requests": ctx_reqs + gen_reqs,
+        "tokens": ctx_tokens + gen_tokens,
+        "ctx_reqs": ctx_reqs,
+        "ctx_tokens": ctx_tokens,
+        "gen_reqs": gen_reqs,
+        "gen_tokens": gen_tokens,
+        "graph": None if not graph_launches else ("FULL" if graph_launches == 1 else "PIECEWISE"),
+        "graph_launches": graph_launches,
+        "n_collectives": sum(1 for o in prog.ops if o.coll),
+    }
 
 
 def _rank_step(st: StepSim, r: int, offset_ns: int) -> dict[str, Any]:
@@ -65,11 +73,15 @@ def _rank_step(st: StepSim, r: int, offset_ns: int) -> dict[str, Any]:
         intervals.append((s, s + d))
     gpu_start = min(s for s, _ in intervals) if intervals else None
     gpu_end = max(e for _, e in intervals) if intervals else None
-    return {"gpu_start_ns": None if gpu_start is None else gpu_start + offset_ns,
-            "gpu_end_ns": None if gpu_end is None else gpu_end + offset_ns,
-            "kernel_count": kernel_count, "categories": cats, "busy_ns": union_length(intervals),
-            "annotation_start_ns": st.ann_start[r] + offset_ns,
-            "annotation_end_ns": st.ann_end[r] + offset_ns}
+    return {
+        "gpu_start_ns": None if gpu_start is None else gpu_start + offset_ns,
+        "gpu_end_ns": None if gpu_end is None else gpu_end + offset_ns,
+        "kernel_count": kernel_count,
+        "categories": cats,
+        "busy_ns": union_length(intervals),
+        "annotation_start_ns": st.ann_start[r] + offset_ns,
+        "annotation_end_ns": st.ann_end[r] + offset_ns,
+    }
 
 
 def union_length(intervals: list[tuple[int, int]]) -> int:
@@ -105,9 +117,20 @@ def _collectives(st: StepSim, delays: Sequence[Delay], ranks: int) -> list[dict[
         for d in delays:
             if d.applies(st.index, k):
                 injected[d.rank] += d.delay_ns
-        out.append({"step": st.index, "k": k, "category": op.coll, "k_cat": k_cat[op.coll], "name": op.name,
-                    "transfer_ns": end - max(arrivals), "wait_ns": [max(arrivals) - a for a in arrivals],
-                    "late_rank": late, "end_true_ns": end, "delay_ns": injected})
+        out.append(
+            {
+                "step": st.index,
+                "k": k,
+                "category": op.coll,
+                "k_cat": k_cat[op.coll],
+                "name": op.name,
+                "transfer_ns": end - max(arrivals),
+                "wait_ns": [max(arrivals) - a for a in arrivals],
+                "late_rank": late,
+                "end_true_ns": end,
+                "delay_ns": injected,
+            }
+        )
         k_cat[op.coll] += 1
         k += 1
     return out
@@ -115,11 +138,20 @@ def _collectives(st: StepSim, delays: Sequence[Delay], ranks: int) -> list[dict[
 
 def rank_entry(meta: RankMeta, written: dict[str, Any]) -> dict[str, Any]:
     """truth.json ``ranks[r]``: the rank's identity and clock, and what ``write_rank`` reported."""
-    return {"rank": meta.rank, "file": written["file"], "base_time_ns": meta.base_ns,
-            "clock_offset_ns": meta.offset_ns, "pid": meta.pid, "tid": meta.pid, "device": meta.rank,
-            "streams": {"main": STREAM_IDS[MAIN], "aux": STREAM_IDS[AUX], "d2h": STREAM_IDS[D2H]},
-            "events": written["events"], "bytes": written["bytes"], "gz_bytes": written["gz_bytes"],
-            "write_seconds": written["seconds"]}
+    return {
+        "rank": meta.rank,
+        "file": written["file"],
+        "base_time_ns": meta.base_ns,
+        "clock_offset_ns": meta.offset_ns,
+        "pid": meta.pid,
+        "tid": meta.pid,
+        "device": meta.rank,
+        "streams": {"main": STREAM_IDS[MAIN], "aux": STREAM_IDS[AUX], "d2h": STREAM_IDS[D2H]},
+        "events": written["events"],
+        "bytes": written["bytes"],
+        "gz_bytes": written["gz_bytes"],
+        "write_seconds": written["seconds"],
+    }
 
 
 def kernel_categories(cfg: Config) -> dict[str, str]:

@@ -19,25 +19,60 @@ _PHASE_WEIGHT = {"empty": 0.1, "decode": 1.0, "prefill": 3.0}  # share of the pa
 
 def kineto_header(cfg: Config, rank: int, base_ns: int) -> dict[str, Any]:
     """The top-level keys before ``traceEvents``, as vLLM's torch profiler writes them on N x H200."""
-    dev = {"id": 0, "name": "NVIDIA H200", "totalGlobalMem": 150754820096, "computeMajor": 9, "computeMinor": 0,
-           "maxThreadsPerBlock": 1024, "maxThreadsPerMultiprocessor": 2048, "regsPerBlock": 65536, "warpSize": 32,
-           "sharedMemPerBlock": 49152, "numSms": 132, "regsPerMultiprocessor": 65536,
-           "sharedMemPerBlockOptin": 232448, "sharedMemPerMultiprocessor": 233472}
+    dev = {
+        "id": 0,
+        "name": "NVIDIA H200",
+        "totalGlobalMem": 150754820096,
+        "computeMajor": 9,
+        "computeMinor": 0,
+        "maxThreadsPerBlock": 1024,
+        "maxThreadsPerMultiprocessor": 2048,
+        "regsPerBlock": 65536,
+        "warpSize": 32,
+        "sharedMemPerBlock": 49152,
+        "numSms": 132,
+        "regsPerMultiprocessor": 65536,
+        "sharedMemPerBlockOptin": 232448,
+        "sharedMemPerMultiprocessor": 233472,
+    }
     all_ranks = list(range(cfg.ranks))
-    pgs = [{"pg_name": "0", "pg_desc": "default_pg", "backend_config": "cuda:nccl", "pg_size": cfg.ranks,
-            "ranks": all_ranks},
-           {"pg_name": "1", "pg_desc": "undefined", "backend_config": "cuda:nccl", "pg_size": cfg.ranks,
-            "ranks": all_ranks},
-           {"pg_name": "2", "pg_desc": "undefined", "backend_config": "cpu:gloo,cuda:gloo", "pg_size": cfg.ranks,
-            "ranks": all_ranks}]
+    pgs = [
+        {
+            "pg_name": "0",
+            "pg_desc": "default_pg",
+            "backend_config": "cuda:nccl",
+            "pg_size": cfg.ranks,
+            "ranks": all_ranks,
+        },
+        {
+            "pg_name": "1",
+            "pg_desc": "undefined",
+            "backend_config": "cuda:nccl",
+            "pg_size": cfg.ranks,
+            "ranks": all_ranks,
+        },
+        {
+            "pg_name": "2",
+            "pg_desc": "undefined",
+            "backend_config": "cpu:gloo,cuda:gloo",
+            "pg_size": cfg.ranks,
+            "ranks": all_ranks,
+        },
+    ]
     return {
         "schemaVersion": 1,
         "deviceProperties": [dict(dev, id=i) for i in range(cfg.ranks)],
         "cupti_version": 24,
         "cuda_runtime_version": 12080,
         "cuda_driver_version": 12080,
-        "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": cfg.ranks, "pg_count": len(pgs),
-                            "pg_config": pgs, "nccl_version": "2.27.3"},
+        "distributedInfo": {
+            "backend": "nccl",
+            "rank": rank,
+            "world_size": cfg.ranks,
+            "pg_count": len(pgs),
+            "pg_config": pgs,
+            "nccl_version": "2.27.3",
+        },
         "vllm_version": "0.28.1",
         "vllm_version_tuple": [0, 28, 1],
         "record_shapes": 1,
@@ -52,6 +87,7 @@ def _gz_len(cfg: Config, data: bytes) -> int:
     if not cfg.gzip:
         return len(data)
     from isal import isal_zlib
+
     c = isal_zlib.compressobj(cfg.compresslevel, isal_zlib.DEFLATED, 31)
     return len(c.compress(data)) + len(c.flush())
 
@@ -89,8 +125,9 @@ def count_core_events(cfg: Config) -> list[int]:
     return counts
 
 
-def write_rank(cfg: Config, meta: RankMeta, out_dir: Path, plan: list[str], core_events_per_step: list[int],
-               progress: bool) -> dict[str, Any]:
+def write_rank(
+    cfg: Config, meta: RankMeta, out_dir: Path, plan: list[str], core_events_per_step: list[int], progress: bool
+) -> dict[str, Any]:
     """Write rank ``meta.rank``'s file into ``out_dir``; ``plan`` is each step's phase. With ``target_gz_mb`` each
     step gets padding in proportion to its phase weight, so that the file ends near the target size."""
     t_start = time.perf_counter()
@@ -122,5 +159,11 @@ def write_rank(cfg: Config, meta: RankMeta, out_dir: Path, plan: list[str], core
             print(f"synth: rank {rank} step {i}/{n_steps} {w.bytes / 1e6:.0f} MB", file=sys.stderr, flush=True)
     w.footer(f"/tmp/synth_rank{rank}.json")
     size = path.stat().st_size
-    return {"rank": rank, "file": fname, "events": w.n_events, "bytes": w.bytes,
-            "gz_bytes": size if cfg.gzip else None, "seconds": round(time.perf_counter() - t_start, 3)}
+    return {
+        "rank": rank,
+        "file": fname,
+        "events": w.n_events,
+        "bytes": w.bytes,
+        "gz_bytes": size if cfg.gzip else None,
+        "seconds": round(time.perf_counter() - t_start, 3),
+    }

@@ -111,8 +111,13 @@ class K25TraceApp(App[None]):
             ("Compare", list(CompareScreen.BINDINGS)),
             ("Search", list(SearchScreen.BINDINGS)),
             ("SQL", list(SqlScreen.BINDINGS)),
-            ("Tables", [Binding("up,down,pageup,pagedown,home,end", "", "move the cursor"),
-                        Binding("enter", "", "open the row")]),
+            (
+                "Tables",
+                [
+                    Binding("up,down,pageup,pagedown,home,end", "", "move the cursor"),
+                    Binding("enter", "", "open the row"),
+                ],
+            ),
         ]
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen(sections))
@@ -146,8 +151,11 @@ class K25TraceApp(App[None]):
             cursors = list(self._active_cursors)
         for cursor in cursors:
             cursor.interrupt()
-        self.notify(f"cancelled {len(cursors)} running quer{'y' if len(cursors) == 1 else 'ies'}"
-                    if cursors else "no query is running")
+        self.notify(
+            f"cancelled {len(cursors)} running quer{'y' if len(cursors) == 1 else 'ies'}"
+            if cursors
+            else "no query is running"
+        )
 
     async def action_pop_screen(self) -> None:
         """Back; the overview is the bottom and stays."""
@@ -158,8 +166,12 @@ class K25TraceApp(App[None]):
     def report_worker_error(self, event: Worker.StateChanged) -> None:
         """An unexpected error in a worker becomes a notification, never a traceback."""
         if event.state == WorkerState.ERROR and event.worker.error is not None:
-            self.notify(f"{type(event.worker.error).__name__}: {event.worker.error}", title="error",
-                        severity="error", timeout=10)
+            self.notify(
+                f"{type(event.worker.error).__name__}: {event.worker.error}",
+                title="error",
+                severity="error",
+                timeout=10,
+            )
 
     def on_unmount(self) -> None:
         """Stop queries still running (quitting must not wait for them), then close the connection."""

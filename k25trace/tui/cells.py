@@ -67,8 +67,13 @@ class LineText(Text):
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> Iterable[Segment]:
         justify = self.justify or options.justify
-        if ("\n" in self.plain or "\t" in self.plain or self.cell_width > options.max_width
-                or justify not in (None, "default", "right") or (justify == "right" and self.plain.endswith(" "))):
+        if (
+            "\n" in self.plain
+            or "\t" in self.plain
+            or self.cell_width > options.max_width
+            or justify not in (None, "default", "right")
+            or (justify == "right" and self.plain.endswith(" "))
+        ):
             yield from super().__rich_console__(console, options)
             return
         # what Text.__rich_console__ makes of a line that fits: padded on the left when right-justified, then joined

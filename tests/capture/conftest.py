@@ -1,4 +1,5 @@
 """Fixtures for the capture tests: the scriptable fake server, and one real vLLM server per session."""
+
 from __future__ import annotations
 
 import io
@@ -50,9 +51,18 @@ def run_cap(tmp_path):
     from k25trace.capture.runner import CaptureOptions, run_capture
 
     def go(server: FakeVllm, **kw):
-        opts = dict(url=server.url, out=tmp_path / "cap", trace_dir=server.trace_dir, concurrency=[2],
-                    prompt_tokens=8, max_tokens=4, warmup=0, file_timeout_s=10.0, progress_interval_s=0.5,
-                    poll_s=0.05)
+        opts = dict(
+            url=server.url,
+            out=tmp_path / "cap",
+            trace_dir=server.trace_dir,
+            concurrency=[2],
+            prompt_tokens=8,
+            max_tokens=4,
+            warmup=0,
+            file_timeout_s=10.0,
+            progress_interval_s=0.5,
+            poll_s=0.05,
+        )
         opts.update(kw)
         err, out = io.StringIO(), io.StringIO()
         rc = run_capture(CaptureOptions(**opts), Console(file=err, width=200), Console(file=out, width=200))
@@ -101,26 +111,62 @@ def vllm_server(tmp_path_factory):
 
     base = tmp_path_factory.mktemp("vllm")
     model = base / "model"
-    subprocess.run([str(py), str(HERE / "tiny_model.py"), str(model)], check=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=600)
+    subprocess.run(
+        [str(py), str(HERE / "tiny_model.py"), str(model)],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        timeout=600,
+    )
     trace_dir = base / "traces"
     trace_dir.mkdir()
     port = _free_port()
     # --enforce-eager: no Inductor compile at start-up (83 s to ready instead of 153 s on 2 cores);
     # K25TRACE_VLLM_COMPILE=1 keeps the default compiled mode.
-    cfg = {"profiler": "torch", "torch_profiler_dir": str(trace_dir), "torch_profiler_with_stack": False,
-           "torch_profiler_dump_cuda_time_total": False}
-    env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1", VLLM_SERVER_DEV_MODE="1",
-               HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", VLLM_NO_USAGE_STATS="1",
-               DO_NOT_TRACK="1")
+    cfg = {
+        "profiler": "torch",
+        "torch_profiler_dir": str(trace_dir),
+        "torch_profiler_with_stack": False,
+        "torch_profiler_dump_cuda_time_total": False,
+    }
+    env = dict(
+        os.environ,
+        VLLM_CPU_KVCACHE_SPACE="1",
+        VLLM_SERVER_DEV_MODE="1",
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        VLLM_NO_USAGE_STATS="1",
+        DO_NOT_TRACK="1",
+    )
     log = base / "server.log"
     logf = open(log, "w")
     proc = subprocess.Popen(
-        [str(py), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model), "--host", "127.0.0.1",
-         "--port", str(port), "--max-model-len", "512", "--dtype", "bfloat16", "--served-model-name", "tiny-dsv3",
-         "--profiler-config", json.dumps(cfg)]
+        [
+            str(py),
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            str(model),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--max-model-len",
+            "512",
+            "--dtype",
+            "bfloat16",
+            "--served-model-name",
+            "tiny-dsv3",
+            "--profiler-config",
+            json.dumps(cfg),
+        ]
         + ([] if os.environ.get("K25TRACE_VLLM_COMPILE") else ["--enforce-eager"]),
-        stdout=logf, stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=str(base))
+        stdout=logf,
+        stderr=subprocess.STDOUT,
+        env=env,
+        start_new_session=True,
+        cwd=str(base),
+    )
     url = f"http://127.0.0.1:{port}"
     t_start = time.monotonic()
     deadline = t_start + 600
@@ -138,8 +184,10 @@ def vllm_server(tmp_path_factory):
             time.sleep(1)
         ready_s = time.monotonic() - t_start
         _record("server_ready", ready_s)
-        print(f"\n[vllm fixture] server ready in {ready_s:.0f}s (fixture total {time.monotonic() - t0:.0f}s)",
-              file=sys.stderr)
+        print(
+            f"\n[vllm fixture] server ready in {ready_s:.0f}s (fixture total {time.monotonic() - t0:.0f}s)",
+            file=sys.stderr,
+        )
         yield {"url": url, "trace_dir": trace_dir, "log": log, "proc": proc, "model": "tiny-dsv3"}
     finally:
         import signal as _signal

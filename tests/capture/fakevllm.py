@@ -9,6 +9,7 @@ trace files into ``trace_dir`` like vLLM does (gzip under the final name), with 
 ask for: a 500, an empty 200, a stop slower than the client, a reset connection, 404 routes, 409 on
 start, a rank that arrives late, one that never arrives, a ``.gz`` left half written.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -22,8 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 
-def trace_bytes(rank: int | None, world: int | None, n_events: int = 50, frontend: bool = False,
-                markers: list[str] | tuple = ()) -> bytes:
+def trace_bytes(
+    rank: int | None, world: int | None, n_events: int = 50, frontend: bool = False, markers: list[str] | tuple = ()
+) -> bytes:
     """A small Kineto-like trace: metadata (distributedInfo) first, then traceEvents.
 
     ``markers``: engine-step annotations, written as Kineto does (``"ph", "cat", "name", "pid", …`` on one
@@ -32,15 +34,37 @@ def trace_bytes(rank: int | None, world: int | None, n_events: int = 50, fronten
     if rank is not None and not frontend:
         head["distributedInfo"] = {"backend": "gloo", "rank": rank, "world_size": world}
     head["vllm_version"] = "0.32.0"
-    events = [{"ph": "X", "cat": "cpu_op", "name": f"aten::op{i}", "pid": 1, "tid": 1, "ts": i * 10, "dur": 5}
-              for i in range(n_events)]
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": f"aten::op{i}", "pid": 1, "tid": 1, "ts": i * 10, "dur": 5}
+        for i in range(n_events)
+    ]
     for i, m in enumerate(markers):
         ts = 10 * n_events + 100 * i
-        events.append({"ph": "X", "cat": "user_annotation", "name": m, "pid": 1, "tid": 1, "ts": ts, "dur": 90,
-                       "args": {"External id": i + 1}})
+        events.append(
+            {
+                "ph": "X",
+                "cat": "user_annotation",
+                "name": m,
+                "pid": 1,
+                "tid": 1,
+                "ts": ts,
+                "dur": 90,
+                "args": {"External id": i + 1},
+            }
+        )
         for stream in (7, 13):
-            events.append({"ph": "X", "cat": "gpu_user_annotation", "name": m, "pid": 0, "tid": stream,
-                           "ts": ts + 5, "dur": 80, "args": {"External id": i + 1}})
+            events.append(
+                {
+                    "ph": "X",
+                    "cat": "gpu_user_annotation",
+                    "name": m,
+                    "pid": 0,
+                    "tid": stream,
+                    "ts": ts + 5,
+                    "dur": 80,
+                    "args": {"External id": i + 1},
+                }
+            )
     doc = dict(head)
     doc["traceEvents"] = events
     doc["traceName"] = "fake"
@@ -48,8 +72,14 @@ def trace_bytes(rank: int | None, world: int | None, n_events: int = 50, fronten
     return json.dumps(doc, indent=1).encode()
 
 
-def write_trace(path: Path, rank: int | None, world: int | None, n_events: int = 50, frontend: bool = False,
-                markers: list[str] | tuple = ()) -> None:
+def write_trace(
+    path: Path,
+    rank: int | None,
+    world: int | None,
+    n_events: int = 50,
+    frontend: bool = False,
+    markers: list[str] | tuple = (),
+) -> None:
     data = trace_bytes(rank, world, n_events, frontend, markers)
     with gzip.open(path, "wb") as f:
         f.write(data)
@@ -162,7 +192,8 @@ class FakeVllm:
         self._batch_full = asyncio.Event()
         self._batch_seen = asyncio.Event()
         self._server = self._loop.run_until_complete(
-            asyncio.start_server(self._handle, "127.0.0.1", self.port, backlog=1024))
+            asyncio.start_server(self._handle, "127.0.0.1", self.port, backlog=1024)
+        )
         self.port = self._server.sockets[0].getsockname()[1]
         self._ready.set()
         self._loop.run_forever()
@@ -233,8 +264,13 @@ class FakeVllm:
 
     @staticmethod
     def _head(status: int, headers: dict) -> bytes:
-        reason = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", 409: "Conflict",
-                  500: "Internal Server Error"}.get(status, "X")
+        reason = {
+            200: "OK",
+            404: "Not Found",
+            405: "Method Not Allowed",
+            409: "Conflict",
+            500: "Internal Server Error",
+        }.get(status, "X")
         lines = [f"HTTP/1.1 {status} {reason}"] + [f"{k}: {v}" for k, v in headers.items()]
         return ("\r\n".join(lines) + "\r\n\r\n").encode()
 
@@ -261,13 +297,19 @@ class FakeVllm:
         elif path == "/version":
             await self._send(writer, 200, {"version": b.version})
         elif path == "/v1/models":
-            await self._send(writer, 200, {"object": "list", "data": [
-                {"id": "fake-model", "object": "model", "max_model_len": 4096}]})
+            await self._send(
+                writer,
+                200,
+                {"object": "list", "data": [{"id": "fake-model", "object": "model", "max_model_len": 4096}]},
+            )
         elif path == "/tokenize" and method == "POST":
             req = json.loads(body or b"{}")
             words = str(req.get("prompt", "")).split()
-            await self._send(writer, 200, {"tokens": [100 + (hash(w) % 900) for w in words],
-                                           "count": len(words), "max_model_len": 4096})
+            await self._send(
+                writer,
+                200,
+                {"tokens": [100 + (hash(w) % 900) for w in words], "count": len(words), "max_model_len": 4096},
+            )
         elif path in ("/start_profile", "/stop_profile") and not b.routes:
             await self._send(writer, 404, {"detail": "Not Found"})
         elif path in ("/start_profile", "/stop_profile") and method != "POST":
@@ -280,13 +322,15 @@ class FakeVllm:
             running = self.running
             if b.batch_barrier and self._batch_full.is_set() and running >= b.batch_barrier:
                 self._batch_seen.set()
-            text = ("# HELP vllm:num_requests_running Number of requests in model execution batches.\n"
-                    "# TYPE vllm:num_requests_running gauge\n"
-                    f'vllm:num_requests_running{{engine="0",model_name="fake-model"}} {float(running)}\n'
-                    "# HELP vllm:num_requests_waiting Number of requests waiting to be processed.\n"
-                    "# TYPE vllm:num_requests_waiting gauge\n"
-                    f'vllm:num_requests_waiting{{engine="0",model_name="fake-model"}} '
-                    f'{float(self.in_flight - running)}\n')
+            text = (
+                "# HELP vllm:num_requests_running Number of requests in model execution batches.\n"
+                "# TYPE vllm:num_requests_running gauge\n"
+                f'vllm:num_requests_running{{engine="0",model_name="fake-model"}} {float(running)}\n'
+                "# HELP vllm:num_requests_waiting Number of requests waiting to be processed.\n"
+                "# TYPE vllm:num_requests_waiting gauge\n"
+                f'vllm:num_requests_waiting{{engine="0",model_name="fake-model"}} '
+                f"{float(self.in_flight - running)}\n"
+            )
             await self._send(writer, 200, text.encode())
         elif path == "/v1/completions" and method == "POST":
             return await self._completions(json.loads(body), writer)
@@ -301,8 +345,9 @@ class FakeVllm:
         mode = self.b.start_mode
         async with self._control:
             if self.b.start_status != 200:
-                await self._send(writer, self.b.start_status,
-                                 {"error": {"message": "A profiling session is already active."}})
+                await self._send(
+                    writer, self.b.start_status, {"error": {"message": "A profiling session is already active."}}
+                )
                 return None
             if self.profiling:
                 await self._send(writer, 409, {"error": {"message": "A profiling session is already active."}})
@@ -351,8 +396,14 @@ class FakeVllm:
                     self._finishers.append(fin)
             elif r in b.late_ranks:
                 name = self._name(r)
-                tasks.append(self._later(b.late_ranks[r], lambda n=name, r=r, st=list(self.steps): write_trace(
-                    self.trace_dir / n, r, b.world_size, b.n_events, markers=st)))
+                tasks.append(
+                    self._later(
+                        b.late_ranks[r],
+                        lambda n=name, r=r, st=list(self.steps): write_trace(
+                            self.trace_dir / n, r, b.world_size, b.n_events, markers=st
+                        ),
+                    )
+                )
             else:
                 write_trace(self.trace_dir / self._name(r), r, b.world_size, b.n_events, markers=self.steps)
             prefix = self._prefix + "_" if self._prefix else ""
@@ -400,8 +451,11 @@ class FakeVllm:
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
         slot = False
         try:
-            n = (min(int(req.get("max_tokens") or b.tokens), b.tokens) if not req.get("ignore_eos")
-                 else int(req.get("max_tokens") or b.tokens))
+            n = (
+                min(int(req.get("max_tokens") or b.tokens), b.tokens)
+                if not req.get("ignore_eos")
+                else int(req.get("max_tokens") or b.tokens)
+            )
             if b.empty_stream:
                 n = 0
             prompt = req.get("prompt")
@@ -432,19 +486,46 @@ class FakeVllm:
                     await asyncio.sleep(b.token_delay_s)
                 if self.profiling and b.step_markers:  # one decode step per token, of the requests generating now
                     self.steps.append(f"execute_context_0(0)_generation_{self.running}({self.running})")
-                writer.write(chunk({"id": "cmpl-1", "object": "text_completion", "model": req.get("model"),
-                                    "choices": [{"index": 0, "text": "" if i in b.empty_texts else f" t{i}",
-                                                 "logprobs": None,
-                                                 "finish_reason": "length" if i == n - 1 else None}]}))
+                writer.write(
+                    chunk(
+                        {
+                            "id": "cmpl-1",
+                            "object": "text_completion",
+                            "model": req.get("model"),
+                            "choices": [
+                                {
+                                    "index": 0,
+                                    "text": "" if i in b.empty_texts else f" t{i}",
+                                    "logprobs": None,
+                                    "finish_reason": "length" if i == n - 1 else None,
+                                }
+                            ],
+                        }
+                    )
+                )
                 await writer.drain()
             if n == 0:  # what vLLM sends when a request ends without output: the finish reason alone
-                writer.write(chunk({"id": "cmpl-1", "object": "text_completion", "model": req.get("model"),
-                                    "choices": [{"index": 0, "text": "", "logprobs": None,
-                                                 "finish_reason": "length"}]}))
+                writer.write(
+                    chunk(
+                        {
+                            "id": "cmpl-1",
+                            "object": "text_completion",
+                            "model": req.get("model"),
+                            "choices": [{"index": 0, "text": "", "logprobs": None, "finish_reason": "length"}],
+                        }
+                    )
+                )
             if b.usage:
-                writer.write(chunk({"id": "cmpl-1", "object": "text_completion", "choices": [],
-                                    "usage": {"prompt_tokens": n_in, "completion_tokens": n,
-                                              "total_tokens": n_in + n}}))
+                writer.write(
+                    chunk(
+                        {
+                            "id": "cmpl-1",
+                            "object": "text_completion",
+                            "choices": [],
+                            "usage": {"prompt_tokens": n_in, "completion_tokens": n, "total_tokens": n_in + n},
+                        }
+                    )
+                )
             writer.write(chunk(b"[DONE]"))
             writer.write(b"0\r\n\r\n")
             await writer.drain()

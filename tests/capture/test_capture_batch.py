@@ -1,4 +1,5 @@
 """The decode batch a level really reached (issue 11 item 4): step markers in the traces, /metrics during the load."""
+
 from __future__ import annotations
 
 import gzip
@@ -100,11 +101,17 @@ def test_data_parallel_ranks_add_up_tensor_parallel_ranks_do_not(tmp_path):
     def f(name, rank, hist):
         return ManifestFile(f"c8/{name}", rank=rank, frontend=False, valid=True, decode_batch_sizes=hist)
 
-    lv = ManifestLevel("c8", 8, profiled=True,
-                       files=[f("dp0_pp0_tp0_dcp0_ep0_rank0.1.pt.trace.json.gz", 0, {3: 5, 4: 9}),
-                              f("dp0_pp0_tp1_dcp0_ep1_rank1.1.pt.trace.json.gz", 1, {4: 9}),
-                              f("dp1_pp0_tp0_dcp0_ep2_rank2.1.pt.trace.json.gz", 2, {4: 9}),
-                              f("dp1_pp0_tp1_dcp0_ep3_rank3.1.pt.trace.json.gz", 3, {4: 9})])
+    lv = ManifestLevel(
+        "c8",
+        8,
+        profiled=True,
+        files=[
+            f("dp0_pp0_tp0_dcp0_ep0_rank0.1.pt.trace.json.gz", 0, {3: 5, 4: 9}),
+            f("dp0_pp0_tp1_dcp0_ep1_rank1.1.pt.trace.json.gz", 1, {4: 9}),
+            f("dp1_pp0_tp0_dcp0_ep2_rank2.1.pt.trace.json.gz", 2, {4: 9}),
+            f("dp1_pp0_tp1_dcp0_ep3_rank3.1.pt.trace.json.gz", 3, {4: 9}),
+        ],
+    )
     check_batch(_opts(tmp_path), lv, 8, print)
     assert lv.decode_batch_sizes_seen == {3: 5, 4: 9} and lv.decode_batch_sizes_rank == 0
     assert lv.to_json()["decode_batch_sizes_seen"] == {"3": 5, "4": 9}  # JSON keys are strings
@@ -149,15 +156,26 @@ def _gz(path, doc_or_bytes):
 
 
 def test_scan_counts_cpu_markers_once_and_ignores_look_alikes(tmp_path):
-    markers = ["execute_context_2(64)_generation_0(0)"] + ["execute_context_0(0)_generation_2(2)"] * 5 + \
-              ["execute_context_0(0)_generation_1(1)"] * 2 + ["execute_context_0(0)_generation_0(0)"]
+    markers = (
+        ["execute_context_2(64)_generation_0(0)"]
+        + ["execute_context_0(0)_generation_2(2)"] * 5
+        + ["execute_context_0(0)_generation_1(1)"] * 2
+        + ["execute_context_0(0)_generation_0(0)"]
+    )
     raw = trace_bytes(0, 1, n_events=30, markers=markers)  # each also has two GPU copies: counted once
     doc = json.loads(raw)
     doc["traceEvents"] += [
         {"ph": "X", "cat": "python_function", "name": "execute_context_0(0)_generation_9(9)", "pid": 1, "tid": 1},
-        {"ph": "X", "cat": "cpu_op", "name": "execute_new_0_cached_9", "pid": 1, "tid": 1,
-         "args": {"note": "execute_context_0(0)_generation_9(9)"}},
-        {"ph": "X", "cat": "user_annotation", "name": "execute_model", "pid": 1, "tid": 1}]
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": "execute_new_0_cached_9",
+            "pid": 1,
+            "tid": 1,
+            "args": {"note": "execute_context_0(0)_generation_9(9)"},
+        },
+        {"ph": "X", "cat": "user_annotation", "name": "execute_model", "pid": 1, "tid": 1},
+    ]
     p = _gz(tmp_path / "rank0.1.pt.trace.json.gz", doc)
     scan = scan_step_markers(p)
     assert scan == StepScan("vllm", 9, {1: 2, 2: 5}) and scan.max_decode_batch == 2
@@ -165,22 +183,37 @@ def test_scan_counts_cpu_markers_once_and_ignores_look_alikes(tmp_path):
 
 
 def test_scan_any_key_order_and_chunk_boundaries():
-    events = [{"name": "execute_context_0(0)_generation_3(3)", "ph": "X", "pid": 1, "cat": "user_annotation",
-               "args": {"External id": i}} for i in range(7)]
+    events = [
+        {
+            "name": "execute_context_0(0)_generation_3(3)",
+            "ph": "X",
+            "pid": 1,
+            "cat": "user_annotation",
+            "args": {"External id": i},
+        }
+        for i in range(7)
+    ]
     events += [{"args": {"x": {"y": 1}}, "name": "step[DECODE bs=5]", "cat": "user_annotation"}] * 2
     text = json.dumps({"traceEvents": events}, indent=3).encode()
     for size in (1, 2, 7, 64, len(text)):
         scan = _MarkerScan()
         for i in range(0, len(text), size):
-            scan.feed(text[i:i + size])
+            scan.feed(text[i : i + size])
         assert scan.result() == StepScan("vllm", 7, {3: 7}), size  # vLLM's markers over SGLang's
 
 
 def test_scan_gpu_copies_alone_count_one_stream():
     ev = []
     for stream, n in ((7, 4), (13, 3)):
-        ev += [{"ph": "X", "cat": "gpu_user_annotation", "name": "execute_context_0(0)_generation_8(8)",
-                "pid": 0, "tid": stream}] * n
+        ev += [
+            {
+                "ph": "X",
+                "cat": "gpu_user_annotation",
+                "name": "execute_context_0(0)_generation_8(8)",
+                "pid": 0,
+                "tid": stream,
+            }
+        ] * n
     scan = _MarkerScan()
     scan.feed(json.dumps({"traceEvents": ev}).encode())
     assert scan.result() == StepScan("gpu_annotation", 4, {8: 4})
@@ -195,8 +228,12 @@ def test_front_end_trace_is_not_scanned(tmp_path):
     assert check_trace_file(p).steps is None
 
 
-REAL = [DATA / "h200-decode-loop" / "dp0_pp0_tp0_dcp0_ep0_rank0.1795944186026241480.pt.trace.json.gz",
-        helpers.MI300X_FULL, helpers.MI300X_PIECEWISE, helpers.SGLANG]
+REAL = [
+    DATA / "h200-decode-loop" / "dp0_pp0_tp0_dcp0_ep0_rank0.1795944186026241480.pt.trace.json.gz",
+    helpers.MI300X_FULL,
+    helpers.MI300X_PIECEWISE,
+    helpers.SGLANG,
+]
 
 
 def test_scan_agrees_with_the_loaders_steps_table(tmp_path):
@@ -213,10 +250,15 @@ def test_scan_agrees_with_the_loaders_steps_table(tmp_path):
     results, _ = pipeline.load_paths(con, files)
     assert [r.status for r in results] == ["loaded"] * len(files)
     for path in files:
-        rows = con.execute("select s.batch_size, count(*) from steps s join traces t using (trace_id) "
-                           "where t.file_name = ? and s.phase = 'decode' group by 1", [path.name]).fetchall()
-        n = con.execute("select count(*) from steps s join traces t using (trace_id) "
-                        "where t.file_name = ? and not s.is_inferred", [path.name]).fetchone()[0]
+        rows = con.execute(
+            "select s.batch_size, count(*) from steps s join traces t using (trace_id) "
+            "where t.file_name = ? and s.phase = 'decode' group by 1",
+            [path.name],
+        ).fetchall()
+        n = con.execute(
+            "select count(*) from steps s join traces t using (trace_id) where t.file_name = ? and not s.is_inferred",
+            [path.name],
+        ).fetchone()[0]
         scan = scan_step_markers(path)
         assert scan.decode_batches == dict(rows), path.name
         assert scan.steps == n, path.name

@@ -1,4 +1,5 @@
 """Capture against the scriptable fake server: every way the profiler control and the files can go wrong."""
+
 from __future__ import annotations
 
 import json
@@ -222,10 +223,31 @@ def test_cli_options(fake, tmp_path):
     assert r.exit_code == 2 and "comma-separated" in r.output
     r = CliRunner().invoke(capture_command, ["--url", s.url, "--out", str(tmp_path / "o"), "--concurrency", "2,2"])
     assert r.exit_code == 2
-    r = CliRunner().invoke(capture_command, [
-        "--url", s.url, "--trace-dir", str(s.trace_dir), "--out", str(tmp_path / "o"), "--concurrency", "2",
-        "--requests", "5", "--prompt-tokens", "4", "--max-tokens", "3", "--warmup", "0", "--seed", "7",
-        "--name", "my run"])
+    r = CliRunner().invoke(
+        capture_command,
+        [
+            "--url",
+            s.url,
+            "--trace-dir",
+            str(s.trace_dir),
+            "--out",
+            str(tmp_path / "o"),
+            "--concurrency",
+            "2",
+            "--requests",
+            "5",
+            "--prompt-tokens",
+            "4",
+            "--max-tokens",
+            "3",
+            "--warmup",
+            "0",
+            "--seed",
+            "7",
+            "--name",
+            "my run",
+        ],
+    )
     assert r.exit_code == 0, r.output
     m = json.loads((tmp_path / "o" / "manifest.json").read_text())
     assert m["name"] == "my run" and m["levels"][0]["stats"]["requests"] == 5
@@ -240,18 +262,73 @@ def test_cli_builds_the_options_object_once(monkeypatch, tmp_path):
 
     seen = []
     monkeypatch.setattr(cli, "run_capture", lambda opts: seen.append(opts) or 0)
-    r = CliRunner().invoke(capture_command, [
-        "--url", "http://127.0.0.1:9/", "--trace-dir", str(tmp_path), "--out", str(tmp_path / "o"),
-        "--concurrency", "1,4", "--requests", "9", "--duration", "2.5", "--request-rate", "3",
-        "--prompt-tokens", "5", "--max-tokens", "6", "--no-ignore-eos", "--temperature", "0.5",
-        "--endpoint", "chat", "--warmup", "1", "--name", "n", "--model", "m", "--seed", "4", "--api-key", "k",
-        "--start-timeout", "7", "--stop-timeout", "8", "--file-timeout", "9", "--request-timeout", "10",
-        "--expect-ranks", "2", "--max-iterations", "11", "--delay-iterations", "12", "--no-profile", "--force"])
+    r = CliRunner().invoke(
+        capture_command,
+        [
+            "--url",
+            "http://127.0.0.1:9/",
+            "--trace-dir",
+            str(tmp_path),
+            "--out",
+            str(tmp_path / "o"),
+            "--concurrency",
+            "1,4",
+            "--requests",
+            "9",
+            "--duration",
+            "2.5",
+            "--request-rate",
+            "3",
+            "--prompt-tokens",
+            "5",
+            "--max-tokens",
+            "6",
+            "--no-ignore-eos",
+            "--temperature",
+            "0.5",
+            "--endpoint",
+            "chat",
+            "--warmup",
+            "1",
+            "--name",
+            "n",
+            "--model",
+            "m",
+            "--seed",
+            "4",
+            "--api-key",
+            "k",
+            "--start-timeout",
+            "7",
+            "--stop-timeout",
+            "8",
+            "--file-timeout",
+            "9",
+            "--request-timeout",
+            "10",
+            "--expect-ranks",
+            "2",
+            "--max-iterations",
+            "11",
+            "--delay-iterations",
+            "12",
+            "--no-profile",
+            "--force",
+        ],
+    )
     assert r.exit_code == 0, r.output
     (o,) = seen
     assert (o.url, o.trace_dir, o.out, o.concurrency) == ("http://127.0.0.1:9", tmp_path, tmp_path / "o", [1, 4])
     assert (o.requests, o.duration_s, o.request_rate, o.prompt_tokens, o.max_tokens) == (9, 2.5, 3.0, 5, 6)
     assert (o.ignore_eos, o.temperature, o.endpoint, o.warmup, o.name, o.model, o.seed, o.api_key) == (
-        False, 0.5, "chat", 1, "n", "m", 4, "k")
+        False,
+        0.5,
+        "chat",
+        1,
+        "n",
+        "m",
+        4,
+        "k",
+    )
     assert (o.start_timeout_s, o.stop_timeout_s, o.file_timeout_s, o.request_timeout_s) == (7.0, 8.0, 9.0, 10.0)
     assert (o.expect_ranks, o.max_iterations, o.delay_iterations, o.no_profile, o.force) == (2, 11, 12, True, True)

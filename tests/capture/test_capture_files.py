@@ -1,4 +1,5 @@
 """Trace-file completeness checks: streaming, never the whole file in memory."""
+
 from __future__ import annotations
 
 import gzip

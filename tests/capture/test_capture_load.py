@@ -1,4 +1,5 @@
 """The load generator really keeps C requests in flight and measures what the stream shows."""
+
 from __future__ import annotations
 
 import asyncio
@@ -39,8 +40,9 @@ def test_duration_bound_and_rate(fake):
     # new requests stop at the deadline, those in flight finish (on any machine: no upper bound on the time)
     assert res.duration_s >= 0.6 and all(r.sent_s < 0.6 for r in res.records)
     assert len(res.records) > 8 and all(r.ok for r in res.records)
-    res = _run(LoadConfig(url=s.url, model="fake-model", concurrency=8, requests=20, request_rate=40.0,
-                          max_tokens=4, seed=3))
+    res = _run(
+        LoadConfig(url=s.url, model="fake-model", concurrency=8, requests=20, request_rate=40.0, max_tokens=4, seed=3)
+    )
     st = summarize(res)
     assert st["requests"] == 20 and st["errors"] == 0
     # 20 Poisson arrivals at 40/s (seeded) are spread over about half a second, not sent at once

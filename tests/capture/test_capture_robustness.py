@@ -1,4 +1,5 @@
 """Capture on odd input and a misbehaving server (issue 11: items 4, 14, 15, 18, 20)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -21,11 +22,18 @@ def _ranks(lv):
 
 def test_malformed_url_is_a_clear_error_not_a_traceback(tmp_path):
     # 'http://[::1' made httpx raise InvalidURL ("Invalid port: ':1'") out of the command
-    for url, why in (("http://[::1", "unclosed '['"), ("http://h:x", "not a valid URL"),
-                     ("localhost:8000", "did you mean http://localhost:8000"), ("ftp://h", "http or https"),
-                     ("http://", "no host"), ("http://h:99999", "out of range"), ("http://h/?a=1", "query")):
-        r = CliRunner().invoke(capture_command, ["--url", url, "--trace-dir", str(tmp_path), "--out",
-                                                 str(tmp_path / "o")])
+    for url, why in (
+        ("http://[::1", "unclosed '['"),
+        ("http://h:x", "not a valid URL"),
+        ("localhost:8000", "did you mean http://localhost:8000"),
+        ("ftp://h", "http or https"),
+        ("http://", "no host"),
+        ("http://h:99999", "out of range"),
+        ("http://h/?a=1", "query"),
+    ):
+        r = CliRunner().invoke(
+            capture_command, ["--url", url, "--trace-dir", str(tmp_path), "--out", str(tmp_path / "o")]
+        )
         assert r.exit_code == 2, (url, r.output)
         assert r.exception is None or isinstance(r.exception, SystemExit), (url, r.exception)
         assert "Invalid value for '--url'" in r.output and why in r.output, (url, r.output)
@@ -61,8 +69,11 @@ def test_zero_token_stream_is_not_one_token_and_the_level_is_not_complete(fake, 
 
 def test_zero_token_stream_without_usage(fake):
     s = fake(empty_stream=True, usage=False)
-    res = asyncio.run(LoadGenerator(LoadConfig(url=s.url, model="fake-model", concurrency=1, requests=1,
-                                               max_tokens=4), lambda i: [1, 2]).run())
+    res = asyncio.run(
+        LoadGenerator(
+            LoadConfig(url=s.url, model="fake-model", concurrency=1, requests=1, max_tokens=4), lambda i: [1, 2]
+        ).run()
+    )
     r = res.records[0]
     assert (r.ok, r.output_tokens, r.chunks, r.ttft_ms) == (False, 0, 0, None)
     assert r.error.startswith("no tokens generated (no token in the stream") and r.finish_reason == "length"
@@ -73,8 +84,11 @@ def test_tokens_with_empty_text_still_count(fake):
     # finish_reason "length" (a real token here: usage says 5); a capture of a real server saw 23 for 24 tokens
     for usage, chunks in ((True, 5), (False, 4)):
         s = fake(tokens=5, empty_texts=(1, 4), usage=usage)
-        res = asyncio.run(LoadGenerator(LoadConfig(url=s.url, model="fake-model", concurrency=1, requests=1,
-                                                   max_tokens=5), lambda i: [1, 2]).run())
+        res = asyncio.run(
+            LoadGenerator(
+                LoadConfig(url=s.url, model="fake-model", concurrency=1, requests=1, max_tokens=5), lambda i: [1, 2]
+            ).run()
+        )
         r = res.records[0]
         # without usage the closing "" chunk cannot be told from a stream that generated nothing: not counted
         assert (r.ok, r.output_tokens, r.chunks, len(r.itl_ms)) == (True, chunks, chunks, chunks - 1), usage
@@ -84,8 +98,11 @@ def test_token_counts_from_usage_and_from_chunks(fake):
     # the non-empty case still counts right: by usage, and by chunks when the server sends no usage
     for usage in (True, False):
         s = fake(tokens=5, usage=usage)
-        res = asyncio.run(LoadGenerator(LoadConfig(url=s.url, model="fake-model", concurrency=1, requests=1,
-                                                   max_tokens=5), lambda i: [1, 2]).run())
+        res = asyncio.run(
+            LoadGenerator(
+                LoadConfig(url=s.url, model="fake-model", concurrency=1, requests=1, max_tokens=5), lambda i: [1, 2]
+            ).run()
+        )
         r = res.records[0]
         assert (r.ok, r.output_tokens, r.chunks, len(r.itl_ms)) == (True, 5, 5, 4), usage
         assert r.input_tokens == (2 if usage else None)
@@ -100,8 +117,10 @@ def test_start_timeout_is_followed_by_one_stop_and_the_files_are_salvaged(fake, 
     s = fake(world_size=2, start_mode="late")
     rc, _, err, m = run_cap(s, start_timeout_s=0.3)
     assert s.start_calls == 1 and s.stop_calls == 1 and not s.profiling
-    assert [c for c in s.calls if c[0] == "POST" and "profile" in c[1]] == [("POST", "/start_profile"),
-                                                                              ("POST", "/stop_profile")]
+    assert [c for c in s.calls if c[0] == "POST" and "profile" in c[1]] == [
+        ("POST", "/start_profile"),
+        ("POST", "/stop_profile"),
+    ]
     assert s.completions == 0  # no load in a window whose start is unknown
     assert rc == EXIT_ERROR and m["status"] == "failed"
     lv = m["levels"][0]
@@ -158,7 +177,23 @@ def test_start_not_connected_sends_no_stop(fake, run_cap, monkeypatch):
 
 def test_cli_start_timeout_option(fake, tmp_path):
     s = fake(start_mode="late")
-    r = CliRunner().invoke(capture_command, [
-        "--url", s.url, "--trace-dir", str(s.trace_dir), "--out", str(tmp_path / "o"), "--concurrency", "1",
-        "--warmup", "0", "--start-timeout", "0.3", "--file-timeout", "10"])
+    r = CliRunner().invoke(
+        capture_command,
+        [
+            "--url",
+            s.url,
+            "--trace-dir",
+            str(s.trace_dir),
+            "--out",
+            str(tmp_path / "o"),
+            "--concurrency",
+            "1",
+            "--warmup",
+            "0",
+            "--start-timeout",
+            "0.3",
+            "--file-timeout",
+            "10",
+        ],
+    )
     assert r.exit_code == EXIT_ERROR and s.stop_calls == 1 and not s.profiling

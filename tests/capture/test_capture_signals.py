@@ -1,4 +1,5 @@
 """Ctrl-C / SIGTERM to a real ``python -m capture`` process in the middle of a profiling window."""
+
 from __future__ import annotations
 
 import json
@@ -17,10 +18,34 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _spawn(s, out, *extra):
-    cmd = [sys.executable, "-m", "k25trace.capture", "--url", s.url, "--trace-dir", str(s.trace_dir), "--out", str(out),
-           "--concurrency", "4", "--prompt-tokens", "4", "--max-tokens", "1000", "--warmup", "0", *extra]
-    return subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    cmd = [
+        sys.executable,
+        "-m",
+        "k25trace.capture",
+        "--url",
+        s.url,
+        "--trace-dir",
+        str(s.trace_dir),
+        "--out",
+        str(out),
+        "--concurrency",
+        "4",
+        "--prompt-tokens",
+        "4",
+        "--max-tokens",
+        "1000",
+        "--warmup",
+        "0",
+        *extra,
+    ]
+    return subprocess.Popen(
+        cmd,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )
 
 
 def _wait(cond, timeout=20.0):

@@ -8,6 +8,7 @@ the batch vLLM reached; it asserts that capture reports exactly what the engine 
 step markers (``max_decode_batch_seen``, ``reached_concurrency``), that it warns if and only if the level fell
 short of its concurrency, and that every request's decode steps are in the trace whatever the batching.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -43,12 +44,32 @@ def _decode_batches(doc: dict) -> dict[str, int]:
 
 def test_capture_two_levels_against_real_vllm(vllm_server, tmp_path):
     out = tmp_path / "cap"
-    cmd = [sys.executable, "-m", "k25trace.capture", "--url", vllm_server["url"],
-           "--trace-dir", str(vllm_server["trace_dir"]), "--out", str(out), "--concurrency", "1,4",
-           "--prompt-tokens", "16", "--max-tokens", str(TOKENS), "--warmup", "1", "--name", "e2e",
-           "--file-timeout", "120"]
-    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600,
-                       env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    cmd = [
+        sys.executable,
+        "-m",
+        "k25trace.capture",
+        "--url",
+        vllm_server["url"],
+        "--trace-dir",
+        str(vllm_server["trace_dir"]),
+        "--out",
+        str(out),
+        "--concurrency",
+        "1,4",
+        "--prompt-tokens",
+        "16",
+        "--max-tokens",
+        str(TOKENS),
+        "--warmup",
+        "1",
+        "--name",
+        "e2e",
+        "--file-timeout",
+        "120",
+    ]
+    r = subprocess.run(
+        cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, env=dict(os.environ, PYTHONPATH=str(ROOT))
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert "k25trace load" in r.stdout
     m = json.loads((out / "manifest.json").read_text())
@@ -97,26 +118,62 @@ def test_capture_two_levels_against_real_vllm(vllm_server, tmp_path):
     # k25trace load understands the capture directory: levels, request stats and steps from the real markers
     db = tmp_path / "cap.duckdb"
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    load = subprocess.run([sys.executable, "-m", "k25trace", "load", str(out), "--db", str(db)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=600, env=env)
+    load = subprocess.run(
+        [sys.executable, "-m", "k25trace", "load", str(out), "--db", str(db)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
     assert load.returncode == 0, load.stderr
+
     def sql(query):
-        r = subprocess.run([sys.executable, "-m", "k25trace", "sql", "--db", str(db), query, "--format", "json"],
-                           cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
+        r = subprocess.run(
+            [sys.executable, "-m", "k25trace", "sql", "--db", str(db), query, "--format", "json"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+        )
         assert r.returncode == 0, r.stderr
         return json.loads(r.stdout)
+
     levels = sql("select level, concurrency, requests, output_tokens from capture_levels order by concurrency")
-    assert levels == [{"level": "c1", "concurrency": 1, "requests": 1, "output_tokens": TOKENS},
-                      {"level": "c4", "concurrency": 4, "requests": 4, "output_tokens": 4 * TOKENS}]
-    decode = sql("select t.level, max(s.batch_size) as batch from steps s join traces t using (trace_id) "
-                 "where s.phase = 'decode' group by t.level order by t.level")
+    assert levels == [
+        {"level": "c1", "concurrency": 1, "requests": 1, "output_tokens": TOKENS},
+        {"level": "c4", "concurrency": 4, "requests": 4, "output_tokens": 4 * TOKENS},
+    ]
+    decode = sql(
+        "select t.level, max(s.batch_size) as batch from steps s join traces t using (trace_id) "
+        "where s.phase = 'decode' group by t.level order by t.level"
+    )
     # the loader finds the batches capture recorded
     assert decode == [{"level": "c1", "batch": batches["c1"]}, {"level": "c4", "batch": batches["c4"]}]
     prefill = sql("select count(*) as n from steps where phase in ('prefill', 'mixed') and source = 'vllm'")
     assert prefill[0]["n"] >= 2
-    report = subprocess.run([sys.executable, "-m", "k25trace", "report", "--db", str(db), "--by", "step",
-                             "--phase", "all", "--format", "csv"],
-                            cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
+    report = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "k25trace",
+            "report",
+            "--db",
+            str(db),
+            "--by",
+            "step",
+            "--phase",
+            "all",
+            "--format",
+            "csv",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert report.returncode == 0 and "decode" in report.stdout, report.stderr
     # the server is not left profiling: a fresh start/stop pair succeeds (409 would mean still active)
     u = vllm_server["url"]
@@ -128,11 +185,28 @@ def test_409_against_real_vllm_leaves_the_other_session_alone(vllm_server, tmp_p
     u = vllm_server["url"]
     assert httpx.post(u + "/start_profile", json={"profile_prefix": "someoneelse"}, timeout=60).status_code == 200
     try:
-        cmd = [sys.executable, "-m", "k25trace.capture", "--url", u, "--trace-dir", str(vllm_server["trace_dir"]),
-               "--out", str(tmp_path / "cap"), "--concurrency", "1", "--prompt-tokens", "8", "--max-tokens", "2",
-               "--warmup", "0"]
-        r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300,
-                           env=dict(os.environ, PYTHONPATH=str(ROOT)))
+        cmd = [
+            sys.executable,
+            "-m",
+            "k25trace.capture",
+            "--url",
+            u,
+            "--trace-dir",
+            str(vllm_server["trace_dir"]),
+            "--out",
+            str(tmp_path / "cap"),
+            "--concurrency",
+            "1",
+            "--prompt-tokens",
+            "8",
+            "--max-tokens",
+            "2",
+            "--warmup",
+            "0",
+        ]
+        r = subprocess.run(
+            cmd, cwd=ROOT, capture_output=True, text=True, timeout=300, env=dict(os.environ, PYTHONPATH=str(ROOT))
+        )
         assert r.returncode == 1 and "already active" in r.stderr, r.stderr
         # still active: our run did not stop it
         again = httpx.post(u + "/start_profile", json={"profile_prefix": "probe"}, timeout=60)

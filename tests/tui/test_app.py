@@ -190,7 +190,8 @@ async def test_graph_kernel_says_cuda_graph(trace_db: Path) -> None:
     con = duckdb.connect(str(trace_db), read_only=True)
     row = con.execute(
         "select g.trace_id, g.event_id, g.start_ns from gpu_events g join launches l using (trace_id, correlation) "
-        "where l.name ilike '%graphlaunch%' order by g.trace_id, g.start_ns limit 1").fetchone()
+        "where l.name ilike '%graphlaunch%' order by g.trace_id, g.start_ns limit 1"
+    ).fetchone()
     con.close()
     if row is None:
         pytest.skip("no graph-launched kernel in the samples")

@@ -43,8 +43,9 @@ async def test_collectives_screen_straggler_ranks_and_call_sites(tp2_db: Path) -
         # Enter on the batch-8 all-reduce row: its call sites, the most waited-on first
         t = table(app, "#comm-batches")
         all_rows = rows_of(app, "#comm-batches")
-        t.move_cursor(row=next(i for i, r in enumerate(all_rows)
-                               if r["batch_size"] == "8" and r["category"] == "allreduce"))
+        t.move_cursor(
+            row=next(i for i, r in enumerate(all_rows) if r["batch_size"] == "8" and r["category"] == "allreduce")
+        )
         await pilot.press("enter")
         await wait_for_workers(pilot)
         sites = rows_of(app, "#comm-sites")

@@ -26,8 +26,11 @@ SYNTH = dict(ranks=2, batch_sizes=(1, 64), steps_per_batch=12, layers=4, prefill
 def runs_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("compare-tui")
     folders = []
-    for name, extra in (("base", {}), ("again", {"noise_seed": 1}), ("slow", {"noise_seed": 2,
-                                                                               "category_scale": {"attention": 1.2}})):
+    for name, extra in (
+        ("base", {}),
+        ("again", {"noise_seed": 1}),
+        ("slow", {"noise_seed": 2, "category_scale": {"attention": 1.2}}),
+    ):
         synth.generate(root / name, **SYNTH, **extra)
         folders.append(root / name)
     return load_database(root / "runs.duckdb", folders, files=6)
@@ -56,11 +59,16 @@ async def test_compare_screen_finds_the_slower_category_and_calls_noise_no_chang
         assert "pick side B" in text_of(app, "#status")
         await pick(pilot, "slow (TP2)", "b")
         assert [(r["side"], r["run"]) for r in rows_of(app, "#compare-runs") if r["side"]] == [
-            ("A", "base (TP2)"), ("B", "slow (TP2)")]
+            ("A", "base (TP2)"),
+            ("B", "slow (TP2)"),
+        ]
         verdict = text_of(app, "#compare-verdict")
         assert "Verdict: " in verdict and "bs=1: attention slower" in verdict and "bs=64: attention slower" in verdict
-        changed = [(r["group"], r["category"]) for r in rows_of(app, "#compare-category")
-                   if r["verdict"] in ("slower", "faster")]
+        changed = [
+            (r["group"], r["category"])
+            for r in rows_of(app, "#compare-category")
+            if r["verdict"] in ("slower", "faster")
+        ]
         assert changed == [("bs=1", "attention"), ("bs=64", "attention")]
         assert table(app, "#compare-kernel").display and table(app, "#compare-step").display
         assert table(app, "#compare-comm").display  # two ranks on both sides: transfer and wait compared
@@ -75,7 +83,9 @@ async def test_compare_screen_finds_the_slower_category_and_calls_noise_no_chang
         await pilot.press("s")
         await wait_for_workers(pilot)
         assert [(r["side"], r["run"]) for r in rows_of(app, "#compare-runs") if r["side"]] == [
-            ("A", "again (TP2)"), ("B", "base (TP2)")]
+            ("A", "again (TP2)"),
+            ("B", "base (TP2)"),
+        ]
         await pilot.press("m")  # auto -> batch
         await wait_for_workers(pilot)
         await pilot.press("m")  # batch -> level: these runs have no level, so all their steps are one group

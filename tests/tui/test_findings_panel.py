@@ -30,8 +30,10 @@ def pair_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def gaps_dbs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    return {name: load_database(tmp_path_factory.mktemp(f"findings-{name}") / f"{name}.duckdb", [GAPS / name],
-                                files=1) for name in ("eager", "graph")}
+    return {
+        name: load_database(tmp_path_factory.mktemp(f"findings-{name}") / f"{name}.duckdb", [GAPS / name], files=1)
+        for name in ("eager", "graph")
+    }
 
 
 async def _panel(db: Path) -> tuple[str, int, bool]:

@@ -60,12 +60,22 @@ async def test_sql_panel_shows_intervals_unions_and_far_dates(empty_db: Path) ->
     stayed "running…" (or the app died). Now they show as DuckDB writes them."""
     app = K25TraceApp(empty_db)
     async with app.run_test(size=SIZE) as pilot:
-        await run_sql(pilot, "select interval '1 year 3 days' as i, union_value(n := 2)::union(n int, s varchar) as u, "
-                             "'infinity'::timestamp as t, 340282366920938463463374607431768211455::uhugeint as big, "
-                             "sum(x) as s, [1, 2] as l, 'a'::blob as b from range(3) t(x)")
+        await run_sql(
+            pilot,
+            "select interval '1 year 3 days' as i, union_value(n := 2)::union(n int, s varchar) as u, "
+            "'infinity'::timestamp as t, 340282366920938463463374607431768211455::uhugeint as big, "
+            "sum(x) as s, [1, 2] as l, 'a'::blob as b from range(3) t(x)",
+        )
         assert "running" not in status(app) and "1 row(s)" in status(app)
-        assert row_cells(app) == {"i": "1 year 3 days", "u": "2", "t": "infinity",
-                                  "big": "340282366920938463463374607431768211455", "s": "3", "l": "[1, 2]", "b": "a"}
+        assert row_cells(app) == {
+            "i": "1 year 3 days",
+            "u": "2",
+            "t": "infinity",
+            "big": "340282366920938463463374607431768211455",
+            "s": "3",
+            "l": "[1, 2]",
+            "b": "a",
+        }
         await run_sql(pilot, "select * from test_all_types()")
         assert "3 row(s)" in status(app) and results(app).row_count == 3
 
@@ -86,9 +96,12 @@ async def test_sql_panel_writes_and_reads_no_file(empty_db: Path, tmp_path: Path
     (tmp_path / "secret.txt").write_text("not for SQL")
     app = K25TraceApp(empty_db)
     async with app.run_test(size=SIZE) as pilot:
-        for text in (f"copy (select 1) to '{tmp_path / 'out.csv'}'", f"export database '{tmp_path / 'exported'}'",
-                     f"attach '{tmp_path / 'other.duckdb'}' as other",
-                     f"select * from read_text('{tmp_path / 'secret.txt'}')"):
+        for text in (
+            f"copy (select 1) to '{tmp_path / 'out.csv'}'",
+            f"export database '{tmp_path / 'exported'}'",
+            f"attach '{tmp_path / 'other.duckdb'}' as other",
+            f"select * from read_text('{tmp_path / 'secret.txt'}')",
+        ):
             await run_sql(pilot, text)
             assert "query failed" in status(app) and "Permission Error" in status(app) and "read-only" in status(app)
         await run_sql(pilot, "set enable_external_access = true")
@@ -124,8 +137,11 @@ def long_name_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
     with control characters in it (an escape sequence must not reach the terminal)."""
     path = load_database(tmp_path_factory.mktemp("long-name") / "long.duckdb", [HOSTILE / "long_name.json"], files=1)
     con = pipeline.connect(path)
-    con.execute("update kernel_names set name = 'void hostile<' || repeat('x', $n) || '\x1b[31m>(int)', "
-                "short_name = repeat('s', $n) where name = 'void hostile_kernel_1<int>(int)'", {"n": LONG})
+    con.execute(
+        "update kernel_names set name = 'void hostile<' || repeat('x', $n) || '\x1b[31m>(int)', "
+        "short_name = repeat('s', $n) where name = 'void hostile_kernel_1<int>(int)'",
+        {"n": LONG},
+    )
     con.close()
     return path
 
@@ -134,9 +150,10 @@ async def open_long_kernel(pilot: Pilot) -> tuple[int, int, int]:
     app: K25TraceApp = pilot.app  # type: ignore[assignment]
     await wait_for_workers(pilot)
     cursor = app.con.cursor()
-    (trace_id, event_id, start_ns), = cursor.execute(
+    ((trace_id, event_id, start_ns),) = cursor.execute(
         "select trace_id, event_id, start_ns from gpu_events join kernel_names using (name_id) "
-        "where length(name) > 1000").fetchall()
+        "where length(name) > 1000"
+    ).fetchall()
     cursor.close()
     await navigate(pilot, OpenKernel(trace_id, event_id, start_ns))
     return trace_id, event_id, start_ns
@@ -158,8 +175,9 @@ async def test_kernel_screen_draws_only_the_start_of_a_20_mb_name(long_name_db: 
 
 
 @pytest.mark.asyncio
-async def test_kernel_full_name_pages_and_file(long_name_db: Path, tmp_path: Path,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_kernel_full_name_pages_and_file(
+    long_name_db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     app = K25TraceApp(long_name_db)
     async with app.run_test(size=SIZE) as pilot:
@@ -195,12 +213,43 @@ async def test_kernel_full_name_pages_and_file(long_name_db: Path, tmp_path: Pat
 
 
 def test_describe_kernel_leaves_short_names_whole() -> None:
-    row = {key: None for key in ("category", "kind", "trace_id", "rank", "step_index", "device", "stream", "dur_us",
-                                 "launch_name", "launch_api", "launch_to_start_us", "is_graph", "correlation",
-                                 "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "registers",
-                                 "shared_mem_bytes", "blocks_per_sm", "warps_per_sm", "occupancy_pct", "bytes",
-                                 "collective_name", "msg_in_nelems", "msg_out_nelems", "msg_dtype", "group_size",
-                                 "pg_name", "pg_ranks")}
+    row = {
+        key: None
+        for key in (
+            "category",
+            "kind",
+            "trace_id",
+            "rank",
+            "step_index",
+            "device",
+            "stream",
+            "dur_us",
+            "launch_name",
+            "launch_api",
+            "launch_to_start_us",
+            "is_graph",
+            "correlation",
+            "grid_x",
+            "grid_y",
+            "grid_z",
+            "block_x",
+            "block_y",
+            "block_z",
+            "registers",
+            "shared_mem_bytes",
+            "blocks_per_sm",
+            "warps_per_sm",
+            "occupancy_pct",
+            "bytes",
+            "collective_name",
+            "msg_in_nelems",
+            "msg_out_nelems",
+            "msg_dtype",
+            "group_size",
+            "pg_name",
+            "pg_ranks",
+        )
+    }
     row.update(short_name="gemm", name="void gemm<[/x]>(int)")
     text = describe_kernel(row).plain
     assert text.startswith("gemm\nvoid gemm<[/x]>(int)\n\n") and "more characters" not in text
@@ -230,9 +279,10 @@ async def test_step_screen_and_search_draw_a_20_mb_short_name_cut(long_name_db: 
     async with app.run_test(size=SIZE) as pilot:
         await wait_for_workers(pilot)
         cursor = app.con.cursor()
-        (trace_id, step_index), = cursor.execute(
+        ((trace_id, step_index),) = cursor.execute(
             "select trace_id, step_index from gpu_events join kernel_names using (name_id) "
-            "where length(short_name) > 1000").fetchall()
+            "where length(short_name) > 1000"
+        ).fetchall()
         cursor.close()
         await navigate(pilot, OpenStep(trace_id, step_index))
         assert isinstance(app.screen, StepScreen)

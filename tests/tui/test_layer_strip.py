@@ -32,19 +32,27 @@ GRAPH, EAGER, HTA = 1, 2, 3
 def layers_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if TRUTH is None:
         pytest.skip("tests/data/h200-layers is not there")
-    return load_database(tmp_path_factory.mktemp("tui-layers") / "k25trace-layers.duckdb",
-                         [LAYERS / "graph", LAYERS / "eager", TWO_RANK[0]], files=3)
+    return load_database(
+        tmp_path_factory.mktemp("tui-layers") / "k25trace-layers.duckdb",
+        [LAYERS / "graph", LAYERS / "eager", TWO_RANK[0]],
+        files=3,
+    )
 
 
 def step_events(db: Path, trace_id: int, step_index: int) -> tuple[list[str], int]:
     """The step's GPU activities' event ids in GPU order (start, end, event id), and its batch size."""
     con = duckdb.connect(str(db), read_only=True)
     try:
-        ids = [str(r[0]) for r in con.execute(
-            "select event_id from gpu_events where trace_id = ? and step_index = ? order by start_ns, end_ns, event_id",
-            [trace_id, step_index]).fetchall()]
-        (batch,) = con.execute("select batch_size from steps where trace_id = ? and step_index = ?",
-                               [trace_id, step_index]).fetchone() or (None,)
+        ids = [
+            str(r[0])
+            for r in con.execute(
+                "select event_id from gpu_events where trace_id = ? and step_index = ? order by start_ns, end_ns, event_id",
+                [trace_id, step_index],
+            ).fetchall()
+        ]
+        (batch,) = con.execute(
+            "select batch_size from steps where trace_id = ? and step_index = ?", [trace_id, step_index]
+        ).fetchone() or (None,)
     finally:
         con.close()
     return ids, int(batch)
@@ -83,8 +91,9 @@ async def press(pilot: Pilot, *keys: str) -> None:
 
 @pytest.mark.asyncio
 @pytest.mark.parametrize(("trace_id", "step_index"), [(GRAPH, 1), (GRAPH, 14), (EAGER, 9)])
-async def test_moving_through_layers_lists_each_segments_kernels(layers_db: Path, trace_id: int,
-                                                                 step_index: int) -> None:
+async def test_moving_through_layers_lists_each_segments_kernels(
+    layers_db: Path, trace_id: int, step_index: int
+) -> None:
     """``.`` walks pre, layers 0..15, post and back to the whole step; each segment's kernels are the truth's."""
     ids, batch = step_events(layers_db, trace_id, step_index)
     truth = truth_ranges(batch)
@@ -106,7 +115,7 @@ async def test_moving_through_layers_lists_each_segments_kernels(layers_db: Path
         await press(pilot, "full_stop")  # past post: the whole step again
         assert "whole step" in strip_of(app) and table_keys(app) == ids[:100]
         await press(pilot, "comma")  # back from the whole step: post
-        assert table_keys(app) == ids[truth[-1][1]:truth[-1][2]]
+        assert table_keys(app) == ids[truth[-1][1] : truth[-1][2]]
 
 
 @pytest.mark.asyncio
@@ -121,11 +130,12 @@ async def test_the_layer_stays_across_steps_and_the_odd_layer_is_flagged(layers_
         screen = app.screen
         assert isinstance(screen, StepScreen)
         strip = strip_of(app)
-        cells = strip[strip.index("pre ") + 4:strip.index(" post")]
+        cells = strip[strip.index("pre ") + 4 : strip.index(" post")]
         assert cells == "d" + "m" * (odd - 1) + "!" + "m" * (TRUTH["layers"] - odd - 1)  # type: ignore[index]
         await press(pilot, *["full_stop"] * (odd + 2))
         assert label_of(app, "#kernel-count").startswith(f"layer {odd} (moe)") and ", slow —" in label_of(
-            app, "#kernel-count")
+            app, "#kernel-count"
+        )
         await press(pilot, "n")
         assert screen.step_index == 7 and label_of(app, "#kernel-count").startswith(f"layer {odd} (moe)")
         ids, batch = step_events(layers_db, GRAPH, 7)

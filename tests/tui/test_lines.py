@@ -27,8 +27,9 @@ class LinesApp(App[None]):
 
     def on_mount(self) -> None:
         table = self.query_one(LineTable)
-        table.set_lines(Text("row   name"), [Text(f"{i:>3}   name-{i}") for i in range(ROWS)],
-                        [f"k{i}" for i in range(ROWS)])
+        table.set_lines(
+            Text("row   name"), [Text(f"{i:>3}   name-{i}") for i in range(ROWS)], [f"k{i}" for i in range(ROWS)]
+        )
         table.focus()
 
     def on_line_table_row_selected(self, event: LineTable.RowSelected) -> None:

@@ -9,8 +9,17 @@ from pathlib import Path
 import k25trace.tui
 
 TUI = Path(k25trace.tui.__file__).parent
-APP_METHODS = {"open_steps", "open_step", "open_kernel", "next_rank_trace", "rank_of", "ranks", "query_cursor",
-               "mark_painted", "browse_app"}
+APP_METHODS = {
+    "open_steps",
+    "open_step",
+    "open_kernel",
+    "next_rank_trace",
+    "rank_of",
+    "ranks",
+    "query_cursor",
+    "mark_painted",
+    "browse_app",
+}
 
 
 def modules(*folders: str) -> list[Path]:
@@ -43,5 +52,6 @@ def test_results_are_routed_by_type() -> None:
             if isinstance(node, ast.Compare):
                 sides = [node.left, *node.comparators]
                 if any(isinstance(side, ast.Attribute) and side.attr == "request" for side in sides):
-                    assert not any(isinstance(side, ast.Constant) and isinstance(side.value, str) for side in sides), \
+                    assert not any(isinstance(side, ast.Constant) and isinstance(side.value, str) for side in sides), (
                         f"{path.name}:{node.lineno} routes a result by a string"
+                    )

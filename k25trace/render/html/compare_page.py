@@ -39,50 +39,93 @@ def render_comparison(comparison: Comparison, title: str | None = None) -> str:
     title = title or "k25trace comparison"
     sides = comparison.sides
     changes = comparison.changes()
-    verdict = (f'<section id="verdict"><h2>Verdict: {esc(comparison.verdict)}</h2><p class="muted">'
-               f"{esc(comparison.summary())}</p>"
-               + ("<ul>" + "".join(f"<li>{esc(c)}</li>" for c in changes[:15]) + "</ul>" if changes else "")
-               + (f'<p class="muted">… and {len(changes) - 15} more (the tables below)</p>'
-                  if len(changes) > 15 else "")
-               + table([(c, "l") for c in sides.columns],
-                       [[esc("—" if v is None else v) for v in r] for r in sides.iter_rows()]) + "</section>")
-    sections = [verdict, _compare_categories(comparison), _compare_table(
-        "steps", "Step time", "Wall time percentiles over the steps of every rank, and the mean wall and busy time "
-        "per step (a step of several ranks averaged over them for the test).", comparison.steps,
-        ["group", "metric", "steps_a", "steps_b", "ms_a", "ms_b", "delta_ms", "delta_pct", "ci95_ms", "p_value",
-         "verdict"]),
-        _compare_table("comm", "Collectives across ranks", "Transfer and wait (launch / GPU) per step, A against B "
-                       "(report --by comm on each side).", comparison.comm,
-                       ["group", "category", "metric", "ms_a", "ms_b", "delta_ms", "delta_pct", "ci95_ms", "p_value",
-                        "verdict"]),
+    verdict = (
+        f'<section id="verdict"><h2>Verdict: {esc(comparison.verdict)}</h2><p class="muted">'
+        f"{esc(comparison.summary())}</p>"
+        + ("<ul>" + "".join(f"<li>{esc(c)}</li>" for c in changes[:15]) + "</ul>" if changes else "")
+        + (f'<p class="muted">… and {len(changes) - 15} more (the tables below)</p>' if len(changes) > 15 else "")
+        + table(
+            [(c, "l") for c in sides.columns], [[esc("—" if v is None else v) for v in r] for r in sides.iter_rows()]
+        )
+        + "</section>"
+    )
+    sections = [
+        verdict,
+        _compare_categories(comparison),
+        _compare_table(
+            "steps",
+            "Step time",
+            "Wall time percentiles over the steps of every rank, and the mean wall and busy time "
+            "per step (a step of several ranks averaged over them for the test).",
+            comparison.steps,
+            [
+                "group",
+                "metric",
+                "steps_a",
+                "steps_b",
+                "ms_a",
+                "ms_b",
+                "delta_ms",
+                "delta_pct",
+                "ci95_ms",
+                "p_value",
+                "verdict",
+            ],
+        ),
+        _compare_table(
+            "comm",
+            "Collectives across ranks",
+            "Transfer and wait (launch / GPU) per step, A against B (report --by comm on each side).",
+            comparison.comm,
+            ["group", "category", "metric", "ms_a", "ms_b", "delta_ms", "delta_pct", "ci95_ms", "p_value", "verdict"],
+        ),
         _compare_kernels(comparison),
-        _compare_table("macro", "Capture levels", "What the clients measured (aggregates: no test).",
-                       comparison.macro, list(comparison.macro.columns))]
-    nav = [("verdict", "Verdict"), ("categories", "By category"), ("steps", "Step time"), ("comm", "Collectives"),
-           ("kernels", "Kernels"), ("macro", "Capture levels")]
-    subtitle = " vs ".join(f"{r['side']}: {r['runs'] or r['source']} [{r['selection']}]"
-                           for r in sides.iter_rows(named=True))
+        _compare_table(
+            "macro",
+            "Capture levels",
+            "What the clients measured (aggregates: no test).",
+            comparison.macro,
+            list(comparison.macro.columns),
+        ),
+    ]
+    nav = [
+        ("verdict", "Verdict"),
+        ("categories", "By category"),
+        ("steps", "Step time"),
+        ("comm", "Collectives"),
+        ("kernels", "Kernels"),
+        ("macro", "Capture levels"),
+    ]
+    subtitle = " vs ".join(
+        f"{r['side']}: {r['runs'] or r['source']} [{r['selection']}]" for r in sides.iter_rows(named=True)
+    )
     return shell(title, subtitle, list(comparison.notes), sections, nav, COMPARE_COMMAND)
 
 
 def _compare_categories(comparison: Comparison) -> str:
     frame = comparison.categories
     if frame.is_empty():
-        return ('<section id="categories"><h2>By category</h2><p class="empty">No step group on both sides.</p>'
-                "</section>")
+        return (
+            '<section id="categories"><h2>By category</h2><p class="empty">No step group on both sides.</p></section>'
+        )
     parts = ['<section id="categories"><h2>By category</h2>']
     for (phase, group), rows in groups(frame, ["phase", "group"]):
         by_cat = {r["category"]: r for r in rows.iter_rows(named=True)}
         order = [c for c in CATEGORY_ORDER if c in by_cat] + sorted(
-            c for c in by_cat if c not in CATEGORY_ORDER and c not in ("overlap", "idle"))
+            c for c in by_cat if c not in CATEGORY_ORDER and c not in ("overlap", "idle")
+        )
         order += [c for c in ("overlap", "idle") if c in by_cat]
         totals = {side: sum((by_cat[c][f"ms_{side}"] or 0.0) for c in order) for side in ("a", "b")}
-        parts.append(figure(f"{group} ({phase}): A {num(totals['a'])} ms → B {num(totals['b'])} ms per step",
-                            f"{esc(by_cat[order[0]]['steps_a'])} engine steps in A, "
-                            f"{esc(by_cat[order[0]]['steps_b'])} in B. Top: each "
-                            "side's step by category. Bottom: the change per category, largest first; bright bars "
-                            "changed (Welch's t-test, Holm-adjusted), faint ones are within noise or negligible.",
-                            _sides_chart(group, by_cat, order, totals) + _delta_chart(group, by_cat, order)))
+        parts.append(
+            figure(
+                f"{group} ({phase}): A {num(totals['a'])} ms → B {num(totals['b'])} ms per step",
+                f"{esc(by_cat[order[0]]['steps_a'])} engine steps in A, "
+                f"{esc(by_cat[order[0]]['steps_b'])} in B. Top: each "
+                "side's step by category. Bottom: the change per category, largest first; bright bars "
+                "changed (Welch's t-test, Holm-adjusted), faint ones are within noise or negligible.",
+                _sides_chart(group, by_cat, order, totals) + _delta_chart(group, by_cat, order),
+            )
+        )
     seen = [c for c in CATEGORY_ORDER + ["overlap", "idle"] if c in set(frame["category"].to_list())]
     parts.append(legend([(markup.css_class(c), c) for c in seen]))
     parts.append("</section>")
@@ -91,8 +134,14 @@ def _compare_categories(comparison: Comparison) -> str:
 
 def _sides_chart(group: str, by_cat: dict[str, dict[str, Any]], order: list[str], totals: dict[str, float]) -> str:
     """A's and B's step of one group, stacked by category."""
-    frame = bar_frame(f"Milliseconds per step by category, A and B, {group}", "bars compare",
-                      vmax=max(totals.values()) or 1.0, rows_height=2 * 32, label_w=60, note_w=200)
+    frame = bar_frame(
+        f"Milliseconds per step by category, A and B, {group}",
+        "bars compare",
+        vmax=max(totals.values()) or 1.0,
+        rows_height=2 * 32,
+        label_w=60,
+        note_w=200,
+    )
     svg, x0, x1, scale = frame.svg, frame.x0, frame.x1, frame.scale
     frame.axis("ms per step (exclusive by category, overlap and idle: the step's wall time)")
     for i, side in enumerate(("a", "b")):
@@ -101,10 +150,12 @@ def _sides_chart(group: str, by_cat: dict[str, dict[str, Any]], order: list[str]
         x: float = x0
         for c in order:
             ms = by_cat[c][f"ms_{side}"] or 0.0
-            svg.add(f'<rect class="seg {markup.css_class(c)}" x="{x:.2f}" y="{y}" width="{ms * scale:.2f}" '
-                    f'height="22" data-group="{esc(group)}" data-side="{side.upper()}" data-category="{esc(c)}" '
-                    f'data-ms="{attr(by_cat[c][f"ms_{side}"])}"><title>{esc(c)}: {num(ms)} ms/step ({side.upper()})'
-                    "</title></rect>")
+            svg.add(
+                f'<rect class="seg {markup.css_class(c)}" x="{x:.2f}" y="{y}" width="{ms * scale:.2f}" '
+                f'height="22" data-group="{esc(group)}" data-side="{side.upper()}" data-category="{esc(c)}" '
+                f'data-ms="{attr(by_cat[c][f"ms_{side}"])}"><title>{esc(c)}: {num(ms)} ms/step ({side.upper()})'
+                "</title></rect>"
+            )
             x += ms * scale
         svg.text(x1 + 10, y + 15, f"{num(totals[side])} ms/step", "start", "note")
     return svg.render()
@@ -125,8 +176,7 @@ def _delta_chart(group: str, by_cat: dict[str, dict[str, Any]], order: list[str]
         x = zero + t / lim * half
         dsvg.add(f'<line class="gridline" x1="{x:.1f}" x2="{x:.1f}" y1="4" y2="{len(ranked) * (row_h + gap) + 4}"/>')
         dsvg.text(x, len(ranked) * (row_h + gap) + 18, f"{t:+g}" if t else "0", "middle", "tick")
-    dsvg.text(zero, len(ranked) * (row_h + gap) + 34, "B − A, ms per step (whiskers: 95 % interval)", "middle",
-              "unit")
+    dsvg.text(zero, len(ranked) * (row_h + gap) + 34, "B − A, ms per step (whiskers: 95 % interval)", "middle", "unit")
     for i, c in enumerate(ranked):
         r = by_cat[c]
         y = 6 + i * (row_h + gap)
@@ -135,19 +185,25 @@ def _delta_chart(group: str, by_cat: dict[str, dict[str, Any]], order: list[str]
         changed = r["verdict"] in ("slower", "faster", "only in A", "only in B")
         pct = "new" if r["delta_pct"] is None else f"{r['delta_pct']:+.1f} %"
         dsvg.text(x0 + 100, y + 12, c, "end", "label")
-        dsvg.add(f'<rect class="{markup.css_class(c)}" x="{min(zero, zero + w):.2f}" y="{y}" width="{abs(w):.2f}" '
-                 f'height="{row_h}" opacity="{1 if changed else 0.35}" data-group="{esc(group)}" '
-                 f'data-category="{esc(c)}" data-delta="{attr(r["delta_ms"])}" data-verdict="{esc(r["verdict"])}">'
-                 f"<title>{esc(c)}: {num(r['ms_a'])} → {num(r['ms_b'])} ms/step ({d:+.4f} ms, {esc(pct)}), "
-                 f"{esc(r['verdict'])}</title></rect>")
+        dsvg.add(
+            f'<rect class="{markup.css_class(c)}" x="{min(zero, zero + w):.2f}" y="{y}" width="{abs(w):.2f}" '
+            f'height="{row_h}" opacity="{1 if changed else 0.35}" data-group="{esc(group)}" '
+            f'data-category="{esc(c)}" data-delta="{attr(r["delta_ms"])}" data-verdict="{esc(r["verdict"])}">'
+            f"<title>{esc(c)}: {num(r['ms_a'])} → {num(r['ms_b'])} ms/step ({d:+.4f} ms, {esc(pct)}), "
+            f"{esc(r['verdict'])}</title></rect>"
+        )
         if r["ci95_ms"]:
             lo = zero + (d - r["ci95_ms"]) / lim * half
             hi = zero + (d + r["ci95_ms"]) / lim * half
-            dsvg.add(f'<line class="whisker" x1="{max(lo, x0 + 104):.1f}" x2="{min(hi, x1):.1f}" '
-                     f'y1="{y + row_h / 2}" y2="{y + row_h / 2}"/>')
+            dsvg.add(
+                f'<line class="whisker" x1="{max(lo, x0 + 104):.1f}" x2="{min(hi, x1):.1f}" '
+                f'y1="{y + row_h / 2}" y2="{y + row_h / 2}"/>'
+            )
         weight = ' font-weight="600"' if changed else ""
-        dsvg.add(f'<text x="{x1 + 10}" y="{y + 12}" style="fill:{VERDICT_COLORS.get(r["verdict"], "#57606a")}"{weight}>'
-                 f"{esc(r['verdict'])} ({esc(pct)})</text>")
+        dsvg.add(
+            f'<text x="{x1 + 10}" y="{y + 12}" style="fill:{VERDICT_COLORS.get(r["verdict"], "#57606a")}"{weight}>'
+            f"{esc(r['verdict'])} ({esc(pct)})</text>"
+        )
     dsvg.add(f'<line class="axisline" x1="{zero:.1f}" x2="{zero:.1f}" y1="2" y2="{len(ranked) * (row_h + gap) + 6}"/>')
     return dsvg.render()
 
@@ -159,8 +215,11 @@ def _cell(value: Any, column: str) -> str:
         return esc(f"{value:.3f}" if value >= 0.001 else f"{value:.1e}")
     if column == "verdict":
         color = VERDICT_COLORS.get(value)
-        return f'<b style="color:{color}">{esc(value)}</b>' if value in VERDICT_COLORS and value not in (
-            "within noise", "negligible") else esc(value)
+        return (
+            f'<b style="color:{color}">{esc(value)}</b>'
+            if value in VERDICT_COLORS and value not in ("within noise", "negligible")
+            else esc(value)
+        )
     if column == "delta_pct":
         return esc(f"{value:+.1f} %")
     if column == "delta_ms":
@@ -177,10 +236,15 @@ def _compare_table(anchor: str, title: str, caption: str, frame: pl.DataFrame, c
         return ""
     columns = [c for c in columns if c in frame.columns]
     rows = [[_cell(r[c], c) for c in columns] for r in frame.iter_rows(named=True)]
-    aligns = [(c, "l" if c in ("group", "metric", "category", "verdict", "name_a", "name_b", "match", "level")
-               else "r") for c in columns]
-    return (f'<section id="{anchor}"><h2>{esc(title)}</h2><p class="muted">{esc(caption)}</p>'
-            + table(aligns, rows, "numbers") + "</section>")
+    aligns = [
+        (c, "l" if c in ("group", "metric", "category", "verdict", "name_a", "name_b", "match", "level") else "r")
+        for c in columns
+    ]
+    return (
+        f'<section id="{anchor}"><h2>{esc(title)}</h2><p class="muted">{esc(caption)}</p>'
+        + table(aligns, rows, "numbers")
+        + "</section>"
+    )
 
 
 def _compare_kernels(comparison: Comparison, top: int = 12) -> str:
@@ -190,9 +254,28 @@ def _compare_kernels(comparison: Comparison, top: int = 12) -> str:
     from k25trace.analysis.compare import top_kernels
 
     kept, hidden = top_kernels(frame, top)
-    return _compare_table("kernels", "Kernels", "Matched by exact name, else by name family, else only in A / only "
-                          f"in B; every changed kernel and the {top} largest others per group"
-                          + (f" ({hidden} more rows within noise or negligible: k25trace compare --by kernel)."
-                             if hidden else "."), kept,
-                          ["group", "match", "category", "name_a", "name_b", "calls_a", "calls_b", "us_per_call_a",
-                           "us_per_call_b", "ms_a", "ms_b", "delta_ms", "delta_pct", "p_value", "verdict"])
+    return _compare_table(
+        "kernels",
+        "Kernels",
+        "Matched by exact name, else by name family, else only in A / only "
+        f"in B; every changed kernel and the {top} largest others per group"
+        + (f" ({hidden} more rows within noise or negligible: k25trace compare --by kernel)." if hidden else "."),
+        kept,
+        [
+            "group",
+            "match",
+            "category",
+            "name_a",
+            "name_b",
+            "calls_a",
+            "calls_b",
+            "us_per_call_a",
+            "us_per_call_b",
+            "ms_a",
+            "ms_b",
+            "delta_ms",
+            "delta_pct",
+            "p_value",
+            "verdict",
+        ],
+    )

@@ -11,25 +11,36 @@ from k25trace.render.html.markup import attr, esc
 def _finding(finding: Finding) -> str:
     commands = " ".join(f"<code>{esc(c)}</code>" for c in finding.evidence.split("; ") if c)
     caveat = f'<p class="muted">caveat: {esc(finding.trust)}</p>' if finding.trust else ""
-    return (f'<li data-kind="{esc(finding.kind)}" data-saving-ms="{attr(finding.saving_ms)}" '
-            f'data-saving-pct="{attr(finding.saving_pct)}"><p>{esc(finding.sentence)}</p>'
-            f'<p><b>{esc(saving_text(finding))}</b> · {commands}</p>{caveat}</li>')
+    return (
+        f'<li data-kind="{esc(finding.kind)}" data-saving-ms="{attr(finding.saving_ms)}" '
+        f'data-saving-pct="{attr(finding.saving_pct)}"><p>{esc(finding.sentence)}</p>'
+        f"<p><b>{esc(saving_text(finding))}</b> · {commands}</p>{caveat}</li>"
+    )
 
 
 def _group(group: FindingGroup) -> str:
     notes = "".join(f'<p class="note">{esc(n)}</p>' for n in group.notes)
     items = "".join(_finding(f) for f in group.findings)
-    left = (f'<p class="muted">{group.left_out} finding{"" if group.left_out == 1 else "s"} below 1 % of the step '
-            "left out.</p>" if group.left_out else "")
+    left = (
+        f'<p class="muted">{group.left_out} finding{"" if group.left_out == 1 else "s"} below 1 % of the step '
+        "left out.</p>"
+        if group.left_out
+        else ""
+    )
     body = f"<ol>{items}</ol>" if items else '<p class="empty">Nothing above 1 % of the step.</p>'
-    return (f'<div class="findings" data-run-id="{esc(group.run_id)}" data-batch-size="{attr(group.batch_size)}">'
-            f"<h3>{esc(group.heading)}</h3>{notes}{body}{left}</div>")
+    return (
+        f'<div class="findings" data-run-id="{esc(group.run_id)}" data-batch-size="{attr(group.batch_size)}">'
+        f"<h3>{esc(group.heading)}</h3>{notes}{body}{left}</div>"
+    )
 
 
 def section_findings(result: Findings) -> str:
     """The findings section (``id="findings"``): the overlap rule, the notes, then one ranked list per group."""
     notes = "".join(f'<p class="note">{esc(n)}</p>' for n in result.notes)
     groups = "".join(_group(g) for g in result.groups) or (
-        f'<p class="empty">No findings: no {esc(result.phase)} steps with GPU activity.</p>')
-    return ('<section id="findings"><h2>Findings</h2><p class="muted">Ranked by the most each fix alone could '
-            f"bring (<code>report --by findings</code>). {esc(result.overlap)}</p>{notes}{groups}</section>")
+        f'<p class="empty">No findings: no {esc(result.phase)} steps with GPU activity.</p>'
+    )
+    return (
+        '<section id="findings"><h2>Findings</h2><p class="muted">Ranked by the most each fix alone could '
+        f"bring (<code>report --by findings</code>). {esc(result.overlap)}</p>{notes}{groups}</section>"
+    )

@@ -25,13 +25,23 @@ IDLE_CAUSE_COLORS = {  # pale tints: idle is the absence of work, drawn lighter 
     "busy": "#b8b8b8",  # GPU work of no step, between steps
 }
 IDLE_CAUSE_LABELS = {
-    "host": "host-bound", "sync": "after a host sync", "launch": "launch overhead", "device": "device-bound",
-    "unknown": "unknown", "busy": "GPU work of no step",
+    "host": "host-bound",
+    "sync": "after a host sync",
+    "launch": "launch overhead",
+    "device": "device-bound",
+    "unknown": "unknown",
+    "busy": "GPU work of no step",
 }
 RUN_COLORS = ["#1f2937", "#0f766e", "#7c3aed", "#b45309", "#be185d", "#0369a1"]
 OUTLIER_COLOR = "#c0392b"
-VERDICT_COLORS = {"slower": "#c0392b", "faster": "#1e8449", "only in A": "#7f8c8d", "only in B": "#7f8c8d",
-                  "negligible": "#8c959f", "within noise": "#8c959f"}
+VERDICT_COLORS = {
+    "slower": "#c0392b",
+    "faster": "#1e8449",
+    "only in A": "#7f8c8d",
+    "only in B": "#7f8c8d",
+    "negligible": "#8c959f",
+    "within noise": "#8c959f",
+}
 
 KNOWN_CLASSES = frozenset([*CATEGORY_COLORS, "idle", *(f"idle:{k}" for k in IDLE_CAUSE_COLORS)])
 """Categories and idle causes whose class name is their own name (``attention`` → ``c-attention``)."""
@@ -167,9 +177,14 @@ class Svg:
 
     def x_axis(self, x0: float, x1: float, y: float, top: float, ticks: list[float], scale: float, unit: str) -> None:
         """Vertical grid lines from ``top`` to ``y``, tick labels under ``y`` and the unit centred below them."""
-        self.add('<g class="grid">' + "".join(
-            f'<line x1="{x0 + t * scale:.1f}" x2="{x0 + t * scale:.1f}" y1="{top:.1f}" y2="{y:.1f}"/>'
-            for t in ticks) + "</g>")
+        self.add(
+            '<g class="grid">'
+            + "".join(
+                f'<line x1="{x0 + t * scale:.1f}" x2="{x0 + t * scale:.1f}" y1="{top:.1f}" y2="{y:.1f}"/>'
+                for t in ticks
+            )
+            + "</g>"
+        )
         self.add(f'<g class="axis"><line x1="{x0:.1f}" x2="{x1:.1f}" y1="{y:.1f}" y2="{y:.1f}"/></g>')
         for t in ticks:
             self.text(x0 + t * scale, y + 13, tick_label(t, ticks), "middle", "tick")
@@ -178,9 +193,12 @@ class Svg:
     def render(self) -> str:
         """The ``<svg>`` element."""
         c = f' class="{self.cls}"' if self.cls else ""
-        return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{self.width:.0f}" height="{self.height:.0f}" '
-                f'viewBox="0 0 {self.width:.0f} {self.height:.0f}" role="img" aria-label="{esc(self.label)}"{c}>'
-                + "".join(self.parts) + "</svg>")
+        return (
+            f'<svg xmlns="http://www.w3.org/2000/svg" width="{self.width:.0f}" height="{self.height:.0f}" '
+            f'viewBox="0 0 {self.width:.0f} {self.height:.0f}" role="img" aria-label="{esc(self.label)}"{c}>'
+            + "".join(self.parts)
+            + "</svg>"
+        )
 
 
 @dataclass
@@ -201,8 +219,9 @@ class BarFrame:
         self.svg.x_axis(self.x0, self.x1, self.axis_y, self.top - 4, self.ticks, self.scale, unit)
 
 
-def bar_frame(label: str, cls: str, *, vmax: float, rows_height: int, label_w: int, note_w: int, top: int = 10,
-              width: int = 1100) -> BarFrame:
+def bar_frame(
+    label: str, cls: str, *, vmax: float, rows_height: int, label_w: int, note_w: int, top: int = 10, width: int = 1100
+) -> BarFrame:
     """The frame of every bar chart of the pages: ``rows_height`` px of rows and a 0 … ``vmax`` ms scale."""
     x0, x1 = label_w, width - note_w
     ticks = nice_ticks(vmax)
@@ -213,21 +232,23 @@ def bar_frame(label: str, cls: str, *, vmax: float, rows_height: int, label_w: i
 
 def legend(items: list[tuple[str, str]]) -> str:
     """An HTML legend: (css class, label) pairs; entries of categories highlight them across the page."""
-    lis = "".join(f'<li data-legend="{esc(cls)}"><span class="sw {esc(cls)}"></span>{esc(label)}</li>'
-                  for cls, label in items)
+    lis = "".join(
+        f'<li data-legend="{esc(cls)}"><span class="sw {esc(cls)}"></span>{esc(label)}</li>' for cls, label in items
+    )
     return f'<ul class="legend">{lis}</ul>'
 
 
 def figure(title: str, caption: str, body: str, cls: str = "chart") -> str:
     """A ``<figure>``: its title (escaped), its caption (markup) and its body."""
-    return (f'<figure class="{cls}"><figcaption><h3>{esc(title)}</h3><p>{caption}</p></figcaption>'
-            f"{body}</figure>")
+    return f'<figure class="{cls}"><figcaption><h3>{esc(title)}</h3><p>{caption}</p></figcaption>{body}</figure>'
 
 
 def table(headers: list[tuple[str, str]], rows: list[list[str]], cls: str = "") -> str:
     """headers: (label, 'l' | 'r'); rows of ready cell markup (``<td>`` added here, aligned like the header)."""
     head = "".join(f'<th class="{a}">{esc(h)}</th>' for h, a in headers)
-    body = "".join("<tr>" + "".join(f'<td class="{a}">{cell}</td>' for cell, (_, a) in zip(row, headers, strict=True))
-                   + "</tr>" for row in rows)
+    body = "".join(
+        "<tr>" + "".join(f'<td class="{a}">{cell}</td>' for cell, (_, a) in zip(row, headers, strict=True)) + "</tr>"
+        for row in rows
+    )
     c = f' class="{cls}"' if cls else ""
     return f'<div class="scroll"><table{c}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'

@@ -45,9 +45,15 @@ class BrowseScreen(Screen[None]):
             raise TypeError(f"{type(app).__name__} does not provide query_cursor()")
         return app
 
-    def fetch(self, kind: type[Loaded[T]], call: Callable[[duckdb.DuckDBPyConnection], T], *,
-              request: Hashable = None, group: str = "fetch",
-              explain: Callable[[BaseException], str] | None = None) -> Worker[None]:
+    def fetch(
+        self,
+        kind: type[Loaded[T]],
+        call: Callable[[duckdb.DuckDBPyConnection], T],
+        *,
+        request: Hashable = None,
+        group: str = "fetch",
+        explain: Callable[[BaseException], str] | None = None,
+    ) -> Worker[None]:
         """Run ``call(cursor)`` off the UI thread on a cursor of its own; post ``kind(result)`` or :class:`FetchFailed`
         to this screen.
 
@@ -57,17 +63,29 @@ class BrowseScreen(Screen[None]):
         notification).
         """
         source = self.cursors
-        return self.run_worker(lambda: self._run_fetch(source, kind, call, request, explain), thread=True,
-                               exclusive=True, exit_on_error=False, group=group,
-                               description=f"{kind.__name__} query")
+        return self.run_worker(
+            lambda: self._run_fetch(source, kind, call, request, explain),
+            thread=True,
+            exclusive=True,
+            exit_on_error=False,
+            group=group,
+            description=f"{kind.__name__} query",
+        )
 
-    def fetch_side(self, kind: type[Loaded[T]], call: Callable[[duckdb.DuckDBPyConnection], T], *,
-                   request: Hashable = None) -> Worker[None]:
+    def fetch_side(
+        self, kind: type[Loaded[T]], call: Callable[[duckdb.DuckDBPyConnection], T], *, request: Hashable = None
+    ) -> Worker[None]:
         """Like :meth:`fetch`, in a second group: slower parts that paint after the main ones."""
         return self.fetch(kind, call, request=request, group="side")
 
-    def _run_fetch(self, source: CursorSource, kind: type[Loaded[T]], call: Callable[[duckdb.DuckDBPyConnection], T],
-                   request: Hashable, explain: Callable[[BaseException], str] | None) -> None:
+    def _run_fetch(
+        self,
+        source: CursorSource,
+        kind: type[Loaded[T]],
+        call: Callable[[duckdb.DuckDBPyConnection], T],
+        request: Hashable,
+        explain: Callable[[BaseException], str] | None,
+    ) -> None:
         """The body of every fetch (runs in the worker thread)."""
         worker = get_current_worker()
         started = time.perf_counter()

@@ -17,14 +17,49 @@ from k25trace.tui.messages import CallSitesLoaded, CollectivesLoaded
 from k25trace.tui.screens.base import BrowseScreen
 from k25trace.tui.widgets import fill_table
 
-BATCH_COLUMNS = ["run", "batch_size", "category", "ranks", "calls_per_step", "ms_per_step", "transfer_ms_per_step",
-                 "wait_ms_per_step", "wait_host_ms_per_step", "wait_sync_ms_per_step", "wait_gpu_work_ms_per_step",
-                 "straggler_rank", "straggler_wait_ms_per_step", "straggler_wait_pct", "last_rank", "last_pct",
-                 "alignment", "why_late"]
-RANK_COLUMNS = ["run", "rank", "category", "steps", "wait_ms_per_step", "caused_wait_ms_per_step", "caused_wait_pct",
-                "late_pct", "clock_offset_us"]
-SITE_COLUMNS = ["site", "wait_kind", "steps", "transfer_us", "wait_us", "max_wait_us", "wait_share_pct", "late_rank",
-                "late_rank_last_pct", "why_late"]
+BATCH_COLUMNS = [
+    "run",
+    "batch_size",
+    "category",
+    "ranks",
+    "calls_per_step",
+    "ms_per_step",
+    "transfer_ms_per_step",
+    "wait_ms_per_step",
+    "wait_host_ms_per_step",
+    "wait_sync_ms_per_step",
+    "wait_gpu_work_ms_per_step",
+    "straggler_rank",
+    "straggler_wait_ms_per_step",
+    "straggler_wait_pct",
+    "last_rank",
+    "last_pct",
+    "alignment",
+    "why_late",
+]
+RANK_COLUMNS = [
+    "run",
+    "rank",
+    "category",
+    "steps",
+    "wait_ms_per_step",
+    "caused_wait_ms_per_step",
+    "caused_wait_pct",
+    "late_pct",
+    "clock_offset_us",
+]
+SITE_COLUMNS = [
+    "site",
+    "wait_kind",
+    "steps",
+    "transfer_us",
+    "wait_us",
+    "max_wait_us",
+    "wait_share_pct",
+    "late_rank",
+    "late_rank_last_pct",
+    "why_late",
+]
 
 
 class CommScreen(BrowseScreen):
@@ -43,9 +78,12 @@ class CommScreen(BrowseScreen):
         yield Header()
         with VerticalScroll(id="comm-screen"):
             yield Label("loading…", id="status")
-            yield Label("[b]Per run and batch size[/b] (decode; straggler = the rank whose lateness caused the most "
-                        "wait; last = the rank most often last to arrive; why late = what the late rank did since "
-                        "the previous collective, against the on-time rank) — Enter: call sites", classes="section")
+            yield Label(
+                "[b]Per run and batch size[/b] (decode; straggler = the rank whose lateness caused the most "
+                "wait; last = the rank most often last to arrive; why late = what the late rank did since "
+                "the previous collective, against the on-time rank) — Enter: call sites",
+                classes="section",
+            )
             yield DataTable(id="comm-batches", cursor_type="row", zebra_stripes=True)
             yield Label("[b]Per rank[/b]: wait suffered and wait caused", classes="section")
             yield DataTable(id="comm-ranks", cursor_type="row")
@@ -65,7 +103,8 @@ class CommScreen(BrowseScreen):
         fill_table(self.query_one("#comm-sites", DataTable), frame, columns=SITE_COLUMNS)
         self.query_one("#sites-title", Label).update(
             f"[b]Call sites[/b] of {escape(run)} batch {batch if batch is not None else '?'} {category} "
-            f"({frame.height}, the most waited-on first; site k = the k-th {category} of every step)")
+            f"({frame.height}, the most waited-on first; site k = the k-th {category} of every step)"
+        )
 
     @on(CollectivesLoaded)
     def show(self, message: CollectivesLoaded) -> None:
@@ -84,8 +123,11 @@ class CommScreen(BrowseScreen):
             key = str(i)
             self._batch_keys[key] = (row["run_id"], row["run"], row["batch_size"], row["category"])
             batches.add_row(*[cell(row[c]) for c in BATCH_COLUMNS], key=key)
-        fill_table(self.query_one("#comm-ranks", DataTable), data.per_rank,
-                   columns=RANK_COLUMNS if not data.per_rank.is_empty() else None)
+        fill_table(
+            self.query_one("#comm-ranks", DataTable),
+            data.per_rank,
+            columns=RANK_COLUMNS if not data.per_rank.is_empty() else None,
+        )
         batches.focus()
 
     def _open(self, key: str | None) -> None:

@@ -56,8 +56,11 @@ class CompareScreen(BrowseScreen):
         yield Header()
         with VerticalScroll(id="compare-screen"):
             yield Label("loading…", id="status")
-            yield Label("[b]Runs[/b] (a capture level is a run) — a: side A, b: side B, s: swap, m: match by "
-                        "batch size / level / side", classes="section")
+            yield Label(
+                "[b]Runs[/b] (a capture level is a run) — a: side A, b: side B, s: swap, m: match by "
+                "batch size / level / side",
+                classes="section",
+            )
             yield DataTable(id="compare-runs", cursor_type="row", zebra_stripes=True)
             yield Label("", id="compare-verdict")
             for name in compare.SECTIONS:
@@ -82,8 +85,10 @@ class CompareScreen(BrowseScreen):
         self.runs = message.result
         self._fill_runs()
         if self.runs.height < 2:
-            self.set_status("Comparing needs two runs (or capture levels) in this database; "
-                            "`k25trace compare A B` compares two databases or trace directories.")
+            self.set_status(
+                "Comparing needs two runs (or capture levels) in this database; "
+                "`k25trace compare A B` compares two databases or trace directories."
+            )
         else:
             self.set_status("Pick side A (a) and side B (b) in the runs below.")
         self.query_one("#compare-runs", DataTable).focus()
@@ -99,8 +104,12 @@ class CompareScreen(BrowseScreen):
         table.add_columns(*RUN_COLUMNS)
         for i, row in enumerate(self.runs.iter_rows(named=True)):
             side = "A" if row["run_id"] == self.side_a else ("B" if row["run_id"] == self.side_b else "")
-            values = {**row, "side": side, "run": row["label"],
-                      "decode_batch_sizes": ", ".join(str(b) for b in row["decode_batch_sizes"] or [])}
+            values = {
+                **row,
+                "side": side,
+                "run": row["label"],
+                "decode_batch_sizes": ", ".join(str(b) for b in row["decode_batch_sizes"] or []),
+            }
             table.add_row(*[cell(values[c]) for c in RUN_COLUMNS], key=str(i))
         if table.row_count:
             table.move_cursor(row=min(cursor, table.row_count - 1))
@@ -141,14 +150,17 @@ class CompareScreen(BrowseScreen):
             return
         run_a, run_b, match = self.side_a, self.side_b, self.match
         labels = dict(self.runs.select("run_id", "label").iter_rows()) if not self.runs.is_empty() else {}
-        self.set_status(f"comparing A {escape(labels.get(run_a, run_a))} with B {escape(labels.get(run_b, run_b))} "
-                        f"(match {match})…")
+        self.set_status(
+            f"comparing A {escape(labels.get(run_a, run_a))} with B {escape(labels.get(run_b, run_b))} (match {match})…"
+        )
         source = self.source
 
         def call(cursor: object) -> compare.Comparison:
-            return compare.compare(compare.Side("A", cursor, source, compare.Selection(run=run_a)),  # type: ignore[arg-type]
-                                   compare.Side("B", cursor, source, compare.Selection(run=run_b)),  # type: ignore[arg-type]
-                                   match=match)
+            return compare.compare(
+                compare.Side("A", cursor, source, compare.Selection(run=run_a)),  # type: ignore[arg-type]
+                compare.Side("B", cursor, source, compare.Selection(run=run_b)),  # type: ignore[arg-type]
+                match=match,
+            )
 
         self.fetch_side(ComparisonLoaded, call)
 

@@ -20,14 +20,18 @@ def key_table(sections: list[tuple[str, list[BindingType]]]) -> Text:
         for binding in bindings:
             if not isinstance(binding, Binding):
                 continue
-            keys = ", ".join(k.strip().replace("right_square_bracket", "]").replace("left_square_bracket", "[")
-                             for k in binding.key.split(","))
+            keys = ", ".join(
+                k.strip().replace("right_square_bracket", "]").replace("left_square_bracket", "[")
+                for k in binding.key.split(",")
+            )
             text.append(f"  {keys:<22} ", style="bold")
             text.append(f"{binding.description or binding.action}\n")
         text.append("\n")
     text.append("Mouse\n", style="bold")
-    text.append("  click a row to select it, click it again to open it; click a column header in Steps to sort;\n"
-                "  click the keys in the footer")
+    text.append(
+        "  click a row to select it, click it again to open it; click a column header in Steps to sort;\n"
+        "  click the keys in the footer"
+    )
     return text
 
 
@@ -44,5 +48,7 @@ class HelpScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="help"):
-            yield Static(Text("k25trace tui — keys  (escape closes)\n\n", style="bold") + key_table(self.sections),
-                         id="help-text")
+            yield Static(
+                Text("k25trace tui — keys  (escape closes)\n\n", style="bold") + key_table(self.sections),
+                id="help-text",
+            )

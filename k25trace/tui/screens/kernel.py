@@ -27,6 +27,7 @@ froze the screen for half a minute: Textual wraps and measures all of it)."""
 PAGE_CHARS = 8192
 """Characters per page of the full-name view."""
 
+
 def capped(text: str, cap: int = NAME_CAP) -> tuple[str, int]:
     """The first ``cap`` characters of ``text`` (printable) and how many were left out."""
     return printable(text[:cap]), max(0, len(text) - cap)
@@ -53,8 +54,12 @@ def describe_kernel(row: dict[str, Any], *, cap: int = NAME_CAP) -> Text:
         ("device / stream", f"{row['device']} / {row['stream']}"),
         ("duration", f"{row['dur_us']} µs"),
         ("launch", launch),
-        ("launched by", None if row["launch_name"] is None else f"{row['launch_name']} ({row['launch_api']}), "
-                                                                f"{row['launch_to_start_us']} µs before start"),
+        (
+            "launched by",
+            None
+            if row["launch_name"] is None
+            else f"{row['launch_name']} ({row['launch_api']}), {row['launch_to_start_us']} µs before start",
+        ),
         ("correlation", row["correlation"]),
         ("grid", dims("grid")),
         ("block", dims("block")),
@@ -65,8 +70,10 @@ def describe_kernel(row: dict[str, Any], *, cap: int = NAME_CAP) -> Text:
         ("occupancy", None if row["occupancy_pct"] is None else f"{row['occupancy_pct']} %"),
         ("bytes", row["bytes"]),
         ("collective", row["collective_name"]),
-        ("msg in / out nelems",
-         None if row["msg_in_nelems"] is None else f"{row['msg_in_nelems']} / {row['msg_out_nelems']}"),
+        (
+            "msg in / out nelems",
+            None if row["msg_in_nelems"] is None else f"{row['msg_in_nelems']} / {row['msg_out_nelems']}",
+        ),
         ("dtype", row["msg_dtype"]),
         ("group size", row["group_size"]),
         ("process group", None if row["pg_name"] is None else f"{row['pg_name']} ranks {row['pg_ranks']}"),
@@ -136,7 +143,8 @@ class KernelScreen(BrowseScreen):
         if means:
             self.query_one("#step-caption", Label).update(
                 f"{len(means)} step(s): min {min(detail.per_step['min_us'])} µs, "
-                f"max {max(detail.per_step['max_us'])} µs")
+                f"max {max(detail.per_step['max_us'])} µs"
+            )
         else:
             self.query_one("#step-caption", Label).update("not in any step")
         trace_id, name_id = self.trace_id, detail.row["name_id"]
@@ -148,8 +156,13 @@ class KernelScreen(BrowseScreen):
         if self.full_name is None:
             self.notify("the kernel is still loading")
             return
-        self.app.push_screen(LongTextScreen(f"trace {self.trace_id}, event {self.event_id}: full kernel name",
-                                            self.full_name, file_label=f"kernel-{self.trace_id}-{self.event_id}"))
+        self.app.push_screen(
+            LongTextScreen(
+                f"trace {self.trace_id}, event {self.event_id}: full kernel name",
+                self.full_name,
+                file_label=f"kernel-{self.trace_id}-{self.event_id}",
+            )
+        )
 
     def action_write_name(self) -> None:
         if self.full_name is None:
@@ -160,8 +173,9 @@ class KernelScreen(BrowseScreen):
 
 def write_text_file(text: str, label: str) -> str:
     """Write ``text`` to a new file in the temporary directory; returns its path."""
-    with tempfile.NamedTemporaryFile("w", encoding="utf-8", prefix=f"k25trace-{label}-", suffix=".txt",
-                                     delete=False) as handle:
+    with tempfile.NamedTemporaryFile(
+        "w", encoding="utf-8", prefix=f"k25trace-{label}-", suffix=".txt", delete=False
+    ) as handle:
         handle.write(text)
         return handle.name
 
@@ -205,11 +219,12 @@ class LongTextScreen(Screen[None]):
 
     def show_page(self) -> None:
         start = self.page * self.page_chars
-        chunk = self.text[start:start + self.page_chars]
+        chunk = self.text[start : start + self.page_chars]
         self.query_one("#long-text", Static).update(Text(printable(chunk)))
         self.query_one("#status", Label).update(
             f"page {self.page + 1:,} of {self.pages:,}: characters {start + 1:,}–{start + len(chunk):,} "
-            f"of {len(self.text):,} (n/p: next/previous page, w: write all to a file)")
+            f"of {len(self.text):,} (n/p: next/previous page, w: write all to a file)"
+        )
         self.query_one("#long-scroll", VerticalScroll).scroll_home(animate=False)
 
     def action_page(self, delta: int) -> None:

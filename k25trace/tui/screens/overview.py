@@ -81,11 +81,15 @@ class OverviewScreen(BrowseScreen):
             yield DataTable(id="levels", cursor_type="row")
             yield Label("[b]Steps by phase and batch size[/b]", classes="section")
             yield DataTable(id="step-counts", cursor_type="row")
-            yield Label("[b]Decode breakdown per batch size[/b] (exclusive GPU time per step, all ranks)",
-                        classes="section")
+            yield Label(
+                "[b]Decode breakdown per batch size[/b] (exclusive GPU time per step, all ranks)", classes="section"
+            )
             yield CategoryBars(id="breakdown")
-            yield Label("[b]Collectives across ranks[/b] (decode; wait = time spent waiting for the slowest rank)",
-                        classes="section", id="comm-title")
+            yield Label(
+                "[b]Collectives across ranks[/b] (decode; wait = time spent waiting for the slowest rank)",
+                classes="section",
+                id="comm-title",
+            )
             yield DataTable(id="comm", cursor_type="row")
         yield Footer()
 
@@ -100,7 +104,8 @@ class OverviewScreen(BrowseScreen):
     @on(FindingsLoaded)
     def show_findings(self, message: FindingsLoaded) -> None:
         self.query_one("#findings", FindingsPanel).show_findings(
-            message.result, all_command(self.db_name, message.result.phase))
+            message.result, all_command(self.db_name, message.result.phase)
+        )
 
     @on(FetchFailed)
     def show_findings_failure(self, message: FetchFailed) -> None:
@@ -111,43 +116,71 @@ class OverviewScreen(BrowseScreen):
     def show_breakdown(self, message: BreakdownLoaded) -> None:
         breakdown, comm, idle, labels = message.result
         self.query_one("#breakdown", CategoryBars).show_bars(
-            breakdown_rows(breakdown, idle, labels), width=60, empty_message="no decode steps in this database")
+            breakdown_rows(breakdown, idle, labels), width=60, empty_message="no decode steps in this database"
+        )
         table = self.query_one("#comm", DataTable)
         fill_table(table, comm)
         table.display = not comm.is_empty()
         self.query_one("#comm-title", Label).update(
             "[b]Collectives across ranks[/b] (decode; wait = time spent waiting for the slowest rank)"
             if not comm.is_empty()
-            else "[b]Collectives across ranks[/b]: none (needs two or more ranks of one run with decode steps)")
+            else "[b]Collectives across ranks[/b]: none (needs two or more ranks of one run with decode steps)"
+        )
 
     @on(OverviewLoaded)
     def show_overview(self, message: OverviewLoaded) -> None:
         overview = message.result
         traces = overview.traces
         if traces.is_empty():
-            self.set_status("This database has no traces yet. Load some with "
-                            "[b]k25trace load TRACE… --db FILE[/b].")
+            self.set_status("This database has no traces yet. Load some with [b]k25trace load TRACE… --db FILE[/b].")
         else:
             ranks = traces["rank"].drop_nulls().n_unique()
             runs = traces["run_key"].n_unique()
             total_steps = int(traces["steps"].sum())
-            self.set_status(f"{traces.height} trace(s), {ranks} rank(s), {runs} run(s), {total_steps} rank-step(s)"
-                            + ("" if total_steps else " — no steps: run [b]k25trace steps[/b]"))
-        fill_table(self.query_one("#traces", DataTable), traces, key_column="trace_id",
-                   columns=["trace_id", "run", "level", "rank", "device_name", "file_name", "gpu_event_count",
-                            "steps", "decode", "prefill", "mixed", "unknown", "empty"])
+            self.set_status(
+                f"{traces.height} trace(s), {ranks} rank(s), {runs} run(s), {total_steps} rank-step(s)"
+                + ("" if total_steps else " — no steps: run [b]k25trace steps[/b]")
+            )
+        fill_table(
+            self.query_one("#traces", DataTable),
+            traces,
+            key_column="trace_id",
+            columns=[
+                "trace_id",
+                "run",
+                "level",
+                "rank",
+                "device_name",
+                "file_name",
+                "gpu_event_count",
+                "steps",
+                "decode",
+                "prefill",
+                "mixed",
+                "unknown",
+                "empty",
+            ],
+        )
         levels_table = self.query_one("#levels", DataTable)
         fill_table(levels_table, overview.levels)
         has_levels = not overview.levels.is_empty()
         levels_table.display = has_levels
         self.query_one("#levels-title", Label).update(
-            "[b]Capture levels[/b]" if has_levels
-            else "[b]Capture levels[/b]: none (traces not from `k25trace capture`)")
+            "[b]Capture levels[/b]"
+            if has_levels
+            else "[b]Capture levels[/b]: none (traces not from `k25trace capture`)"
+        )
         fill_table(self.query_one("#step-counts", DataTable), overview.step_counts)
         self.query_one("#breakdown", CategoryBars).update("computing…")
-        self.fetch_side(BreakdownLoaded, lambda cursor: (
-            browse.decode_breakdown(cursor), browse.collective_split(cursor), browse.idle_split(cursor),
-            browse.run_labels(cursor)))
+        self.fetch_side(
+            BreakdownLoaded,
+            lambda cursor: (
+                browse.decode_breakdown(cursor),
+                browse.collective_split(cursor),
+                browse.idle_split(cursor),
+                browse.run_labels(cursor),
+            ),
+        )
         self.query_one("#traces", DataTable).focus()
 
     @on(DataTable.RowSelected, "#traces")
@@ -163,8 +196,9 @@ class OverviewScreen(BrowseScreen):
                 self.post_message(OpenSteps(int(row_key.value)))
 
 
-def breakdown_rows(frame: pl.DataFrame, idle: pl.DataFrame | None = None, labels: dict[str, str] | None = None
-                   ) -> list[tuple[str, list[tuple[str, float]], str]]:
+def breakdown_rows(
+    frame: pl.DataFrame, idle: pl.DataFrame | None = None, labels: dict[str, str] | None = None
+) -> list[tuple[str, list[tuple[str, float]], str]]:
     """``report_breakdown`` rows → one bar per (run, batch size): label (the run's, from ``labels``: run id → label,
     when several runs), category shares, a note (with the time between steps, from ``report_idle``, when given)."""
     labels = labels or {}

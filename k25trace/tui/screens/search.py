@@ -32,8 +32,9 @@ class SearchScreen(BrowseScreen):
     def compose(self) -> ComposeResult:
         yield Header()
         with Vertical(id="search-screen"):
-            yield Input(placeholder="part of a kernel name, e.g. marlin, allreduce, fmha — Enter to search",
-                        id="pattern")
+            yield Input(
+                placeholder="part of a kernel name, e.g. marlin, allreduce, fmha — Enter to search", id="pattern"
+            )
             yield Label("", id="status")
             yield DataTable(id="results", cursor_type="row", zebra_stripes=True)
         yield Footer()
@@ -54,13 +55,21 @@ class SearchScreen(BrowseScreen):
         table.clear(columns=True)
         table.add_columns("short_name", "category", "calls", "total_ms")
         for row in frame.iter_rows(named=True):
-            table.add_row(cell(name_cell(row["short_name"])), category_text(row["category"] or "other"),
-                          cell(row["calls"]), cell(row["total_ms"]), key=str(row["name_id"]))
+            table.add_row(
+                cell(name_cell(row["short_name"])),
+                category_text(row["category"] or "other"),
+                cell(row["calls"]),
+                cell(row["total_ms"]),
+                key=str(row["name_id"]),
+            )
         if frame.is_empty():
             self.set_status("No kernel name matches.")
         else:
-            self.set_status(f"{frame.height} kernel name(s)" + (" (first 200)" if frame.height >= 200 else "")
-                            + " — Enter: open its first run")
+            self.set_status(
+                f"{frame.height} kernel name(s)"
+                + (" (first 200)" if frame.height >= 200 else "")
+                + " — Enter: open its first run"
+            )
             table.focus()
 
     @on(FirstRunLoaded)

@@ -21,8 +21,10 @@ from k25trace.tui.screens.base import BrowseScreen
 from k25trace.tui.widgets import fill_table
 
 CELL_CHARS = 1000  # longer text (a 20 MB kernel name) is cut: a DataTable measures every cell it holds
-DEFAULT_SQL = ("select category, count(*) as calls, round(sum(dur_ns) / 1e6, 3) as ms\nfrom kernels\ngroup by all\n"
-               "order by ms desc")
+DEFAULT_SQL = (
+    "select category, count(*) as calls, round(sum(dur_ns) / 1e6, 3) as ms\nfrom kernels\ngroup by all\n"
+    "order by ms desc"
+)
 
 
 class SqlScreen(BrowseScreen):
@@ -70,16 +72,19 @@ class SqlScreen(BrowseScreen):
         table = self.query_one("#results", DataTable)
         fill_table(table, result.frame)
         rows = result.frame.height
-        self.set_status(f"{rows}{'+' if result.truncated else ''} row(s) in {message.elapsed_ms:.0f} ms"
-                        + (f" — showing the first {rows}" if result.truncated else ""))
+        self.set_status(
+            f"{rows}{'+' if result.truncated else ''} row(s) in {message.elapsed_ms:.0f} ms"
+            + (f" — showing the first {rows}" if result.truncated else "")
+        )
 
     @on(DataTable.RowSelected, "#named-queries")
     def load_named_query(self, event: DataTable.RowSelected) -> None:
         """Put a named query's SQL in the editor and its parameters, with sample values, in the params line."""
         name = str(event.row_key.value)
         self.query_one("#editor", TextArea).text = browse.named_query_text(name)
-        query_params = [p.strip().lstrip("$") for p in
-                        browse.query_catalog().filter(name=name)["params"][0].split(",") if p.strip()]
+        query_params = [
+            p.strip().lstrip("$") for p in browse.query_catalog().filter(name=name)["params"][0].split(",") if p.strip()
+        ]
         defaults = {"phase": "decode", "top": "20", "limit": "100", "pattern": "gemm"}
         self.query_one("#params", Input).value = " ".join(f"{p}={defaults.get(p, 'null')}" for p in query_params)
         self.set_status(f"loaded [b]{name}[/b] — ctrl+r to run")

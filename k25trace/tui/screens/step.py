@@ -211,12 +211,15 @@ class StepScreen(BrowseScreen):
         header = detail.header
         tokens = ""
         if header["ctx_tokens"] or header["gen_tokens"]:
-            tokens = f"  ctx {header['ctx_reqs'] or 0} req/{header['ctx_tokens'] or 0} tok, " \
-                     f"gen {header['gen_reqs'] or 0} req/{header['gen_tokens'] or 0} tok"
+            tokens = (
+                f"  ctx {header['ctx_reqs'] or 0} req/{header['ctx_tokens'] or 0} tok, "
+                f"gen {header['gen_reqs'] or 0} req/{header['gen_tokens'] or 0} tok"
+            )
         self.query_one("#title", Label).update(
             f"[b]Step {header['step_index']}[/b] of {header['trace_steps']} — trace {header['trace_id']} "
             f"(rank {'?' if header['rank'] is None else header['rank']})  phase [b]{header['phase']}[/b]  "
-            f"batch [b]{'?' if header['batch_size'] is None else header['batch_size']}[/b]{tokens}")
+            f"batch [b]{'?' if header['batch_size'] is None else header['batch_size']}[/b]{tokens}"
+        )
         wall_ms = (header["wall_ns"] or 0) / 1e6
         busy_pct = 100.0 * (header["busy_ns"] or 0) / header["wall_ns"] if header["wall_ns"] else 0.0
         self.set_status(
@@ -224,9 +227,12 @@ class StepScreen(BrowseScreen):
             f"graph launches {header['graph_launches'] or 0}"
             + ("  [i](inferred from GPU gaps: no step marker)[/i]" if header["is_inferred"] else "")
             + ("  [i]empty step[/i]" if header["is_empty"] else "")
-            + (f"  [b]suspicious:[/b] {detail.flag}" if detail.flag else ""), error=bool(detail.flag))
+            + (f"  [b]suspicious:[/b] {detail.flag}" if detail.flag else ""),
+            error=bool(detail.flag),
+        )
         self.query_one("#timeline", Timeline).show_slices(
-            detail.timeline, caption=f"0 … {wall_ms:.3f} ms, {len(detail.timeline)} slices")
+            detail.timeline, caption=f"0 … {wall_ms:.3f} ms, {len(detail.timeline)} slices"
+        )
         self.append_kernels(detail.kernels, self.kernel_lines.get((int(header["trace_id"]), int(header["step_index"]))))
         self.paint_categories(list(detail.categories.iter_rows(named=True)), wall_ms)
         self.query_one("#ranks", Label).update(self.ranks_line(detail.ranks))
@@ -240,14 +246,28 @@ class StepScreen(BrowseScreen):
 
     def paint_categories(self, rows: list[dict[str, Any]], wall_ms: float) -> None:
         """Fill the category table and bar (``rows``: browse_step_categories' columns)."""
-        header_line, lines = one_cell_rows(CATEGORY_COLUMNS, [
-            [category_text(row["category"]), cell(row["busy_ms"]), cell(row["pct_of_step"]), cell(row["kernel_ms"]),
-             cell(row["calls"])] for row in rows])
+        header_line, lines = one_cell_rows(
+            CATEGORY_COLUMNS,
+            [
+                [
+                    category_text(row["category"]),
+                    cell(row["busy_ms"]),
+                    cell(row["pct_of_step"]),
+                    cell(row["kernel_ms"]),
+                    cell(row["calls"]),
+                ]
+                for row in rows
+            ],
+        )
         self.query_one("#categories", LineTable).set_lines(header_line, lines)
-        shares = [(r["category"], float(r["pct_of_step"] or 0)) for r in rows
-                  if not r["category"].startswith("idle: ") and r["category"] != "gap before step"]  # parts of idle
-        self.query_one("#category-bar", CategoryBars).show_bars([("", shares, "")] if wall_ms else [], width=40,
-                                                                 empty_message="")
+        shares = [
+            (r["category"], float(r["pct_of_step"] or 0))
+            for r in rows
+            if not r["category"].startswith("idle: ") and r["category"] != "gap before step"
+        ]  # parts of idle
+        self.query_one("#category-bar", CategoryBars).show_bars(
+            [("", shares, "")] if wall_ms else [], width=40, empty_message=""
+        )
 
     def current_segment(self) -> dict[str, Any] | None:
         """The layer strip's current segment (a browse_step_layers row), or None for the whole step."""
@@ -278,8 +298,11 @@ class StepScreen(BrowseScreen):
         self.paint_categories(segment_categories(segment), float(segment["wall_ms"] or 0))
         self.query_one("#kernel-count", Label).update(segment_summary(segment) + " — loading kernels…")
         header, index = detail.header, segment["segment_index"]
-        self.fetch(KernelPageLoaded, lambda cursor: browse.segment_kernels(cursor, header, segment),
-                   request=(*self.wanted, index, 0))
+        self.fetch(
+            KernelPageLoaded,
+            lambda cursor: browse.segment_kernels(cursor, header, segment),
+            request=(*self.wanted, index, 0),
+        )
 
     def action_layer(self, delta: int) -> None:
         """Move the layer strip's current segment: pre, the layers, post, then the whole step again."""
@@ -324,9 +347,12 @@ class StepScreen(BrowseScreen):
         if total == 0:
             text = "no GPU activity in this " + ("step" if segment is None else "segment")
         else:
-            text = ("" if segment is None else segment_summary(segment) + " — ") + \
-                f"kernels: showing {self.kernel_rows} of {total}" + (
-                    "  (m: load more)" if self.kernel_rows < total else "") + "  — Enter: kernel details"
+            text = (
+                ("" if segment is None else segment_summary(segment) + " — ")
+                + f"kernels: showing {self.kernel_rows} of {total}"
+                + ("  (m: load more)" if self.kernel_rows < total else "")
+                + "  — Enter: kernel details"
+            )
         self.query_one("#kernel-count", Label).update(text)
 
     def action_move(self, delta: int) -> None:
@@ -355,8 +381,9 @@ class StepScreen(BrowseScreen):
         position = trace_ids.index(self.trace_id) if self.trace_id in trace_ids else -1
         target = ranks.row((position + 1) % len(trace_ids), named=True)
         if not target["has_step"]:
-            self.notify(f"Rank {target['rank']} (trace {target['trace_id']}) has no step {self.step_index}.",
-                        severity="warning")
+            self.notify(
+                f"Rank {target['rank']} (trace {target['trace_id']}) has no step {self.step_index}.", severity="warning"
+            )
         self.trace_id = int(target["trace_id"])
         self.load()
 
@@ -366,12 +393,17 @@ class StepScreen(BrowseScreen):
             return
         header, offset, segment = self.detail.header, self.kernel_rows, self.current_segment()
         if segment is None:
-            self.fetch(KernelPageLoaded, lambda cursor: browse.step_kernels(cursor, header, offset=offset),
-                       request=(*self.wanted, None, offset))
+            self.fetch(
+                KernelPageLoaded,
+                lambda cursor: browse.step_kernels(cursor, header, offset=offset),
+                request=(*self.wanted, None, offset),
+            )
         else:
-            self.fetch(KernelPageLoaded,
-                       lambda cursor: browse.segment_kernels(cursor, header, segment, offset=offset),
-                       request=(*self.wanted, segment["segment_index"], offset))
+            self.fetch(
+                KernelPageLoaded,
+                lambda cursor: browse.segment_kernels(cursor, header, segment, offset=offset),
+                request=(*self.wanted, segment["segment_index"], offset),
+            )
 
     @on(KernelPageLoaded)
     def kernel_page_loaded(self, message: KernelPageLoaded) -> None:
@@ -417,8 +449,9 @@ def first_unknown(plan: list[tuple[StepKey, int]], known: dict[StepKey, dict[str
     return found
 
 
-def read_steps(plan: list[tuple[StepKey, int]], known: dict[StepKey, dict[str, Any] | None]
-               ) -> Callable[[duckdb.DuckDBPyConnection], list[tuple[StepKey, browse.StepDetail | None, list[Text]]]]:
+def read_steps(
+    plan: list[tuple[StepKey, int]], known: dict[StepKey, dict[str, Any] | None]
+) -> Callable[[duckdb.DuckDBPyConnection], list[tuple[StepKey, browse.StepDetail | None, list[Text]]]]:
     """The read-ahead worker's call: from each plan's step (read first when not known), walk ``offset`` steps
     through the headers' next/previous step indexes and read every step not known yet, with its first kernel page
     drawn (off the UI thread). A failure (ctrl+g, a query error) ends the reading quietly: a step that was not

@@ -18,8 +18,17 @@ from k25trace.tui.messages import OpenStep, StepsLoaded
 from k25trace.tui.screens.base import BrowseScreen
 from k25trace.tui.widgets import category_text
 
-STEP_COLUMNS = ("step_index", "phase", "batch_size", "wall_ms", "busy_pct", "idle_ms", "kernel_count",
-                "allreduce_pct", "top_categories")
+STEP_COLUMNS = (
+    "step_index",
+    "phase",
+    "batch_size",
+    "wall_ms",
+    "busy_pct",
+    "idle_ms",
+    "kernel_count",
+    "allreduce_pct",
+    "top_categories",
+)
 SORTABLE = ("step_index", "wall_ms", "busy_pct", "idle_ms", "kernel_count", "allreduce_pct", "batch_size")
 
 
@@ -95,7 +104,8 @@ class StepsScreen(BrowseScreen):
         self.query_one("#title", Label).update(
             f"[b]Steps[/b] of trace {self.trace_id} (rank {'?' if rank is None else rank})   "
             f"phase: [b]{self.phase}[/b]   batch: [b]{'all' if self.batch_size is None else self.batch_size}[/b]   "
-            f"sort: [b]{self.sort_column} {arrow}[/b]")
+            f"sort: [b]{self.sort_column} {arrow}[/b]"
+        )
         frame = self.filtered()
         self.shown_steps = frame
         table = self.query_one("#steps", DataTable)
@@ -116,14 +126,17 @@ class StepsScreen(BrowseScreen):
         for row in frame.head(cap).iter_rows(named=True):
             table.add_row(*self.cells(row, median), key=str(row["step_index"]))
         shown = min(cap, frame.height)
-        self.set_status(f"showing {shown} of {frame.height} steps" + (f" (of {self.all_steps.height} in the trace)"
-                        if frame.height != self.all_steps.height else "")
-                        + f" — median wall {median:.3f} ms; outliers (> 2× median) in red")
+        self.set_status(
+            f"showing {shown} of {frame.height} steps"
+            + (f" (of {self.all_steps.height} in the trace)" if frame.height != self.all_steps.height else "")
+            + f" — median wall {median:.3f} ms; outliers (> 2× median) in red"
+        )
         by_index = frame.sort("step_index")
         sparkline = self.query_one("#wall-sparkline", Sparkline)
         sparkline.data = [w or 0.0 for w in by_index["wall_ms"].to_list()]
         self.query_one("#sparkline-caption", Label).update(
-            f"step wall time, in step order: min {min(walls):.3f} ms, max {max(walls):.3f} ms")
+            f"step wall time, in step order: min {min(walls):.3f} ms, max {max(walls):.3f} ms"
+        )
 
     @staticmethod
     def cells(row: dict[str, object], median: float) -> list[object]:

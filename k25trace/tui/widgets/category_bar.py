@@ -69,8 +69,13 @@ class CategoryBars(Static):
     CategoryBars { height: auto; }
     """
 
-    def show_bars(self, rows: Sequence[tuple[str, Sequence[tuple[str, float]], str]], *, width: int = 60,
-                  empty_message: str = "nothing to draw") -> None:
+    def show_bars(
+        self,
+        rows: Sequence[tuple[str, Sequence[tuple[str, float]], str]],
+        *,
+        width: int = 60,
+        empty_message: str = "nothing to draw",
+    ) -> None:
         """Draw ``(label, [(category, percent), …], note)`` rows; ``empty_message`` when there are none."""
         if not rows:
             self.update(Text(empty_message, style="italic"))

@@ -9,8 +9,9 @@ from textual.widgets import DataTable
 from k25trace.tui.cells import LineText, cell
 
 
-def fill_table(table: DataTable, frame: pl.DataFrame, *, key_column: str | None = None,
-               columns: list[str] | None = None) -> None:
+def fill_table(
+    table: DataTable, frame: pl.DataFrame, *, key_column: str | None = None, columns: list[str] | None = None
+) -> None:
     """Replace a DataTable's contents with a frame's rows (NULLs as blanks), keyed by ``key_column``."""
     table.clear(columns=True)
     columns = columns or frame.columns
