@@ -1,30 +1,20 @@
-"""Database access: open a k25trace DuckDB file, create the schema, find and run the named queries.
+"""Database access: open a k25trace DuckDB file, create the schema, run the named queries and the user's SQL.
 
-Every SQL statement the project runs lives in ``queries/*.sql`` (one query per file). Each file opens with a
-header of ``-- key: value`` lines::
-
-    -- name: steps
-    -- creates: steps (table)
-    -- reads: gpu_events, launches, annotations
-    -- params: $trace_id
-    -- grain: one row per engine step per trace
-
-The loader parses the header, checks that the declared parameters are the ``$name`` tokens the SQL uses,
-and binds parameters (never formats them into the SQL string). ``-- optional: $batch_size, $run_id`` names
-declared parameters that are NULL when not given (filters added after callers were written). DuckDB errors are
-wrapped in :class:`~k25trace.errors.QueryError` carrying the query name.
+The named queries are the ``queries/*.sql`` files (:mod:`k25trace.query_files` reads them and their headers; the
+names are re-exported here). :func:`run_query` binds their parameters (never formats them into the SQL string);
+``-- optional:`` parameters are NULL when not given. DuckDB errors are wrapped in
+:class:`~k25trace.errors.QueryError` carrying the query name.
 """
 
 from __future__ import annotations
 
 import functools
 import os
-import re
 import stat
 import sys
 import warnings
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
@@ -34,101 +24,10 @@ if TYPE_CHECKING:
 import duckdb
 
 from k25trace.errors import K25Error, QueryError
-
-_PARAM_RE = re.compile(r"(?<![:$\w])\$([A-Za-z_][A-Za-z0-9_]*)")
-_HEADER_RE = re.compile(r"^--\s*([a-z_]+)\s*:\s*(.*)$")
-
-
-def queries_dir() -> Path:
-    """Where the SQL files are: ``k25trace/queries`` (a link to the checkout's ``queries/``, a folder in the wheel)."""
-    here = Path(__file__).resolve().parent / "queries"
-    if here.is_dir():
-        return here
-    raise K25Error(f"the SQL files are missing from this installation (no folder {here})")
-
-
-@dataclass(frozen=True)
-class NamedQuery:
-    """One ``queries/*.sql`` file: its header fields and its SQL text."""
-
-    name: str
-    path: Path
-    sql: str
-    summary: str = ""
-    creates: str = ""
-    reads: tuple[str, ...] = ()
-    params: tuple[str, ...] = ()
-    grain: str = ""
-    optional: tuple[str, ...] = ()
-    header: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def is_report(self) -> bool:
-        """A query that returns rows (no ``creates:``), as opposed to one that builds a table."""
-        return not self.creates
-
-
-def _parse_query_file(path: Path) -> NamedQuery:
-    text = path.read_text(encoding="utf-8")
-    header: dict[str, str] = {}
-    summary_lines: list[str] = []
-    for line in text.splitlines():
-        if not line.startswith("--"):
-            break
-        match = _HEADER_RE.match(line)
-        if match:
-            key, value = match.group(1), match.group(2).strip()
-            header[key] = (header[key] + " " + value).strip() if key in header else value
-        elif line.strip("- "):
-            summary_lines.append(line.lstrip("- ").rstrip())
-    name = header.get("name", path.stem)
-    if name != path.stem:
-        raise K25Error(f"{path}: header name {name!r} does not match the file name")
-    declared = tuple(
-        p.strip().lstrip("$") for p in header.get("params", "").split(",") if p.strip() and p.strip() != "none"
-    )
-    used = sorted(set(_PARAM_RE.findall(_strip_sql_comments(text))))
-    if sorted(set(declared)) != used:
-        raise K25Error(f"{path}: header declares params {sorted(set(declared))} but the SQL uses {used}")
-    reads = tuple(r.strip() for r in header.get("reads", "").split(",") if r.strip())
-    optional = tuple(p.strip().lstrip("$") for p in header.get("optional", "").split(",") if p.strip())
-    if not set(optional) <= set(declared):
-        raise K25Error(f"{path}: header's optional params {sorted(set(optional) - set(declared))} are not declared")
-    return NamedQuery(
-        name=name,
-        path=path,
-        sql=text,
-        summary=" ".join(summary_lines),
-        creates=header.get("creates", ""),
-        reads=reads,
-        params=declared,
-        grain=header.get("grain", ""),
-        header=header,
-        optional=optional,
-    )
-
-
-def split_statements(sql: str) -> list[str]:
-    """Split a query file into statements at semicolons that end a line (the project's SQL style)."""
-    parts = re.split(r";[ \t]*(?:--[^\n]*)?\n", sql + "\n")
-    return [p for p in parts if _strip_sql_comments(p).strip()]
-
-
-def _strip_sql_comments(text: str) -> str:
-    return "\n".join(line.split("--", 1)[0] for line in text.splitlines())
-
-
-@functools.lru_cache(maxsize=1)
-def named_queries() -> dict[str, NamedQuery]:
-    """All ``queries/*.sql`` files by name."""
-    return {p.stem: _parse_query_file(p) for p in sorted(queries_dir().glob("*.sql"))}
-
-
-def get_query(name: str) -> NamedQuery:
-    queries = named_queries()
-    if name not in queries:
-        raise K25Error(f"no query named {name!r}; known: {', '.join(sorted(queries))}")
-    return queries[name]
+from k25trace.query_files import PARAM_RE, get_query, split_statements, strip_sql_comments
+from k25trace.query_files import NamedQuery as NamedQuery  # re-exported: callers import the query files' names here
+from k25trace.query_files import named_queries as named_queries
+from k25trace.query_files import queries_dir as queries_dir
 
 
 def run_query(
@@ -149,7 +48,7 @@ def run_query(
     try:
         statements = split_statements(query.sql)
         for i, statement in enumerate(statements):
-            used = {p: v for p, v in params.items() if p in _PARAM_RE.findall(_strip_sql_comments(statement))}
+            used = {p: v for p, v in params.items() if p in PARAM_RE.findall(strip_sql_comments(statement))}
             cursor = con.execute(statement, used) if used else con.execute(statement)
             if i < len(statements) - 1 or (query.creates and not query.creates.startswith("none")):
                 cursor.fetchall()  # finish DDL/DML results; a query that creates nothing returns its last result
