@@ -383,66 +383,74 @@ def section_idle(data: ReportData) -> str:
         return ""
     parts = ['<section id="idle"><h2>Why the GPU is idle</h2>']
     for (run_id,), group in groups(data.idle, ["run_id"]):
-        rows = list(group.iter_rows(named=True))
-        row_h, gap = 16, 6
-        frame = bar_frame(
-            f"GPU idle time per step by cause, {data.run_name(run_id)}",
-            "bars idle",
-            vmax=max(max(r["idle_ms"] or 0, sum(r[c] or 0 for c, _ in BETWEEN_PARTS)) for r in rows),
-            rows_height=len(rows) * 2 * (row_h + gap) + len(rows) * 6,
-            label_w=150,
-            note_w=300,
-        )
-        svg, x0, x1, scale = frame.svg, frame.x0, frame.x1, frame.scale
-        y = frame.top
-        for r in rows:
-            for kind, spec, total_label in (
-                (
-                    "in_step",
-                    IDLE_PARTS,
-                    f"idle in the step {num(r['idle_ms'])} ms ({num(r['idle_pct'], 1)} % of {num(r['wall_ms'])})",
-                ),
-                (
-                    "between",
-                    BETWEEN_PARTS,
-                    f"between steps {num(r['between_ms'])} ms ({num(r['between_pct_of_span'], 1)} % of the GPU span)",
-                ),
-            ):
-                svg.text(
-                    x0 - 8,
-                    y + row_h / 2 + 4,
-                    f"{batch_label(r['batch_size'])} " + ("in step" if kind == "in_step" else "between"),
-                    "end",
-                    "label",
-                )
-                x: float = x0
-                for column, cause in spec:
-                    ms = r[column] or 0.0
-                    w = ms * scale
-                    svg.add(
-                        f'<rect class="{markup.css_class("idle:" + cause)}" x="{x:.2f}" y="{y}" '
-                        f'width="{w:.2f}" height="{row_h}" data-run="{attr(run_id)}" '
-                        f'data-batch="{attr(r["batch_size"])}" data-kind="{kind}" data-column="{column}" '
-                        f'data-ms="{attr(r[column])}"><title>{esc(IDLE_CAUSE_LABELS[cause])}: {num(ms)} ms/step'
-                        "</title></rect>"
-                    )
-                    x += w
-                svg.text(x1 + 10, y + row_h / 2 + 4, total_label, "start", "note")
-                y += row_h + gap
-            y += 6
-        frame.axis("ms per step (mean over steps and ranks)")
-        parts.append(
-            figure(
-                f"Idle time per step by cause — {data.run_name(run_id)}",
-                "Every hole in a step's GPU activity, and every hole before it since the previous step, classified by "
-                "the activity that ends it and its launch call: <b>host-bound</b> (launched after the GPU went idle), "
-                "<b>after a host sync</b>, <b>launch overhead</b> (launch call start → GPU start) and "
-                "<b>device-bound</b> "
-                "(launched before: a dependency) (<code>report --by idle</code>).",
-                svg.render(),
-            )
-        )
+        parts.append(_idle_chart(data, run_id, list(group.iter_rows(named=True))))
     parts.append(legend([(markup.css_class("idle:" + c), IDLE_CAUSE_LABELS[c]) for c in IDLE_CAUSE_COLORS]))
+    parts.append(_idle_table(data) + "</section>")
+    return "".join(parts)
+
+
+def _idle_chart(data: ReportData, run_id: str, rows: list[dict[str, Any]]) -> str:
+    """One run's figure: per batch size a bar of the idle in the step and one of the idle between steps, by cause."""
+    row_h, gap = 16, 6
+    frame = bar_frame(
+        f"GPU idle time per step by cause, {data.run_name(run_id)}",
+        "bars idle",
+        vmax=max(max(r["idle_ms"] or 0, sum(r[c] or 0 for c, _ in BETWEEN_PARTS)) for r in rows),
+        rows_height=len(rows) * 2 * (row_h + gap) + len(rows) * 6,
+        label_w=150,
+        note_w=300,
+    )
+    svg, x0, x1, scale = frame.svg, frame.x0, frame.x1, frame.scale
+    y = frame.top
+    for r in rows:
+        for kind, spec, total_label in (
+            (
+                "in_step",
+                IDLE_PARTS,
+                f"idle in the step {num(r['idle_ms'])} ms ({num(r['idle_pct'], 1)} % of {num(r['wall_ms'])})",
+            ),
+            (
+                "between",
+                BETWEEN_PARTS,
+                f"between steps {num(r['between_ms'])} ms ({num(r['between_pct_of_span'], 1)} % of the GPU span)",
+            ),
+        ):
+            svg.text(
+                x0 - 8,
+                y + row_h / 2 + 4,
+                f"{batch_label(r['batch_size'])} " + ("in step" if kind == "in_step" else "between"),
+                "end",
+                "label",
+            )
+            x: float = x0
+            for column, cause in spec:
+                ms = r[column] or 0.0
+                w = ms * scale
+                svg.add(
+                    f'<rect class="{markup.css_class("idle:" + cause)}" x="{x:.2f}" y="{y}" '
+                    f'width="{w:.2f}" height="{row_h}" data-run="{attr(run_id)}" '
+                    f'data-batch="{attr(r["batch_size"])}" data-kind="{kind}" data-column="{column}" '
+                    f'data-ms="{attr(r[column])}"><title>{esc(IDLE_CAUSE_LABELS[cause])}: {num(ms)} ms/step'
+                    "</title></rect>"
+                )
+                x += w
+            svg.text(x1 + 10, y + row_h / 2 + 4, total_label, "start", "note")
+            y += row_h + gap
+        y += 6
+    frame.axis("ms per step (mean over steps and ranks)")
+    return figure(
+        f"Idle time per step by cause — {data.run_name(run_id)}",
+        "Every hole in a step's GPU activity, and every hole before it since the previous step, classified by "
+        "the activity that ends it and its launch call: <b>host-bound</b> (launched after the GPU went idle), "
+        "<b>after a host sync</b>, <b>launch overhead</b> (launch call start → GPU start) and "
+        "<b>device-bound</b> "
+        "(launched before: a dependency) (<code>report --by idle</code>).",
+        svg.render(),
+    )
+
+
+def _idle_table(data: ReportData) -> str:
+    """The numbers of ``report --by idle``, one row per run and batch size."""
     trs = [
         [
             esc(data.run_name(r["run_id"])),
@@ -460,7 +468,7 @@ def section_idle(data: ReportData) -> str:
         ]
         for r in data.idle.iter_rows(named=True)
     ]
-    parts.append(
+    return (
         "<details><summary>The numbers</summary>"
         + table(
             [
@@ -480,9 +488,8 @@ def section_idle(data: ReportData) -> str:
             trs,
             "numbers",
         )
-        + "</details></section>"
+        + "</details>"
     )
-    return "".join(parts)
 
 
 def section_kernels(data: ReportData) -> str:

@@ -9,7 +9,7 @@ import shlex
 import polars as pl
 
 from k25trace.analysis import page_data
-from k25trace.analysis.page_data import Bar, ReportData, Timeline, groups
+from k25trace.analysis.page_data import Bar, Lane, ReportData, Timeline, groups
 from k25trace.render.html import markup
 from k25trace.render.html.markup import (
     CATEGORY_ORDER,
@@ -377,55 +377,73 @@ def _gantt(data: ReportData, run_id: str, t: Timeline, seen: list[str]) -> str:
     scale = TIMELINE_WIDTH / span_ms if span_ms > 0 else 0.0
     title = f"Step {t.step_index} on every rank, {data.run_name(run_id)}, {batch_label(t.batch_size)}"
     svg = Svg(width, height, title, "gantt")
-    x0 = label_w
-    px = TIMELINE_WIDTH / t.buckets
     for i, lane in enumerate(t.lanes):
-        y = top + i * (lane_h + gap)
-        svg.text(x0 - 8, y + lane_h / 2 + 4, f"rank {lane.rank}", "end", "label")
-        by_cat: dict[str, list[tuple[int, int]]] = {}
-        for a, b, cat in lane.segments:
-            by_cat.setdefault(cat, []).append((a, b))
-        marks = []
-        for cat in legend_order(list(by_cat)):
-            if cat not in seen:
-                seen.append(cat)
-            spans = by_cat[cat]
-            columns = sum(b - a for a, b in spans)
-            d = "".join(
-                f"M{coord(x0 + a * px)} {y}h{coord((b - a) * px)}v{lane_h}h-{coord((b - a) * px)}z" for a, b in spans
-            )
-            marks.append(
-                f'<path class="{markup.css_class(cat)}" d="{d}" data-category="{esc(cat)}" '
-                f'data-columns="{columns}"><title>rank {esc(lane.rank)} · {esc(slice_label(cat))}: '
-                f"{columns} of {t.buckets} columns (≈ {num(columns * span_ms / t.buckets)} ms)"
-                "</title></path>"
-            )
-        start_x = x0 + (lane.start_ns - t.start_ns) / 1e6 * scale
-        end_x = x0 + (lane.end_ns - t.start_ns) / 1e6 * scale
-        svg.add(
-            f'<g class="lane" data-run="{attr(run_id)}" data-batch="{attr(t.batch_size)}" '
-            f'data-step="{attr(t.step_index)}" data-rank="{attr(lane.rank)}" '
-            f'data-wall-ns="{attr(lane.wall_ns)}" '
-            f'data-start-ns="{attr(lane.start_ns)}" data-end-ns="{attr(lane.end_ns)}" '
-            f'data-offset-ns="{attr(lane.offset_ns)}" '
-            f'data-window-start-ns="{attr(t.start_ns)}" data-window-end-ns="{attr(t.end_ns)}" '
-            f'data-x-start="{start_x:.2f}" data-x-end="{end_x:.2f}" data-wait-ns="{attr(lane.wait_ns)}">'
-            + "".join(marks)
-            + "</g>"
-        )
-        note = f"{num(lane.wall_ns / 1e6)} ms"
-        if lane.collectives:
-            note += f" · waited {num(lane.wait_ns / 1e6)} ms"
-        svg.text(x0 + TIMELINE_WIDTH + 8, y + lane_h / 2 + 4, note, "start", "note")
+        _gantt_lane(svg, run_id, t, lane, top + i * (lane_h + gap), (label_w, lane_h, scale), seen)
     svg.x_axis(
-        x0,
-        x0 + TIMELINE_WIDTH,
+        label_w,
+        label_w + TIMELINE_WIDTH,
         top + len(t.lanes) * (lane_h + gap),
         top - 4,
         ticks,
         scale,
         "ms from the step's first GPU activity on any rank (reference rank's clock)",
     )
+    return figure(
+        f"{data.run_name(run_id, t.level)} — {batch_label(t.batch_size)}: step {t.step_index} on "
+        f"{len(t.lanes)} rank{'s' if len(t.lanes) != 1 else ''}",
+        _gantt_caption(data, run_id, t),
+        svg.render(),
+    )
+
+
+def _gantt_lane(
+    svg: Svg, run_id: str, t: Timeline, lane: Lane, y: int, geometry: tuple[int, int, float], seen: list[str]
+) -> None:
+    """One rank's lane at ``y``: a path per category (or idle cause) over its pixel columns, and its note;
+    ``geometry`` is (the lane's left edge, its height, px per ms)."""
+    x0, lane_h, scale = geometry
+    span_ms = (t.end_ns - t.start_ns) / 1e6
+    px = TIMELINE_WIDTH / t.buckets
+    svg.text(x0 - 8, y + lane_h / 2 + 4, f"rank {lane.rank}", "end", "label")
+    by_cat: dict[str, list[tuple[int, int]]] = {}
+    for a, b, cat in lane.segments:
+        by_cat.setdefault(cat, []).append((a, b))
+    marks = []
+    for cat in legend_order(list(by_cat)):
+        if cat not in seen:
+            seen.append(cat)
+        spans = by_cat[cat]
+        columns = sum(b - a for a, b in spans)
+        d = "".join(
+            f"M{coord(x0 + a * px)} {y}h{coord((b - a) * px)}v{lane_h}h-{coord((b - a) * px)}z" for a, b in spans
+        )
+        marks.append(
+            f'<path class="{markup.css_class(cat)}" d="{d}" data-category="{esc(cat)}" '
+            f'data-columns="{columns}"><title>rank {esc(lane.rank)} · {esc(slice_label(cat))}: '
+            f"{columns} of {t.buckets} columns (≈ {num(columns * span_ms / t.buckets)} ms)"
+            "</title></path>"
+        )
+    start_x = x0 + (lane.start_ns - t.start_ns) / 1e6 * scale
+    end_x = x0 + (lane.end_ns - t.start_ns) / 1e6 * scale
+    svg.add(
+        f'<g class="lane" data-run="{attr(run_id)}" data-batch="{attr(t.batch_size)}" '
+        f'data-step="{attr(t.step_index)}" data-rank="{attr(lane.rank)}" '
+        f'data-wall-ns="{attr(lane.wall_ns)}" '
+        f'data-start-ns="{attr(lane.start_ns)}" data-end-ns="{attr(lane.end_ns)}" '
+        f'data-offset-ns="{attr(lane.offset_ns)}" '
+        f'data-window-start-ns="{attr(t.start_ns)}" data-window-end-ns="{attr(t.end_ns)}" '
+        f'data-x-start="{start_x:.2f}" data-x-end="{end_x:.2f}" data-wait-ns="{attr(lane.wait_ns)}">'
+        + "".join(marks)
+        + "</g>"
+    )
+    note = f"{num(lane.wall_ns / 1e6)} ms"
+    if lane.collectives:
+        note += f" · waited {num(lane.wait_ns / 1e6)} ms"
+    svg.text(x0 + TIMELINE_WIDTH + 8, y + lane_h / 2 + 4, note, "start", "note")
+
+
+def _gantt_caption(data: ReportData, run_id: str, t: Timeline) -> str:
+    """Why this step, how the clocks were aligned, the wait in it and the command that opens it in Perfetto."""
     aligned = [ln for ln in t.lanes if ln.aligned]
     clock = (
         "clocks aligned to rank "
@@ -443,14 +461,11 @@ def _gantt(data: ReportData, run_id: str, t: Timeline, seen: list[str]) -> str:
     if t.inferred:
         why += "; steps inferred from idle gaps, so the ranks' steps are paired by index only"
     caught = sum(ln.wait_ns for ln in t.lanes)
-    return figure(
-        f"{data.run_name(run_id, t.level)} — {batch_label(t.batch_size)}: step {t.step_index} on "
-        f"{len(t.lanes)} rank{'s' if len(t.lanes) != 1 else ''}",
+    return (
         f"{esc(why)}; {esc(clock)}. Each pixel column shows the category that ran longest there, or why the "
         f"GPU was idle; blank before a rank's first and after its last GPU activity of the step. "
         + (f"Collective wait in this step: {num(caught / 1e6)} ms over all ranks. " if caught else "")
         + "Open it in Perfetto: <code>k25trace export perfetto --db "
         + esc(shlex.quote(data.source) if data.source else "FILE")
-        + f" --run {esc(shlex.quote(data.run_name(run_id)))} --steps {esc(t.step_index)} -o step.json</code>.",
-        svg.render(),
+        + f" --run {esc(shlex.quote(data.run_name(run_id)))} --steps {esc(t.step_index)} -o step.json</code>."
     )
