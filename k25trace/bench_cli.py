@@ -13,7 +13,7 @@ import json
 import math
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -37,6 +37,9 @@ from k25trace.analysis.floor import (
 from k25trace.analysis.floor_bench import run_allreduce_bench
 from k25trace.errors import K25Error
 from k25trace.options import database_option, format_option, phase_option
+
+if TYPE_CHECKING:
+    import duckdb
 
 
 def _log(msg: str) -> None:
@@ -218,30 +221,8 @@ def allreduce(
       k25trace bench allreduce --backend gloo --world-size 2 --db run.duckdb --iters 50
       k25trace sql --db run.duckdb --query report_allreduce_floor -p phase=decode
     """
-    if sizes is None and db_path is None:
-        parse_batch_sizes(batch_sizes)  # checked before torch starts
-    elif sizes is not None:
-        bench_specs(
-            None,
-            sizes=sizes,
-            count=count,
-            batch_sizes=batch_sizes,
-            hidden=hidden,
-            dtype=dtype,
-            phase=phase,
-            world_size=1,
-        )
-    con = None
-    if db_path is not None:
-        from k25trace import pipeline  # deferred: DuckDB only where a database is used (see the module doc)
-
-        # read-only: a bench that fails (no all-reduces in the database, a dead rank) leaves the file as it was;
-        # the rows are written only once measured. Opened with --sizes too: a --db that is missing or not a
-        # k25trace database is refused before the bench starts, not after it
-        con = pipeline.connect(db_path, read_only=True)
-        if sizes is not None:
-            con.close()
-            con = None
+    _check_sizes_first(db_path, sizes, count=count, batch_sizes=batch_sizes, hidden=hidden, dtype=dtype, phase=phase)
+    con = _open_source(db_path, sizes)
     try:
         backend, world_size = resolve_backend(backend, world_size)
         notes: list[str] = []
@@ -259,48 +240,97 @@ def allreduce(
         )
         for note in notes:
             _log(note)
-        if con is not None:
-            con.close()
-            con = None
-        check_memory(specs, backend=backend, world_size=world_size)
-        if world_size == 1:
-            _log(
-                "note: with one rank an all-reduce moves nothing (NCCL skips it; a captured graph stays empty): "
-                "this is a smoke run of the code path, not a floor"
-            )
-        _log(
-            f"{backend}, {world_size} process(es), {len(specs)} size(s): "
-            + ", ".join(f"{s['size_bytes']:,} B x {s['count']}" for s in specs)
-        )
-        rows = run_allreduce_bench(
-            specs,
-            backend=backend,
-            world_size=world_size,
-            dtype=dtype,
-            iters=iters,
-            warmup=warmup,
-            bursts=bursts,
-            graph=not no_graph,
-            profile=profile_dir,
-            timeout_s=timeout_s,
-            bench_run=run_name,
-            on_progress=_log,
-        )
-        if save_json is not None:
-            save_rows(save_json, rows)
-            _log(f"{len(rows)} rows written to {save_json}")
-        if db_path is not None:
-            from k25trace import pipeline  # deferred: DuckDB only where a database is used (see the module doc)
-
-            con = pipeline.connect(db_path)
-            write_rows(con, rows)
-            _log(f"{len(rows)} rows written to {db_path} (table allreduce_bench, bench_run {rows[0]['bench_run']})")
     finally:
         if con is not None:
             con.close()
+    check_memory(specs, backend=backend, world_size=world_size)
+    if world_size == 1:
+        _log(
+            "note: with one rank an all-reduce moves nothing (NCCL skips it; a captured graph stays empty): "
+            "this is a smoke run of the code path, not a floor"
+        )
+    _log(
+        f"{backend}, {world_size} process(es), {len(specs)} size(s): "
+        + ", ".join(f"{s['size_bytes']:,} B x {s['count']}" for s in specs)
+    )
+    rows = run_allreduce_bench(
+        specs,
+        backend=backend,
+        world_size=world_size,
+        dtype=dtype,
+        iters=iters,
+        warmup=warmup,
+        bursts=bursts,
+        graph=not no_graph,
+        profile=profile_dir,
+        timeout_s=timeout_s,
+        bench_run=run_name,
+        on_progress=_log,
+    )
+    _store_rows(rows, save_json, db_path)
     if profile_dir:
         _log(f"profiler traces in {profile_dir} (k25trace load {profile_dir} --db ...)")
     _emit(rows, fmt)
+
+
+def _check_sizes_first(
+    db_path: Path | None,
+    sizes: str | None,
+    *,
+    count: int | None,
+    batch_sizes: str,
+    hidden: int,
+    dtype: str,
+    phase: str,
+) -> None:
+    """Refuse bad ``--sizes``/``--count``/``--batch-sizes`` before torch starts."""
+    if sizes is None and db_path is None:
+        parse_batch_sizes(batch_sizes)
+    elif sizes is not None:
+        bench_specs(
+            None,
+            sizes=sizes,
+            count=count,
+            batch_sizes=batch_sizes,
+            hidden=hidden,
+            dtype=dtype,
+            phase=phase,
+            world_size=1,
+        )
+
+
+def _open_source(db_path: Path | None, sizes: str | None) -> duckdb.DuckDBPyConnection | None:
+    """The database the sizes are read from, read-only (None with ``--sizes`` or without ``--db``).
+
+    Read-only: a bench that fails (no all-reduces in the database, a dead rank) leaves the file as it was; the rows
+    are written only once measured. Opened with ``--sizes`` too: a ``--db`` that is missing or not a k25trace
+    database is refused before the bench starts, not after it."""
+    if db_path is None:
+        return None
+    from k25trace import pipeline  # deferred: DuckDB only where a database is used (see the module doc)
+
+    con = pipeline.connect(db_path, read_only=True)
+    if sizes is None:
+        return con
+    con.close()
+    return None
+
+
+def _store_rows(rows: list[dict[str, Any]], save_json: Path | None, db_path: Path | None) -> None:
+    """Write the measured rows to ``--save-json`` and to the database (table allreduce_bench)."""
+    if save_json is not None:
+        save_rows(save_json, rows)
+        _log(f"{len(rows)} rows written to {save_json}")
+    if db_path is None:
+        return
+    from k25trace import pipeline  # deferred: DuckDB only where a database is used (see the module doc)
+
+    con = pipeline.connect(db_path)
+    try:
+        write_rows(con, rows)
+        _log(f"{len(rows)} rows written to {db_path} (table allreduce_bench, bench_run {rows[0]['bench_run']})")
+    finally:
+        con.close()
 
 
 @command.command("import")

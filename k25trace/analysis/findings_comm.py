@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from k25trace.analysis import sol
 from k25trace.analysis.findings_base import (
     _COMM_NAMES,
     Finding,
@@ -92,17 +93,68 @@ def _why(cause: dict[str, Any]) -> str:
     return text or "no cause recorded"
 
 
+_WAIT_FIGURES = (
+    "calls_per_step",
+    "ms_per_step",
+    "transfer_ms_per_step",
+    "wait_ms_per_step",
+    "wait_pct",
+    "wait_host_ms_per_step",
+    "wait_sync_ms_per_step",
+    "wait_gpu_work_ms_per_step",
+    "wait_device_ms_per_step",
+    "wait_other_ms_per_step",
+    "why_late",
+    "straggler_rank",
+    "straggler_wait_pct",
+    "last_rank",
+    "last_pct",
+    "skew_p50_us",
+    "skew_max_us",
+    "alignment",
+    "residual_p90_us",
+    "steps",
+    "ranks",
+)
+"""The report_comm columns the collective_wait finding carries as figures."""
+
+
 def wait_finding(ctx: _Context, key: tuple[str, int | None], row: dict[str, Any], step_ms: float, name: str) -> Finding:
-    wait, transfer, total = _num(row["wait_ms_per_step"]), _num(row["transfer_ms_per_step"]), _num(row["ms_per_step"])
+    """The wait of one collective category for late ranks, with the two ranks that caused most of it and why."""
+    wait = _num(row["wait_ms_per_step"])
     causes = [
         c for c in ctx.causes.get(key, []) if c["category"] == row["category"] and _num(c["wait_ms_per_step"]) > 0
     ]
     causes.sort(key=lambda c: (-_num(c["wait_ms_per_step"]), c["late_rank"]))
-    ranks = int(row["ranks"])
+    figures = {k: row[k] for k in _WAIT_FIGURES}
+    figures["category"] = row["category"]
+    figures["late_ranks"] = [
+        {
+            k: (c[k] + 0.0 if isinstance(c[k], float) else c[k])
+            for k in c
+            if k not in ("run_id", "batch_size", "category")
+        }
+        for c in causes
+    ]
+    return _finding(
+        "collective_wait",
+        _wait_sentence(row, causes, step_ms, name),
+        f"{ctx.command('comm')}; {ctx.command('comm-site')}",
+        "report_comm, findings_comm_causes",
+        wait,
+        step_ms,
+        "without the wait",
+        "; ".join(_wait_trust(row, causes)),
+        **figures,
+    )
+
+
+def _wait_sentence(row: dict[str, Any], causes: list[dict[str, Any]], step_ms: float, name: str) -> str:
+    wait, transfer, total = _num(row["wait_ms_per_step"]), _num(row["transfer_ms_per_step"]), _num(row["ms_per_step"])
     sentence = (
         f"{name}: {_ms(total)} ms/step ({_pct(100 * total / step_ms if step_ms else None)} of the step), of "
         f"which {_ms(transfer)} ms moves data and {_ms(wait)} ms waits for a rank that started late (mean over "
-        f"the {ranks} ranks)."
+        f"the {int(row['ranks'])} ranks)."
     )
     for cause in causes[:2]:
         share = 100.0 * _num(cause["wait_ms_per_step"]) / wait if wait else 0.0
@@ -113,6 +165,11 @@ def wait_finding(ctx: _Context, key: tuple[str, int | None], row: dict[str, Any]
     if len(causes) > 2:
         rest = sum(_num(c["wait_ms_per_step"]) for c in causes[2:])
         sentence += f" {len(causes) - 2} other ranks caused {_ms(rest)} ms/step."
+    return sentence
+
+
+def _wait_trust(row: dict[str, Any], causes: list[dict[str, Any]]) -> list[str]:
+    """How far the wait can be trusted: the clock alignment, the pairing, the part at the first collective."""
     trust = []
     if row["alignment"] == "poor":
         trust.append(
@@ -129,128 +186,110 @@ def wait_finding(ctx: _Context, key: tuple[str, int | None], row: dict[str, Any]
             f"{_ms(first)} ms/step of the wait is at the run's first collective, whose cause is unknown "
             "(ranks whose profilers started apart would look like this); the saving counts it"
         )
-    figures = {
-        k: row[k]
-        for k in (
-            "calls_per_step",
-            "ms_per_step",
-            "transfer_ms_per_step",
-            "wait_ms_per_step",
-            "wait_pct",
-            "wait_host_ms_per_step",
-            "wait_sync_ms_per_step",
-            "wait_gpu_work_ms_per_step",
-            "wait_device_ms_per_step",
-            "wait_other_ms_per_step",
-            "why_late",
-            "straggler_rank",
-            "straggler_wait_pct",
-            "last_rank",
-            "last_pct",
-            "skew_p50_us",
-            "skew_max_us",
-            "alignment",
-            "residual_p90_us",
-            "steps",
-            "ranks",
-        )
-    }
-    figures["category"] = row["category"]
-    figures["late_ranks"] = [
-        {
-            k: (c[k] + 0.0 if isinstance(c[k], float) else c[k])
-            for k in c
-            if k not in ("run_id", "batch_size", "category")
-        }
-        for c in causes
-    ]
-    return _finding(
-        "collective_wait",
-        sentence,
-        f"{ctx.command('comm')}; {ctx.command('comm-site')}",
-        "report_comm, findings_comm_causes",
-        wait,
-        step_ms,
-        "without the wait",
-        "; ".join(trust),
-        **figures,
-    )
+    return trust
 
 
 def transfer_finding(
     ctx: _Context, key: tuple[str, int | None], row: dict[str, Any], step_ms: float, name: str
 ) -> Finding | None:
-    category, transfer = row["category"], _num(row["transfer_ms_per_step"])
-    calls, steps = _num(row["calls_per_step"]), int(row["steps"])
-    floor = ctx.floor.get(key) if category == "allreduce" else None
+    """The data transfer of one collective category against the measured all-reduce floor, else against a
+    bandwidth-only bound (no saving ranked on it), else why there is no bound."""
+    floor = ctx.floor.get(key) if row["category"] == "allreduce" else None
     if floor is not None and (floor["floor_kernel_ms"] is not None or floor["floor_ms"] is not None):
-        kernel = floor["floor_kernel_ms"] is not None
-        floor_ms = _num(floor["floor_kernel_ms"] if kernel else floor["floor_ms"])
-        saving = max(transfer - floor_ms, 0.0)
-        basis = (
-            "NCCL kernel time alone" if kernel else "burst wall time per all-reduce, an upper bound of the kernel floor"
-        )
-        size = f" of {floor['msg_bytes']:,} B" if floor["msg_bytes"] else ""
-        sentence = (
-            f"{name}: its data transfer takes {_ms(transfer)} ms/step; the measured floor for "
-            f"{floor['allreduce_per_step']:g} all-reduces{size} on {floor['world_size']} ranks is "
-            f"{_ms(floor_ms)} ms/step (`k25trace bench allreduce`, {floor['floor_mode']} burst, {basis}): "
-            + (f"{_ms(saving)} ms/step above it." if saving > 0 else "the transfer is at the floor.")
-        )
-        notes = []
-        if not kernel:
-            notes.append("wall floor: the kernel floor is lower, so the saving is at least this")
-        if floor["allreduce_per_step"] is not None and abs(_num(floor["allreduce_per_step"]) - calls) > 1e-6:
-            notes.append(
-                f"{floor['allreduce_per_step']:g} all-reduce kernels per step, {calls:g} of them paired across ranks"
-            )
-        return _finding(
-            "collective_transfer",
-            sentence,
-            f"{ctx.command('floor')}; {ctx.command('comm-bw')}",
-            "report_allreduce_floor",
-            saving,
-            step_ms,
-            "at the measured floor",
-            "; ".join(notes),
-            category=category,
-            transfer_ms_per_step=transfer,
-            floor_ms_per_step=floor_ms,
-            floor_basis=floor["floor_basis"],
-            floor_mode=floor["floor_mode"],
-            allreduce_per_step=floor["allreduce_per_step"],
-            msg_bytes=floor["msg_bytes"],
-        )
-    sizes = [r for r in ctx.bandwidth.get(key, []) if r["category"] == category]
+        return _floor_transfer_finding(ctx, row, floor, step_ms, name)
+    sizes = [r for r in ctx.bandwidth.get(key, []) if r["category"] == row["category"]]
     dev = ctx.devices.get(key[0])
     link = dev.peak("interconnect_gbps") if dev else None
     evidence = f"{ctx.command('comm-bw')}; {ctx.command('floor')}"
-    if not sizes or any(r["size_bytes"] is None for r in sizes) or not link or not steps:
+    if not sizes or any(r["size_bytes"] is None for r in sizes) or not link or not int(row["steps"]):
         why = (
             "the message sizes are not recorded (CUDA-graph replays record none)"
             if not sizes or any(r["size_bytes"] is None for r in sizes)
             else "the device has no link bandwidth in queries/device_peaks.csv (give --peaks FILE)"
         )
-        sentence = (
-            f"{name}: its data transfer takes {_ms(transfer)} ms/step; no bound: {why}, and no "
-            "`k25trace bench allreduce` floor is stored."
+        return _unbound_transfer_finding(row, why, evidence, step_ms, name)
+    assert dev is not None
+    return _bandwidth_transfer_finding(row, sizes, dev, link, evidence, step_ms, name)
+
+
+def _floor_transfer_finding(
+    ctx: _Context, row: dict[str, Any], floor: dict[str, Any], step_ms: float, name: str
+) -> Finding:
+    """The all-reduce transfer against the floor `k25trace bench allreduce` measured (kernel time, else wall)."""
+    category, transfer = row["category"], _num(row["transfer_ms_per_step"])
+    calls = _num(row["calls_per_step"])
+    kernel = floor["floor_kernel_ms"] is not None
+    floor_ms = _num(floor["floor_kernel_ms"] if kernel else floor["floor_ms"])
+    saving = max(transfer - floor_ms, 0.0)
+    basis = "NCCL kernel time alone" if kernel else "burst wall time per all-reduce, an upper bound of the kernel floor"
+    size = f" of {floor['msg_bytes']:,} B" if floor["msg_bytes"] else ""
+    sentence = (
+        f"{name}: its data transfer takes {_ms(transfer)} ms/step; the measured floor for "
+        f"{floor['allreduce_per_step']:g} all-reduces{size} on {floor['world_size']} ranks is "
+        f"{_ms(floor_ms)} ms/step (`k25trace bench allreduce`, {floor['floor_mode']} burst, {basis}): "
+        + (f"{_ms(saving)} ms/step above it." if saving > 0 else "the transfer is at the floor.")
+    )
+    notes = []
+    if not kernel:
+        notes.append("wall floor: the kernel floor is lower, so the saving is at least this")
+    if floor["allreduce_per_step"] is not None and abs(_num(floor["allreduce_per_step"]) - calls) > 1e-6:
+        notes.append(
+            f"{floor['allreduce_per_step']:g} all-reduce kernels per step, {calls:g} of them paired across ranks"
         )
-        return _finding(
-            "collective_transfer",
-            sentence,
-            evidence,
-            "report_comm_bandwidth",
-            None,
-            step_ms,
-            "no bound",
-            "",
-            category=category,
-            transfer_ms_per_step=transfer,
-            transfer_pct=round(100 * transfer / step_ms, 2) if step_ms else 0.0,
-        )
+    return _finding(
+        "collective_transfer",
+        sentence,
+        f"{ctx.command('floor')}; {ctx.command('comm-bw')}",
+        "report_allreduce_floor",
+        saving,
+        step_ms,
+        "at the measured floor",
+        "; ".join(notes),
+        category=category,
+        transfer_ms_per_step=transfer,
+        floor_ms_per_step=floor_ms,
+        floor_basis=floor["floor_basis"],
+        floor_mode=floor["floor_mode"],
+        allreduce_per_step=floor["allreduce_per_step"],
+        msg_bytes=floor["msg_bytes"],
+    )
+
+
+def _unbound_transfer_finding(row: dict[str, Any], why: str, evidence: str, step_ms: float, name: str) -> Finding:
+    """A transfer with neither a measured floor nor a bandwidth bound, and why there is none."""
+    transfer = _num(row["transfer_ms_per_step"])
+    sentence = (
+        f"{name}: its data transfer takes {_ms(transfer)} ms/step; no bound: {why}, and no "
+        "`k25trace bench allreduce` floor is stored."
+    )
+    return _finding(
+        "collective_transfer",
+        sentence,
+        evidence,
+        "report_comm_bandwidth",
+        None,
+        step_ms,
+        "no bound",
+        "",
+        category=row["category"],
+        transfer_ms_per_step=transfer,
+        transfer_pct=round(100 * transfer / step_ms, 2) if step_ms else 0.0,
+    )
+
+
+def _bandwidth_transfer_finding(
+    row: dict[str, Any],
+    sizes: list[dict[str, Any]],
+    dev: sol.Peaks,
+    link: float,
+    evidence: str,
+    step_ms: float,
+    name: str,
+) -> Finding:
+    """A transfer against its bus traffic at the datasheet link bandwidth: a bound that leaves latency out."""
+    transfer, steps = _num(row["transfer_ms_per_step"]), int(row["steps"])
     bus_bytes = sum(r["calls"] * r["size_bytes"] * _bus_factor(r["collective"], int(r["ranks"])) for r in sizes)
     bound = bus_bytes / steps / (link * 1e9) * 1e3
-    assert dev is not None
     sentence = (
         f"{name}: its data transfer takes {_ms(transfer)} ms/step; no floor was measured (`k25trace bench "
         f"allreduce`). A bandwidth-only bound: its {bus_bytes / steps / 1e6:,.3f} MB of bus traffic per step "
@@ -270,7 +309,7 @@ def transfer_finding(
         step_ms,
         "no measured floor (bandwidth-only bound in the figures)",
         trust,
-        category=category,
+        category=row["category"],
         transfer_ms_per_step=transfer,
         transfer_pct=round(100 * transfer / step_ms, 2) if step_ms else 0.0,
         bound_ms_per_step=bound,

@@ -22,152 +22,177 @@ from k25trace.analysis.findings_base import (
     _ratio,
 )
 
+_IDLE_FIGURES = (
+    "wall_ms",
+    "busy_ms",
+    "idle_ms",
+    "host_ms",
+    "sync_ms",
+    "launch_overhead_ms",
+    "device_ms",
+    "unknown_ms",
+    "idle_pct",
+)
+"""The report_idle columns every idle-by-cause finding carries as figures."""
+
+_IDLE_CAUSES = {
+    "idle_host": (
+        "host_ms",
+        "waiting for the host to launch work (host-bound: the launch came after the GPU had gone idle)",
+        "without host-bound idle",
+    ),
+    "idle_sync": (
+        "sync_ms",
+        "after the host waited for the GPU (a synchronize or a blocking copy)",
+        "without idle after host syncs",
+    ),
+    "idle_device": (
+        "device_ms",
+        "although its next work was already launched (a dependency, another stream, an event)",
+        "without device-bound idle",
+    ),
+    "idle_unknown": (
+        "unknown_ms",
+        "for no known cause (no launch found for the work that ended the gap)",
+        "without that idle",
+    ),
+}
+"""Per finding kind: the report_idle column, why the GPU is idle in words, and the label of what is saved."""
+
+_BETWEEN_FIGURES = (
+    "between_ms",
+    "between_host_ms",
+    "between_sync_ms",
+    "between_launch_ms",
+    "between_device_ms",
+    "between_busy_ms",
+    "between_pct_of_span",
+)
+
 
 def idle_findings(ctx: _Context, group: dict[str, Any], idle: dict[str, Any], step_ms: float) -> list[Finding]:
-    out = []
+    """The idle findings of one group: idle inside the steps by cause, the launch overhead (eager steps: what CUDA
+    graphs would remove; graph steps), and the time between steps."""
     evidence = f"{ctx.command('idle')}; {ctx.command('timeline')}"
-    eager, rank_steps = int(group["eager_steps"]), int(group["rank_steps"])
-    figures = {
-        k: idle[k]
-        for k in (
-            "wall_ms",
-            "busy_ms",
-            "idle_ms",
-            "host_ms",
-            "sync_ms",
-            "launch_overhead_ms",
-            "device_ms",
-            "unknown_ms",
-            "idle_pct",
-        )
-    }
-    texts = {
-        "idle_host": (
-            "host_ms",
-            "waiting for the host to launch work (host-bound: the launch came after the GPU had gone idle)",
-            "without host-bound idle",
-        ),
-        "idle_sync": (
-            "sync_ms",
-            "after the host waited for the GPU (a synchronize or a blocking copy)",
-            "without idle after host syncs",
-        ),
-        "idle_device": (
-            "device_ms",
-            "although its next work was already launched (a dependency, another stream, an event)",
-            "without device-bound idle",
-        ),
-        "idle_unknown": (
-            "unknown_ms",
-            "for no known cause (no launch found for the work that ended the gap)",
-            "without that idle",
-        ),
-    }
-    for kind, (column, why, label) in texts.items():
+    out = _idle_cause_findings(idle, step_ms, evidence)
+    for finding in (
+        _cuda_graphs_finding(ctx, group, step_ms, evidence),
+        _graph_launch_finding(group, step_ms, evidence),
+        _between_steps_finding(idle, step_ms, evidence),
+    ):
+        if finding is not None:
+            out.append(finding)
+    return out
+
+
+def _idle_cause_findings(idle: dict[str, Any], step_ms: float, evidence: str) -> list[Finding]:
+    figures = {k: idle[k] for k in _IDLE_FIGURES}
+    out = []
+    for kind, (column, why, label) in _IDLE_CAUSES.items():
         ms = _num(idle[column])
         if ms <= 0:
             continue
         sentence = f"The GPU sits idle {_ms(ms)} ms/step ({_pct(100 * ms / step_ms)} of the step) {why}."
         out.append(_finding(kind, sentence, evidence, "report_idle", ms, step_ms, label, "", **figures))
-    eager_launch, graph_launch = _num(group["eager_launch_ms"]), _num(group["graph_launch_ms"])
-    if eager and eager_launch > 0:
-        which = (
-            ("This step runs" if rank_steps == 1 else "These steps run") + " without CUDA graphs"
-            if eager == rank_steps
-            else f"{eager} of the {rank_steps} rank-steps run without CUDA graphs"
-        )
-        sentence = (
-            f"{which}: their launch overhead (from each launch call's start to its kernel's start, the GPU "
-            f"idle) is {_ms(eager_launch)} ms/step ({_pct(100 * eager_launch / step_ms)} of the step), "
-            "the part CUDA graphs would remove that is measured as such. Their host-bound idle "
-            f"({_ms(_num(group['eager_host_ms']))} ms/step) may shrink too; it is not counted here."
-        )
-        caveats = [
-            t
-            for t in (
-                "" if eager == rank_steps else "measured on the eager rank-steps, per rank-step of the whole group",
-                ""
-                if ctx.phase == "decode"
-                else "not only decode steps: whether the engine can run them as CUDA graphs "
-                "depends on it (vLLM captures decode batch sizes)",
-            )
-            if t
-        ]
-        out.append(
-            _finding(
-                "cuda_graphs",
-                sentence,
-                evidence,
-                "findings_groups, report_idle",
-                eager_launch,
-                step_ms,
-                "with CUDA graphs (launch overhead only)",
-                "; ".join(caveats),
-                eager_steps=eager,
-                rank_steps=rank_steps,
-                eager_launch_ms=eager_launch,
-                eager_host_ms=_num(group["eager_host_ms"]),
-            )
-        )
-    if graph_launch > 0:
-        sentence = (
-            f"Launch overhead in the CUDA-graph steps (from a launch call's start to its GPU start, the GPU "
-            f"idle) is {_ms(graph_launch)} ms/step ({_pct(100 * graph_launch / step_ms)} of the step)."
-        )
-        out.append(
-            _finding(
-                "idle_launch",
-                sentence,
-                evidence,
-                "findings_groups, report_idle",
-                graph_launch,
-                step_ms,
-                "without that launch overhead",
-                "",
-                graph_launch_ms=graph_launch,
-                graph_steps=rank_steps - eager,
-            )
-        )
-    between = _num(idle["between_ms"])
-    if between > 0:
-        parts = [
-            (f"host-bound {_ms(_num(idle['between_host_ms']))}", _num(idle["between_host_ms"])),
-            (f"after a sync {_ms(_num(idle['between_sync_ms']))}", _num(idle["between_sync_ms"])),
-            (f"launch overhead {_ms(_num(idle['between_launch_ms']))}", _num(idle["between_launch_ms"])),
-            (f"device-bound {_ms(_num(idle['between_device_ms']))}", _num(idle["between_device_ms"])),
-            (f"GPU work of no step {_ms(_num(idle['between_busy_ms']))}", _num(idle["between_busy_ms"])),
-        ]
-        split = ", ".join(text for text, v in sorted(parts, key=lambda p: -p[1]) if v > 0)
-        sentence = (
-            f"Between steps, {_ms(between)} ms pass per step from one step's last GPU work to the next "
-            f"step's first ({_pct(100 * between / step_ms)} of the step time, outside it)"
-            + (f": {split} ms." if split else ".")
-        )
-        out.append(
-            _finding(
-                "between_steps",
-                sentence,
-                evidence,
-                "report_idle",
-                between,
-                step_ms,
-                "without the time between steps",
-                "",
-                **{
-                    k: idle[k]
-                    for k in (
-                        "between_ms",
-                        "between_host_ms",
-                        "between_sync_ms",
-                        "between_launch_ms",
-                        "between_device_ms",
-                        "between_busy_ms",
-                        "between_pct_of_span",
-                    )
-                },
-            )
-        )
     return out
+
+
+def _cuda_graphs_finding(ctx: _Context, group: dict[str, Any], step_ms: float, evidence: str) -> Finding | None:
+    """The launch overhead of the eager rank-steps: the part CUDA graphs would remove."""
+    eager, rank_steps = int(group["eager_steps"]), int(group["rank_steps"])
+    eager_launch = _num(group["eager_launch_ms"])
+    if not eager or eager_launch <= 0:
+        return None
+    which = (
+        ("This step runs" if rank_steps == 1 else "These steps run") + " without CUDA graphs"
+        if eager == rank_steps
+        else f"{eager} of the {rank_steps} rank-steps run without CUDA graphs"
+    )
+    sentence = (
+        f"{which}: their launch overhead (from each launch call's start to its kernel's start, the GPU "
+        f"idle) is {_ms(eager_launch)} ms/step ({_pct(100 * eager_launch / step_ms)} of the step), "
+        "the part CUDA graphs would remove that is measured as such. Their host-bound idle "
+        f"({_ms(_num(group['eager_host_ms']))} ms/step) may shrink too; it is not counted here."
+    )
+    caveats = [
+        t
+        for t in (
+            "" if eager == rank_steps else "measured on the eager rank-steps, per rank-step of the whole group",
+            ""
+            if ctx.phase == "decode"
+            else "not only decode steps: whether the engine can run them as CUDA graphs "
+            "depends on it (vLLM captures decode batch sizes)",
+        )
+        if t
+    ]
+    return _finding(
+        "cuda_graphs",
+        sentence,
+        evidence,
+        "findings_groups, report_idle",
+        eager_launch,
+        step_ms,
+        "with CUDA graphs (launch overhead only)",
+        "; ".join(caveats),
+        eager_steps=eager,
+        rank_steps=rank_steps,
+        eager_launch_ms=eager_launch,
+        eager_host_ms=_num(group["eager_host_ms"]),
+    )
+
+
+def _graph_launch_finding(group: dict[str, Any], step_ms: float, evidence: str) -> Finding | None:
+    """The launch overhead left in the CUDA-graph rank-steps."""
+    graph_launch = _num(group["graph_launch_ms"])
+    if graph_launch <= 0:
+        return None
+    sentence = (
+        f"Launch overhead in the CUDA-graph steps (from a launch call's start to its GPU start, the GPU "
+        f"idle) is {_ms(graph_launch)} ms/step ({_pct(100 * graph_launch / step_ms)} of the step)."
+    )
+    return _finding(
+        "idle_launch",
+        sentence,
+        evidence,
+        "findings_groups, report_idle",
+        graph_launch,
+        step_ms,
+        "without that launch overhead",
+        "",
+        graph_launch_ms=graph_launch,
+        graph_steps=int(group["rank_steps"]) - int(group["eager_steps"]),
+    )
+
+
+def _between_steps_finding(idle: dict[str, Any], step_ms: float, evidence: str) -> Finding | None:
+    """The time from one step's last GPU work to the next step's first, by cause."""
+    between = _num(idle["between_ms"])
+    if between <= 0:
+        return None
+    parts = [
+        (f"host-bound {_ms(_num(idle['between_host_ms']))}", _num(idle["between_host_ms"])),
+        (f"after a sync {_ms(_num(idle['between_sync_ms']))}", _num(idle["between_sync_ms"])),
+        (f"launch overhead {_ms(_num(idle['between_launch_ms']))}", _num(idle["between_launch_ms"])),
+        (f"device-bound {_ms(_num(idle['between_device_ms']))}", _num(idle["between_device_ms"])),
+        (f"GPU work of no step {_ms(_num(idle['between_busy_ms']))}", _num(idle["between_busy_ms"])),
+    ]
+    split = ", ".join(text for text, v in sorted(parts, key=lambda p: -p[1]) if v > 0)
+    sentence = (
+        f"Between steps, {_ms(between)} ms pass per step from one step's last GPU work to the next "
+        f"step's first ({_pct(100 * between / step_ms)} of the step time, outside it)"
+        + (f": {split} ms." if split else ".")
+    )
+    return _finding(
+        "between_steps",
+        sentence,
+        evidence,
+        "report_idle",
+        between,
+        step_ms,
+        "without the time between steps",
+        "",
+        **{k: idle[k] for k in _BETWEEN_FIGURES},
+    )
 
 
 # ------------------------------------------------------------------------------------------------ speed of light
@@ -264,76 +289,79 @@ def sol_findings(
     out = []
     unbounded: list[Bound] = []
     evidence = ctx.command("roofline")
-    for category, b in bounds.items():
+    for b in bounds.values():
         if 100.0 * b.kernel_ms / step_ms < min_pct:
             continue
         if b.modelled_ms <= 0:
             unbounded.append(b)
             continue
-        above = b.above_ms
-        covered = 100.0 * b.modelled_ms / b.kernel_ms if b.kernel_ms else 0.0
-        device = f"the {b.device}'s" if b.device else "the device's"
-        sentence = (
-            f"{category} kernels take {_ms(b.kernel_ms)} ms/step; those with recorded shapes "
-            f"({_ms(b.modelled_ms)} ms/step, {covered:.0f} % of them) need at least {_ms(b.minimum_ms)} "
-            f"ms/step at {device} datasheet peaks (memory bandwidth and compute): they run {_ms(above)} "
-            "ms/step above their minimum."
-        )
-        trust = []
-        if covered < 99.5:
-            trust.append(
-                f"the other {_ms(b.kernel_ms - b.modelled_ms)} ms/step of {category} kernels has no minimum: "
-                f"{b.unmodelled_reason}"
-            )
-        trust += b.notes
-        if overlap_ms > 0:
-            trust.append(
-                f"kernel time, not step time: {_ms(overlap_ms)} ms/step of the step runs several categories "
-                "at once, so the step would gain less"
-            )
-        out.append(
-            _finding(
-                "kernels_sol",
-                sentence,
-                evidence,
-                "sol.roofline",
-                above,
-                step_ms,
-                "at the hardware minimum (ops with shapes)",
-                "; ".join(trust),
-                category=category,
-                kernel_ms_per_step=b.kernel_ms,
-                modelled_ms_per_step=b.modelled_ms,
-                minimum_ms_per_step=b.minimum_ms,
-                device=b.device,
-            )
-        )
+        out.append(_sol_finding(b, step_ms, overlap_ms, evidence))
     if unbounded:
-        reasons = sorted({b.unmodelled_reason for b in unbounded})
-        if len(unbounded) == 1:
-            b = unbounded[0]
-            what = (
-                f"the {b.category} kernels ({_ms(b.kernel_ms)} ms/step, {_pct(100 * b.kernel_ms / step_ms)} of "
-                "the step)"
-            )
-        else:
-            what = "these kernels (" + ", ".join(f"{b.category} {_ms(b.kernel_ms)} ms/step" for b in unbounded) + ")"
-        sentence = f"No hardware minimum is known for {what}: " + "; ".join(reasons) + "."
-        out.append(
-            _finding(
-                "kernels_no_bound",
-                sentence,
-                evidence,
-                "sol.roofline",
-                None,
-                step_ms,
-                "no bound",
-                "",
-                categories={b.category: b.kernel_ms for b in unbounded},
-                reasons=reasons,
-            )
-        )
+        out.append(_no_bound_finding(unbounded, step_ms, evidence))
     return out, bounds
+
+
+def _sol_finding(b: Bound, step_ms: float, overlap_ms: float, evidence: str) -> Finding:
+    """How far one category's kernels with recorded shapes run above their hardware minimum."""
+    category, above = b.category, b.above_ms
+    covered = 100.0 * b.modelled_ms / b.kernel_ms if b.kernel_ms else 0.0
+    device = f"the {b.device}'s" if b.device else "the device's"
+    sentence = (
+        f"{category} kernels take {_ms(b.kernel_ms)} ms/step; those with recorded shapes "
+        f"({_ms(b.modelled_ms)} ms/step, {covered:.0f} % of them) need at least {_ms(b.minimum_ms)} "
+        f"ms/step at {device} datasheet peaks (memory bandwidth and compute): they run {_ms(above)} "
+        "ms/step above their minimum."
+    )
+    trust = []
+    if covered < 99.5:
+        trust.append(
+            f"the other {_ms(b.kernel_ms - b.modelled_ms)} ms/step of {category} kernels has no minimum: "
+            f"{b.unmodelled_reason}"
+        )
+    trust += b.notes
+    if overlap_ms > 0:
+        trust.append(
+            f"kernel time, not step time: {_ms(overlap_ms)} ms/step of the step runs several categories "
+            "at once, so the step would gain less"
+        )
+    return _finding(
+        "kernels_sol",
+        sentence,
+        evidence,
+        "sol.roofline",
+        above,
+        step_ms,
+        "at the hardware minimum (ops with shapes)",
+        "; ".join(trust),
+        category=category,
+        kernel_ms_per_step=b.kernel_ms,
+        modelled_ms_per_step=b.modelled_ms,
+        minimum_ms_per_step=b.minimum_ms,
+        device=b.device,
+    )
+
+
+def _no_bound_finding(unbounded: list[Bound], step_ms: float, evidence: str) -> Finding:
+    """The categories with kernels but no hardware minimum, and why."""
+    reasons = sorted({b.unmodelled_reason for b in unbounded})
+    if len(unbounded) == 1:
+        b = unbounded[0]
+        what = f"the {b.category} kernels ({_ms(b.kernel_ms)} ms/step, {_pct(100 * b.kernel_ms / step_ms)} of the step)"
+    else:
+        what = "these kernels (" + ", ".join(f"{b.category} {_ms(b.kernel_ms)} ms/step" for b in unbounded) + ")"
+    sentence = f"No hardware minimum is known for {what}: " + "; ".join(reasons) + "."
+    return _finding(
+        "kernels_no_bound",
+        sentence,
+        evidence,
+        "sol.roofline",
+        None,
+        step_ms,
+        "no bound",
+        "",
+        categories={b.category: b.kernel_ms for b in unbounded},
+        reasons=reasons,
+    )
 
 
 def largest_finding(

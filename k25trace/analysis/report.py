@@ -152,19 +152,7 @@ def check_filters(
     no step of the database: "no rank 99: ranks 0–1", "no trace 999: traces 1–2", "no prefill steps (rank 1):
     phases present: decode 9 engine steps (9 rank-steps); use --phase decode or --phase all", "no decode steps of
     batch size 3: batch sizes present: 1: 3 engine steps (6 rank-steps), …"."""
-    traces = summary(con)
-    if traces.is_empty():
-        raise K25Error("no traces in the database: load some first (`k25trace load TRACE... --db FILE`)")
-    ranks = {int(t): int(r) for t, r in traces.select("trace_id", "rank").iter_rows() if r is not None}
-    if trace_id is not None and trace_id not in set(traces["trace_id"].to_list()):
-        raise K25Error(f"no trace {trace_id}: traces {_span(traces['trace_id'].to_list()) or 'none (empty database)'}")
-    if rank is not None and rank not in set(ranks.values()):
-        raise K25Error(f"no rank {rank}: ranks {_span(list(ranks.values())) or 'none (empty database)'}")
-    if rank is not None and trace_id is not None and ranks.get(trace_id) != rank:
-        raise K25Error(
-            f"trace {trace_id} is rank {ranks.get(trace_id)}, not rank {rank}: give one of --rank and "
-            "--trace, or a trace of that rank"
-        )
+    _check_trace_and_rank(con, rank, trace_id)
     where = ", ".join(
         w
         for w in (
@@ -185,30 +173,8 @@ def check_filters(
         )
     of_phase = counts if check_phase(phase) == ALL else counts.filter(pl.col("phase") == phase)
     if of_phase["rank_steps"].sum() == 0:
-        present = (
-            counts.group_by("phase")
-            .agg(pl.col("engine_steps").sum(), pl.col("rank_steps").sum(), pl.col("empty_steps").sum())
-            .sort("phase")
-        )
-        listed = ", ".join(f"{p} {_steps_text(e, r)}" for p, e, r, _ in present.iter_rows() if r) or "none"
-        empty = int(of_phase["empty_steps"].sum())
-        others = [p for p, _, r, _ in present.iter_rows() if r]
-        advice = (
-            f"; use --phase {others[0]}{' or --phase all' if phase != ALL else ''}"
-            if len(others) == 1
-            else "; use --phase all"
-            if others
-            else ""
-        )
-        what = "steps" if phase == ALL else f"{phase} steps"
-        raise K25Error(
-            f"no {what}{within}"
-            + (f" with GPU work ({empty} empty {what}, no GPU activity)" if empty else "")
-            + f": phases present: {listed}{advice}"
-        )
-    if batch_size is None:
-        return
-    if of_phase.filter(pl.col("batch_size") == batch_size)["rank_steps"].sum() == 0:
+        raise K25Error(_no_phase_steps(counts, of_phase, phase, within))
+    if batch_size is not None and of_phase.filter(pl.col("batch_size") == batch_size)["rank_steps"].sum() == 0:
         sizes = (
             of_phase.filter(pl.col("rank_steps") > 0)
             .group_by("batch_size")
@@ -220,6 +186,49 @@ def check_filters(
         )
         what = "steps" if phase == ALL else f"{phase} steps"
         raise K25Error(f"no {what} of batch size {batch_size}{within}: batch sizes present: {listed}")
+
+
+def _check_trace_and_rank(con: duckdb.DuckDBPyConnection, rank: int | None, trace_id: int | None) -> None:
+    """A K25Error when the database has no traces, no trace ``trace_id``, no rank ``rank``, or the trace is of
+    another rank."""
+    traces = summary(con)
+    if traces.is_empty():
+        raise K25Error("no traces in the database: load some first (`k25trace load TRACE... --db FILE`)")
+    ranks = {int(t): int(r) for t, r in traces.select("trace_id", "rank").iter_rows() if r is not None}
+    if trace_id is not None and trace_id not in set(traces["trace_id"].to_list()):
+        raise K25Error(f"no trace {trace_id}: traces {_span(traces['trace_id'].to_list()) or 'none (empty database)'}")
+    if rank is not None and rank not in set(ranks.values()):
+        raise K25Error(f"no rank {rank}: ranks {_span(list(ranks.values())) or 'none (empty database)'}")
+    if rank is not None and trace_id is not None and ranks.get(trace_id) != rank:
+        raise K25Error(
+            f"trace {trace_id} is rank {ranks.get(trace_id)}, not rank {rank}: give one of --rank and "
+            "--trace, or a trace of that rank"
+        )
+
+
+def _no_phase_steps(counts: pl.DataFrame, of_phase: pl.DataFrame, phase: str, within: str) -> str:
+    """The message for a phase with no selected steps: the phases present, and which ``--phase`` to use."""
+    present = (
+        counts.group_by("phase")
+        .agg(pl.col("engine_steps").sum(), pl.col("rank_steps").sum(), pl.col("empty_steps").sum())
+        .sort("phase")
+    )
+    listed = ", ".join(f"{p} {_steps_text(e, r)}" for p, e, r, _ in present.iter_rows() if r) or "none"
+    empty = int(of_phase["empty_steps"].sum())
+    others = [p for p, _, r, _ in present.iter_rows() if r]
+    advice = (
+        f"; use --phase {others[0]}{' or --phase all' if phase != ALL else ''}"
+        if len(others) == 1
+        else "; use --phase all"
+        if others
+        else ""
+    )
+    what = "steps" if phase == ALL else f"{phase} steps"
+    return (
+        f"no {what}{within}"
+        + (f" with GPU work ({empty} empty {what}, no GPU activity)" if empty else "")
+        + f": phases present: {listed}{advice}"
+    )
 
 
 def engine_steps(

@@ -150,7 +150,24 @@ def carry_graph_kernels(graph: pl.DataFrame, eager: pl.DataFrame) -> list[_Row]:
     same multiple of their counts in S (that multiple is the number of calls). All other graph kernels are listed
     unmodelled with the reason.
     """
-    owners: dict[tuple, set[tuple]] = defaultdict(set)  # (device, world, phase, batch, sig) -> {(op, dims, set)}
+    owners, shapes = _eager_owners(eager)
+    out: list[_Row] = []
+    for (run_id, _trace_id, _step), group in _group_steps(graph):
+        first = group[0]
+        ctx_key = (first["device_name"], first["world_size"], first["phase"], first["batch_size"])
+        by_sig = {g["sig"]: g for g in group}
+        carried, used = _carried_rows(run_id, first, by_sig, owners, shapes)
+        out += carried
+        for sig, g in by_sig.items():
+            if sig not in used:
+                out.append(_uncarried_row(run_id, first, g, owners.get((*ctx_key, sig), set())))
+    return out
+
+
+def _eager_owners(eager: pl.DataFrame) -> tuple[dict[tuple, set[tuple]], dict[tuple, dict[str, Any]]]:
+    """Which eager op shapes (op, dims, kernel set) each kernel signature belongs to, per (device, world, phase,
+    batch, signature); and per (device, world, phase, batch, op, dims, kernel set) the kernel names and categories."""
+    owners: dict[tuple, set[tuple]] = defaultdict(set)
     shapes: dict[tuple, dict[str, Any]] = {}
     for r in eager.iter_rows(named=True):
         if r["op"] is None or r["batch_size"] is None:
@@ -162,86 +179,90 @@ def carry_graph_kernels(graph: pl.DataFrame, eager: pl.DataFrame) -> list[_Row]:
         info = shapes.setdefault((*ctx_key, *ident), {"names": set(), "categories": set()})
         info["names"].update(r["kernel_names"] or [])
         info["categories"].update(r["categories"] or [])
+    return owners, shapes
 
+
+def _carried_rows(
+    run_id: str,
+    first: dict[str, Any],
+    by_sig: dict[str, dict[str, Any]],
+    owners: dict[tuple, set[tuple]],
+    shapes: dict[tuple, dict[str, Any]],
+) -> tuple[list[_Row], set[str]]:
+    """The rows of one graph step whose shapes are carried from eager op shapes (see :func:`carry_graph_kernels`),
+    and the signatures they use."""
+    ctx_key = (first["device_name"], first["world_size"], first["phase"], first["batch_size"])
     out: list[_Row] = []
-    for (run_id, _trace_id, _step), group in _group_steps(graph):
-        first = group[0]
-        ctx_key = (first["device_name"], first["world_size"], first["phase"], first["batch_size"])
-        by_sig = {g["sig"]: g for g in group}
-        used: set[str] = set()
-        candidates = {
-            next(iter(owners[ctx_key + (sig,)])) for sig in by_sig if len(owners.get((*ctx_key, sig), ())) == 1
-        }
-        for op, dims, kernel_set in sorted(candidates, key=str):
-            need = Counter(kernel_set.split(" "))
-            if any(owners.get((*ctx_key, sig)) != {(op, dims, kernel_set)} or sig not in by_sig for sig in need):
-                continue
-            ratios = {by_sig[sig]["kernels"] / n for sig, n in need.items()}
-            if len(ratios) != 1 or not float(next(iter(ratios))).is_integer() or any(sig in used for sig in need):
-                continue
-            calls = int(next(iter(ratios)))
-            used.update(need)
-            info = shapes[ctx_key + (op, dims, kernel_set)]
-            out.append(
-                _Row(
-                    run_id=run_id,
-                    phase=first["phase"],
-                    batch_size=first["batch_size"],
-                    world_size=first["world_size"],
-                    device_name=first["device_name"],
-                    steps=0,
-                    source="graph",
-                    op=op,
-                    input_dims=dims,
-                    kernel_set=kernel_set,
-                    calls=calls,
-                    kernels=sum(by_sig[s]["kernels"] for s in need),
-                    kernel_ns=sum(by_sig[s]["kernel_ns"] for s in need),
-                    categories=sorted(info["categories"]),
-                    kernel_names=tuple(sorted(info["names"])),
-                    note="shapes carried from eager calls with the same kernels (name, grid, block)",
-                )
+    used: set[str] = set()
+    candidates = {next(iter(owners[ctx_key + (sig,)])) for sig in by_sig if len(owners.get((*ctx_key, sig), ())) == 1}
+    for op, dims, kernel_set in sorted(candidates, key=str):
+        need = Counter(kernel_set.split(" "))
+        if any(owners.get((*ctx_key, sig)) != {(op, dims, kernel_set)} or sig not in by_sig for sig in need):
+            continue
+        ratios = {by_sig[sig]["kernels"] / n for sig, n in need.items()}
+        if len(ratios) != 1 or not float(next(iter(ratios))).is_integer() or any(sig in used for sig in need):
+            continue
+        calls = int(next(iter(ratios)))
+        used.update(need)
+        info = shapes[ctx_key + (op, dims, kernel_set)]
+        out.append(
+            _Row(
+                run_id=run_id,
+                phase=first["phase"],
+                batch_size=first["batch_size"],
+                world_size=first["world_size"],
+                device_name=first["device_name"],
+                steps=0,
+                source="graph",
+                op=op,
+                input_dims=dims,
+                kernel_set=kernel_set,
+                calls=calls,
+                kernels=sum(by_sig[s]["kernels"] for s in need),
+                kernel_ns=sum(by_sig[s]["kernel_ns"] for s in need),
+                categories=sorted(info["categories"]),
+                kernel_names=tuple(sorted(info["names"])),
+                note="shapes carried from eager calls with the same kernels (name, grid, block)",
             )
-        for sig, g in by_sig.items():
-            if sig in used:
-                continue
-            owned = owners.get((*ctx_key, sig), set())
-            if not owned:
-                why = (
-                    f"CUDA-graph replay: no eager {first['phase']} step of batch {first['batch_size']} on this "
-                    "device ran this kernel with the same grid and block, so its shapes are unknown"
-                )
-            elif len(owned) > 1:
-                why = (
-                    f"CUDA-graph replay: in eager steps the same kernel (name, grid, block) ran for {len(owned)} "
-                    "different op shapes, so the match is ambiguous"
-                )
-            else:
-                why = (
-                    "CUDA-graph replay: the eager op launched other kernels too, and their counts in the graph do "
-                    "not match, so the match is ambiguous"
-                )
-            out.append(
-                _Row(
-                    run_id=run_id,
-                    phase=first["phase"],
-                    batch_size=first["batch_size"],
-                    world_size=first["world_size"],
-                    device_name=first["device_name"],
-                    steps=0,
-                    source="graph",
-                    op=None,
-                    input_dims=None,
-                    kernel_set=sig,
-                    calls=g["kernels"],
-                    kernels=g["kernels"],
-                    kernel_ns=g["kernel_ns"],
-                    categories=[g["category"]],
-                    kernel_names=(g["short_name"],),
-                    reason=why,
-                )
-            )
-    return out
+        )
+    return out, used
+
+
+def _uncarried_row(run_id: str, first: dict[str, Any], g: dict[str, Any], owned: set[tuple]) -> _Row:
+    """A graph step's kernel signature that no eager op shape could be carried into, unmodelled with why."""
+    if not owned:
+        why = (
+            f"CUDA-graph replay: no eager {first['phase']} step of batch {first['batch_size']} on this "
+            "device ran this kernel with the same grid and block, so its shapes are unknown"
+        )
+    elif len(owned) > 1:
+        why = (
+            f"CUDA-graph replay: in eager steps the same kernel (name, grid, block) ran for {len(owned)} "
+            "different op shapes, so the match is ambiguous"
+        )
+    else:
+        why = (
+            "CUDA-graph replay: the eager op launched other kernels too, and their counts in the graph do "
+            "not match, so the match is ambiguous"
+        )
+    return _Row(
+        run_id=run_id,
+        phase=first["phase"],
+        batch_size=first["batch_size"],
+        world_size=first["world_size"],
+        device_name=first["device_name"],
+        steps=0,
+        source="graph",
+        op=None,
+        input_dims=None,
+        kernel_set=g["sig"],
+        calls=g["kernels"],
+        kernels=g["kernels"],
+        kernel_ns=g["kernel_ns"],
+        categories=[g["category"]],
+        kernel_names=(g["short_name"],),
+        reason=why,
+    )
 
 
 def _group_steps(graph: pl.DataFrame) -> list[tuple[tuple[str, int, int], list[dict[str, Any]]]]:
