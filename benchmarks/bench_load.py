@@ -2,21 +2,30 @@
 
     python3 benchmarks/bench_load.py                          # both inputs, 8 ranks each, 3 runs of one rank
     python3 benchmarks/bench_load.py --input real --runs 5 --runs-all 3
-    python3 benchmarks/bench_load.py --traces DIR --skip-baselines
+    python3 benchmarks/bench_load.py --input DIR --skip-baselines       # any directory of rank files
+    python3 benchmarks/bench_load.py --input b200 --compare-rev HEAD~1  # before/after, tables compared
 
-Two inputs, each eight 80 MB-gz rank files (generated once into --work, then reused):
+Generated inputs, each ``--ranks`` 80 MB-gz rank files (generated once into --work, then reused):
 
 * ``synthetic``: Kimi-K2.5-shaped TP8 ranks from ``k25trace synth`` (few, large events: ~437 bytes each);
 * ``real``: real vLLM traces tiled in time by ``benchmarks/realstructure.py`` (mix ``dense``: the B200 TP8 rank,
   the MI300X piecewise-graph trace, the A100 NCCL trace; ~206 bytes/event, mostly python_function, cpu_op,
-  cuda_runtime and ac2g events, as real vLLM traces are).
+  cuda_runtime and ac2g events, as real vLLM traces are);
+* ``b200``: the real vLLM B200 TP8 eager rank alone, tiled (mix ``b200``: 5.2 CPU ops and 20 Python functions per
+  kernel, 578 bytes/event): a real vLLM trace with many CPU ops per kernel.
+
+``--input DIR`` takes any directory of rank files instead.
 
 For each input it prints: one rank loaded ``--runs`` times (median, min-max) with events/s, MB/s of JSON, CPU
 seconds per million events (user + system of the whole process tree) and peak RSS of the tree (decode workers
 included); all ranks loaded ``--runs-all`` times; then, on the same rank file and in the same run, the baselines:
 zlib and isal decompression alone, msgspec decoding of every event into a minimal struct (the JSON parsing floor
 of any Python loader: no columns, no database), ``orjson.loads`` of the whole file (TraceLens's loader), and
-DuckDB ``read_json`` + ``unnest``. Ratios are baseline time / k25trace time. Progress on stderr, figures on stdout.
+DuckDB ``read_json`` + ``unnest``. Ratios are baseline time / k25trace time; the load's own ratio to zlib (the
+decompression floor) is printed too. One instrumented load of the rank (``profile_load.py``) gives each stage's
+share of the load, layer segmentation's among them. ``--compare-rev REV`` loads with that revision too (a git
+worktree under --work), interleaved run by run, and checks that every table of its database holds the same rows
+as this tree's (``except all`` both ways; load times and versions left out). Progress on stderr, figures on stdout.
 """
 
 from __future__ import annotations
@@ -78,13 +87,13 @@ def measure_load(
     env: dict[str, str] | None = None,
     versions: dict[str, dict[str, str]] | None = None,
     warm: bool = True,
-) -> tuple[dict[str, list[_measure.Measured]], Path]:
-    """``runs`` loads of ``paths`` into fresh databases in ``tmp`` (the last one of the first version kept), per
+) -> tuple[dict[str, list[_measure.Measured]], dict[str, Path]]:
+    """``runs`` loads of ``paths`` into fresh databases in ``tmp`` (the last one of each version kept), per
     version (name -> extra environment; default one, ``name``), interleaved run by run so that a machine that
     slows down or speeds up meanwhile does so for every version alike. ``warm``: one uncounted load first."""
     versions = versions or {name: {}}
     out: dict[str, list[_measure.Measured]] = {v: [] for v in versions}
-    kept = tmp / "none"
+    kept: dict[str, Path] = {}
     for version, extra in versions.items() if warm else ():
         warm_up(paths, tmp, {**(env or {}), **extra}, version)
     for i in range(runs):
@@ -94,8 +103,8 @@ def measure_load(
             m = _measure.run(load_cmd(paths, db), env={**(env or {}), **extra}, cwd=tmp)
             out[version].append(m)
             log(f"  {version} run {i + 1}: {m.wall_s:.2f} s wall, {m.cpu_s:.1f} s CPU, peak RSS {m.peak_mb:.0f} MB")
-            if i == runs - 1 and version == next(iter(versions)):
-                kept = db
+            if i == runs - 1:
+                kept[version] = db
                 continue
             db.unlink()
             Path(str(db) + ".wal").unlink(missing_ok=True)
@@ -103,12 +112,19 @@ def measure_load(
 
 
 BASELINES = {
+    # every gzip member (a rank file of realstructure.py is two: its header, then the shared body)
     "zlib decompress": """
 import sys, zlib
 d = zlib.decompressobj(31)
+n = 0
 with open(sys.argv[1], 'rb') as fh:
     while chunk := fh.read(16 << 20):
-        d.decompress(chunk)
+        while chunk:
+            n += len(d.decompress(chunk))
+            chunk = d.unused_data
+            if d.eof:
+                d = zlib.decompressobj(31)
+print(n)
 """,
     "isal decompress": """
 import sys
@@ -176,6 +192,72 @@ def report_timings(db: Path, ranks: int) -> None:
     con.close()
 
 
+# columns that differ between two loads of the same files whatever the loader (when, and by which version)
+VOLATILE = {"traces": ("loaded_at", "loader_version"), "allreduce_bench": ("measured_at",)}
+
+
+def compare_tables(new: Path, old: Path, rev: str) -> str:
+    """Whether every base table of the two databases holds the same rows (``except all`` both ways, so duplicates
+    count; the columns in VOLATILE left out); one line, or the tables that differ and by how many rows."""
+    import duckdb
+
+    con = duckdb.connect()
+    con.execute(f"attach '{new}' as a (read_only)")
+    con.execute(f"attach '{old}' as b (read_only)")
+    tables = [
+        t
+        for (t,) in con.execute(
+            "select table_name from duckdb_tables() where database_name = 'a' and schema_name = 'main' order by 1"
+        ).fetchall()
+    ]
+    differ = []
+    for table in tables:
+        cols = [d[0] for d in con.execute(f"select * from a.main.{table} limit 0").description or []]
+        shown = ", ".join(f'"{c}"' for c in cols if c not in VOLATILE.get(table, ()))
+        try:
+            extra, missing = (
+                con.execute(
+                    f"select count(*) from (select {shown} from {x}.main.{table} except all "
+                    f"select {shown} from {y}.main.{table})"
+                ).fetchall()[0][0]
+                for x, y in (("a", "b"), ("b", "a"))
+            )
+        except duckdb.Error as exc:
+            differ.append(f"{table} ({str(exc).splitlines()[0]})")
+            continue
+        if extra or missing:
+            differ.append(f"{table} (+{extra:,} / -{missing:,} rows)")
+    con.close()
+    if differ:
+        return f"  TABLES DIFFER from k25trace {rev}: " + "; ".join(differ)
+    return f"  tables identical to k25trace {rev}'s: all {len(tables)} (except all both ways, row for row)"
+
+
+def stage_shares(one: Path, tmp: Path, env: dict[str, str]) -> str:
+    """One instrumented load of ``one`` (``profile_load.py``, in this process's checkout): the stages' shares of
+    its wall time, the layer segmentation's among them (issue 32: at most 10 %)."""
+    import json
+
+    db = tmp / "profile.duckdb"
+    out = subprocess.run(
+        [PY, str(HERE / "profile_load.py"), str(db), str(one), "--json"],
+        check=True,
+        capture_output=True,
+        text=True,
+        env={**__import__("os").environ, **env, "PYTHONPATH": str(HERE.parent)},
+        cwd=tmp,
+    ).stdout
+    db.unlink()
+    got = json.loads(out.strip().splitlines()[-1])
+    total, times = got["total"], got["times"]
+    parts = ", ".join(
+        f"{key[1:]} {times.get(key, 0):.2f} s ({100 * times.get(key, 0) / total:.1f} %)"
+        for key in ("@stream", "@commit_file", "@steps", "@layers", "@build_runs")
+    )
+    top = ", ".join(f"{k} {v:.2f}" for k, v in sorted(times.items(), key=lambda kv: -kv[1]) if not k.startswith("@"))
+    return f"stages of one instrumented load ({total:.2f} s): {parts}\n  queries (s): {top[:400]}"
+
+
 def worktree(rev: str, work: Path) -> Path:
     """A checkout of ``rev`` (run from source with PYTHONPATH: its own code and queries, this Python's packages),
     named by its commit (``HEAD`` moves), with its compiled scanner built as its install would build it."""
@@ -236,6 +318,9 @@ def build_scanner(tree: Path) -> None:
 
 
 def ensure_input(kind: str, work: Path, ranks: int, gz_mb: float) -> Path:
+    """The input ``kind`` (a directory of rank files is itself), generated into ``work`` the first time."""
+    if kind not in INPUTS:
+        return Path(kind)
     if kind == "synthetic":
         folder = work / f"kimi-tp{ranks}-{int(gz_mb)}mb"
         if not any(folder.glob("*.pt.trace.json.gz")):
@@ -251,16 +336,17 @@ def ensure_input(kind: str, work: Path, ranks: int, gz_mb: float) -> Path:
                 clock_offsets_us=800.0,
             )
         return folder
-    folder = work / f"real-dense-{ranks}x{int(gz_mb)}mb"
+    mix = "b200" if kind == "b200" else "dense"
+    folder = work / f"real-{mix}-{ranks}x{int(gz_mb)}mb"
     if len(list(folder.glob("*.pt.trace.json.gz"))) < ranks:
-        log(f"tiling {ranks} real-structure ranks of {gz_mb} MB gz into {folder} ...")
+        log(f"tiling {ranks} real-structure ranks ({mix}) of {gz_mb} MB gz into {folder} ...")
         subprocess.run(
             [
                 PY,
                 str(HERE / "realstructure.py"),
                 str(folder),
                 "--mix",
-                "dense",
+                mix,
                 "--gz-mb",
                 str(gz_mb),
                 "--ranks",
@@ -272,8 +358,13 @@ def ensure_input(kind: str, work: Path, ranks: int, gz_mb: float) -> Path:
     return folder
 
 
+INPUTS = ("real", "b200", "synthetic")
+
+
 def bench_input(label: str, traces: Path, args: argparse.Namespace) -> None:
-    files = sorted(traces.glob("*.pt.trace.json.gz"))
+    files = sorted(p for p in traces.iterdir() if p.name.endswith((".json.gz", ".json")) and p.is_file())
+    if not files:
+        raise SystemExit(f"{traces}: no rank files (*.json.gz, *.json)")
     one = files[0]
     gz_mb = one.stat().st_size / 1e6
     raw_mb = json_bytes(one) / 1e6
@@ -286,8 +377,11 @@ def bench_input(label: str, traces: Path, args: argparse.Namespace) -> None:
         if args.compare_rev:
             versions["old"] = {"PYTHONPATH": str(worktree(args.compare_rev, args.work))}
             log(f"[{label}] interleaved with k25trace {args.compare_rev} (old) ...")
-        by_version, db = measure_load([one], args.runs, tmp, env=env, versions=versions)
+        by_version, dbs = measure_load([one], args.runs, tmp, env=env, versions=versions)
         runs = by_version["new"]
+        db = dbs["new"]
+        if "old" in dbs:
+            print(compare_tables(db, dbs["old"], args.compare_rev))
         import duckdb
 
         con = duckdb.connect(str(db), read_only=True)
@@ -307,7 +401,7 @@ def bench_input(label: str, traces: Path, args: argparse.Namespace) -> None:
         if args.runs_all:
             log(f"[{label}] all {len(files)} ranks ...")
             all_old = {"old": versions["old"]} if "old" in versions else {}  # interleaved too, run by run
-            all_versions, db_all = measure_load(
+            all_versions, dbs_all = measure_load(
                 files,
                 args.runs_all,
                 tmp,
@@ -316,6 +410,9 @@ def bench_input(label: str, traces: Path, args: argparse.Namespace) -> None:
                 versions={"bench": {}, **all_old},
             )
             runs_all = all_versions["bench"]
+            db_all = dbs_all["bench"]
+            if "old" in dbs_all:
+                print(compare_tables(db_all, dbs_all["old"], args.compare_rev))
             walls_all = [m.wall_s for m in runs_all]
             all_wall = statistics.median(walls_all)
             cpu_all = statistics.median(m.cpu_s for m in runs_all)
@@ -346,6 +443,8 @@ def bench_input(label: str, traces: Path, args: argparse.Namespace) -> None:
                 f"{max(m.peak_mb for m in old_runs):.0f} MB   ratio {old_wall / one_wall:5.2f} wall, "
                 f"{old_cpu / cpu:5.2f} CPU"
             )
+        if not args.skip_stages:
+            print(stage_shares(one, tmp, env))
         if args.skip_baselines:
             return
         print(f"baselines on the same file ({one.name}), same run; ratio = baseline / k25trace 1-rank median:")
@@ -362,12 +461,23 @@ def bench_input(label: str, traces: Path, args: argparse.Namespace) -> None:
                 f"  {name:26s} {m.wall_s:7.2f} s wall {m.cpu_s:7.1f} s CPU  peak RSS {m.peak_mb:6.0f} MB   "
                 f"ratio {m.wall_s / one_wall:5.2f}"
             )
+            if name == "zlib decompress":
+                print(
+                    f"  k25trace 1 rank / zlib decompression of the same file: {one_wall / m.wall_s:.2f}x (goal <= 2)"
+                )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--input", choices=("both", "synthetic", "real"), default="both")
-    parser.add_argument("--traces", type=Path, help="a directory of rank files instead of the generated inputs")
+    parser.add_argument(
+        "--input",
+        default="both",
+        metavar="INPUT",
+        help="both (real and synthetic), real (the dense real-structure mix), b200 (the vLLM B200 eager rank tiled: "
+        "a real vLLM trace with many CPU ops per kernel), synthetic, or a directory of rank files",
+    )
+    parser.add_argument("--traces", type=Path, help="the same as --input DIR")
+    parser.add_argument("--skip-stages", action="store_true", help="skip the instrumented load (stage shares)")
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "k25trace-bench")
     parser.add_argument("--ranks", type=int, default=8)
     parser.add_argument("--gz-mb", type=float, default=80.0)
@@ -385,10 +495,12 @@ def main() -> None:
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     if args.traces is not None:
-        bench_input(args.traces.name, args.traces, args)
-        return
+        args.input = str(args.traces)
+    if args.input not in ("both", *INPUTS) and not Path(args.input).is_dir():
+        parser.error(f"--input {args.input}: neither {', '.join(('both', *INPUTS))} nor a directory")
     for kind in ("real", "synthetic") if args.input == "both" else (args.input,):
-        bench_input(kind, ensure_input(kind, args.work, args.ranks, args.gz_mb), args)
+        folder = ensure_input(kind, args.work, args.ranks, args.gz_mb)
+        bench_input(kind if kind in INPUTS else folder.name, folder, args)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,81 @@
+"""Where one load's time goes: a load in this process with every named query and the load's stages timed.
+
+    python3 benchmarks/profile_load.py DB FILE_OR_DIR...          # the figures on stdout
+    python3 benchmarks/profile_load.py DB FILE --json             # one JSON object (bench_load reads it)
+
+Stages (wall seconds in the parent, ``@`` before the name): ``stream`` (waiting for and receiving the decoded
+chunks), ``commit_file`` (the file's DuckDB work: clean, move into the final tables, then ``after_file``),
+``steps`` (classification, steps and gaps), ``layers`` (layer segmentation: issue 32's share), ``build_runs``
+(the cross-rank tables, once). Queries are timed by name (``k25trace.db.run_query``). Run in the folder of the
+checkout to measure, or with PYTHONPATH naming it.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+TIMES: collections.Counter[str] = collections.Counter()
+CALLS: collections.Counter[str] = collections.Counter()
+
+
+def _timed(key: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            TIMES[key] += time.perf_counter() - start
+            CALLS[key] += 1
+
+    return wrapper
+
+
+def _instrument() -> None:
+    import k25trace.db as kdb
+    from k25trace import classify, crossrank, layers, pipeline, steps
+    from k25trace.ingest import loader
+
+    original = kdb.run_query
+
+    def run_query(con: Any, name: str, params: Any = None) -> Any:
+        return _timed(name, original)(con, name, params)
+
+    for module in (kdb, loader, steps, layers, pipeline, classify, crossrank):
+        if hasattr(module, "run_query"):
+            module.run_query = run_query  # type: ignore[attr-defined]
+    loader.Loader._stream = _timed("@stream", loader.Loader._stream)  # type: ignore[method-assign]
+    loader.Loader._commit_file = _timed("@commit_file", loader.Loader._commit_file)  # type: ignore[method-assign]
+    pipeline.steps.analyze_trace = _timed("@steps", pipeline.steps.analyze_trace)  # type: ignore[attr-defined]
+    pipeline.layers.build_layers = _timed("@layers", pipeline.layers.build_layers)  # type: ignore[attr-defined]
+    pipeline.build_runs = _timed("@build_runs", pipeline.build_runs)  # type: ignore[attr-defined]
+
+
+def main() -> None:
+    args = [a for a in sys.argv[1:] if a != "--json"]
+    _instrument()
+    from k25trace import pipeline
+    from k25trace.ingest import LoadOptions
+
+    start = time.perf_counter()
+    con = pipeline.connect(args[0])
+    results, _notes = pipeline.load_paths(con, [Path(p) for p in args[1:]], LoadOptions())
+    total = time.perf_counter() - start
+    con.close()
+    bad = [r.message for r in results if r.status == "failed"]
+    if bad:
+        raise SystemExit("\n".join(bad))
+    if "--json" in sys.argv:
+        print(json.dumps({"total": total, "times": dict(TIMES), "calls": dict(CALLS)}))
+        return
+    print(f"load: {total:.2f} s wall in this process ({len(results)} files)")
+    for key, seconds in TIMES.most_common(25):
+        print(f"  {key:28s} {seconds:7.2f} s {100 * seconds / total:5.1f} %  x{CALLS[key]}")
+
+
+if __name__ == "__main__":  # the decode workers are spawned: they import this module, and must not run it
+    main()
