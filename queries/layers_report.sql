@@ -28,7 +28,7 @@ segs as (
 
 per_label as (
     select run_id, any_value(run_label) as run_label, batch_size, segment_index, label, any_value(layer) as layer,
-        mode(kind) as kind, string_agg(distinct evidence, ',' order by evidence) as evidence,
+        mode(kind order by kind) as kind, string_agg(distinct evidence, ',' order by evidence) as evidence,
         count(*) as steps, median(wall_ns) as wall_ns, median(busy_ns) as busy_ns, median(kernel_ns) as kernel_ns,
         median(kernel_count) as kernels, median(collectives) as collectives
     from segs
@@ -86,4 +86,4 @@ left join layer_medians using (run_id, batch_size)
 left join kind_medians using (run_id, batch_size, kind)
 left join top_categories using (run_id, batch_size, label)
 left join outliers using (run_id, batch_size, label)
-order by per_label.run_label, per_label.batch_size, per_label.segment_index
+order by per_label.run_label, per_label.run_id, per_label.batch_size, per_label.segment_index, per_label.label

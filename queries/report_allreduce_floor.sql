@@ -56,7 +56,7 @@ sizes as (
 ),
 
 group_sizes as (
-    select run_id, world_size, batch_size, mode(size_bytes) as size_bytes
+    select run_id, world_size, batch_size, mode(size_bytes order by size_bytes) as size_bytes
     from sizes
     where size_bytes is not null
     group by all
@@ -86,7 +86,8 @@ candidates as (
         coalesce(allreduce_bench.kernel_median_us, allreduce_bench.median_us) as basis_us,
         row_number() over (
             partition by observed.run_id, observed.batch_size
-            order by case allreduce_bench.mode when 'graph' then 0 else 1 end, allreduce_bench.measured_at desc
+            order by case allreduce_bench.mode when 'graph' then 0 else 1 end, allreduce_bench.measured_at desc,
+                allreduce_bench.bench_run desc, allreduce_bench.count desc, allreduce_bench.median_us
         ) as preference
     from observed
     left join group_sizes

@@ -4,7 +4,7 @@
 -- reads: gpu_events, kernel_names, selected_steps (macro)
 -- params: $phase, $rank, $trace_id, $top, $batch_size, $run_id
 -- optional: $batch_size, $run_id
--- grain: one row per (category, short kernel name), the $top largest by time
+-- grain: one row per (category, short kernel name), the $top largest by time (ties by category, then name)
 with selected_steps as (
     select trace_id, step_index, wall_ns
     from selected_steps($phase, $rank, $trace_id, of_batch_size := $batch_size, of_run_id := $run_id)
@@ -38,5 +38,5 @@ select
     round(per_kernel.min_ns / 1e3, 2) as min_us,
     round(per_kernel.max_ns / 1e3, 2) as max_us
 from per_kernel, totals
-order by per_kernel.kernel_ns desc
+order by per_kernel.kernel_ns desc, per_kernel.category, per_kernel.short_name  -- ties in name order
 limit $top
