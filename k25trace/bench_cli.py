@@ -9,6 +9,7 @@ lines). Results go to stdout; progress (``bench: ...``) to stderr.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import sys
@@ -221,23 +222,18 @@ def allreduce(
       k25trace bench allreduce --backend gloo --world-size 2 --db run.duckdb --iters 50
       k25trace sql --db run.duckdb --query report_allreduce_floor -p phase=decode
     """
-    _check_sizes_first(db_path, sizes, count=count, batch_sizes=batch_sizes, hidden=hidden, dtype=dtype, phase=phase)
+    plan = functools.partial(
+        bench_specs, sizes=sizes, count=count, batch_sizes=batch_sizes, hidden=hidden, dtype=dtype, phase=phase
+    )
+    if sizes is None and db_path is None:
+        parse_batch_sizes(batch_sizes)  # checked before torch starts
+    elif sizes is not None:
+        plan(None, world_size=1)
     con = _open_source(db_path, sizes)
     try:
         backend, world_size = resolve_backend(backend, world_size)
         notes: list[str] = []
-        specs = bench_specs(
-            con,
-            sizes=sizes,
-            count=count,
-            batch_sizes=batch_sizes,
-            hidden=hidden,
-            dtype=dtype,
-            phase=phase,
-            world_size=world_size,
-            source=str(db_path),
-            notes=notes,
-        )
+        specs = plan(con, world_size=world_size, source=str(db_path), notes=notes)
         for note in notes:
             _log(note)
     finally:
@@ -271,32 +267,6 @@ def allreduce(
     if profile_dir:
         _log(f"profiler traces in {profile_dir} (k25trace load {profile_dir} --db ...)")
     _emit(rows, fmt)
-
-
-def _check_sizes_first(
-    db_path: Path | None,
-    sizes: str | None,
-    *,
-    count: int | None,
-    batch_sizes: str,
-    hidden: int,
-    dtype: str,
-    phase: str,
-) -> None:
-    """Refuse bad ``--sizes``/``--count``/``--batch-sizes`` before torch starts."""
-    if sizes is None and db_path is None:
-        parse_batch_sizes(batch_sizes)
-    elif sizes is not None:
-        bench_specs(
-            None,
-            sizes=sizes,
-            count=count,
-            batch_sizes=batch_sizes,
-            hidden=hidden,
-            dtype=dtype,
-            phase=phase,
-            world_size=1,
-        )
 
 
 def _open_source(db_path: Path | None, sizes: str | None) -> duckdb.DuckDBPyConnection | None:

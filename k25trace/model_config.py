@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 from k25trace.errors import K25Error
 
@@ -122,28 +122,6 @@ class _Fields:
         return None
 
 
-class _Shape(NamedTuple):
-    """The decoder's sizes: hidden, layers, vocabulary, attention heads, KV heads and the head dimension."""
-
-    hidden: int
-    layers: int
-    vocab: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-
-
-class _Experts(NamedTuple):
-    """The MoE fields (all 0 for a dense model) and the dense MLP's intermediate size."""
-
-    experts: int
-    top_k: int
-    intermediate: int
-    moe_intermediate: int
-    shared_intermediate: int
-    moe_layers: tuple[int, ...]
-
-
 def _text_config(raw: dict[str, Any], source: str) -> tuple[dict[str, Any], str]:
     """The decoder's fields (a multimodal config's ``text_config``, with the checkpoint's quantization and dtype
     where it lacks them) and the prefix of its modules' names."""
@@ -158,15 +136,23 @@ def _text_config(raw: dict[str, Any], source: str) -> tuple[dict[str, Any], str]
     return cfg, "language_model.model."
 
 
-def _shape(f: _Fields) -> _Shape:
-    """Hidden size, layers, vocabulary and heads: heads at most the hidden size, KV heads dividing the heads."""
+def _shape(f: _Fields) -> dict[str, Any]:
+    """The :class:`ModelConfig` fields of the decoder's sizes: hidden size, layers, vocabulary, heads (at most the
+    hidden size), KV heads (dividing the heads) and the head dimension."""
     hidden, layers, vocab = f.whole("hidden_size"), f.whole("num_hidden_layers"), f.whole("vocab_size")
     heads = f.whole("num_attention_heads", high=min(LIMITS["num_attention_heads"][1], hidden))
     kv_heads = f.whole("num_key_value_heads", heads, high=heads)
     if heads % kv_heads:
         raise f.fail("num_key_value_heads", f"must divide num_attention_heads ({heads})")
     head_dim = f.whole("head_dim", max(hidden // heads, 1))
-    return _Shape(hidden, layers, vocab, heads, kv_heads, head_dim)
+    return {
+        "hidden": hidden,
+        "layers": layers,
+        "vocab": vocab,
+        "heads": heads,
+        "kv_heads": kv_heads,
+        "head_dim": head_dim,
+    }
 
 
 def _dtype(f: _Fields) -> str:
@@ -178,8 +164,9 @@ def _dtype(f: _Fields) -> str:
     return _DTYPES[dtype_value.lower().replace("torch.", "")]
 
 
-def _experts(f: _Fields, layers: int) -> _Experts:
-    """The routed experts, top-k (at most the experts), the MLP sizes and which layers are MoE layers."""
+def _experts(f: _Fields, layers: int) -> dict[str, Any]:
+    """The :class:`ModelConfig` fields of the MLPs: the routed experts, top-k (at most the experts), the dense and
+    MoE intermediate sizes and which layers are MoE layers (all 0 or empty for a dense model but the dense one)."""
     expert_key = f.first("n_routed_experts", "num_experts", "num_local_experts")
     experts = expert_key[1] if expert_key else 0
     topk_key = f.first("num_experts_per_tok", "moe_topk", *(("top_k",) if experts else ()))
@@ -195,7 +182,14 @@ def _experts(f: _Fields, layers: int) -> _Experts:
             f"{f.source}: a MoE config ({experts} experts) needs num_experts_per_tok and moe_intermediate_size"
         )
     moe_layers, shared = _moe_layers(f, layers, experts, moe_inter)
-    return _Experts(experts, top_k if experts else 0, intermediate, moe_inter if experts else 0, shared, moe_layers)
+    return {
+        "experts": experts,
+        "top_k": top_k if experts else 0,
+        "intermediate": intermediate,
+        "moe_intermediate": moe_inter if experts else 0,
+        "shared_intermediate": shared,
+        "moe_layers": moe_layers,
+    }
 
 
 def _moe_layers(f: _Fields, layers: int, experts: int, moe_inter: int) -> tuple[tuple[int, ...], int]:
@@ -244,30 +238,20 @@ def parse_dimensions(raw: dict[str, Any], *, source: str = "config") -> ModelCon
     f = _Fields(cfg, source)
     shape = _shape(f)
     dtype = _dtype(f)
-    moe = _experts(f, shape.layers)
+    moe = _experts(f, shape["layers"])
     mla = cfg.get("kv_lora_rank") is not None
     q_lora = f.whole("q_lora_rank", 0, low=0) if mla else 0
     quantization, tie, name = _checkpoint_fields(f)
     return ModelConfig(
         name=name,
-        hidden=shape.hidden,
-        layers=shape.layers,
-        vocab=shape.vocab,
-        heads=shape.heads,
-        kv_heads=shape.kv_heads,
-        head_dim=shape.head_dim,
-        intermediate=moe.intermediate,
+        **shape,
+        **moe,
         dtype=dtype,
         q_lora_rank=q_lora or None,
         kv_lora_rank=f.whole("kv_lora_rank") if mla else None,
         qk_nope_dim=f.whole("qk_nope_head_dim", 0) if mla else 0,
         qk_rope_dim=f.whole("qk_rope_head_dim", 0) if mla else 0,
         v_head_dim=f.whole("v_head_dim", 0) if mla else 0,
-        experts=moe.experts,
-        top_k=moe.top_k,
-        moe_intermediate=moe.moe_intermediate,
-        shared_intermediate=moe.shared_intermediate,
-        moe_layers=moe.moe_layers,
         tie_embeddings=tie,
         quantization=quantization,
         module_prefix=prefix,

@@ -183,30 +183,26 @@ def step_kernels(
 ) -> pl.DataFrame:
     """A page of a step's GPU activities in time order (``header`` is a :func:`step_detail` header row)."""
     if header.get("gpu_start_ns") is None:
-        return query_frame(
-            con,
-            "browse_step_kernels",
-            {
-                "trace_id": header["trace_id"],
-                "step_index": header["step_index"],
-                "start_ns": 0,
-                "end_ns": -1,
-                "offset": offset,
-                "limit": limit,
-            },
-        )
-    return query_frame(
-        con,
-        "browse_step_kernels",
-        {
-            "trace_id": header["trace_id"],
-            "step_index": header["step_index"],
-            "start_ns": header["gpu_start_ns"],
-            "end_ns": header["gpu_end_ns"],
-            "offset": offset,
-            "limit": limit,
-        },
-    )
+        return _step_page(con, header, 0, -1, offset=offset, limit=limit)
+    return _step_page(con, header, header["gpu_start_ns"], header["gpu_end_ns"], offset=offset, limit=limit)
+
+
+def _step_page(
+    con: duckdb.DuckDBPyConnection,
+    header: dict[str, Any],
+    start_ns: int,
+    end_ns: int,
+    *,
+    first_pos: int | None = None,
+    count: int | None = None,
+    offset: int,
+    limit: int,
+) -> pl.DataFrame:
+    """``browse_step_kernels``: a page of the step's activities between ``start_ns`` and ``end_ns``, or of the
+    segment at positions ``first_pos`` .. ``first_pos + count - 1``."""
+    step = {"trace_id": header["trace_id"], "step_index": header["step_index"], "start_ns": start_ns, "end_ns": end_ns}
+    page = {"first_pos": first_pos, "count": count, "offset": offset, "limit": limit}
+    return query_frame(con, "browse_step_kernels", {**step, **page})
 
 
 def step_detail(
@@ -260,20 +256,16 @@ def segment_kernels(
     limit: int = KERNEL_PAGE,
 ) -> pl.DataFrame:
     """A page of one segment's GPU activities (``segment``: a :func:`step_layers` row of the step of ``header``),
-    with :func:`step_kernels`' columns (``browse_step_layer_kernels``)."""
-    return query_frame(
+    with :func:`step_kernels`' columns."""
+    return _step_page(
         con,
-        "browse_step_layer_kernels",
-        {
-            "trace_id": header["trace_id"],
-            "step_index": header["step_index"],
-            "start_ns": header.get("gpu_start_ns") or 0,
-            "end_ns": header.get("gpu_end_ns") or -1,
-            "first_pos": segment["first_pos"] or 0,
-            "count": segment["kernel_count"] or 0,
-            "offset": offset,
-            "limit": limit,
-        },
+        header,
+        header.get("gpu_start_ns") or 0,
+        header.get("gpu_end_ns") or -1,
+        first_pos=segment["first_pos"] or 0,
+        count=segment["kernel_count"] or 0,
+        offset=offset,
+        limit=limit,
     )
 
 

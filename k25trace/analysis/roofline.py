@@ -206,14 +206,9 @@ def _carried_rows(
         used.update(need)
         info = shapes[ctx_key + (op, dims, kernel_set)]
         out.append(
-            _Row(
-                run_id=run_id,
-                phase=first["phase"],
-                batch_size=first["batch_size"],
-                world_size=first["world_size"],
-                device_name=first["device_name"],
-                steps=0,
-                source="graph",
+            _graph_row(
+                run_id,
+                first,
                 op=op,
                 input_dims=dims,
                 kernel_set=kernel_set,
@@ -245,14 +240,9 @@ def _uncarried_row(run_id: str, first: dict[str, Any], g: dict[str, Any], owned:
             "CUDA-graph replay: the eager op launched other kernels too, and their counts in the graph do "
             "not match, so the match is ambiguous"
         )
-    return _Row(
-        run_id=run_id,
-        phase=first["phase"],
-        batch_size=first["batch_size"],
-        world_size=first["world_size"],
-        device_name=first["device_name"],
-        steps=0,
-        source="graph",
+    return _graph_row(
+        run_id,
+        first,
         op=None,
         input_dims=None,
         kernel_set=g["sig"],
@@ -262,6 +252,20 @@ def _uncarried_row(run_id: str, first: dict[str, Any], g: dict[str, Any], owned:
         categories=[g["category"]],
         kernel_names=(g["short_name"],),
         reason=why,
+    )
+
+
+def _graph_row(run_id: str, first: dict[str, Any], **fields: Any) -> _Row:
+    """A row of CUDA-graph replayed kernels of the graph step whose first kernel row is ``first``."""
+    return _Row(
+        run_id=run_id,
+        phase=first["phase"],
+        batch_size=first["batch_size"],
+        world_size=first["world_size"],
+        device_name=first["device_name"],
+        steps=0,
+        source="graph",
+        **fields,
     )
 
 
