@@ -53,6 +53,12 @@ def phase_option(what: str = "report", *, default: str | None = None, help: str 
     )
 
 
+rank_option = click.option("--rank", type=int, default=None, help="Only this rank (default: all ranks).")
+"""``--rank N``: the steps of one rank."""
+
+trace_option = click.option("--trace", "trace_id", type=int, default=None, help="Only this trace_id.")
+"""``--trace ID`` (into ``trace_id``): the steps of one trace."""
+
 batch_option = click.option(
     "--batch",
     "batch_size",

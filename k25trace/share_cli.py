@@ -14,7 +14,17 @@ from typing import Any, Iterator
 import click
 
 from k25trace.cli import err, esc  # this module is one of the CLI's lazy commands: k25trace.cli is loaded already
-from k25trace.options import db_option, match_option, output_option, phase_option, side_options
+from k25trace.options import (
+    batch_option,
+    db_option,
+    match_option,
+    output_option,
+    phase_option,
+    rank_option,
+    run_option,
+    side_options,
+    trace_option,
+)
 from k25trace.vocab import ALL
 
 
@@ -91,6 +101,10 @@ def _size(n: int) -> str:
     "--top", type=click.IntRange(1, 500), default=20, show_default=True, help="Kernels in the top-kernels table."
 )
 @click.option("--title", default=None, help="The page's title (default: k25trace report).")
+@rank_option
+@trace_option
+@batch_option
+@run_option
 @click.option(
     "--vs",
     "vs_path",
@@ -106,6 +120,10 @@ def html_command(
     phase: str | None,
     top: int,
     title: str | None,
+    rank: int | None,
+    trace_id: int | None,
+    batch_size: int | None,
+    run: str | None,
     vs_path: Path | None,
     select_a: tuple[str, ...],
     select_b: tuple[str, ...],
@@ -116,7 +134,11 @@ def html_command(
     Per run and batch size: ms/step by category (with overlap and idle), decode step time and throughput vs
     batch size (TPOT and tok/s of capture levels), collectives across ranks (transfer vs wait, the straggler),
     why the GPU is idle, the step-time distribution, one representative step on every rank on an aligned
-    clock (a Gantt chart by category), and the top kernels.
+    clock (a Gantt chart by category), the time per layer (stacked by category, slow layers flagged, the rank
+    late at each layer's collectives), and the top kernels.
+
+    --rank, --trace, --batch and --run choose the steps, as for `report`; the findings, the collectives and the
+    layers' late ranks stay across all ranks of each run (the page says so).
 
     With --vs B.duckdb and/or --a/--b selections, the page of a comparison instead (`k25trace compare`): the
     verdict, each step group's categories A beside B and the change per category with its 95 % interval, the
@@ -132,13 +154,16 @@ def html_command(
 
     started = time.perf_counter()
     if vs_path is not None or select_a or select_b:
+        for option, value in (("--rank", rank), ("--trace", trace_id), ("--batch", batch_size), ("--run", run)):
+            if value is not None:
+                raise click.UsageError(f"{option} chooses the steps of the report page; a comparison takes --a/--b")
         with _guarded(db_path if vs_path is None else f"{db_path} or {vs_path}"):
             _html_comparison(db_path, vs_path, select_a, select_b, match, phase or "decode", out, title, started)
         return
     with _guarded(db_path):
         with _reading(db_path, out) as (con, inputs):
-            _check_steps(con, phase)
-            page, data = html.build(con, source=db_path.name, phase=phase, top=top, title=title)
+            filters = _check_steps(con, phase, rank=rank, trace_id=trace_id, batch_size=batch_size, run=run)
+            page, data = html.build(con, source=db_path.name, phase=phase, top=top, title=title, filters=filters)
         for note in data.notes:
             _err(f"note: {note}")
         encoded = page.encode("utf-8", "surrogateescape")
@@ -151,16 +176,22 @@ def html_command(
         )
 
 
-def _check_steps(con: Any, phase: str | None) -> None:
-    """A K25Error saying what the database holds when ``phase`` (None: as the report resolves it) selects no step
-    with GPU work, before anything is written (a page of "0 runs" is not worth a file); a database without traces
-    still gets its page, which says so."""
-    from k25trace.analysis import report  # deferred: start-up time
+def _check_steps(
+    con: Any, phase: str | None, *, rank: int | None, trace_id: int | None, batch_size: int | None, run: str | None
+) -> Any:
+    """The page's filters (``page_data.PageFilters``), or a K25Error saying what the database holds when ``phase``
+    (None: as the report resolves it) and the filters select no step with GPU work, before anything is written (a
+    page of "0 runs" is not worth a file); a database without traces still gets its page, which says so, unless a
+    filter was given."""
+    from k25trace.analysis import page_data, report  # deferred: start-up time
 
-    if report.summary(con).is_empty():
-        return
+    given = any(v is not None for v in (rank, trace_id, batch_size, run))
+    if report.summary(con).is_empty() and not given:
+        return page_data.PageFilters()
     resolved, _ = report.resolve_phase(con, phase)
-    report.check_filters(con, phase=resolved)
+    run_id = report.resolve_run(con, run)
+    report.check_filters(con, phase=resolved, rank=rank, trace_id=trace_id, batch_size=batch_size, run_id=run_id)
+    return page_data.PageFilters(rank=rank, trace_id=trace_id, batch_size=batch_size, run_id=run_id)
 
 
 def _html_comparison(

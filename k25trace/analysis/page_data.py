@@ -3,6 +3,7 @@ the few figures derived from them (bars per run and batch size, a run's main bat
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -11,8 +12,43 @@ import duckdb
 import polars as pl
 
 from k25trace.analysis import report
+from k25trace.analysis.findings_base import Findings
 from k25trace.db import query_frame
 from k25trace.stats import quantile
+
+
+@dataclass(frozen=True)
+class PageFilters:
+    """The step filters of the page (``--rank``, ``--trace``, ``--batch``, ``--run``; None: every one)."""
+
+    rank: int | None = None
+    trace_id: int | None = None
+    batch_size: int | None = None
+    run_id: str | None = None
+
+    @property
+    def per_rank(self) -> bool:
+        """Whether the steps are those of one rank or one trace (the cross-rank sections cannot be)."""
+        return self.rank is not None or self.trace_id is not None
+
+    def ranks(self) -> dict[str, Any]:
+        """The rank and trace filters, as the report's queries take them."""
+        return {"rank": self.rank, "trace_id": self.trace_id}
+
+    def steps(self) -> dict[str, Any]:
+        """The batch-size and run filters, as the report's queries take them."""
+        return {"batch_size": self.batch_size, "run_id": self.run_id}
+
+    def keep(self, frame: pl.DataFrame, *, ranks: bool = True) -> pl.DataFrame:
+        """The rows of ``frame`` (with run_id, batch_size and, when ``ranks``, rank and trace_id columns) that the
+        filters select."""
+        wanted = {"run_id": self.run_id, "batch_size": self.batch_size}
+        if ranks:
+            wanted |= {"rank": self.rank, "trace_id": self.trace_id}
+        for column, value in wanted.items():
+            if value is not None and column in frame.columns:
+                frame = frame.filter(pl.col(column) == value)
+        return frame
 
 
 @dataclass
@@ -69,6 +105,11 @@ class ReportData:
     timelines: list[Timeline]
     top: int
     labels: dict[str, str] = field(default_factory=dict)  # run_id -> its label (trace_runs.run_label)
+    filters: PageFilters = field(default_factory=PageFilters)
+    layers: pl.DataFrame = field(default_factory=pl.DataFrame)  # report --by layer
+    layer_parts: pl.DataFrame = field(default_factory=pl.DataFrame)  # html_layer_categories
+    layer_late: pl.DataFrame = field(default_factory=pl.DataFrame)  # report --by layer-late
+    layer_reasons: pl.DataFrame = field(default_factory=pl.DataFrame)  # html_layer_reasons
 
     def run_name(self, run_id: str, level: str | None = None) -> str:
         """The run's label (the id itself for an unknown run), with the capture level when given."""
@@ -77,37 +118,67 @@ class ReportData:
 
 
 def collect(
-    con: duckdb.DuckDBPyConnection, *, source: str = "", phase: str | None = None, top: int = 20, buckets: int
+    con: duckdb.DuckDBPyConnection,
+    *,
+    source: str = "",
+    phase: str | None = None,
+    top: int = 20,
+    buckets: int,
+    filters: PageFilters | None = None,
 ) -> ReportData:
-    """Run every query the page needs (the report views and the representative steps' timelines)."""
+    """Run every query the page needs (the report views and the representative steps' timelines), of the steps
+    ``filters`` select; the views that pair ranks (collectives, layer lateness) take only its batch size and run."""
     phase, note = report.resolve_phase(con, phase)
+    chosen = filters or PageFilters()
     notes = ([note] if note else []) + report.run_warnings(con) + report.alignment_warnings(con)
+    each = {"phase": phase, **chosen.ranks(), **chosen.steps()}
     timelines = [
-        step_timeline(con, row, buckets)
-        for row in query_frame(con, "representative_steps", {"phase": phase}).iter_rows(named=True)
+        step_timeline(con, row, buckets, chosen)
+        for row in chosen.keep(query_frame(con, "representative_steps", {"phase": phase})).iter_rows(named=True)
     ]
     return ReportData(
         source=source,
         phase=phase,
         notes=notes,
-        runs=query_frame(con, "runs"),
-        batch=report.breakdown(con, by="batch", phase=phase),
-        idle=report.breakdown(con, by="idle", phase=phase),
-        comm=report.breakdown(con, by="comm", phase=phase),
-        kernels=report.breakdown(con, by="kernel", phase=phase, top=top),
-        step_times=query_frame(con, "step_times", {"phase": phase}),
-        levels=query_frame(con, "run_levels"),
+        runs=chosen.keep(query_frame(con, "runs"), ranks=False),
+        batch=report.breakdown(con, by="batch", **each),
+        idle=report.breakdown(con, by="idle", **each),
+        comm=report.breakdown(con, by="comm", phase=phase, **chosen.steps()),
+        kernels=report.breakdown(con, by="kernel", **each, top=top),
+        step_times=chosen.keep(query_frame(con, "step_times", {"phase": phase})),
+        levels=chosen.keep(query_frame(con, "run_levels"), ranks=False),
         timelines=[t for t in timelines if t.lanes],
         top=top,
         labels=report.run_labels(con),
+        filters=chosen,
+        layers=report.breakdown(con, by="layer", **each),
+        layer_parts=query_frame(con, "html_layer_categories", each),
+        layer_late=report.breakdown(con, by="layer-late", phase=phase, **chosen.steps()),
+        layer_reasons=query_frame(con, "html_layer_reasons", each),
     )
 
 
-def step_timeline(con: duckdb.DuckDBPyConnection, rep: dict[str, Any], buckets: int) -> Timeline:
-    """One step on every rank of its run, cut into ``buckets`` slices of one common aligned window; each slice is
-    the category that ran longest in it, or the cause of the idle time there (``browse_step_timeline``)."""
+def chosen_findings(result: Findings, filters: PageFilters) -> Findings:
+    """The findings of the groups (run, batch size) the filters' batch size and run choose (each group's findings
+    are computed from its own steps alone, so the others can be left out)."""
+    return dataclasses.replace(
+        result,
+        groups=tuple(
+            g
+            for g in result.groups
+            if filters.batch_size in (None, g.batch_size) and filters.run_id in (None, g.run_id)
+        ),
+    )
+
+
+def step_timeline(
+    con: duckdb.DuckDBPyConnection, rep: dict[str, Any], buckets: int, filters: PageFilters | None = None
+) -> Timeline:
+    """One step on every rank of its run (of the rank or trace ``filters`` name, when one is), cut into
+    ``buckets`` slices of one common aligned window; each slice is the category that ran longest in it, or the
+    cause of the idle time there (``browse_step_timeline``)."""
     lanes_frame = query_frame(con, "step_lanes", {"run_id": rep["run_id"], "step_index": rep["step_index"]})
-    lanes_frame = lanes_frame.filter(pl.col("wall_ns") > 0)
+    lanes_frame = (filters or PageFilters()).keep(lanes_frame.filter(pl.col("wall_ns") > 0))
     timeline = Timeline(
         run_id=rep["run_id"],
         level=rep["level"],
@@ -276,3 +347,134 @@ def box(values: list[float]) -> Box:
     return Box(
         q1=q1, median=med, q3=q3, lo_fence=lo_fence, hi_fence=hi_fence, whisker_lo=min(inside), whisker_hi=max(inside)
     )
+
+
+@dataclass
+class LayerSegment:
+    """One segment (pre, a layer, post) of a run and batch size's steps: ``report --by layer``'s row, with the
+    median of each category's exclusive time in it (``html_layer_categories``) and who was late there."""
+
+    label: str
+    layer: int | None
+    kind: str
+    evidence: str
+    steps: int
+    wall_ms: float  # medians over the segment's rank-steps
+    busy_ms: float
+    parts: list[tuple[str, float]]  # (category, median ms) in drawing order; overlap and idle last; zeros left out
+    vs_median_layer: float | None
+    vs_kind: float | None
+    flag: str | None
+    outlier_steps: int
+    outlier_list: list[int]
+    late: list[dict[str, Any]] = field(default_factory=list)  # report --by layer-late rows, the latest rank first
+
+
+@dataclass
+class LayerChart:
+    """The segments of one run and batch size, in step order, and the median layer's busy time."""
+
+    run_id: str
+    batch_size: int | None
+    segments: list[LayerSegment]
+    median_layer_ms: float | None
+
+    @property
+    def layers(self) -> list[LayerSegment]:
+        """The transformer layers alone (no pre, no post)."""
+        return [s for s in self.segments if s.layer is not None]
+
+    def slowest(self, n: int = 3) -> list[LayerSegment]:
+        """The ``n`` layers with the most busy time, the slowest first (ties: the lower layer)."""
+        return sorted(self.layers, key=lambda s: (-s.busy_ms, s.layer))[:n]
+
+
+def layer_charts(data: ReportData, category_order: Sequence[str]) -> list[LayerChart]:
+    """One :class:`LayerChart` per run and batch size of ``report --by layer`` (``data.layers``), its segments'
+    category medians in the order of ``category_order`` (then any others by name, then overlap and idle)."""
+    by_label = {label: run for run, label in data.labels.items()}
+    parts: dict[tuple[str, int | None, str], dict[str, float]] = {}
+    exact: dict[tuple[str, int | None, str], tuple[float, float]] = {}
+    for r in data.layer_parts.iter_rows(named=True):
+        key = (r["run_id"], r["batch_size"], r["segment"])
+        parts.setdefault(key, {})[r["category"]] = r["ms"]
+        exact[key] = (r["wall_ms"], r["busy_ms"])
+    late: dict[tuple[str, int | None, str], list[dict[str, Any]]] = {}
+    for r in data.layer_late.sort("lateness_ms", descending=True).iter_rows(named=True):
+        late.setdefault((r["run_id"], r["batch_size"], r["segment"]), []).append(r)
+    charts = []
+    for (run, batch), group in groups(data.layers, ["run", "batch_size"]):
+        run_id = by_label.get(run, run)
+        segments = []
+        for r in group.iter_rows(named=True):
+            key = (run_id, batch, r["segment"])
+            split = parts.get(key, {})
+            order = [c for c in category_order if c in split] + sorted(
+                c for c in split if c not in category_order and c not in ("overlap", "idle")
+            )
+            wall, busy = exact.get(key, (r["wall_ms"], r["busy_ms"]))
+            segments.append(
+                LayerSegment(
+                    label=r["segment"],
+                    layer=int(r["segment"]) if r["segment"].isdigit() else None,
+                    kind=r["kind"],
+                    evidence=r["evidence"],
+                    steps=r["steps"],
+                    wall_ms=wall,
+                    busy_ms=busy,
+                    parts=[(c, split[c]) for c in [*order, "overlap", "idle"] if split.get(c)],
+                    vs_median_layer=r["vs_median_layer"],
+                    vs_kind=r["vs_kind"],
+                    flag=r["flag"],
+                    outlier_steps=r["outlier_steps"],
+                    outlier_list=[int(s) for s in (r["outlier_list"] or "").split(",") if s],
+                    late=late.get(key, []),
+                )
+            )
+        busy_layers = [s.busy_ms for s in segments if s.layer is not None]
+        median = quantile(busy_layers, 0.5) if busy_layers else None
+        charts.append(LayerChart(run_id=run_id, batch_size=batch, segments=segments, median_layer_ms=median))
+    return charts
+
+
+def unsegmented(data: ReportData) -> list[tuple[str, int | None, int, list[tuple[str, int]]]]:
+    """The runs and batch sizes of the selection with no step segmented into layers: (run id, batch size, its
+    steps, (reason, steps) pairs), from ``html_layer_reasons``."""
+    out = []
+    for (run_id, batch), group in groups(data.layer_reasons, ["run_id", "batch_size"]):
+        if group.filter(pl.col("reason").is_null()).is_empty():
+            reasons = [(r["reason"], r["steps"]) for r in group.iter_rows(named=True)]
+            out.append((run_id, batch, sum(n for _, n in reasons), reasons))
+    return out
+
+
+@dataclass
+class LateRank:
+    """One rank of a multi-rank run as the latest at some segments' collectives (``report --by layer-late``)."""
+
+    rank: int
+    segments: list[str]  # the segments where it was the latest (the most summed lateness), in step order
+    collectives: int  # the collectives of those segments it was late to
+    lateness_ms: float  # its summed lateness there
+    cause: str | None  # the most common cause over those segments
+
+
+def late_ranks(chart: LayerChart) -> list[LateRank]:
+    """Per rank, the segments of ``chart`` where it arrived latest at the collectives, the most lateness first."""
+    out: dict[int, LateRank] = {}
+    causes: dict[int, dict[str, int]] = {}
+    for seg in chart.segments:
+        if not seg.late:
+            continue
+        top = seg.late[0]
+        rank = int(top["late_rank"])
+        entry = out.setdefault(rank, LateRank(rank=rank, segments=[], collectives=0, lateness_ms=0.0, cause=None))
+        entry.segments.append(seg.label)
+        entry.collectives += int(top["late_collectives"])
+        entry.lateness_ms += float(top["lateness_ms"] or 0.0)
+        if top["cause"]:
+            tally = causes.setdefault(rank, {})
+            tally[top["cause"]] = tally.get(top["cause"], 0) + 1
+    for rank, tally in causes.items():
+        out[rank].cause = min(tally, key=lambda c: (-tally[c], c))
+    return sorted(out.values(), key=lambda r: (-r.lateness_ms, r.rank))

@@ -34,9 +34,15 @@ def _group(group: FindingGroup) -> str:
     )
 
 
-def section_findings(result: Findings) -> str:
-    """The findings section (``id="findings"``): the overlap rule, the notes, then one ranked list per group."""
+def section_findings(result: Findings, whole_runs: bool = False) -> str:
+    """The findings section (``id="findings"``): the overlap rule, the notes, then one ranked list per group
+    (``whole_runs``: the page is of one rank or trace, and the findings say they are of every rank)."""
     notes = "".join(f'<p class="note">{esc(n)}</p>' for n in result.notes)
+    if whole_runs:
+        notes = (
+            '<p class="note">Of every rank of each run, not only the rank or trace chosen: a rank\'s wait is '
+            "another rank's lateness.</p>" + notes
+        )
     groups = "".join(_group(g) for g in result.groups) or (
         f'<p class="empty">No findings: no {esc(result.phase)} steps with GPU activity.</p>'
     )

@@ -12,9 +12,10 @@ import duckdb
 
 from k25trace import __version__
 from k25trace.analysis import findings, page_data
-from k25trace.analysis.page_data import ReportData
+from k25trace.analysis.page_data import PageFilters, ReportData
 from k25trace.render.colors import CATEGORY_COLORS
 from k25trace.render.html.findings import section_findings
+from k25trace.render.html.layer_sections import section_layers
 from k25trace.render.html.markup import IDLE_CAUSE_COLORS, IDLE_COLOR, esc
 from k25trace.render.html.sections import section_breakdown, section_comm, section_idle, section_kernels, section_runs
 from k25trace.render.html.step_sections import (
@@ -24,7 +25,7 @@ from k25trace.render.html.step_sections import (
     section_timeline,
 )
 
-REPORT_COMMAND = "k25trace report --db FILE [--by comm|idle|kernel|step]"
+REPORT_COMMAND = "k25trace report --db FILE [--by comm|idle|kernel|step|layer]"
 """The command line the report page's footer names for the same numbers."""
 
 
@@ -69,7 +70,7 @@ def shell(
 
 def render(data: ReportData, title: str | None = None, found: findings.Findings | None = None) -> str:
     """The whole page as one string (headed by the findings ``found``, when given)."""
-    sections = [section_findings(found)] if found is not None else []
+    sections = [section_findings(found, whole_runs=data.filters.per_rank)] if found is not None else []
     sections += [
         section_runs(data),
         section_breakdown(data),
@@ -78,6 +79,7 @@ def render(data: ReportData, title: str | None = None, found: findings.Findings 
         section_idle(data),
         section_distribution(data),
         section_timeline(data),
+        section_layers(data),
         section_kernels(data),
     ]
     nav_items = [
@@ -89,16 +91,60 @@ def render(data: ReportData, title: str | None = None, found: findings.Findings 
         ("idle", "Idle"),
         ("distribution", "Distribution"),
         ("timeline", "Timeline"),
+        ("layers", "Layers"),
         ("kernels", "Top kernels"),
     ]
+    chosen = filter_text(data)
     return shell(
         title or "k25trace report",
-        f"{data.source} · {data.phase} steps",
-        data.notes,
+        f"{data.source} · {data.phase} steps" + (f" · {chosen}" if chosen else ""),
+        data.notes + _filter_notes(data, chosen),
         sections,
         nav_items,
-        REPORT_COMMAND,
+        REPORT_COMMAND + (f" {filter_options(data.filters)}" if chosen else ""),
     )
+
+
+def filter_text(data: ReportData) -> str:
+    """The filters applied, in words (empty without any): ``rank 0, batch size 8, run graph (TP2)``."""
+    f = data.filters
+    return ", ".join(
+        part
+        for part in (
+            f"rank {f.rank}" if f.rank is not None else "",
+            f"trace {f.trace_id}" if f.trace_id is not None else "",
+            f"batch size {f.batch_size}" if f.batch_size is not None else "",
+            f"run {data.run_name(f.run_id)}" if f.run_id is not None else "",
+        )
+        if part
+    )
+
+
+def filter_options(f: PageFilters) -> str:
+    """The same filters as ``report`` options."""
+    return " ".join(
+        f"{option} {value}"
+        for option, value in (
+            ("--rank", f.rank),
+            ("--trace", f.trace_id),
+            ("--batch", f.batch_size),
+            ("--run", f.run_id),
+        )
+        if value is not None
+    )
+
+
+def _filter_notes(data: ReportData, chosen: str) -> list[str]:
+    """The page's note on its filters: what every section shows, and which sections stay across all ranks."""
+    if not chosen:
+        return []
+    note = f"Only the steps of {chosen}."
+    if data.filters.per_rank:
+        note += (
+            " The findings, the collectives and the late ranks of the layers are across all ranks of each run: they "
+            "set one rank against the others. Every other section is of the rank or trace chosen."
+        )
+    return [note]
 
 
 def build(
@@ -108,7 +154,9 @@ def build(
     phase: str | None = None,
     top: int = 20,
     title: str | None = None,
+    filters: PageFilters | None = None,
 ) -> tuple[str, ReportData]:
-    """Collect and render: (the page, the data it shows)."""
-    data = page_data.collect(con, source=source, phase=phase, top=top, buckets=TIMELINE_WIDTH)
-    return render(data, title, findings.findings(con, phase=data.phase, db=source or "FILE")), data
+    """Collect and render: (the page, the data it shows), of the steps ``filters`` select."""
+    data = page_data.collect(con, source=source, phase=phase, top=top, buckets=TIMELINE_WIDTH, filters=filters)
+    found = page_data.chosen_findings(findings.findings(con, phase=data.phase, db=source or "FILE"), data.filters)
+    return render(data, title, found), data
