@@ -28,14 +28,12 @@ from k25trace.options import (
     database_option,
     db_option,
     format_option,
-    match_option,
     model_config_option,
     phase_option,
     run_option,
-    side_options,
     wide_option,
 )
-from k25trace.vocab import ALL, COMPARE_TABLES, VIEW_HELP, VIEWS
+from k25trace.vocab import VIEW_HELP, VIEWS
 
 err = Console(stderr=True, highlight=False)
 
@@ -61,6 +59,7 @@ LAZY_COMMANDS = {
     "bench": ("k25trace.bench_cli", "command"),
     "html": ("k25trace.share_cli", "html_command"),
     "export": ("k25trace.share_cli", "export_command"),
+    "compare": ("k25trace.compare_cli", "compare"),
 }
 
 
@@ -506,140 +505,6 @@ def print_batch_tables(
         print_table(table, target=console)
         if caption:  # under the table at the console's width (a caption wraps to the table's)
             console.print(Text(caption), Text(""))
-
-
-# ------------------------------------------------------------------------------------------------------ compare
-
-
-def _is_trace_path(path: Path) -> bool:
-    """A directory or a trace file (.json, .json.gz) is loaded into a temporary database; anything else is a
-    database."""
-    return path.is_dir() or path.name.endswith((".json", ".json.gz"))
-
-
-@cli.command()
-@click.argument("sides", nargs=-1, type=click.Path(path_type=Path), metavar="[A] [B]")
-@database_option("The database side A comes from (and side B, unless a path B is given).")
-@side_options()
-@click.option(
-    "--by",
-    type=click.Choice((ALL, *COMPARE_TABLES)),
-    default=None,
-    help="The table to print (default: all of them with the verdict; category with --format csv).",
-)
-@match_option()
-@phase_option("compare", default="decode")
-@click.option(
-    "--alpha", type=float, default=0.05, show_default=True, help="Significance level of the Holm-adjusted Welch t-test."
-)
-@click.option(
-    "--min-change",
-    type=float,
-    default=5.0,
-    show_default=True,
-    help="A significant delta below this % of the row's value on the smaller side (A or B) is "
-    "'negligible'; so compare B A mirrors compare A B.",
-)
-@click.option(
-    "--min-step",
-    type=float,
-    default=0.5,
-    show_default=True,
-    help="A significant delta below this % of the shorter side's mean step time (A or B) is 'negligible'.",
-)
-@click.option(
-    "--top",
-    type=click.IntRange(min=0),
-    default=30,
-    show_default=True,
-    help="Kernel rows per group in table/Markdown output besides the changed ones (0: all).",
-)
-@format_option
-def compare(
-    sides: tuple[Path, ...],
-    db_path: Path | None,
-    select_a: tuple[str, ...],
-    select_b: tuple[str, ...],
-    by: str | None,
-    match: str,
-    phase: str,
-    alpha: float,
-    min_change: float,
-    min_step: float,
-    top: int,
-    fmt: str | None,
-) -> None:
-    """What changed between two captures, and is it more than the step-to-step noise?
-
-    Each side is a database, a trace directory (loaded into a temporary database), or a run, capture level,
-    traces, rank or batch size inside one (--a/--b). Steps are paired by phase and batch size (--match); per
-    category, kernel, step time and (several ranks) collective wait/transfer it prints A, B, the delta and a
-    verdict from Welch's t-test on the per-step values (Holm-adjusted per table): within noise, negligible,
-    slower or faster.
-
-    \b
-    Examples:
-      k25trace compare before.duckdb after.duckdb
-      k25trace compare traces/eager traces/graph --by kernel
-      k25trace compare --db cap.duckdb --a level=c1 --b level=c64
-      k25trace compare --db run.duckdb --a batch=1 --b batch=64 --format markdown
-    """
-    from k25trace import pipeline
-    from k25trace.analysis import compare as core  # deferred: start-up time
-    from k25trace.render import compare as compare_view
-    from k25trace.render import output
-
-    sources = ([db_path] if db_path is not None else []) + list(sides)
-    if not sources:
-        raise K25Error("give two databases or trace directories (A B), or --db FILE with --a/--b selections")
-    if len(sources) > 2:
-        raise K25Error("two sides at most: --db FILE and one path B, or two paths A B")
-    if len(sources) == 1:
-        sources *= 2
-    fmt = fmt or output.default_format()
-    with tempfile.TemporaryDirectory(prefix="k25trace-compare-") as tmp:
-        opened: dict[Path, Any] = {}
-
-        def open_side(path: Path, name: str) -> Any:
-            key = path.resolve()
-            if key not in opened:
-                if _is_trace_path(path):
-                    if not path.exists():
-                        raise K25Error(f"side {name}: {path}: no such file or directory")
-                    err.print(f"loading side {name} ({esc(str(path))}) into a temporary database")
-                    temp = Path(tmp) / f"side-{len(opened)}.duckdb"
-                    con, failed = run_load(temp, [path], quiet=True)
-                    con.close()
-                    if failed:
-                        raise K25Error(
-                            f"side {name}: {failed} file(s) of {path} could not be loaded; not comparing a partial side"
-                        )
-                    path = temp
-                opened[key] = pipeline.connect(path, read_only=True)
-            return opened[key]
-
-        a = core.Side("A", open_side(sources[0], "A"), str(sources[0]), core.Selection.parse(select_a))
-        b = core.Side("B", open_side(sources[1], "B"), str(sources[1]), core.Selection.parse(select_b))
-        result = core.compare(
-            a, b, phase=phase, match=match, alpha=alpha, min_change_pct=min_change, min_step_pct=min_step
-        )
-        for side in result.sides.iter_rows(named=True):
-            err.print(
-                esc(
-                    f"{side['side']}: {side['source']} [{side['selection']}]: {side['runs']}, {side['ranks']} "
-                    f"rank(s), {side['devices'] or 'GPU unknown'}, {side['steps']} "
-                    f"{'' if phase == 'all' else phase + ' '}engine steps, batch sizes "
-                    f"{side['batch_sizes'] or '?'}"
-                ),
-                soft_wrap=True,
-            )
-        for note in result.notes:
-            err.print(f"note: {esc(note)}", soft_wrap=True)
-        compare_view.write(result, fmt, by=by or ("category" if fmt == "csv" else "all"), top=top)
-        if fmt not in ("table", "markdown") or (by or "all") != "all":
-            err.print(f"verdict: {esc(result.summary())}", soft_wrap=True)
-        for con in opened.values():
-            con.close()
 
 
 # --------------------------------------------------------------------------------------------------- interrupts

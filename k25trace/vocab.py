@@ -55,7 +55,7 @@ FORMATS = ("table", "csv", "json", "markdown")
 COMPARE_MATCHES = ("auto", "batch", "level", "side")
 """How ``k25trace compare`` (and ``html --vs``) pairs the steps of its two sides (``--match``)."""
 
-COMPARE_TABLES = ("category", "kernel", "step", "comm", "macro")
+COMPARE_TABLES = ("category", "kernel", "step", "layer", "comm", "macro")
 """The tables of a comparison (``compare --by``, which also takes ``all``)."""
 
 

@@ -13,7 +13,10 @@ compared:
   arguments, tile shapes and NCCL's algorithm may differ across builds), else only in A / only in B; calls per
   step, µs per call, ms per step;
 - steps: wall p50/p90/p99 (over the steps of every rank) and the mean wall and busy time;
-- collectives, when both sides have several ranks: transfer and wait (launch / gpu) per step;
+- layers (:mod:`.compare_layers`): per segment of the steps' layer split (pre, 0..L−1, post), the median wall,
+  paired by index only when both sides have the same layer count;
+- collectives, when both sides have several ranks: transfer and wait per step, the wait at the step's first
+  collective and at later ones;
 - capture levels, when both sides come from ``k25trace capture``: TTFT, TPOT, ITL, tok/s (aggregates only: no test).
 
 **The test**: Welch's two-sample t-test (unequal variances) on the per-step values of A against those of B,
@@ -28,30 +31,40 @@ relative to A. ``ci95_ms`` is the half-width of the delta's 95 % Welch confidenc
 Fewer than two steps on a side: *untested*.
 
 This module holds the entry point (:func:`compare`), its result (:class:`Comparison`) and the helpers every view of
-it shares; the sides are in :mod:`.compare_sides`, the table builders in :mod:`.compare_tables`, the tests in
+it shares; the sides are in :mod:`.compare_sides`, the table builders in :mod:`.compare_tables` and
+:mod:`.compare_layers`, the tests in
 :mod:`k25trace.stats`, the terminal view in :mod:`k25trace.render.compare`.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import polars as pl
 
-from k25trace.analysis.compare_sides import SELECTION_KEYS, Selection, Side, extract_side, resolve_run, runs
+from k25trace.analysis.compare_layers import STANDS_OUT, layer_table, segment_order
+from k25trace.analysis.compare_sides import (
+    SELECTION_KEYS,
+    Selection,
+    Side,
+    device_notes,
+    extract_side,
+    macro_table,
+    resolve_run,
+    runs,
+    sides_table,
+)
 from k25trace.analysis.compare_tables import (
+    CHANGED,
     NEGLIGIBLE,
     PSEUDO_CATEGORIES,
     UNTESTED,
     WITHIN_NOISE,
     category_table,
     comm_table,
-    device_notes,
     kernel_table,
-    macro_table,
-    sides_table,
     step_table,
     symmetric_base,
     verdict,
@@ -68,6 +81,7 @@ __all__ = [
     "PSEUDO_CATEGORIES",
     "SECTIONS",
     "SELECTION_KEYS",
+    "STANDS_OUT",
     "TITLES",
     "UNTESTED",
     "WITHIN_NOISE",
@@ -82,6 +96,7 @@ __all__ = [
     "holm",
     "resolve_run",
     "runs",
+    "segment_order",
     "symmetric_base",
     "t_quantile",
     "t_two_sided_p",
@@ -90,11 +105,12 @@ __all__ = [
     "welch",
 ]
 
+NOTE_STARTS = {"layer": "layers", "comm": "collectives across ranks", "macro": "capture"}
+"""How the notes about a table begin (:meth:`Comparison.notes_on`)."""
 MATCHES = COMPARE_MATCHES
 """How the steps of the two sides are paired (vocab's; ``--match``)."""
 SECTIONS = COMPARE_TABLES
 """The tables of a comparison (vocab's; ``--by``)."""
-CHANGED = ("slower", "faster", "only in A", "only in B")
 
 
 # ----------------------------------------------------------------------------------------------- result
@@ -117,6 +133,8 @@ class Comparison:
     notes: list[str]
     groups: int = 0
     """Step groups compared (present on both sides)."""
+    layers: pl.DataFrame = field(default_factory=pl.DataFrame)
+    """Per step group and segment (pre, each layer, post) of the layer split: :mod:`.compare_layers`."""
 
     TEST = "Welch's t-test on per-step values, two-sided, Holm-adjusted per table"
 
@@ -125,6 +143,7 @@ class Comparison:
             "category": self.categories,
             "kernel": self.kernels,
             "step": self.steps,
+            "layer": self.layers,
             "comm": self.comm,
             "macro": self.macro,
         }
@@ -132,36 +151,65 @@ class Comparison:
             raise K25Error(f"unknown section {name!r}; one of {', '.join(SECTIONS)}")
         return frames[name]
 
-    def changes(self) -> list[str]:
-        """One line per changed row (categories, kernels, the step wall, collectives); empty = no change."""
-        lines = []
-        for row in self.categories.filter(pl.col("verdict").is_in(CHANGED)).iter_rows(named=True):
-            lines.append(
+    def notes_on(self, name: str) -> list[str]:
+        """The notes about one table (why the layer, collective or capture-level table has no rows)."""
+        starts = NOTE_STARTS.get(name)
+        return [n for n in self.notes if starts and n.startswith(starts)]
+
+    def changes(self, section: str | None = None) -> list[str]:
+        """One line per changed row (categories, kernels, the step wall, layers that stand out, collectives); empty =
+        no change. ``section``: that table's lines only (``layer``: every changed layer)."""
+        if section is not None:
+            return self._changed_layers(every=True) if section == "layer" else self._changed(section)
+        return [line for name in ("category", "kernel", "step", "layer", "comm") for line in self._changed(name)]
+
+    def _changed(self, name: str) -> list[str]:
+        """The change lines of one table (the layer table: the layers that stand out)."""
+        if name == "layer":
+            return self._changed_layers(every=False)
+        if name == "category":
+            return [
                 f"{row['group']}: {row['category']} {row['verdict']} "
                 f"({_signed(row['delta_ms'])} ms/step, {_pct(row['delta_pct'])})"
-            )
-        for row in self.kernels.filter(pl.col("verdict").is_in(CHANGED)).iter_rows(named=True):
-            name = row["name_a"] if row["name_a"] is not None else row["name_b"]
-            lines.append(
-                f"{row['group']}: kernel {_clip(name, 80)} {row['verdict']}"
-                + (
-                    f" ({_signed(row['delta_ms'])} ms/step)"
-                    if row["delta_ms"] is not None and row["verdict"] in ("slower", "faster")
-                    else ""
+                for row in self.categories.filter(pl.col("verdict").is_in(CHANGED)).iter_rows(named=True)
+            ]
+        if name == "kernel":
+            lines = []
+            for row in self.kernels.filter(pl.col("verdict").is_in(CHANGED)).iter_rows(named=True):
+                kernel = row["name_a"] if row["name_a"] is not None else row["name_b"]
+                tested = row["delta_ms"] is not None and row["verdict"] in ("slower", "faster")
+                lines.append(
+                    f"{row['group']}: kernel {_clip(kernel, 80)} {row['verdict']}"
+                    + (f" ({_signed(row['delta_ms'])} ms/step)" if tested else "")
                 )
-            )
-        # a step group on one side only was not compared (said in the notes): not a change
-        for row in self.steps.filter(pl.col("verdict").is_in(["slower", "faster"])).iter_rows(named=True):
-            lines.append(
+            return lines
+        if name == "step":  # a step group on one side only was not compared (said in the notes): not a change
+            return [
                 f"{row['group']}: step {row['metric']} {row['verdict']} "
                 f"({_signed(row['delta_ms'])} ms, {_pct(row['delta_pct'])})"
-            )
-        for row in self.comm.filter(pl.col("verdict").is_in(CHANGED)).iter_rows(named=True):
-            lines.append(
+                for row in self.steps.filter(pl.col("verdict").is_in(["slower", "faster"])).iter_rows(named=True)
+            ]
+        if name == "comm":
+            return [
                 f"{row['group']}: {row['category']} {row['metric']} {row['verdict']} "
                 f"({_signed(row['delta_ms'])} ms/step)"
-            )
-        return lines
+                for row in self.comm.filter(pl.col("verdict").is_in(CHANGED)).iter_rows(named=True)
+            ]
+        return []
+
+    def _changed_layers(self, *, every: bool) -> list[str]:
+        """The layers that stand out of their group (``every``: each changed layer row, largest |delta| first)."""
+        if self.layers.is_empty():
+            return []
+        rows = self.layers.filter(pl.col("verdict").is_in(CHANGED) if every else pl.col("flag") == STANDS_OUT)
+        if every:
+            rows = rows.sort(pl.col("delta_ms").abs(), descending=True, maintain_order=True)
+        return [
+            f"{row['group']}: {'layer ' if row['segment'].isdigit() else ''}{row['segment']} {row['verdict']}"
+            f"{', stands out' if row['flag'] == STANDS_OUT else ''} "
+            f"({_signed(row['delta_ms'])} ms median, {_pct(row['delta_pct'])})"
+            for row in rows.iter_rows(named=True)
+        ]
 
     @property
     def verdict(self) -> str:
@@ -195,6 +243,7 @@ class Comparison:
             "categories": self.categories.to_dicts(),
             "kernels": self.kernels.to_dicts(),
             "steps": self.steps.to_dicts(),
+            "layers": self.layers.to_dicts(),
             "comm": self.comm.to_dicts(),
             "macro": self.macro.to_dicts(),
         }
@@ -268,6 +317,8 @@ def compare(
     comm, comm_note = comm_table(da, db, matched, **kw)
     if comm_note:
         notes.append(comm_note)
+    layers, layer_notes = layer_table(da, db, matched, **kw)
+    notes.extend(layer_notes)
     macro, macro_notes = macro_table(da, db)
     notes.extend(macro_notes)
     return Comparison(
@@ -279,6 +330,7 @@ def compare(
         categories=categories,
         kernels=kernels,
         steps=steps,
+        layers=layers,
         comm=comm,
         macro=macro,
         notes=notes,
@@ -342,7 +394,10 @@ TITLES = {
     "kernel": "Per kernel: matched by exact name, else by family (template arguments, tile shapes, NCCL algorithm "
     "aside), else only in A / only in B",
     "step": "Steps: wall time per step (p50/p90/p99 over every rank's steps; mean and busy tested)",
-    "comm": "Collectives across ranks: transfer and wait per step (report --by comm)",
+    "layer": "Per layer: median wall ms per step of each segment (report --by layer), paired by index; the test "
+    "on the means",
+    "comm": "Collectives across ranks: transfer and wait per step (report --by comm); the wait at the step's 1st "
+    "collective (the hosts started the step apart) and at later ones (the GPU work between them differed)",
     "macro": "Capture levels: client-side figures (aggregates: no test)",
 }
 """Each table's title (the terminal, Markdown, the TUI and the page use them)."""

@@ -1,11 +1,13 @@
 """The sides of a comparison: what a side selects in its database (:class:`Selection`), the side itself
-(:class:`Side`), and one side's per-step rows read by the ``queries/compare_*.sql`` queries (:func:`extract_side`)."""
+(:class:`Side`), one side's per-step rows read by the ``queries/compare_*.sql`` queries (:func:`extract_side`), and
+the tables of the sides themselves: who they are (:func:`sides_table`, :func:`device_notes`) and their capture
+levels' client-side figures (:func:`macro_table`)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import duckdb
 import polars as pl
@@ -129,6 +131,7 @@ class SideData:
     names: pl.DataFrame  # name_id → name, short_name, kind
     comm: pl.DataFrame  # per (run_id, step_index, category)
     levels: pl.DataFrame  # capture_levels of the side
+    layers: pl.DataFrame  # per (run_id, step_index, segment label): wall averaged over ranks (compare_layers)
 
 
 def extract_side(side: Side, phase: str) -> SideData:
@@ -194,4 +197,132 @@ def _read_side(side: Side, sel: Selection, phase: str, params: dict[str, Any], a
         names=query_frame(side.con, "compare_kernel_names"),
         comm=query_frame(side.con, "compare_comm_steps") if sel.rank is None else pl.DataFrame(),
         levels=query_frame(side.con, "compare_levels", level_params),
+        layers=query_frame(side.con, "compare_layers"),
     )
+
+
+# ------------------------------------------------------------------------------ the sides side by side
+
+MACRO_SCHEMA: dict[str, Any] = {
+    "level_a": pl.String,
+    "level_b": pl.String,
+    "metric": pl.String,
+    "unit": pl.String,
+    "a": pl.Float64,
+    "b": pl.Float64,
+    "delta": pl.Float64,
+    "delta_pct": pl.Float64,
+    "better": pl.String,
+}
+"""The capture-level table's columns (``compare --by macro``)."""
+MACRO_COLUMNS = list(MACRO_SCHEMA)
+
+MACRO_METRICS = (
+    ("output tok/s", "output_tok_s", "tok/s", "higher"),
+    ("TTFT p50", "ttft_p50_ms", "ms", "lower"),
+    ("TTFT p90", "ttft_p90_ms", "ms", "lower"),
+    ("TTFT p99", "ttft_p99_ms", "ms", "lower"),
+    ("TPOT p50", "tpot_p50_ms", "ms", "lower"),
+    ("TPOT p90", "tpot_p90_ms", "ms", "lower"),
+    ("TPOT p99", "tpot_p99_ms", "ms", "lower"),
+    ("ITL p50", "itl_p50_ms", "ms", "lower"),
+    ("ITL p90", "itl_p90_ms", "ms", "lower"),
+    ("ITL p99", "itl_p99_ms", "ms", "lower"),
+    ("requests", "requests", "", None),
+    ("errors", "errors", "", "lower"),
+)
+
+
+def macro_table(da: SideData, db: SideData) -> tuple[pl.DataFrame, list[str]]:
+    """The capture levels' client-side figures side by side (no test), and the notes on them."""
+    empty = pl.DataFrame(schema=MACRO_SCHEMA)
+    la, lb = da.levels, db.levels
+    if la.is_empty() and lb.is_empty():
+        return empty, []
+    if la.is_empty() or lb.is_empty():
+        only = "A" if lb.is_empty() else "B"
+        return empty, [f"capture figures (TTFT, TPOT, tok/s): only {only} comes from `k25trace capture`; not compared"]
+    pairs: list[tuple[dict, dict]] = []
+    notes = []
+    rows_a, rows_b = la.to_dicts(), lb.to_dicts()
+    if len(rows_a) == 1 and len(rows_b) == 1:
+        pairs.append((rows_a[0], rows_b[0]))
+    else:
+        by_b = {r["level"]: r for r in rows_b}
+        for r in rows_a:
+            if r["level"] in by_b:
+                pairs.append((r, by_b[r["level"]]))
+        unpaired = [f"A {r['level']}" for r in rows_a if r["level"] not in by_b] + [
+            f"B {r['level']}" for r in rows_b if r["level"] not in {x["level"] for x in rows_a}
+        ]
+        if unpaired:
+            notes.append(f"capture levels without a same-named level on the other side: {', '.join(unpaired)}")
+    rows = []
+    for ra, rb in pairs:
+        for metric, column, unit, good in MACRO_METRICS:
+            va, vb = ra.get(column), rb.get(column)
+            va = None if va is None else float(va)
+            vb = None if vb is None else float(vb)
+            delta = None if va is None or vb is None else vb - va
+            better = None
+            if delta is not None and good is not None:
+                better = "same" if delta == 0 else ("B" if (delta > 0) == (good == "higher") else "A")
+            rows.append(
+                {
+                    "level_a": ra["level"],
+                    "level_b": rb["level"],
+                    "metric": metric,
+                    "unit": unit,
+                    "a": None if va is None else round(va, 3),
+                    "b": None if vb is None else round(vb, 3),
+                    "delta": None if delta is None else round(delta, 3),
+                    "delta_pct": round(delta * 100 / va, 2) if delta is not None and va else None,
+                    "better": better,
+                }
+            )
+    notes.append(
+        "capture figures are per-level aggregates (percentiles over requests), not per-request values: "
+        "shown with their delta, no test"
+    )
+    return pl.DataFrame(rows, schema=MACRO_SCHEMA), notes
+
+
+def sides_table(da: SideData, db: SideData) -> pl.DataFrame:
+    """One row per side: its source, selection, runs, ranks, devices, vLLM versions, steps and batch sizes."""
+    rows = []
+    for d in (da, db):
+        r = d.runs
+        batches = sorted({b for b in d.obs["batch_size"].to_list() if b is not None})
+        rows.append(
+            {
+                "side": d.side.name,
+                "source": d.side.source,
+                "selection": d.side.selection.describe(),
+                "runs": ", ".join(r["label"].to_list()),
+                "levels": ", ".join(sorted({lv for lv in d.obs["level"].to_list() if lv is not None})) or None,
+                "ranks": int(cast(int, d.obs["ranks"].max()) or 0),
+                "devices": ", ".join(sorted({x for v in r["devices"].to_list() if v for x in v.split(", ")})) or None,
+                "vllm": ", ".join(sorted({x for v in r["vllm_versions"].to_list() if v for x in v.split(", ")}))
+                or None,
+                "steps": d.obs.height,
+                "batch_sizes": ", ".join(str(b) for b in batches) or None,
+            }
+        )
+    return pl.DataFrame(rows)
+
+
+def device_notes(da: SideData, db: SideData) -> list[str]:
+    """A note for each of GPUs and vLLM versions in which the sides differ."""
+
+    def values(d: SideData, column: str) -> set[str]:
+        return {x for v in d.runs[column].to_list() if v for x in v.split(", ")}
+
+    notes = []
+    for column, what in (("devices", "GPUs"), ("vllm_versions", "vLLM versions")):
+        va, vb = values(da, column), values(db, column)
+        if va and vb and va != vb:
+            notes.append(
+                f"the sides differ in {what} (A: {', '.join(sorted(va))}; B: {', '.join(sorted(vb))}): "
+                "kernels of other builds match by family or not at all; see each row's match column"
+            )
+    return notes

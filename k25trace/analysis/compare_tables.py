@@ -1,6 +1,7 @@
-"""The tables of a comparison, one builder per table (categories, kernels, steps, collectives, capture levels,
-sides): per-step values of both sides, Welch-tested (:func:`k25trace.stats.welch`), Holm-adjusted per table
-(:func:`k25trace.stats.holm`), each row given its :func:`verdict`; see :mod:`k25trace.analysis.compare`."""
+"""The tested tables of a comparison, one builder per table (categories, kernels, steps, collectives): per-step
+values of both sides, Welch-tested (:func:`k25trace.stats.welch`), Holm-adjusted per table
+(:func:`k25trace.stats.holm`), each row given its :func:`verdict`; see :mod:`k25trace.analysis.compare`. The layer
+table is in :mod:`.compare_layers`; the sides, their devices and capture levels in :mod:`.compare_sides`."""
 
 from __future__ import annotations
 
@@ -14,6 +15,9 @@ from k25trace.names import kernel_family, template_args
 from k25trace.stats import holm, welch
 
 PSEUDO_CATEGORIES = ("overlap", "idle")
+
+CHANGED = ("slower", "faster", "only in A", "only in B")
+"""The verdicts that count as a change."""
 
 WITHIN_NOISE = "within noise"
 NEGLIGIBLE = "negligible"
@@ -58,7 +62,7 @@ def symmetric_base(a: float | None, b: float | None) -> float | None:
     return min(abs(a or 0.0), abs(b or 0.0))
 
 
-def _obs_of(d: SideData, group: tuple[str, str]) -> pl.DataFrame:
+def obs_of(d: SideData, group: tuple[str, str]) -> pl.DataFrame:
     """The observations of one group, numbered 0…n−1 (``i``) in step order."""
     return (
         d.obs.filter((pl.col("phase") == group[0]) & (pl.col("group") == group[1]))
@@ -99,7 +103,7 @@ def _row_stats(xa: np.ndarray, xb: np.ndarray, scale: float = 1e6) -> dict[str, 
     }
 
 
-def _finish(
+def finish_rows(
     rows: list[dict[str, Any]],
     columns: list[str],
     *,
@@ -108,15 +112,18 @@ def _finish(
     min_step_pct: float,
     schema: dict[str, Any],
 ) -> pl.DataFrame:
-    """Holm-adjust the table's p-values, give each row its verdict, round, and build the frame."""
+    """Holm-adjust the table's p-values, give each row its verdict, round, and build the frame. A row whose shown
+    values are not the tested means (the layer table's medians) carries the means as ``test_delta``, ``test_a``,
+    ``test_b``: the verdict rests on those."""
     adjusted = holm([r.get("p_raw") for r in rows])
     for row, p in zip(rows, adjusted, strict=True):
         row["p_value"] = p
         if row.get("verdict") is None:
+            tested = "test_delta" in row
             row["verdict"] = verdict(
                 p,
-                row["delta_ms"] or 0.0,
-                symmetric_base(row["ms_a"], row["ms_b"]),
+                (row["test_delta"] if tested else row["delta_ms"]) or 0.0,
+                symmetric_base(row["test_a"], row["test_b"]) if tested else symmetric_base(row["ms_a"], row["ms_b"]),
                 symmetric_base(row.get("step_ms_a"), row.get("step_ms_b")),
                 alpha=alpha,
                 min_change_pct=min_change_pct,
@@ -133,7 +140,7 @@ def _finish(
 
 
 _NUM = pl.Float64
-_SCHEMA: dict[str, Any] = {
+SCHEMA: dict[str, Any] = {
     "phase": pl.String,
     "group": pl.String,
     "category": pl.String,
@@ -157,13 +164,6 @@ _SCHEMA: dict[str, Any] = {
     "ci95_ms": _NUM,
     "p_value": _NUM,
     "verdict": pl.String,
-    "level_a": pl.String,
-    "level_b": pl.String,
-    "unit": pl.String,
-    "a": _NUM,
-    "b": _NUM,
-    "delta": _NUM,
-    "better": pl.String,
 }
 CATEGORY_COLUMNS = [
     "phase",
@@ -231,14 +231,13 @@ COMM_COLUMNS = [
     "p_value",
     "verdict",
 ]
-MACRO_COLUMNS = ["level_a", "level_b", "metric", "unit", "a", "b", "delta", "delta_pct", "better"]
 
 
 def category_table(da: SideData, db: SideData, matched: list[tuple[str, str]], **kw: Any) -> pl.DataFrame:
     """Exclusive ms/step per category (with overlap and idle) of every matched group."""
     rows = []
     for group in matched:
-        oa, ob = _obs_of(da, group), _obs_of(db, group)
+        oa, ob = obs_of(da, group), obs_of(db, group)
         sa = _series(da.categories, oa, "category", "busy_ns")
         sb = _series(db.categories, ob, "category", "busy_ns")
         for pseudo in PSEUDO_CATEGORIES:  # already per-rank means in obs
@@ -256,14 +255,14 @@ def category_table(da: SideData, db: SideData, matched: list[tuple[str, str]], *
                     "category": cat,
                     "steps_a": oa.height,
                     "steps_b": ob.height,
-                    "step_ms_a": _step_ms(oa),
-                    "step_ms_b": _step_ms(ob),
+                    "step_ms_a": step_ms(oa),
+                    "step_ms_b": step_ms(ob),
                     **_row_stats(xa, xb),
                 }
             )
         group_rows.sort(key=lambda r: (r["category"] in PSEUDO_CATEGORIES, -max(r["ms_a"], r["ms_b"]), r["category"]))
         rows.extend(group_rows)
-    return _finish(rows, CATEGORY_COLUMNS, schema=_SCHEMA, **kw)
+    return finish_rows(rows, CATEGORY_COLUMNS, schema=SCHEMA, **kw)
 
 
 def _name_table(d: SideData) -> dict[int, dict[str, Any]]:
@@ -287,7 +286,7 @@ def kernel_table(da: SideData, db: SideData, matched: list[tuple[str, str]], **k
 
     rows = []
     for group in matched:
-        oa, ob = _obs_of(da, group), _obs_of(db, group)
+        oa, ob = obs_of(da, group), obs_of(db, group)
         ns_a = _series(da.kernels, oa, "name_id", "kernel_ns")
         ns_b = _series(db.kernels, ob, "name_id", "kernel_ns")
         calls_a = _series(da.kernels, oa, "name_id", "calls")
@@ -324,8 +323,8 @@ def kernel_table(da: SideData, db: SideData, matched: list[tuple[str, str]], **k
                 "phase": group[0],
                 "group": group[1],
                 "match": how,
-                "step_ms_a": _step_ms(oa),
-                "step_ms_b": _step_ms(ob),
+                "step_ms_a": step_ms(oa),
+                "step_ms_b": step_ms(ob),
                 "category": _join_categories([cat_a.get(i) for i in ids_a] + [cat_b.get(i) for i in ids_b]),
                 "name_a": " | ".join(shown(names_a[i]["name"], names_a[i]["short_name"]) for i in ids_a) or None,
                 "name_b": " | ".join(shown(names_b[i]["name"], names_b[i]["short_name"]) for i in ids_b) or None,
@@ -343,7 +342,7 @@ def kernel_table(da: SideData, db: SideData, matched: list[tuple[str, str]], **k
             group_rows.append(row)
         group_rows.sort(key=lambda r: (-abs(r["delta_ms"]), r["family"]))
         rows.extend(group_rows)
-    return _finish(rows, KERNEL_COLUMNS, schema=_SCHEMA, **kw)
+    return finish_rows(rows, KERNEL_COLUMNS, schema=SCHEMA, **kw)
 
 
 def _categories_of(kernels: pl.DataFrame, obs: pl.DataFrame) -> dict[int, str]:
@@ -376,8 +375,8 @@ def step_table(
     rows: list[dict[str, Any]] = []
     for group in list(groups_a) + [g for g in groups_b if g not in groups_a]:
         in_a, in_b = group in groups_a, group in groups_b
-        oa = _obs_of(da, group) if in_a else None
-        ob = _obs_of(db, group) if in_b else None
+        oa = obs_of(da, group) if in_a else None
+        ob = obs_of(db, group) if in_b else None
         base = {
             "phase": group[0],
             "group": group[1],
@@ -385,8 +384,8 @@ def step_table(
             "steps_b": ob.height if ob is not None else None,
             "ranks_a": _rank_count(oa) if oa is not None else None,
             "ranks_b": _rank_count(ob) if ob is not None else None,
-            "step_ms_a": _step_ms(oa) if oa is not None else None,
-            "step_ms_b": _step_ms(ob) if ob is not None else None,
+            "step_ms_a": step_ms(oa) if oa is not None else None,
+            "step_ms_b": step_ms(ob) if ob is not None else None,
         }
         if not (in_a and in_b):
             o = oa if in_a else ob
@@ -426,7 +425,7 @@ def step_table(
                     **_row_stats(oa[column].to_numpy().astype(float), ob[column].to_numpy().astype(float)),
                 }
             )
-    return _finish(rows, STEP_COLUMNS, schema=_SCHEMA, **kw)
+    return finish_rows(rows, STEP_COLUMNS, schema=SCHEMA, **kw)
 
 
 def _max_int(values: pl.Series) -> int:
@@ -439,7 +438,7 @@ def _mean_float(values: pl.Series) -> float:
     return float(cast(float, values.mean()) or 0.0)
 
 
-def _step_ms(obs: pl.DataFrame) -> float:
+def step_ms(obs: pl.DataFrame) -> float:
     """A group's mean step wall time in ms (the base of ``min_step_pct``)."""
     return _mean_float(obs["wall_ns"]) / 1e6
 
@@ -461,8 +460,8 @@ def _rank_walls(d: SideData, obs: pl.DataFrame) -> np.ndarray:
 COMM_METRICS = (
     ("transfer", "transfer_ns"),
     ("wait", "wait_ns"),
-    ("launch wait", "launch_wait_ns"),
-    ("gpu wait", "gpu_wait_ns"),
+    ("wait at 1st", "launch_wait_ns"),  # at the step's first collective: the hosts started the step apart
+    ("wait at later", "gpu_wait_ns"),  # at its later collectives: the GPU work between collectives differed
 )
 
 
@@ -470,7 +469,7 @@ def comm_table(
     da: SideData, db: SideData, matched: list[tuple[str, str]], **kw: Any
 ) -> tuple[pl.DataFrame, str | None]:
     """Collectives across ranks per category and metric, or no rows and the note that says why."""
-    empty = pl.DataFrame(schema={c: _SCHEMA[c] for c in COMM_COLUMNS})
+    empty = pl.DataFrame(schema={c: SCHEMA[c] for c in COMM_COLUMNS})
     ranks_a = _max_int(da.obs["ranks"])
     ranks_b = _max_int(db.obs["ranks"])
     if da.side.selection.rank is not None or db.side.selection.rank is not None:
@@ -483,7 +482,7 @@ def comm_table(
         return empty, f"collectives across ranks: none paired per step in {' and '.join(none)}"
     rows = []
     for group in matched:
-        oa, ob = _obs_of(da, group), _obs_of(db, group)
+        oa, ob = obs_of(da, group), obs_of(db, group)
         ca = da.comm.join(oa.select("run_id", "step_index", "i"), on=["run_id", "step_index"], how="inner")
         cb = db.comm.join(ob.select("run_id", "step_index", "i"), on=["run_id", "step_index"], how="inner")
         for category in sorted(set(ca["category"].to_list()) | set(cb["category"].to_list())):
@@ -493,8 +492,8 @@ def comm_table(
                 "phase": group[0],
                 "group": group[1],
                 "category": category,
-                "step_ms_a": _step_ms(oa),
-                "step_ms_b": _step_ms(ob),
+                "step_ms_a": step_ms(oa),
+                "step_ms_b": step_ms(ob),
                 "ranks_a": _max_int(pa["ranks"]) if pa.height else None,
                 "ranks_b": _max_int(pb["ranks"]) if pb.height else None,
                 "calls_a": round(_mean_float(pa["calls"]), 2) if pa.height else None,
@@ -517,115 +516,4 @@ def comm_table(
                     )
                     continue
                 rows.append({**base, "metric": metric, **_row_stats(xa, xb)})
-    return _finish(rows, COMM_COLUMNS, schema=_SCHEMA, **kw), None
-
-
-MACRO_METRICS = (
-    ("output tok/s", "output_tok_s", "tok/s", "higher"),
-    ("TTFT p50", "ttft_p50_ms", "ms", "lower"),
-    ("TTFT p90", "ttft_p90_ms", "ms", "lower"),
-    ("TTFT p99", "ttft_p99_ms", "ms", "lower"),
-    ("TPOT p50", "tpot_p50_ms", "ms", "lower"),
-    ("TPOT p90", "tpot_p90_ms", "ms", "lower"),
-    ("TPOT p99", "tpot_p99_ms", "ms", "lower"),
-    ("ITL p50", "itl_p50_ms", "ms", "lower"),
-    ("ITL p90", "itl_p90_ms", "ms", "lower"),
-    ("ITL p99", "itl_p99_ms", "ms", "lower"),
-    ("requests", "requests", "", None),
-    ("errors", "errors", "", "lower"),
-)
-
-
-def macro_table(da: SideData, db: SideData) -> tuple[pl.DataFrame, list[str]]:
-    """The capture levels' client-side figures side by side (no test), and the notes on them."""
-    empty = pl.DataFrame(schema={c: _SCHEMA[c] for c in MACRO_COLUMNS})
-    la, lb = da.levels, db.levels
-    if la.is_empty() and lb.is_empty():
-        return empty, []
-    if la.is_empty() or lb.is_empty():
-        only = "A" if lb.is_empty() else "B"
-        return empty, [f"capture figures (TTFT, TPOT, tok/s): only {only} comes from `k25trace capture`; not compared"]
-    pairs: list[tuple[dict, dict]] = []
-    notes = []
-    rows_a, rows_b = la.to_dicts(), lb.to_dicts()
-    if len(rows_a) == 1 and len(rows_b) == 1:
-        pairs.append((rows_a[0], rows_b[0]))
-    else:
-        by_b = {r["level"]: r for r in rows_b}
-        for r in rows_a:
-            if r["level"] in by_b:
-                pairs.append((r, by_b[r["level"]]))
-        unpaired = [f"A {r['level']}" for r in rows_a if r["level"] not in by_b] + [
-            f"B {r['level']}" for r in rows_b if r["level"] not in {x["level"] for x in rows_a}
-        ]
-        if unpaired:
-            notes.append(f"capture levels without a same-named level on the other side: {', '.join(unpaired)}")
-    rows = []
-    for ra, rb in pairs:
-        for metric, column, unit, good in MACRO_METRICS:
-            va, vb = ra.get(column), rb.get(column)
-            va = None if va is None else float(va)
-            vb = None if vb is None else float(vb)
-            delta = None if va is None or vb is None else vb - va
-            better = None
-            if delta is not None and good is not None:
-                better = "same" if delta == 0 else ("B" if (delta > 0) == (good == "higher") else "A")
-            rows.append(
-                {
-                    "level_a": ra["level"],
-                    "level_b": rb["level"],
-                    "metric": metric,
-                    "unit": unit,
-                    "a": None if va is None else round(va, 3),
-                    "b": None if vb is None else round(vb, 3),
-                    "delta": None if delta is None else round(delta, 3),
-                    "delta_pct": round(delta * 100 / va, 2) if delta is not None and va else None,
-                    "better": better,
-                }
-            )
-    notes.append(
-        "capture figures are per-level aggregates (percentiles over requests), not per-request values: "
-        "shown with their delta, no test"
-    )
-    return pl.DataFrame(rows, schema={c: _SCHEMA[c] for c in MACRO_COLUMNS}), notes
-
-
-def sides_table(da: SideData, db: SideData) -> pl.DataFrame:
-    """One row per side: its source, selection, runs, ranks, devices, vLLM versions, steps and batch sizes."""
-    rows = []
-    for d in (da, db):
-        r = d.runs
-        batches = sorted({b for b in d.obs["batch_size"].to_list() if b is not None})
-        rows.append(
-            {
-                "side": d.side.name,
-                "source": d.side.source,
-                "selection": d.side.selection.describe(),
-                "runs": ", ".join(r["label"].to_list()),
-                "levels": ", ".join(sorted({lv for lv in d.obs["level"].to_list() if lv is not None})) or None,
-                "ranks": _max_int(d.obs["ranks"]),
-                "devices": ", ".join(sorted({x for v in r["devices"].to_list() if v for x in v.split(", ")})) or None,
-                "vllm": ", ".join(sorted({x for v in r["vllm_versions"].to_list() if v for x in v.split(", ")}))
-                or None,
-                "steps": d.obs.height,
-                "batch_sizes": ", ".join(str(b) for b in batches) or None,
-            }
-        )
-    return pl.DataFrame(rows)
-
-
-def device_notes(da: SideData, db: SideData) -> list[str]:
-    """A note for each of GPUs and vLLM versions in which the sides differ."""
-
-    def values(d: SideData, column: str) -> set[str]:
-        return {x for v in d.runs[column].to_list() if v for x in v.split(", ")}
-
-    notes = []
-    for column, what in (("devices", "GPUs"), ("vllm_versions", "vLLM versions")):
-        va, vb = values(da, column), values(db, column)
-        if va and vb and va != vb:
-            notes.append(
-                f"the sides differ in {what} (A: {', '.join(sorted(va))}; B: {', '.join(sorted(vb))}): "
-                "kernels of other builds match by family or not at all; see each row's match column"
-            )
-    return notes
+    return finish_rows(rows, COMM_COLUMNS, schema=SCHEMA, **kw), None
