@@ -254,15 +254,22 @@ def _title(seg: LayerSegment) -> str:
 
 
 def _x_labels(svg: Svg, chart: LayerChart, frame: _Frame, y: float) -> None:
-    """pre, the layer numbers (every k-th when the columns are narrow; slow layers always, in red) and post."""
+    """pre, the layer numbers (every k-th when the columns are narrow; slow layers always, in red) and post; on
+    narrow columns pre ends at its column's right edge and post starts at its left one, clear of layers 0 and L−1."""
     every = next(k for k in (1, 2, 5, 10, 20, 50, 100) if frame.pitch * k >= 14)
-    slow = ' class="slow"'
-    labels = "".join(
-        f'<text x="{round(frame.x0 + (i + 0.5) * frame.pitch)}"{slow if seg.flag else ""}>{esc(seg.label)}</text>'
-        for i, seg in enumerate(chart.segments)
-        if seg.layer is None or seg.flag or seg.layer % every == 0
-    )
-    svg.add(f'<g class="lt" transform="translate(0 {_c(y)})">{labels}</g>')
+    narrow = frame.pitch < 30
+    labels = []
+    for i, seg in enumerate(chart.segments):
+        x = frame.x0 + (i + 0.5) * frame.pitch
+        cls = "slow" if seg.flag else ""
+        if seg.layer is None and narrow:
+            first = seg.label == "pre"
+            x += (frame.pitch / 2 - 1) * (1 if first else -1)
+            cls = "pre" if first else "post"
+        if seg.layer is None or seg.flag or seg.layer % every == 0:
+            named = f' class="{cls}"' if cls else ""
+            labels.append(f'<text x="{round(x)}"{named}>{esc(seg.label)}</text>')
+    svg.add(f'<g class="lt" transform="translate(0 {_c(y)})">{"".join(labels)}</g>')
 
 
 def _strips(svg: Svg, chart: LayerChart, frame: _Frame, y: int, with_late: bool) -> None:

@@ -218,6 +218,11 @@ def section_comm(data: ReportData) -> str:
             "</p></section>"
         )
     parts = ['<section id="comm"><h2>Collectives across ranks</h2>']
+    if data.filters.per_rank:
+        parts.append(
+            '<p class="note">Across all ranks of each run, not only the rank or trace chosen: a collective pairs '
+            "the ranks, and one rank's wait is another's lateness.</p>"
+        )
     for (run_id,), group in groups(data.comm, ["run_id"]):
         rows = list(group.iter_rows(named=True))
         parts.append(_comm_chart(data, run_id, rows))

@@ -353,6 +353,11 @@ def section_timeline(data: ReportData) -> str:
     if not data.timelines:
         return ""
     parts = ['<section id="timeline"><h2>One step on every rank</h2>']
+    if data.filters.per_rank:
+        parts.append(
+            '<p class="note">Only the lane of the rank or trace chosen; the step is the one nearest the median of '
+            "the run's steps over all its ranks.</p>"
+        )
     seen: list[str] = []
     runs: dict[str, list[Timeline]] = {}
     for t in data.timelines:
