@@ -18,7 +18,6 @@ from typing import Any, NoReturn
 import click
 from rich.console import Console
 from rich.markup import escape as esc
-from rich.text import Text
 
 from k25trace import __version__
 from k25trace.errors import K25Error
@@ -292,17 +291,9 @@ def report(
     """
     from k25trace import pipeline
     from k25trace.analysis import report as core
-    from k25trace.render import output, views  # deferred: start-up time
+    from k25trace.render import output  # deferred: start-up time
 
-    for option, value, takes in (
-        ("--model-config", model_config, ("sol",)),
-        ("--quant", quant, ("sol",)),
-        ("--context", context, ("sol",)),
-        ("--peaks", peaks, (*core.SOL_VIEWS, "findings")),
-        ("--top", top, ("kernel", "roofline")),
-    ):
-        if value is not None and by not in takes:
-            raise K25Error(f"--by {by} does not take {option} (only --by {' / '.join(takes)})")
+    _check_view_options(by, model_config=model_config, quant=quant, context=context, peaks=peaks, top=top)
     core.refuse_filters(by, rank=rank, trace_id=trace_id, batch_size=batch_size, run_id=run)
     con = pipeline.connect(db_path, read_only=True)
     filtered = rank is not None or trace_id is not None or phase is not None
@@ -320,45 +311,86 @@ def report(
         _report_findings(con, db_path, phase, peaks, fmt or output.default_format(), filtered, **steps)
         return
     if by in core.SOL_VIEWS:
-        from k25trace.analysis import sol  # deferred: start-up time (the speed-of-light model)
-
-        if by == "roofline":
-            frame = sol.roofline(
-                con, phase=phase, rank=rank, trace_id=trace_id, top=20 if top is None else top, peaks_file=peaks
-            )
-        else:
-            notes: list[str] = []
-            frame = sol.step_sol(
-                con,
-                model_config=model_config,
-                quant=quant,
-                context=context,
-                phase=phase,
-                rank=rank,
-                trace_id=trace_id,
-                peaks_file=peaks,
-                notes=notes,
-            )
-            for line in notes:
-                err.print(f"[yellow]warning:[/] {esc(line)}", soft_wrap=True)
+        frame = _sol_frame(
+            con, by, phase, rank, trace_id, top, peaks, model_config=model_config, quant=quant, context=context
+        )
     else:
         frame = core.breakdown(
             con, by=by, phase=phase, rank=rank, trace_id=trace_id, **steps, top=20 if top is None else top
         )
-    fmt = fmt or output.default_format()
     if by in core.CROSS_RANK_VIEWS:
         for line in core.alignment_warnings(con):
             err.print(f"warning: {esc(line)}", soft_wrap=True)
     if frame.is_empty():  # the steps exist (check_filters): say why this view has nothing of them
         raise K25Error(core.empty_view_reason(con, by, phase))
+    _write_report(con, db_path, frame, by, fmt or output.default_format(), phase, rank, trace_id, steps, wide, all_rows)
+
+
+def _check_view_options(by: str, **given: Any) -> None:
+    """An option given to a view that does not take it is an error naming the views that do."""
+    from k25trace.analysis import report as core  # deferred: start-up time
+
+    for option, name, takes in (
+        ("--model-config", "model_config", ("sol",)),
+        ("--quant", "quant", ("sol",)),
+        ("--context", "context", ("sol",)),
+        ("--peaks", "peaks", (*core.SOL_VIEWS, "findings")),
+        ("--top", "top", ("kernel", "roofline")),
+    ):
+        if given[name] is not None and by not in takes:
+            raise K25Error(f"--by {by} does not take {option} (only --by {' / '.join(takes)})")
+
+
+def _sol_frame(
+    con: Any,
+    by: str,
+    phase: str,
+    rank: int | None,
+    trace_id: int | None,
+    top: int | None,
+    peaks: Path | None,
+    **model: Any,
+) -> Any:
+    """``--by roofline`` or ``--by sol`` (``model``: model_config, quant, context); sol's warnings on stderr."""
+    from k25trace.analysis import sol  # deferred: start-up time (the speed-of-light model)
+
+    if by == "roofline":
+        return sol.roofline(
+            con, phase=phase, rank=rank, trace_id=trace_id, top=20 if top is None else top, peaks_file=peaks
+        )
+    notes: list[str] = []
+    frame = sol.step_sol(con, **model, phase=phase, rank=rank, trace_id=trace_id, peaks_file=peaks, notes=notes)
+    for line in notes:
+        err.print(f"[yellow]warning:[/] {esc(line)}", soft_wrap=True)
+    return frame
+
+
+def _write_report(
+    con: Any,
+    db_path: Path,
+    frame: Any,
+    by: str,
+    fmt: str,
+    phase: str,
+    rank: int | None,
+    trace_id: int | None,
+    steps: dict[str, Any],
+    wide: bool,
+    all_rows: bool,
+) -> None:
+    """Print a view's frame: the default view as one table per batch size after the top findings, sol and
+    roofline by their own tables, the rank view with its collectives, any other through render.views."""
+    from k25trace.analysis import report as core
+    from k25trace.render import batch_tables, views  # deferred: start-up time
+
     whole_runs = rank is None and trace_id is None  # rank-comm sums every rank of a run
     if fmt == "table" and by == "batch":  # the idle caption: of the same steps as the table (--rank, --trace)
         _print_findings_first(con, db_path, phase, whole_runs, **steps)
-        print_batch_tables(
+        batch_tables.print_batch_tables(
             frame,
             idle=core.breakdown(con, by="idle", phase=phase, rank=rank, trace_id=trace_id, **steps),
             labels=core.run_labels(con),
-            engine=core.engine_steps(con, phase=phase, rank=rank, trace_id=trace_id, run_id=run_id),
+            engine=core.engine_steps(con, phase=phase, rank=rank, trace_id=trace_id, run_id=steps["run_id"]),
         )
     elif fmt == "table" and by in core.SOL_VIEWS:
         from k25trace.render import sol as sol_tables  # deferred: start-up time
@@ -448,65 +480,6 @@ def _print_findings_first(
     )
 
 
-def print_batch_tables(
-    frame: Any,
-    console: Console | None = None,
-    idle: Any = None,
-    labels: dict[str, str] | None = None,
-    engine: dict[Any, int] | None = None,
-) -> None:
-    """The default report as one table per (level, batch size), with the group's totals as the title (named by
-    the run's label from ``labels`` when several runs are shown; its engine steps from ``engine``,
-    ``report.engine_steps``) and, when ``idle`` (``report --by idle``) is given, why the GPU was idle as the
-    caption."""
-    from k25trace.analysis.report import steps_seen  # deferred: start-up time
-    from k25trace.render.output import console as stdout_console  # deferred: start-up time
-    from k25trace.render.output import print_table, rich_table
-
-    idle_rows = {} if idle is None else {(r["run_id"], r["batch_size"]): r for r in idle.iter_rows(named=True)}
-    labels = labels or {}
-    console = console or stdout_console()
-    several_runs = frame["run_id"].n_unique() > 1
-    for (run_id, batch), group in frame.group_by(["run_id", "batch_size"], maintain_order=True):
-        first = group.row(0, named=True)
-        level = first["level"]
-        run = labels.get(run_id, str(run_id)) if several_runs and not level else ""
-        title = (
-            f"{run + ': ' if run else ''}{'level ' + str(level) + ', ' if level else ''}"
-            f"batch size {batch if batch is not None else '?'}: "
-            f"{steps_seen((engine or {}).get((run_id, batch)), first['steps'], first['ranks'])}, mean step "
-            f"{first['step_ms']:.3f} ms "
-            f"(median {first['median_step_ms']:.3f}), idle {first['idle_pct'] or 0:.1f} %"
-        )
-        body = group.select(
-            ["category", "ms_per_step", "pct_of_step", "kernel_ms_per_step", "calls_per_step", "us_per_call"]
-        )
-        body = body.rename(
-            {
-                "ms_per_step": "ms/step",
-                "pct_of_step": "% of step",
-                "kernel_ms_per_step": "kernel ms/step",
-                "calls_per_step": "calls/step",
-                "us_per_call": "µs/call",
-            }
-        )
-        table = rich_table(body, title=title, width=console.width)
-        why = idle_rows.get((run_id, batch))
-        caption = None
-        if why:
-            caption = (
-                f"idle {why['idle_ms']:.3f} ms/step = host-bound {why['host_ms']:.3f} + after a host sync "
-                f"{why['sync_ms']:.3f} + launch overhead {why['launch_overhead_ms']:.3f} + device-bound "
-                f"{why['device_ms']:.3f}"
-                + (f" + unknown {why['unknown_ms']:.3f}" if why["unknown_ms"] else "")
-                + f"; between steps {why['between_ms']:.3f} ms/step ({why['between_pct_of_span'] or 0:.1f} % of the "
-                "GPU span) — report --by idle / --by timeline"
-            )
-        print_table(table, target=console)
-        if caption:  # under the table at the console's width (a caption wraps to the table's)
-            console.print(Text(caption), Text(""))
-
-
 # --------------------------------------------------------------------------------------------------- interrupts
 
 
@@ -551,7 +524,7 @@ def sample_paths() -> list[Path]:
 def demo(db_path: Path | None) -> None:
     """Load the sample traces bundled with k25trace and show what k25trace finds in them."""
     from k25trace.analysis import report as core
-    from k25trace.render import output, views  # deferred: start-up time
+    from k25trace.render import batch_tables, output, views  # deferred: start-up time
 
     samples = sample_paths()
     if not samples:
@@ -563,7 +536,7 @@ def demo(db_path: Path | None) -> None:
         views.write_view(core.summary(con), "traces", "table", title=f"Traces loaded into {path}")
         frame = core.breakdown(con, by="batch", phase="decode")
         _print_findings_first(con, path, "decode", True, console)
-        print_batch_tables(
+        batch_tables.print_batch_tables(
             frame,
             console,
             idle=core.breakdown(con, by="idle", phase="decode"),
