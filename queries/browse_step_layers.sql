@@ -2,7 +2,7 @@
 -- The layer strip of the TUI's step screen: one step's segments in order (step_layers: pre, layers 0..L-1, post;
 -- one `step` row with its reason when the step is not segmented), each with its kind, evidence, window, wall, busy,
 -- idle, overlap and kernel ms, its activities' positions in the step's order (first_pos, kernel_count: the
--- segment's kernels are browse_step_layer_kernels'), its busy time against the median layer of its kind in this
+-- segment's kernels are browse_step_kernels' with them), its busy time against the median layer of its kind in this
 -- step (vs_kind; layers only), slow when that is 1.15 or more (report --by layer flags 1.1 over medians of many
 -- steps; one step is noisier), and its category split (categories: per category the exclusive busy ms, kernel ms
 -- and calls, the busiest first).
