@@ -31,6 +31,7 @@ as this tree's (``except all`` both ways; load times and versions left out). Pro
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
@@ -244,7 +245,11 @@ def stage_shares(one: Path, tmp: Path, env: dict[str, str]) -> str:
         check=True,
         capture_output=True,
         text=True,
-        env={**__import__("os").environ, **env, "PYTHONPATH": str(HERE.parent)},
+        env={
+            **os.environ,
+            **env,
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(HERE.parent), os.environ.get("PYTHONPATH")])),
+        },
         cwd=tmp,
     ).stdout
     db.unlink()
@@ -374,8 +379,13 @@ def bench_input(label: str, traces: Path, args: argparse.Namespace) -> None:
         log(f"[{label}] one rank: {one.name} ({gz_mb:.1f} MB gz, {raw_mb:.0f} MB JSON)")
         env = bytecode_env(args.work)
         versions: dict[str, dict[str, str]] = {"new": {}}
+        if args.compare_tree:
+            build_scanner(args.compare_tree)
+            args.compare_rev = args.compare_rev or args.compare_tree.name
         if args.compare_rev:
-            versions["old"] = {"PYTHONPATH": str(worktree(args.compare_rev, args.work))}
+            tree = args.compare_tree or worktree(args.compare_rev, args.work)
+            # its code first, then whatever this process finds its packages by
+            versions["old"] = {"PYTHONPATH": os.pathsep.join(filter(None, [str(tree), os.environ.get("PYTHONPATH")]))}
             log(f"[{label}] interleaved with k25trace {args.compare_rev} (old) ...")
         by_version, dbs = measure_load([one], args.runs, tmp, env=env, versions=versions)
         runs = by_version["new"]
@@ -432,7 +442,8 @@ def bench_input(label: str, traces: Path, args: argparse.Namespace) -> None:
                     f"{statistics.median(m.cpu_s for m in old_all):.1f} s CPU, peak RSS "
                     f"{max(m.peak_mb for m in old_all):.0f} MB   ratio {old_all_wall / all_wall:5.2f} wall"
                 )
-            report_timings(db_all, len(files))
+            if not args.skip_reports:
+                report_timings(db_all, len(files))
         if args.compare_rev:
             old_runs = by_version["old"]
             old_wall = statistics.median(m.wall_s for m in old_runs)
@@ -450,6 +461,8 @@ def bench_input(label: str, traces: Path, args: argparse.Namespace) -> None:
         print(f"baselines on the same file ({one.name}), same run; ratio = baseline / k25trace 1-rank median:")
         for name, code in BASELINES.items():
             if name.startswith("DuckDB") and args.skip_duckdb:
+                continue
+            if args.baselines and not any(name.startswith(b.strip()) for b in args.baselines.split(",")):
                 continue
             log(f"[{label}] baseline {name} ...")
             try:
@@ -477,6 +490,14 @@ def main() -> None:
         "a real vLLM trace with many CPU ops per kernel), synthetic, or a directory of rank files",
     )
     parser.add_argument("--traces", type=Path, help="the same as --input DIR")
+    parser.add_argument(
+        "--compare-tree",
+        type=Path,
+        metavar="DIR",
+        help="like --compare-rev, with that revision's files in DIR (git archive REV k25trace queries capture hatch_build.py "
+        "| tar -x -C DIR): where there is no git repository (the device machine)",
+    )
+    parser.add_argument("--skip-reports", action="store_true", help="skip the report timings (they need polars)")
     parser.add_argument("--skip-stages", action="store_true", help="skip the instrumented load (stage shares)")
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "k25trace-bench")
     parser.add_argument("--ranks", type=int, default=8)
@@ -484,6 +505,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3, help="runs of the one-rank load (median reported)")
     parser.add_argument("--runs-all", type=int, default=1, help="runs of the all-ranks load (0: skip)")
     parser.add_argument("--skip-baselines", action="store_true")
+    parser.add_argument(
+        "--baselines", metavar="NAMES", help="only these baselines (comma-separated name starts: zlib,isal,msgspec)"
+    )
     parser.add_argument("--skip-duckdb", action="store_true", help="skip the DuckDB read_json baseline (slow, 5 GB)")
     parser.add_argument(
         "--compare-rev",

@@ -29,7 +29,7 @@ class FileResult:
 class LoadOptions:
     keep_python: bool = False
     include_frontend: bool = False
-    workers: int = field(default_factory=lambda: max(1, min(4, os.cpu_count() or 1)))  # decode processes for big files
+    workers: int = field(default_factory=lambda: max(1, min(4, _cpus())))  # decode processes for big files
     parallel_min_bytes: int = limits.PARALLEL_MIN_BYTES  # files at least this large on disk go to the worker processes
 
 
@@ -39,3 +39,11 @@ class TraceFile:
     capture_dir: Path | None = None
     level: str | None = None
     concurrency: int | None = None
+
+
+def _cpus() -> int:
+    """The CPUs this process may run on (``taskset``, a container's cpuset), not the machine's."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not on Linux
+        return os.cpu_count() or 1
