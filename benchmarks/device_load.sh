@@ -4,7 +4,8 @@
 #   pyproject.toml | tar -x -C .bench-old), both run from source; the packages the device lacks carried as wheels
 #   in .whl (duckdb, orjson, msgspec, isal; pyarrow and numpy are there); the real-structure input tiled there.
 # Run from the repository root:  bash benchmarks/device_load.sh OUTDIR [CPU_SETS] [RANKS] [RUNS_ALL]
-#   CPU_SETS: taskset lists, default "0-15 0-3 0-1"; RANKS default 8; RUNS_ALL (all-rank loads) default 2.
+#   CPU_SETS: taskset lists, default "0-15 0-3 0-1"; RANKS default 8; RUNS_ALL (all-rank loads) default 2;
+#   RUNS=n (one-rank loads, default 3), OLD=0 (this tree alone) in the environment.
 set -uo pipefail
 OUT=${1:?output directory}
 SETS=${2:-0-15 0-3 0-1}
@@ -28,7 +29,8 @@ python3 benchmarks/realstructure.py "$IN" --mix dense --gz-mb 80 --ranks "$RANKS
 echo "input: $(ls "$IN" | wc -l) files in $(( $(date +%s) - t0 )) s" | tee -a "$OUT/provenance.txt"
 for cpus in $SETS; do
   echo "== taskset -c $cpus" | tee -a "$OUT/bench.txt"
-  taskset -c "$cpus" python3 benchmarks/bench_load.py --input "$IN" --runs 3 --runs-all "$RUNS_ALL" \
-    --compare-tree .bench-old --skip-reports --baselines zlib,isal 2>>"$OUT/progress.txt" | tee -a "$OUT/bench.txt"
+  OLDARG=(--compare-tree .bench-old); [ "${OLD:-1}" = 0 ] && OLDARG=()
+  taskset -c "$cpus" python3 benchmarks/bench_load.py --input "$IN" --runs "${RUNS:-3}" --runs-all "$RUNS_ALL" \
+    "${OLDARG[@]}" --skip-reports --baselines zlib,isal 2>>"$OUT/progress.txt" | tee -a "$OUT/bench.txt"
 done
 date -u +%T
