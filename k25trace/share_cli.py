@@ -147,6 +147,7 @@ def html_command(
     \b
     Examples:
       k25trace html --db run.duckdb -o report.html
+      k25trace html --db run.duckdb --rank 0 --batch 8 -o rank0-bs8.html
       k25trace html --db before.duckdb --vs after.duckdb -o compare.html
       k25trace html --db cap.duckdb --a level=c1 --b level=c64 -o levels.html
     """
