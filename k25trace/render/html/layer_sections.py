@@ -55,18 +55,26 @@ def section_layers(data: ReportData) -> str:
             "others); the columns are of the rank or trace chosen.</p>"
         )
     seen = sorted({cat for chart in charts for seg in chart.segments for cat, _ in seg.parts})
-    items = [(markup.css_class(c), c) for c in legend_order(seen)]
-    items += [
-        ("kind-dense", "dense layer"),
-        ("kind-moe", "MoE layer"),
-        ("flag", "slow layer"),
-        ("ostep", "outlier step"),
-    ]
-    parts.append(legend(items))
+    parts.append(legend([(markup.css_class(c), c) for c in legend_order(seen)]) + MARKS)
     parts += [_figure(data, chart) for chart in charts]
     parts.append(whole + "</section>")
     return "".join(parts)
 
+
+MARKS = (
+    '<ul class="legend">'
+    + "".join(
+        f'<li><span class="sw {cls}"></span>{label}</li>'
+        for cls, label in (
+            ("kind-dense", "dense layer"),
+            ("kind-moe", "MoE layer"),
+            ("flag", "slow layer"),
+            ("ostep", "outlier steps"),
+        )
+    )
+    + "</ul>"
+)
+"""The legend of the marks that are no category (pointing at them highlights nothing)."""
 
 INTRO = (
     '<p class="muted">Each column is a segment of the step: <b>pre</b>, the transformer layers, <b>post</b>. It '
