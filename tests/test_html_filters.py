@@ -214,3 +214,19 @@ def test_a_comparison_refuses_the_report_filters(tp2: Path, tmp_path: Path) -> N
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 2 and "--rank chooses the steps of the report page" in result.output
     assert not out.exists()
+
+
+def test_trace_keeps_that_trace_and_its_run(tp2: Path, tmp_path: Path) -> None:
+    """--trace 1 (rank 0 of the graph run): its own numbers, and the cross-rank sections of its run alone."""
+    out = tmp_path / "trace1.html"
+    result = CliRunner().invoke(cli, ["html", "--db", str(tp2), "--trace", "1", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    text = out.read_text(encoding="utf-8")
+    marks = Marks()
+    marks.feed(text)
+    want = {(r["run_id"], r["batch_size"], r["category"]): r["ms_per_step"] for r in report(tp2, "--trace", "1")}
+    assert _breakdown(marks) == want and len({r for r, _, _ in want}) == 1
+    (run,) = {r for r, _, _ in want}
+    assert {a["data-run"] for a in marks.having("rect", "data-part")} == {run}  # the collectives of its run
+    assert {a["data-run-id"] for a in marks.having("div", "data-run-id")} == {run}  # and its findings
+    assert "· trace 1, run graph (TP2) ·" in text

@@ -130,6 +130,10 @@ def collect(
     ``filters`` select; the views that pair ranks (collectives, layer lateness) take only its batch size and run."""
     phase, note = report.resolve_phase(con, phase)
     chosen = filters or PageFilters()
+    step_times = query_frame(con, "step_times", {"phase": phase})
+    if chosen.trace_id is not None and chosen.run_id is None:  # one trace is of one run: the cross-rank views too
+        runs = step_times.filter(pl.col("trace_id") == chosen.trace_id)["run_id"].unique().to_list()
+        chosen = dataclasses.replace(chosen, run_id=runs[0]) if len(runs) == 1 else chosen
     notes = ([note] if note else []) + report.run_warnings(con) + report.alignment_warnings(con)
     each = {"phase": phase, **chosen.ranks(), **chosen.steps()}
     timelines = [
@@ -145,7 +149,7 @@ def collect(
         idle=report.breakdown(con, by="idle", **each),
         comm=report.breakdown(con, by="comm", phase=phase, **chosen.steps()),
         kernels=report.breakdown(con, by="kernel", **each, top=top),
-        step_times=chosen.keep(query_frame(con, "step_times", {"phase": phase})),
+        step_times=chosen.keep(step_times),
         levels=chosen.keep(query_frame(con, "run_levels"), ranks=False),
         timelines=[t for t in timelines if t.lanes],
         top=top,
