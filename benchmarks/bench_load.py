@@ -59,7 +59,27 @@ def json_bytes(path: Path) -> int:
     return n
 
 
+# `k25trace load -q` through its own function (k25trace.cli.run_load), with the warnings it asks the report module
+# for after the load left out: where polars is missing (the device machine: its wheel does not fit the transfer)
+NO_POLARS_LOAD = """
+import sys, types
+from pathlib import Path
+stub = types.ModuleType("k25trace.analysis.report")
+stub.far_activity_warnings = stub.run_warnings = lambda *args: []
+sys.modules["k25trace.analysis.report"] = stub
+import k25trace.analysis
+k25trace.analysis.report = stub
+from k25trace.cli import run_load
+con, failed = run_load(Path(sys.argv[1]), [Path(p) for p in sys.argv[2:]], quiet=True)
+con.close()
+sys.exit(1 if failed else 0)
+"""
+NO_POLARS = False  # --no-polars
+
+
 def load_cmd(paths: list[Path], db: Path) -> list[str]:
+    if NO_POLARS:
+        return [PY, "-c", NO_POLARS_LOAD, str(db), *map(str, paths)]
     return [PY, "-m", "k25trace", "load", *map(str, paths), "--db", str(db), "-q"]
 
 
@@ -494,8 +514,15 @@ def main() -> None:
         "--compare-tree",
         type=Path,
         metavar="DIR",
-        help="like --compare-rev, with that revision's files in DIR (git archive REV k25trace queries capture hatch_build.py "
+        help="like --compare-rev, with that revision's files in DIR (git archive REV k25trace queries capture "
+        "hatch_build.py "
         "| tar -x -C DIR): where there is no git repository (the device machine)",
+    )
+    parser.add_argument(
+        "--no-polars",
+        action="store_true",
+        help="load through k25trace.cli.run_load without the report module's after-load warnings (no polars "
+        "needed); implies --skip-reports",
     )
     parser.add_argument("--skip-reports", action="store_true", help="skip the report timings (they need polars)")
     parser.add_argument("--skip-stages", action="store_true", help="skip the instrumented load (stage shares)")
@@ -518,6 +545,9 @@ def main() -> None:
     )
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
+    if args.no_polars:
+        global NO_POLARS
+        NO_POLARS = args.skip_reports = True
     if args.traces is not None:
         args.input = str(args.traces)
     if args.input not in ("both", *INPUTS) and not Path(args.input).is_dir():

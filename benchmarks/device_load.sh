@@ -31,6 +31,6 @@ for cpus in $SETS; do
   echo "== taskset -c $cpus" | tee -a "$OUT/bench.txt"
   OLDARG=(--compare-tree .bench-old); [ "${OLD:-1}" = 0 ] && OLDARG=()
   taskset -c "$cpus" python3 benchmarks/bench_load.py --input "$IN" --runs "${RUNS:-3}" --runs-all "$RUNS_ALL" \
-    "${OLDARG[@]}" --skip-reports --baselines zlib,isal 2>>"$OUT/progress.txt" | tee -a "$OUT/bench.txt"
+    "${OLDARG[@]}" --no-polars --baselines zlib,isal 2>>"$OUT/progress.txt" | tee -a "$OUT/bench.txt"
 done
 date -u +%T
