@@ -50,6 +50,7 @@ class Charts(HTMLParser):
         self.text: list[str] = []
         self.labels: list[tuple[str, str]] = []  # (class, text) of the layer numbers
         self.in_label: str | None = None
+        self.lt = False  # inside the layer numbers' group
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         a = {k: v or "" for k, v in attrs}
@@ -65,8 +66,6 @@ class Charts(HTMLParser):
             self.in_label = a.get("class", "")
         if tag == "g" and a.get("class") == "lt":
             self.lt = True
-
-    lt = False
 
     def handle_endtag(self, tag: str) -> None:
         if tag == "g":
