@@ -11,7 +11,9 @@ header of comment lines: the summary in words, and the fields ``-- key: value`` 
 
 The parser checks that the declared parameters are the ``$name`` tokens the SQL uses. ``-- optional: $batch_size,
 $run_id`` names declared parameters that are NULL when not given (filters added after callers were written). A
-comment line of another ``-- word: text`` shape belongs to the summary. :mod:`k25trace.db` runs the queries.
+field wraps onto the comment lines right after it that are indented by two spaces or more (``--   more text``).
+Any other comment line, ``-- word: text`` shaped or not, belongs to the summary. :mod:`k25trace.db` runs the
+queries.
 """
 
 from __future__ import annotations
@@ -30,6 +32,9 @@ HEADER_KEYS = frozenset({"name", "creates", "reads", "params", "optional", "grai
 """The header's fields; any other comment line of the header is part of the summary."""
 
 _HEADER_RE = re.compile(r"^--\s*([a-z_]+)\s*:\s*(.*)$")
+
+_CONTINUATION_RE = re.compile(r"^-- {2,}\S")
+"""A field's wrapped text: the comment line right after it, indented by two spaces or more after ``--``."""
 
 
 def queries_dir() -> Path:
@@ -66,6 +71,7 @@ def _split_header(text: str) -> tuple[dict[str, str], list[str]]:
     comments."""
     header: dict[str, str] = {}
     summary_lines: list[str] = []
+    open_key: str | None = None  # the field the previous line belonged to (its continuation lines are indented)
     for line in text.splitlines():
         if not line.startswith("--"):
             break
@@ -73,8 +79,13 @@ def _split_header(text: str) -> tuple[dict[str, str], list[str]]:
         if match and match.group(1) in HEADER_KEYS:
             key, value = match.group(1), match.group(2).strip()
             header[key] = (header[key] + " " + value).strip() if key in header else value
-        elif line.strip("- "):
-            summary_lines.append(line.lstrip("- ").rstrip())
+            open_key = key
+        elif open_key is not None and _CONTINUATION_RE.match(line):
+            header[open_key] = (header[open_key] + " " + line[2:].strip()).strip()
+        else:
+            open_key = None
+            if line.strip("- "):
+                summary_lines.append(line.lstrip("- ").rstrip())
     return header, summary_lines
 
 

@@ -4,7 +4,7 @@
 -- reads: steps, step_categories, gpu_gaps
 -- params: $trace_id, $step_index
 -- grain: one row per category of the step, 'overlap' and 'idle' included, then 'idle: <cause>' rows (the idle
--- time split by cause, queries/gaps_build.sql) and 'gap before step' (GPU idle since the previous step)
+--   time split by cause, queries/gaps_build.sql) and 'gap before step' (GPU idle since the previous step)
 with step_row as (
     select wall_ns, idle_ns, overlap_ns
     from steps
