@@ -364,3 +364,21 @@ def test_61_layers_stay_readable_in_chromium(kimi: Path, tmp_path: Path) -> None
         fill = browser.evaluate("getComputedStyle(document.querySelector('svg.layers path.c-allreduce')).fill")
         assert fill == "rgb(214, 69, 69)"  # CATEGORY_COLORS['allreduce'], #d64545
         assert browser.problems() == []
+
+
+def test_a_pre_far_taller_than_the_layers_is_cut_and_labelled(tmp_path: Path) -> None:
+    """The SGLang MI300X sample's pre segment holds ~464 ms of idle (a host sync) against layers of ~0.3 ms: the
+    axis stops just above the tallest layer, the pre column is cut at the top with its total written beside it,
+    and its numbers stay whole."""
+    path = tmp_path / "sglang.duckdb"
+    load_into(path, sorted((KIMI.parent / "sglang-mi300x-decode").glob("*.json.gz")))
+    want = truth(path)
+    text = page(path, tmp_path / "page.html")
+    ((key, columns),) = charts(text).charts.items()
+    pre, layers = want[key]["segments"]["pre"], [s for k, s in want[key]["segments"].items() if k.isdigit()]
+    tallest = max(sum(s["parts"].values()) for s in layers)
+    assert sum(pre["parts"].values()) > 100 * tallest
+    assert float(columns[0]["data-wall-ms"]) == pytest.approx(pre["wall"] / 1e6, abs=1e-12)
+    assert f"{sum(pre['parts'].values()) / 1e6:,.1f} ms ↑" in text and 'class="cut"' in text
+    ticks = [float(t) for t in re.findall(r'class="tick">([\d.]+)</text>', text.split('class="layers"')[1])]
+    assert tallest / 1e6 <= max(ticks) < 2 * tallest / 1e6

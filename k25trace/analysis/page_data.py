@@ -369,8 +369,8 @@ class LayerSegment:
     vs_median_layer: float | None
     vs_kind: float | None
     flag: str | None
-    outlier_steps: int
-    outlier_list: list[int]
+    outlier_steps: int  # rank-steps whose wall is ≥ 25 % over the segment's median
+    outlier_list: list[int]  # their step indexes (of the first 10 such rank-steps), each once
     late: list[dict[str, Any]] = field(default_factory=list)  # report --by layer-late rows, the latest rank first
 
 
@@ -431,7 +431,7 @@ def layer_charts(data: ReportData, category_order: Sequence[str]) -> list[LayerC
                     vs_kind=r["vs_kind"],
                     flag=r["flag"],
                     outlier_steps=r["outlier_steps"],
-                    outlier_list=[int(s) for s in (r["outlier_list"] or "").split(",") if s],
+                    outlier_list=sorted({int(s) for s in (r["outlier_list"] or "").split(",") if s}),
                     late=late.get(key, []),
                 )
             )

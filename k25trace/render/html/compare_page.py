@@ -28,14 +28,14 @@ from k25trace.render.html.page import shell
 if TYPE_CHECKING:
     from k25trace.analysis.compare import Comparison
 
-COMPARE_COMMAND = "k25trace compare … [--by category|kernel|step|comm|macro]"
+COMPARE_COMMAND = "k25trace compare … [--by category|kernel|step|layer|comm|macro]"
 """The command line the comparison page's footer names for the same numbers."""
 
 
 def render_comparison(comparison: Comparison, title: str | None = None) -> str:
     """A :class:`.compare.Comparison` as a page: the verdict, the sides, per step group the time by category
     of A beside B and what changed (delta per category with its 95 % interval, coloured by verdict), the step
-    time, the collectives, the kernels that changed and the capture figures."""
+    time, the change per layer, the collectives, the kernels that changed and the capture figures."""
     title = title or "k25trace comparison"
     sides = comparison.sides
     changes = comparison.changes()
@@ -72,10 +72,13 @@ def render_comparison(comparison: Comparison, title: str | None = None) -> str:
                 "verdict",
             ],
         ),
+        _compare_layers(comparison),
         _compare_table(
             "comm",
             "Collectives across ranks",
-            "Transfer and wait (launch / GPU) per step, A against B (report --by comm on each side).",
+            "Transfer and wait per step, A against B (report --by comm on each side); the wait also by where: at "
+            "the step's first collective (wait at 1st: the hosts started the step apart) and at later ones (wait "
+            "at later: the GPU work between collectives differed).",
             comparison.comm,
             ["group", "category", "metric", "ms_a", "ms_b", "delta_ms", "delta_pct", "ci95_ms", "p_value", "verdict"],
         ),
@@ -92,6 +95,7 @@ def render_comparison(comparison: Comparison, title: str | None = None) -> str:
         ("verdict", "Verdict"),
         ("categories", "By category"),
         ("steps", "Step time"),
+        ("layers", "Layers"),
         ("comm", "Collectives"),
         ("kernels", "Kernels"),
         ("macro", "Capture levels"),
@@ -237,7 +241,12 @@ def _compare_table(anchor: str, title: str, caption: str, frame: pl.DataFrame, c
     columns = [c for c in columns if c in frame.columns]
     rows = [[_cell(r[c], c) for c in columns] for r in frame.iter_rows(named=True)]
     aligns = [
-        (c, "l" if c in ("group", "metric", "category", "verdict", "name_a", "name_b", "match", "level") else "r")
+        (
+            c,
+            "l"
+            if c in ("group", "metric", "category", "verdict", "name_a", "name_b", "match", "level", "segment", "kind")
+            else "r",
+        )
         for c in columns
     ]
     return (
@@ -279,3 +288,123 @@ def _compare_kernels(comparison: Comparison, top: int = 12) -> str:
             "verdict",
         ],
     )
+
+
+LAYER_ROWS = 12
+"""Changed segment rows per group in the page's layer table (the chart shows every segment)."""
+LAYER_COLUMNS = [
+    "group",
+    "segment",
+    "kind",
+    "steps_a",
+    "steps_b",
+    "ms_a",
+    "ms_b",
+    "delta_ms",
+    "delta_pct",
+    "ci95_ms",
+    "p_value",
+    "verdict",
+    "flag",
+]
+
+
+def _compare_layers(comparison: Comparison) -> str:
+    """Per step group, the change of each segment's median wall (pre, layers, post), and the rows that changed;
+    or why the layers were not compared."""
+    from k25trace.analysis.compare import CHANGED, STANDS_OUT
+
+    frame = comparison.layers
+    why = comparison.notes_on("layer")
+    if frame.is_empty():
+        if not why:
+            return ""
+        return (
+            '<section id="layers"><h2>Layers</h2><p class="empty">Not compared in '
+            + esc("; ".join(n.removeprefix("layers of ").replace(": not compared: ", ": ", 1) for n in why))
+            + "</p></section>"
+        )
+    parts = [
+        '<section id="layers"><h2>Layers</h2><p class="muted">The median wall time per step of each segment of the '
+        "layer split (report --by layer on each side), B − A; the test is Welch's on the means, Holm-adjusted over "
+        "every segment. A layer <b>stands out</b> when it changed, has its group's largest change and at least twice "
+        "the median layer's.</p>"
+    ]
+    if why:
+        parts.append(f'<p class="muted">{esc("; ".join(why))}</p>')
+    for (phase, group), rows in groups(frame, ["phase", "group"]):
+        out = rows.filter(pl.col("flag") == STANDS_OUT)["segment"].to_list()
+        changed = rows.filter(pl.col("verdict").is_in(CHANGED)).height
+        parts.append(
+            figure(
+                f"{group} ({phase}): {rows['segment'].str.contains(r'^[0-9]+$').sum()} layers, {changed} "
+                f"segment{'' if changed == 1 else 's'} changed"
+                + (f", layer {', '.join(out)} stands out" if out else ""),
+                "One bar per segment in order (pre, layers, post): B − A in ms per step; bright bars changed, faint "
+                "ones are within noise or negligible; a bar that stands out is outlined.",
+                _layer_chart(group, list(rows.iter_rows(named=True)), CHANGED, STANDS_OUT),
+            )
+        )
+    changed_rows = frame.with_row_index("_row").filter(pl.col("verdict").is_in(CHANGED))
+    shown = (
+        changed_rows.sort([(pl.col("flag") == STANDS_OUT).fill_null(False), pl.col("delta_ms").abs()], descending=True)
+        .group_by(["phase", "group"], maintain_order=True)
+        .head(LAYER_ROWS)
+        .sort("_row")
+        .drop("_row")
+    )
+    if not shown.is_empty():
+        parts.append(
+            _compare_table(
+                "layer-rows",
+                "Layers that changed",
+                f"The {LAYER_ROWS} largest changes per group, those that stand out first: {shown.height} of "
+                f"{changed_rows.height} changed segment rows ({frame.height} in all: k25trace compare --by layer "
+                "--all).",
+                shown,
+                LAYER_COLUMNS,
+            )
+        )
+    parts.append("</section>")
+    return "".join(parts)
+
+
+def _layer_chart(
+    group: str, rows: list[dict[str, Any]], changed: tuple[str, ...], stands_out: str, width: int = 1100
+) -> str:
+    """The delta of each segment's median wall as a bar up (slower) or down (faster) from zero."""
+    x0, x1, top, half = 70, width - 20, 14, 70
+    step = (x1 - x0) / max(len(rows), 1)
+    dmax = max([abs(r["delta_ms"] or 0.0) for r in rows] + [1e-6])
+    ticks = nice_ticks(dmax, 2)
+    lim = ticks[-1]
+    zero = top + half
+    svg = Svg(width, 2 * half + top + 40, f"Change per segment, B − A, {group}", "bars delta")
+    for t in [-v for v in reversed(ticks[1:])] + ticks:
+        y = zero - t / lim * half
+        svg.add(f'<line class="gridline" x1="{x0}" x2="{x1}" y1="{y:.1f}" y2="{y:.1f}"/>')
+        svg.text(x0 - 6, y + 4, f"{t:+g}" if t else "0", "end", "tick")
+    every = max(1, round(len(rows) / 32))  # a label per segment up to ~32 of them, else every k-th layer
+    layers = sum(1 for r in rows if r["segment"].isdigit())
+    for i, r in enumerate(rows):
+        d = r["delta_ms"] or 0.0
+        h = abs(d) / lim * half
+        x = x0 + i * step
+        bright = r["verdict"] in changed
+        color = VERDICT_COLORS.get(r["verdict"], "#57606a") if bright else "#8c959f"
+        outline = ' stroke="#111" stroke-width="2"' if r["flag"] == stands_out else ""
+        pct = "new" if r["delta_pct"] is None else f"{r['delta_pct']:+.1f} %"
+        svg.add(
+            f'<rect x="{x + step * 0.15:.2f}" y="{zero - h if d > 0 else zero:.2f}" width="{step * 0.7:.2f}" '
+            f'height="{h:.2f}" style="fill:{color}" opacity="{1 if bright else 0.45}"{outline} '
+            f'data-group="{esc(group)}" data-segment="{esc(r["segment"])}" data-delta="{attr(r["delta_ms"])}" '
+            f'data-verdict="{esc(r["verdict"])}"><title>{esc(r["segment"])} ({esc(r["kind"])}): {num(r["ms_a"])} → '
+            f"{num(r['ms_b'])} ms ({d:+.4f} ms, {esc(pct)}), {esc(r['verdict'])}</title></rect>"
+        )
+        label = r["segment"]
+        k = int(label) if label.isdigit() else -1  # layers 0 and L-1 sit beside pre and post: labelled when wide
+        if k < 0 or r["flag"] == stands_out or (k % every == 0 and (step >= 28 or 0 < k < layers - 1)):
+            svg.text(x + step / 2, zero + half + 16, label, "middle", "tick")
+    svg.add(f'<line class="axisline" x1="{x0}" x2="{x1}" y1="{zero}" y2="{zero}"/>')
+    svg.text(x0 - 6, zero + half + 32, "B − A, ms per step (median wall of the segment)", "start", "unit")
+    return svg.render()

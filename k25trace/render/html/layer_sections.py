@@ -162,7 +162,7 @@ def _chart(data: ReportData, chart: LayerChart, with_late: bool) -> str:
     numbers, the markers, the layer numbers, the kind strip and (multi-rank) the late-rank strip."""
     n, x1 = len(chart.segments), WIDTH - RIGHT
     pitch = (x1 - LEFT) / n
-    ticks = nice_ticks(max(sum(ms for _, ms in s.parts) for s in chart.segments))
+    ticks = nice_ticks(_scale_top(chart))
     frame = _Frame(LEFT, pitch, min(pitch * 0.8, 40.0), TOP + PLOT_H, PLOT_H / ticks[-1])
     strips = frame.bottom + 18
     svg = Svg(
@@ -181,17 +181,29 @@ def _chart(data: ReportData, chart: LayerChart, with_late: bool) -> str:
     return svg.render()
 
 
+def _scale_top(chart: LayerChart) -> float:
+    """The ms the y axis reaches: the tallest stack, or the tallest layer's + 10 % when pre or post is more than
+    2.5 times that (their columns are then cut at the top and labelled: the layers stay readable)."""
+    totals = [sum(ms for _, ms in s.parts) for s in chart.segments]
+    layers = [t for t, s in zip(totals, chart.segments, strict=True) if s.layer is not None]
+    tallest = max(layers, default=0.0)
+    return tallest * 1.1 if tallest and max(totals) > 2.5 * tallest else max(totals)
+
+
 def _stacks(svg: Svg, chart: LayerChart, frame: _Frame) -> None:
     """The stacked columns in whole pixels from the running sum (so the stack stays exact), one path per
     category; the flags and outlier diamonds, one path each; then the columns' hover targets."""
     paths: dict[str, list[str]] = {}
     last: dict[str, tuple[int, int]] = {}  # each category path's last piece: the next one moves from it
-    flags, odd = [], []
+    flags: list[str] = []
+    odd: list[str] = []
+    cut: list[str] = []  # a white gap across each column cut at the top
     width = max(1, round(frame.bar_w))
     for i, seg in enumerate(chart.segments):
         left, acc = frame.bar_left(i), 0.0
-        for cat, ms in seg.parts:
-            lo, hi = frame.bottom - round(acc * frame.scale), frame.bottom - round((acc + ms) * frame.scale)
+        for cat, ms in seg.parts:  # cut at the plot's top (a pre or post far taller than the layers)
+            lo = max(frame.bottom - round(acc * frame.scale), TOP)
+            hi = max(frame.bottom - round((acc + ms) * frame.scale), TOP)
             acc += ms
             pieces = paths.setdefault(cat, [])
             if lo > hi:
@@ -199,6 +211,16 @@ def _stacks(svg: Svg, chart: LayerChart, frame: _Frame) -> None:
                 pieces.append(f"{'m' if cat in last else 'M'}{left - px} {hi - py}h{width}v{lo - hi}h-{width}z")
                 last[cat] = (left, hi)
         cx = left + width / 2
+        if frame.bottom - acc * frame.scale < TOP:
+            cut.append(f"M{left} {TOP + 4}h{width}")
+            first = i == 0
+            svg.text(
+                left + width + 3 if first else left - 3,
+                TOP + 9,
+                f"{num(acc)} ms ↑",
+                "start" if first else "end",
+                "note",
+            )
         if seg.flag:
             flags.append(f"M{_c(cx - 4)} {round(frame.bottom - acc * frame.scale) - 9}h8l-4 7z")
         if seg.outlier_list:
@@ -206,7 +228,7 @@ def _stacks(svg: Svg, chart: LayerChart, frame: _Frame) -> None:
     for cat in legend_order(list(paths)):
         if paths[cat]:
             svg.add(f'<path class="{markup.css_class(cat)}" d="{"".join(paths[cat])}"/>')
-    for cls, pieces in (("flag", flags), ("ostep", odd)):
+    for cls, pieces in (("flag", flags), ("ostep", odd), ("cut", cut)):
         if pieces:
             svg.add(f'<path class="{cls}" d="{"".join(pieces)}"/>')
     svg.add(
@@ -248,8 +270,8 @@ def _title(seg: LayerSegment) -> str:
         lines[-1] += f", {seg.vs_kind:.3f}× median {seg.kind} layer)" if seg.flag and seg.vs_kind else ")"
     lines += [f"{cat} {ms:.4f}" for cat, ms in seg.parts]
     if seg.outlier_list:
-        more = seg.outlier_steps - len(seg.outlier_list)
-        lines.append(f"outlier steps: {','.join(map(str, seg.outlier_list))}" + (f" +{more}" if more > 0 else ""))
+        more = "+" if seg.outlier_steps > 10 else ""
+        lines.append(f"outlier steps: {', '.join(map(str, seg.outlier_list))}{more} ({seg.outlier_steps} rank-steps)")
     if seg.late:
         lines.append(
             "late: "
