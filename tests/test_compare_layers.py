@@ -22,6 +22,7 @@ from test_layers import raw_steps
 
 from k25trace import synth
 from k25trace.analysis.compare import STANDS_OUT, compare, segment_order
+from k25trace.render.html import render_comparison
 from k25trace.synth.config import Delay
 
 DATA = Path(__file__).parent / "data"
@@ -192,6 +193,18 @@ def test_one_late_layer_stands_out(tmp_path: Path) -> None:
     assert mirrored["verdict"].to_list() == [MIRROR.get(v, v) for v in frame["verdict"].to_list()]
     assert mirrored["flag"].to_list() == frame["flag"].to_list()
     assert mirrored["delta_ms"].to_list() == [-d if d else d for d in frame["delta_ms"].to_list()]
+    # the comparison page: one bar per segment with the table's delta, layer 5's outlined, its row in the table
+    page = render_comparison(result)
+    bars = re.findall(
+        r'<rect x="[^"]*" y="[^"]*" width="[^"]*" height="[^"]*" style="[^"]*" opacity="[^"]*"'
+        r'( stroke="#111" stroke-width="2")? data-group="bs=1" data-segment="([^"]+)" '
+        r'data-delta="([^"]*)"',
+        page,
+    )
+    assert [b[1] for b in bars] == frame["segment"].to_list()
+    assert [float(b[2]) for b in bars] == pytest.approx(frame["delta_ms"].to_list())
+    assert [b[1] for b in bars if b[0]] == [str(layer)]
+    assert "bs=1 (decode): 8 layers, 1 segment changed, layer 5 stands out" in page
 
 
 def test_other_layer_counts_are_never_paired(tmp_path: Path) -> None:
@@ -210,6 +223,7 @@ def test_other_layer_counts_are_never_paired(tmp_path: Path) -> None:
     assert table.returncode == 0 and "Nothing to compare: layers of bs=1, bs=64: not compared" in table.stdout
     assert "layers of bs=1, bs=64" in table.stderr  # with the other notes
     assert run_cli("compare", str(kimi), str(eager), "--format", "json").stdout.count('"layers": []') == 1
+    assert "Not compared in bs=1, bs=64: A has 61 layers per step, B 8" in render_comparison(result)
 
 
 def test_a_side_without_layer_split(tmp_path: Path) -> None:
