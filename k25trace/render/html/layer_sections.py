@@ -79,7 +79,8 @@ MARKS = (
 INTRO = (
     '<p class="muted">Each column is a segment of the step: <b>pre</b>, the transformer layers, <b>post</b>. It '
     "stacks the median over the rank-steps of each category's exclusive time in the segment, then of its overlap "
-    "and idle: about the segment's median wall time. The <b>kind</b> strip marks dense and MoE layers. A red "
+    "and idle: about the segment's median wall time (a pre or post far taller than the layers is cut at the top, "
+    "its total beside it). The <b>kind</b> strip marks dense and MoE layers. A red "
     "triangle flags a layer whose median GPU work is ≥ 10 % over the median layer of its kind; an orange diamond "
     "one with outlier steps (its wall ≥ 25 % over its median). For runs of several ranks, the <b>late</b> strip "
     "and the table under it name the rank latest at each segment's collectives. Hover a column for its numbers "
