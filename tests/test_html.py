@@ -98,7 +98,7 @@ def test_the_page_is_one_self_contained_small_file(page: tuple[Path, str, float]
     os.umask(umask)
     assert path.stat().st_mode & 0o777 == 0o666 & ~umask  # a file to share, not a private temporary file
     print(f"\nHTML report of the TP2 graph+eager fixture: {size:,} bytes, written in {seconds:.2f} s")
-    assert size < 400_000, size  # a few hundred KB: inline SVG, no library
+    assert size < 500_000, size  # a few hundred KB: inline SVG, no library (394 KB with the layer charts)
     assert text.startswith("<!DOCTYPE html>") and text.rstrip().endswith("</html>")
     marks = parse(text)
     # nothing is loaded from anywhere: no external script, stylesheet, image, font or frame
