@@ -113,7 +113,7 @@ def _verdict(comparison: Comparison, console: Console, section: str | None) -> N
     """The verdict and the first changes, of one section when given (a table opens with them)."""
     console.print(Text("Verdict: " + comparison.summary(), style="bold"))
     changes = comparison.changes(section)
-    if section is not None:
+    if section is not None and not comparison.section(section).is_empty():
         console.print(Text(_tally(comparison.section(section), section, len(changes))))
     for change in changes[:MAX_CHANGES]:
         console.print(Text("  " + change))
@@ -147,7 +147,7 @@ def _markdown(
 ) -> None:
     """The verdict, every change (of the ``single`` section shown), then each section as a Markdown table."""
     lines = [f"**Verdict: {comparison.summary()}**", ""]
-    if single is not None:
+    if single is not None and not comparison.section(single).is_empty():
         lines += [_tally(comparison.section(single), single, 0), ""]
     lines += [f"- {change}" for change in comparison.changes(single)]
     for name, frame, note in sections:
