@@ -8,15 +8,26 @@
 -- wait_ms_per_step is report_comm's wait_ms_per_step (to rounding), and the six parts add up to it. longer_work:
 -- the kernel categories that ran longer on the late rank (each collective's longest, weighted by its GPU-work part
 -- of the wait; those of at least 10 % of it, longest first); longer_kernel: the kernel that ran longest beyond, of
--- the collective with the largest GPU-work part.
--- reads: phase_collectives (macro: collectives of selected_steps), collective_causes
+-- the collective with the largest GPU-work part (ties: the earliest).
+-- reads: phase_collectives (macro: collectives of selected_steps), collectives, collective_causes
 -- params: $phase, $batch_size, $run_id
 -- optional: $batch_size, $run_id
 -- grain: one row per (run_id, batch_size, category, late_rank)
-with per_collective as (  -- as report_comm
+with
+-- each paired collective's late rank: collectives.is_late, exactly one per collective over all of its ranks (the
+-- rank that started last after alignment; ties: the shortest duration, then the lowest rank), so that a selection
+-- holding only some of a whole-trace collective's rows still names its late rank
+late as (
+    select run_id, pair_step, category, ordinal, rank as late_rank
+    from collectives
+    where is_late
+),
+
+per_collective as (  -- as report_comm
     select run_id, batch_size, min(step_index) as step_index, pair_step, category, ordinal,
-        avg(wait_ns) as mean_wait_ns, arg_max(rank, is_late::int) as late_rank
+        avg(wait_ns) as mean_wait_ns, min(late.late_rank) as late_rank
     from phase_collectives($phase, of_batch_size := $batch_size, of_run_id := $run_id)
+    left join late using (run_id, pair_step, category, ordinal)
     group by run_id, batch_size, pair_step, category, ordinal
 ),
 
@@ -62,7 +73,9 @@ select
     round(sum(mean_wait_ns - host_wait_ns - sync_wait_ns - gpu_work_wait_ns - device_wait_ns - first_wait_ns)
         / any_value(steps) / 1e6, 4) as unexplained_ms_per_step,
     any_value(longer.longer_work) as longer_work,
-    arg_max(per_collective_why.longer_kernel, per_collective_why.gpu_work_wait_ns)
+    -- ties: the earliest collective
+    arg_max(per_collective_why.longer_kernel, (per_collective_why.gpu_work_wait_ns, -per_collective_why.pair_step,
+            -per_collective_why.ordinal))
         filter (where per_collective_why.gpu_work_wait_ns > 0) as longer_kernel
 from per_collective_why
 left join longer using (run_id, batch_size, category, late_rank)

@@ -17,8 +17,8 @@
 -- launch_wait/gpu_wait split the same wait by position only: at the step's first collective, or at a later one.
 -- Runs without step markers pair their collectives over the whole trace (pairing = 'whole trace'; batch_size
 -- NULL; wait_kind unknown, so launch + gpu wait is 0 there).
--- reads: phase_collectives (macro: collectives of selected_steps), collective_causes, trace_runs, traces,
---   comm_alignment
+-- reads: phase_collectives (macro: collectives of selected_steps), collectives, collective_causes, trace_runs,
+--   traces, comm_alignment
 -- params: $phase, $batch_size, $run_id
 -- optional: $batch_size, $run_id
 -- grain: one row per (run, batch_size, category)
@@ -27,13 +27,23 @@ with selected as (
     select * from phase_collectives($phase, of_batch_size := $batch_size, of_run_id := $run_id)
 ),
 
-per_collective as (
+-- each paired collective's late rank: collectives.is_late, exactly one per collective over all of its ranks (the
+-- rank that started last after alignment; ties: the shortest duration, then the lowest rank), so that a selection
+-- holding only some of a whole-trace collective's rows still names its late rank
+late as (
+    select run_id, pair_step, category, ordinal, rank as late_rank
+    from collectives
+    where is_late
+),
+
+per_collective as (  -- any_value: transfer, skew and wait kind are the same on every rank of a collective
     select run_id, batch_size, min(step_index) as step_index, pair_step, category, ordinal,
         any_value(transfer_ns) as transfer_ns,
         any_value(skew_ns) as skew_ns, avg(wait_ns) as mean_wait_ns, any_value(wait_kind) as wait_kind,
         pair_step < 0 as whole_trace,
-        arg_max(rank, is_late::int) as late_rank, count(*) as ranks
+        min(late.late_rank) as late_rank, count(*) as ranks
     from selected
+    left join late using (run_id, pair_step, category, ordinal)
     group by run_id, batch_size, pair_step, category, ordinal
 ),
 

@@ -26,11 +26,11 @@ calls as (
         any_value(steps_of_run.batch_size) as batch_size,
         any_value(steps_of_run.world_size) as world_size,
         any_value(collectives.transfer_ns) as transfer_ns,
-        -- the collective's name and size from whichever rank's kernel carries args
-        any_value(gpu_events.collective_name) as collective_name,
-        any_value(case when gpu_events.collective_name = 'all_gather' then gpu_events.msg_out_nelems
+        -- the collective's name and size from the ranks' kernels that carry args (they agree; min: deterministic)
+        min(gpu_events.collective_name) as collective_name,
+        min(case when gpu_events.collective_name = 'all_gather' then gpu_events.msg_out_nelems
             else gpu_events.msg_in_nelems end * dtype_bytes(gpu_events.msg_dtype)) as trace_bytes,
-        any_value(gpu_events.group_size) as group_size
+        min(gpu_events.group_size) as group_size
     from collectives
     join steps_of_run using (run_id, step_index)
     join gpu_events on gpu_events.trace_id = collectives.trace_id and gpu_events.event_id = collectives.event_id
@@ -38,7 +38,8 @@ calls as (
 ),
 
 bench_sizes as (
-    select world_size, batch_size, arg_max(size_bytes, measured_at) as size_bytes
+    -- the latest bench run's size for the batch size (ties: the last bench_run name, then the largest size)
+    select world_size, batch_size, arg_max(size_bytes, (measured_at, bench_run, size_bytes)) as size_bytes
     from allreduce_bench
     where batch_size is not null
     group by all
@@ -59,7 +60,8 @@ sized as (
 
 grouped as (
     select
-        run_id, batch_size, category, collective, size_bytes, any_value(size_source) as size_source, any_value(n) as n,
+        -- size_source 'bench' when any call's size came from the bench; n: the ranks' group size (one per collective)
+        run_id, batch_size, category, collective, size_bytes, min(size_source) as size_source, min(n) as n,
         count(*) as calls,
         median(transfer_ns) as transfer_p50_ns,
         quantile_cont(transfer_ns, 0.9) as transfer_p90_ns
@@ -69,7 +71,8 @@ grouped as (
 
 floors as (
     select size_bytes, world_size,
-        arg_max(kernel_median_us, (mode = 'graph')::int * 1e12 + epoch(measured_at)) as kernel_us
+        -- graph burst preferred, then the latest run (ties: the last bench_run name, then the lowest time)
+        arg_max(kernel_median_us, (mode = 'graph', measured_at, bench_run, -kernel_median_us)) as kernel_us
     from allreduce_bench
     where mode in ('graph', 'eager') and kernel_median_us is not null
     group by all

@@ -25,7 +25,7 @@ gap_sums as (
         sum(device_ns) filter (where not between_steps) as device_ns,
         sum(unknown_ns) filter (where not between_steps) as unknown_ns,
         max(dur_ns) filter (where not between_steps) as longest_gap_ns,
-        arg_max(cause, dur_ns) filter (where not between_steps) as longest_gap_cause,
+        arg_max(cause, (dur_ns, -start_ns)) filter (where not between_steps) as longest_gap_cause,  -- ties: the first
         quantile_cont(launch_ns, 0.5) filter (where not between_steps and cause in ('host', 'sync')) as launch_p50_ns,
         max(launch_ns) filter (where not between_steps and cause in ('host', 'sync')) as launch_max_ns,
         count(*) filter (where not between_steps) as gaps,
