@@ -1,8 +1,9 @@
 -- name: compare_comm_steps
 -- One side of `k25trace compare`: per selected step of a multi-rank run and collective category, the paired
 -- collectives' time split as in `report --by comm`: transfer (the shortest duration across ranks, summed over the
--- step's collectives) and wait (each collective's mean wait over ranks, summed; launch wait at the step's first
--- collective, gpu wait at later ones). Steps of runs paired over the whole trace (no step markers) are left out.
+-- step's collectives) and wait (each collective's mean wait over ranks, summed; launch_wait_ns: the wait at the
+-- step's first collective, gpu_wait_ns: at later ones, compare's "wait at 1st" and "wait at later"). Steps of runs
+-- paired over the whole trace (no step markers) are left out.
 -- reads: _compare_selection, collectives
 -- params: none
 -- grain: one row per (run_id, step_index, category) with paired collectives
