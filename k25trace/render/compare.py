@@ -93,7 +93,10 @@ def _shown(comparison: Comparison, name: str, fmt: str, top: int | None, all_row
         )
     if name == "layer" and fmt == "table" and not all_rows and frame.height > MAX_ROWS:
         kept = cap_layers(frame, MAX_ROWS)
-        return kept, f"{frame.height - kept.height} more of {frame.height} layer rows, the least changed: --all"
+        return (
+            kept,
+            f"{frame.height - kept.height} of {frame.height} layer rows left out, the least changed (--all shows all)",
+        )
     return frame, ""
 
 
