@@ -216,7 +216,9 @@ def test_every_front_end_counts_engine_steps_and_rank_steps_alike(
     assert code == 0, err
     text = " ".join(out.split())
     for batch, n in engine.items():
-        assert f"batch size {batch}: {n} engine steps × 2 ranks ({2 * n} rank-steps), mean step" in text
+        assert f"batch size {batch}: {n} engine steps × 2 ranks ({2 * n} rank-steps), mean step" in text  # findings
+        table_title = rf"batch size {batch}: mean step [\d.]+ ms \(median [\d.]+\), idle [\d.]+ % "
+        assert re.search(table_title + rf"{n} engine steps × 2 ranks \({2 * n} rank-steps\)", text), batch
     assert "rank(s)" not in text
     page = tmp_path / "page.html"
     code, _, err = run("html", "--db", str(x2), "-o", str(page))

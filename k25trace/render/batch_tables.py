@@ -32,12 +32,11 @@ def print_batch_tables(
         first = group.row(0, named=True)
         level = first["level"]
         run = labels.get(run_id, str(run_id)) if several_runs and not level else ""
-        title = (
-            f"{run + ': ' if run else ''}{'level ' + str(level) + ', ' if level else ''}"
-            f"batch size {batch if batch is not None else '?'}: "
-            f"{steps_seen((engine or {}).get((run_id, batch)), first['steps'], first['ranks'])}, mean step "
-            f"{first['step_ms']:.3f} ms "
-            f"(median {first['median_step_ms']:.3f}), idle {first['idle_pct'] or 0:.1f} %"
+        title = (  # two lines, so that a long run label does not wrap the numbers
+            f"{run + ', ' if run else ''}{'level ' + str(level) + ', ' if level else ''}"
+            f"batch size {batch if batch is not None else '?'}: mean step {first['step_ms']:.3f} ms "
+            f"(median {first['median_step_ms']:.3f}), idle {first['idle_pct'] or 0:.1f} %\n"
+            f"{steps_seen((engine or {}).get((run_id, batch)), first['steps'], first['ranks'])}"
         )
         body = group.select(
             ["category", "ms_per_step", "pct_of_step", "kernel_ms_per_step", "calls_per_step", "us_per_call"]
@@ -60,9 +59,10 @@ def print_batch_tables(
                 f"{why['sync_ms']:.3f} + launch overhead {why['launch_overhead_ms']:.3f} + device-bound "
                 f"{why['device_ms']:.3f}"
                 + (f" + unknown {why['unknown_ms']:.3f}" if why["unknown_ms"] else "")
-                + f"; between steps {why['between_ms']:.3f} ms/step ({why['between_pct_of_span'] or 0:.1f} % of the "
+                + f"\nbetween steps {why['between_ms']:.3f} ms/step ({why['between_pct_of_span'] or 0:.1f} % of the "
                 "GPU span) — report --by idle / --by timeline"
             )
         print_table(table, target=console)
         if caption:  # under the table at the console's width (a caption wraps to the table's)
-            console.print(Text(caption), Text(""))
+            console.print(Text(caption))
+            console.print()
