@@ -89,13 +89,8 @@ def _rank(items: list[Finding], min_pct: float) -> tuple[list[Finding], int]:
 
 
 def _heading(label: str, batch: int | None, group: dict[str, Any]) -> str:
-    steps, ranks = int(group["engine_steps"]), int(group["ranks"])
+    on = report.steps_seen(int(group["engine_steps"]), int(group["rank_steps"]), int(group["ranks"]))
     size = f"batch size {batch}" if batch is not None else "no batch size"
-    on = (
-        f"{_plural(steps, 'engine step')} × {ranks} ranks ({_plural(int(group['rank_steps']), 'rank-step')})"
-        if ranks > 1
-        else _plural(steps, "step")
-    )
     mean = "step" if int(group["rank_steps"]) == 1 else "mean step"
     return f"{label}, {size}: {on}, {mean} {_ms(_num(group['step_ms']))} ms"
 
