@@ -187,3 +187,27 @@ def test_a_column_missing_from_the_schema_page_is_found() -> None:
     """The positive control: the page without one column's name."""
     text = (DOCS / "schema.md").read_text(encoding="utf-8").replace("far_activities", "far activities")
     assert schema_page_misses(text) == ["steps.far_activities"]
+
+
+def test_the_readme_shows_the_real_demo_output(tmp_path: Path) -> None:
+    """Every line of the README's demo block that is not a trim mark ("…") or a shortened path is a line that
+    `k25trace demo` prints at 120 columns today: the README cannot show an output the tool no longer gives."""
+    import os
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = readme.split("<!-- demo output:", 1)[1].split("<!-- end of demo output -->", 1)[0]
+    shown = [line for line in block.split("```text\n", 1)[1].split("\n```", 1)[0].split("\n")]
+    kept = [line for line in shown if line and "…" not in line and not line.startswith("$ ")]
+    assert len(kept) >= 30, "the demo block lost its output"
+    env = {**os.environ, "COLUMNS": "120"}
+    done = subprocess.run(
+        [sys.executable, "-m", "k25trace", "demo", "--db", str(tmp_path / "demo.duckdb")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    printed = {line.rstrip() for line in (done.stdout + done.stderr).split("\n")}
+    missing = [line for line in kept if line.rstrip() not in printed]
+    assert missing == [], "README demo lines that `k25trace demo` no longer prints (paste a fresh run)"
