@@ -41,7 +41,9 @@ per_collective as (  -- any_value: transfer, skew and wait kind are the same on 
         any_value(transfer_ns) as transfer_ns,
         any_value(skew_ns) as skew_ns, avg(wait_ns) as mean_wait_ns, any_value(wait_kind) as wait_kind,
         pair_step < 0 as whole_trace,
-        min(late.late_rank) as late_rank, count(*) as ranks
+        min(late.late_rank) as late_rank, count(*) as ranks,
+        -- the wait the late rank caused: the other ranks' (caused_wait_ns when every rank's row is selected)
+        sum(wait_ns) filter (where rank != late.late_rank) as caused_ns
     from selected
     left join late using (run_id, pair_step, category, ordinal)
     group by run_id, batch_size, pair_step, category, ordinal
@@ -101,20 +103,29 @@ last_ranks as (
     group by all
 ),
 
-caused as (
-    select run_id, batch_size, category, rank, sum(caused_wait_ns) as caused_ns, count(distinct step_index) as steps
-    from selected
+caused as (  -- per late rank, the wait it caused (also where a filter left out that rank's own rows)
+    select run_id, batch_size, category, late_rank as rank, sum(caused_ns) as caused_ns
+    from per_collective
+    group by all
+),
+
+rank_steps as (  -- the most steps a rank of the run has rows in
+    select run_id, batch_size, category, max(steps) as steps
+    from (select run_id, batch_size, category, rank, count(distinct step_index) as steps from selected group by all)
     group by all
 ),
 
 stragglers as (
-    select run_id, batch_size, category,
+    select caused.run_id, caused.batch_size, caused.category,
         -- no wait at all: no straggler
-        case when max(caused_ns) > 0 then first(rank order by caused_ns desc, rank) end as straggler_rank,
-        case when max(caused_ns) > 0 then max(caused_ns) / max(steps) end as straggler_wait_ns_per_step,
-        max(caused_ns) * 100.0 / nullif(sum(caused_ns), 0) as straggler_wait_pct
+        case when max(caused.caused_ns) > 0 then first(caused.rank order by caused.caused_ns desc, caused.rank) end
+            as straggler_rank,
+        case when max(caused.caused_ns) > 0 then max(caused.caused_ns) / any_value(rank_steps.steps) end
+            as straggler_wait_ns_per_step,
+        max(caused.caused_ns) * 100.0 / nullif(sum(caused.caused_ns), 0) as straggler_wait_pct
     from caused
-    group by all
+    join rank_steps using (run_id, batch_size, category)
+    group by caused.run_id, caused.batch_size, caused.category
 ),
 
 why_parts as (  -- one row per (run, batch size, category, kind of lateness) with its share of the wait

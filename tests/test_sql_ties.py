@@ -227,7 +227,7 @@ def _no_markers_and_a_stepless_late_rank(source: Path, target: Path, truth: dict
 def test_a_late_rank_whose_row_is_in_no_step_is_still_the_late_rank(tied) -> None:
     """Whole-trace pairing: the late rank's all-gathers belong to no step, so the selected rows of those
     collectives are the other ranks' only; the late rank is still named (the old arg_max over is_late named one of
-    the ranks that waited)."""
+    the ranks that waited, and no straggler: the wait it caused sat on its own rows)."""
     root, truth, _ = tied
     folder = root / "stepless" / "traces"
     _no_markers_and_a_stepless_late_rank(root / "a" / "traces", folder, truth)
@@ -253,9 +253,9 @@ def test_a_late_rank_whose_row_is_in_no_step_is_still_the_late_rank(tied) -> Non
     result = CliRunner().invoke(cli, ["report", "--db", str(path), "--by", "comm", "--phase", "all", "--format", "csv"])
     assert result.exit_code == 0, (result.output, result.exception)
     rows = [r for r in csv.DictReader(io.StringIO(result.stdout)) if r["category"] == "comm_other"]
-    assert [(r["pairing"], r["last_rank"], r["last_pct"]) for r in rows] == [
-        ("whole trace (no step markers)", str(BARRIER_RANK), "100.0")
-    ]
+    assert [
+        (r["pairing"], r["last_rank"], r["last_pct"], r["straggler_rank"], r["straggler_wait_pct"]) for r in rows
+    ] == [("whole trace (no step markers)", str(BARRIER_RANK), "100.0", str(BARRIER_RANK), "100.0")]
 
 
 def test_the_device_of_a_trace_split_evenly_over_two_gpus_is_the_lower(tied) -> None:
