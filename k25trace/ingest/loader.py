@@ -36,15 +36,14 @@ from k25trace.ingest.file_meta import (
 )
 from k25trace.ingest.messages import Chunk, End, Progress
 from k25trace.ingest.model import FileResult, LoadOptions, TraceFile
-from k25trace.ingest.overlap import read_and_store
 from k25trace.ingest.scan import scanner_note
-from k25trace.ingest.staged import NO_NAMES, _append, _NameIds, _Read, with_name_ids
 from k25trace.ingest.workers import _Workers
 from k25trace.names import short_name
 
 # ---------------------------------------------------------------------------------------------------------------
 # Loading one file
 
+_NO_NAMES: dict[str, int] = {}  # the name ids of a table without rows
 LONG_GPU_NS = 3_600 * 10**9  # a GPU activity longer than an hour is reported
 
 
@@ -73,8 +72,8 @@ class Loader:
         # memory is not held through the tail of the load: ~400 MB of a real 80 MB rank's peak, measured)
         self.workers_until: Path | None = None
 
-    def _known(self, sha: str, reader: duckdb.DuckDBPyConnection | None = None) -> tuple[int, str] | None:
-        rows = run_query(reader or self.con, "ingest_known", {"sha256": sha}).fetchall()
+    def _known(self, sha: str) -> tuple[int, str] | None:
+        rows = run_query(self.con, "ingest_known", {"sha256": sha}).fetchall()
         return rows[0] if rows else None
 
     def _hash(self, path: Path) -> str:
@@ -92,16 +91,6 @@ class Loader:
             return False
 
     def load(self, tf: TraceFile) -> FileResult:
-        """Read ``tf`` (:meth:`read`), then store it (:meth:`store`): one file, start to end."""
-        got = self.read(tf)
-        return got if isinstance(got, FileResult) else self.store(got)
-
-    def read(self, tf: TraceFile, reader: duckdb.DuckDBPyConnection | None = None) -> _Read | FileResult:
-        """Hash, read and decode one file into its staged tables (Arrow, in memory), outside any transaction: no
-        write to the database, so that it can run while the previous file is stored (:func:`_load_files`). Returns
-        the file read, or its result when it is not to be stored (unreadable, already loaded, a bad file).
-        ``reader``: the connection to ask whether the file is known (a cursor of ``con``, when another thread writes
-        through ``con`` meanwhile)."""
         path = tf.path
         shown = _shown(path)
         started = _dt.datetime.now()
@@ -114,7 +103,7 @@ class Loader:
             result.message = f"{shown}: cannot read: {exc.strerror}"
             return result
         try:
-            row = self._known(sha, reader)
+            row = self._known(sha)
         except duckdb.Error as exc:
             result.message = f"{shown}: {db_problem(exc)}"
             return result
@@ -123,26 +112,7 @@ class Loader:
             result.trace_id = row[0]
             result.message = f"{shown}: already loaded as trace {row[0]} ({row[1]})"
             return result
-        chunks: dict[str, list[pa.Table]] = {}
-        try:
-            meta, counts, cols, read_sha, read_bytes = self._stream(path, chunks)
-        except BaseException as exc:
-            message = _failure(exc, shown, False)
-            if message is None:
-                raise
-            result.message = message
-            return result
-        finally:
-            if self.workers_until is not None and path == self.workers_until:
-                self.close()
-        return _Read(tf, shown, started, sha, meta, counts, cols, read_sha, read_bytes, chunks)
-
-    def store(self, got: _Read) -> FileResult:
-        """One file read (:meth:`read`) into the database, in one transaction: staged, cleaned, moved into the final
-        tables and analysed (``after_file``), or not at all. A file another one of the same content was stored as
-        meanwhile is skipped."""
-        tf, shown, sha, read_sha = got.tf, got.shown, got.sha, got.read_sha
-        result = FileResult(shown, "failed")
+        names = _NameIds(self.names, self.next_name_id)
         con = self.con
         committing = False
         try:
@@ -150,25 +120,26 @@ class Loader:
         except duckdb.Error as exc:
             result.message = f"{shown}: not loaded: {db_problem(exc)}"
             return result
-        names = _NameIds(self.names, self.next_name_id)
         try:
-            row = self._known(read_sha)  # the same content stored since read() asked (or it changed while read)
-            if row:
-                con.execute("rollback")
-                changed = " (it changed while it was read)" if read_sha != sha else ""
-                result.status = "skipped"
-                result.trace_id = row[0]
-                result.message = f"{shown}: already loaded as trace {row[0]} ({row[1]}){changed}"
-                return result
             run_query(con, "ingest_stage")
-            self._chunks, got.chunks = got.chunks, {}
-            trace_id, warnings = self._commit_file(
-                tf, tf.path, read_sha, got.read_bytes, got.meta, got.counts, got.cols, names
-            )
+            meta, counts, cols, read_sha, read_bytes = self._stream(path, names)
+            if self.workers_until is not None and path == self.workers_until:
+                self.close()
+            if read_sha != sha:  # the file changed between the hash and the read (still being written?)
+                row = self._known(read_sha)
+                if row:
+                    con.execute("rollback")
+                    result.status = "skipped"
+                    result.trace_id = row[0]
+                    result.message = (
+                        f"{shown}: already loaded as trace {row[0]} ({row[1]}) (it changed while it was read)"
+                    )
+                    return result
+            trace_id, warnings = self._commit_file(tf, path, read_sha, read_bytes, meta, counts, cols, names.new)
             if read_sha != sha:
                 warnings.append(
                     f"{shown}: the file changed while it was read (still being written?); stored what was "
-                    f"read ({got.read_bytes:,} bytes, sha256 {read_sha[:12]}…)"
+                    f"read ({read_bytes:,} bytes, sha256 {read_sha[:12]}…)"
                 )
             committing = True
             con.execute("commit")
@@ -187,7 +158,7 @@ class Loader:
         result.trace_id = trace_id
         result.warnings = warnings
         result.rank, result.events, result.gpu_events = self.last_counts
-        result.seconds = (_dt.datetime.now() - got.started).total_seconds()
+        result.seconds = (_dt.datetime.now() - started).total_seconds()
         return result
 
     def _rollback(self) -> None:
@@ -197,12 +168,9 @@ class Loader:
         except duckdb.Error:
             pass
 
-    def _stream(
-        self, path: Path, chunks_out: dict[str, list[pa.Table]]
-    ) -> tuple[dict[str, Any], int, _Columns, str, int]:
-        """Read and decode one file's events into ``chunks_out`` (its chunk tables per staging table, in file
-        order); returns (top-level metadata, event count, counters, sha256 of the bytes read, bytes read). Touches
-        no database."""
+    def _stream(self, path: Path, name_id: Callable[[str], int]) -> tuple[dict[str, Any], int, _Columns, str, int]:
+        """Read, decode and stage one file's events; returns (top-level metadata, event count, counters, sha256 of
+        the bytes read, bytes read)."""
         cols = _Columns(self.options.keep_python)
         workers = self._workers() if file_size(path) >= self.options.parallel_min_bytes else None
         if workers is not None and str(path) in workers.planned:
@@ -218,7 +186,7 @@ class Loader:
                 cols.skipped.update(item.skipped)
                 cols.unknown.update(item.unknown)
                 cols.problems.update(item.problems)
-                _append(chunks_out, item.tables, total)
+                self._append(item.tables, total, name_id)
                 total += item.events
             elif isinstance(item, Progress):
                 self.progress(item.read)
@@ -256,26 +224,29 @@ class Loader:
             self._executor.close()
             self._executor = None
 
+    def _append(self, tables: dict[str, pa.Table], first_event_id: int, name_id: Callable[[str], int]) -> None:
+        for key, table in tables.items():
+            if first_event_id:
+                table = table.set_column(0, "event_id", pc.add(table.column("event_id"), first_event_id))
+            self._chunks.setdefault(key, []).append(_with_name_ids(table, name_id) if key == "gpu" else table)
+
     def _stage(self, key: str, table: pa.Table) -> None:
         """Register ``table`` as the view ``_stage_<key>`` that the ingest queries read (replacing the last one)."""
         self.con.unregister(f"_stage_{key}")
         self.con.register(f"_stage_{key}", table)
         self._staged[key] = table  # referenced here while DuckDB may read it
 
-    def _register_staged(self, name_id: Callable[[str], int]) -> None:
+    def _register_staged(self) -> None:
         """The file's staged events, one Arrow table per staging table (the chunks' tables concatenated, no copy;
         an empty one where there is none), registered for ingest_clean.sql, ingest_stage_summary.sql and
-        ingest_commit.sql; the GPU activities' names swapped for their ids (``name_id``: new names get theirs in
-        the order they first appear in the file). Nothing is copied into DuckDB before the move into the final
-        tables."""
+        ingest_commit.sql. Nothing is copied into DuckDB before the move into the final tables."""
         for key in TABLE_ORDER:
             tables = self._chunks.get(key)
             if tables:
-                table = pa.concat_tables(tables, promote_options="permissive")
-                self._stage(key, with_name_ids(table, name_id) if key == "gpu" else table)
+                self._stage(key, pa.concat_tables(tables, promote_options="permissive"))
             else:
                 empty = empty_table(key)
-                self._stage(key, with_name_ids(empty, NO_NAMES.__getitem__) if key == "gpu" else empty)
+                self._stage(key, _with_name_ids(empty, _NO_NAMES.__getitem__) if key == "gpu" else empty)
         self._chunks = {}
 
     def _unstage(self) -> None:
@@ -312,7 +283,7 @@ class Loader:
         meta: dict[str, Any],
         counts: int,
         cols: _Columns,
-        names: _NameIds,
+        new_names: dict[str, int],
     ) -> tuple[int, list[str]]:
         """Clean the staged events, move them into the final tables, write the traces row, record the capture, run
         the later stages (``after_file``); all inside the file's transaction. Returns (trace id, warnings)."""
@@ -328,7 +299,7 @@ class Loader:
         rank, world, rank_source = rank_of(dist, path.name)
         base = base_time(meta, path)
         devices = meta.get("deviceProperties") if isinstance(meta.get("deviceProperties"), list) else None
-        self._register_staged(names)
+        self._register_staged()
         self._clean_staged(base, cols.problems)
         gpu_n, main_device, long_n, longest = run_query(
             con, "ingest_stage_summary", {"long_ns": LONG_GPU_NS}
@@ -344,11 +315,11 @@ class Loader:
                 f"longest {span_text(longest)}): kept; such times usually mean a broken trace"
             )
         trace_id = run_query(con, "ingest_next_trace_id").fetchall()[0][0]
-        if names.new:
+        if new_names:
             run_query(
                 con,
                 "ingest_names_add",
-                {"names": [{"name_id": i, "name": n, "short_name": short_name(n)} for n, i in names.new.items()]},
+                {"names": [{"name_id": i, "name": n, "short_name": short_name(n)} for n, i in new_names.items()]},
             )
         run_query(con, "ingest_commit", {"trace_id": trace_id, "rank": rank, "base": base})
         metadata_json = metadata_text(meta, shown, warnings)
@@ -393,6 +364,25 @@ class Loader:
         return trace_id, warnings
 
 
+class _NameIds:
+    """GPU activity name -> kernel_names id: the database's names, plus the new ones a file brings (they become the
+    loader's only when the file commits)."""
+
+    def __init__(self, known: dict[str, int], next_id: int) -> None:
+        self.known = known
+        self.new: dict[str, int] = {}
+        self.next_id = next_id
+
+    def __call__(self, name: str) -> int:
+        got = self.known.get(name)
+        if got is None:
+            got = self.new.get(name)
+            if got is None:
+                got = self.new[name] = self.next_id
+                self.next_id += 1
+        return got
+
+
 def _failure(exc: BaseException, shown: str, committing: bool) -> str | None:
     """The one-line message of a file that failed to load with ``exc``; None for what is no problem of the file
     (Ctrl-C, a bug): re-raised. The file's transaction is rolled back in both cases."""
@@ -423,6 +413,13 @@ def _interrupted(exc: BaseException) -> bool:
             return True
         exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
     return False
+
+
+def _with_name_ids(table: pa.Table, name_id: Callable[[str], int]) -> pa.Table:
+    """A GPU chunk table as staged: its ``name`` column swapped for ``name_id`` (the database's name ids)."""
+    names = table.column("name").combine_chunks().dictionary_encode()
+    ids = pa.array([name_id(v) for v in names.dictionary.to_pylist()], pa.int32())
+    return table.drop_columns(["name"]).append_column("name_id", pc.take(ids, names.indices))
 
 
 def _shown(path: Path | str) -> str:
@@ -571,13 +568,12 @@ def _load_files(
         big = [path for path in big if not loader.already_loaded(path)]
         loader.workers_until = big[-1] if big else None
         loader.prefetch(big)
-
-        def deliver(result: FileResult) -> None:
+        for tf in files:
+            start_file(tf)
+            result = loader.load(tf)
             results.append(result)
             if on_result:
                 on_result(result)
-
-        read_and_store(loader, files, start_file, deliver)
     finally:
         if loader is not None:
             loader.close()
