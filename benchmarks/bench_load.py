@@ -386,6 +386,75 @@ def ensure_input(kind: str, work: Path, ranks: int, gz_mb: float) -> Path:
 INPUTS = ("real", "b200", "synthetic")
 
 
+def all_ranks(
+    label: str,
+    files: list[Path],
+    events: int,
+    tmp: Path,
+    env: dict[str, str],
+    versions: dict[str, dict[str, str]],
+    args: argparse.Namespace,
+) -> None:
+    """All ranks loaded ``--runs-all`` times (the other revision interleaved), its tables compared, the reports."""
+    log(f"[{label}] all {len(files)} ranks ...")
+    all_old = {"old": versions["old"]} if "old" in versions else {}  # interleaved too, run by run
+    all_versions, dbs_all = measure_load(
+        files,
+        args.runs_all,
+        tmp,
+        env=env,
+        warm=False,  # warm already
+        versions={"bench": {}, **all_old},
+    )
+    runs_all = all_versions["bench"]
+    db_all = dbs_all["bench"]
+    if "old" in dbs_all:
+        print(compare_tables(db_all, dbs_all["old"], args.compare_rev))
+    walls_all = [m.wall_s for m in runs_all]
+    all_wall = statistics.median(walls_all)
+    cpu_all = statistics.median(m.cpu_s for m in runs_all)
+    print(
+        f"load {len(files)} ranks: median {all_wall:.2f} s wall "
+        f"({', '.join(f'{w:.2f}' for w in walls_all)}), "
+        f"{cpu_all:.1f} s CPU = {cpu_all / (len(files) * events / 1e6):.2f} s per M events, "
+        f"peak RSS {max(m.peak_mb for m in runs_all):.0f} MB, "
+        f"{len(files) * events / all_wall / 1e6:.2f} M events/s"
+    )
+    if all_old:
+        old_all = all_versions["old"]
+        old_all_wall = statistics.median(m.wall_s for m in old_all)
+        print(
+            f"  k25trace {args.compare_rev}, {len(files)} ranks (interleaved): median {old_all_wall:.2f} s "
+            f"wall ({', '.join(f'{m.wall_s:.2f}' for m in old_all)}), "
+            f"{statistics.median(m.cpu_s for m in old_all):.1f} s CPU, peak RSS "
+            f"{max(m.peak_mb for m in old_all):.0f} MB   ratio {old_all_wall / all_wall:5.2f} wall"
+        )
+    if not args.skip_reports:
+        report_timings(db_all, len(files))
+
+
+def baselines(label: str, one: Path, one_wall: float, tmp: Path, env: dict[str, str], args: argparse.Namespace) -> None:
+    """The baselines on the same rank file, in the same run (``--baselines`` picks some)."""
+    print(f"baselines on the same file ({one.name}), same run; ratio = baseline / k25trace 1-rank median:")
+    for name, code in BASELINES.items():
+        if name.startswith("DuckDB") and args.skip_duckdb:
+            continue
+        if args.baselines and not any(name.startswith(b.strip()) for b in args.baselines.split(",")):
+            continue
+        log(f"[{label}] baseline {name} ...")
+        try:
+            m = _measure.run([PY, "-c", code, str(one)], env=env, cwd=tmp)
+        except RuntimeError as exc:
+            print(f"  {name:26s} failed: {str(exc)[-200:]}")
+            continue
+        print(
+            f"  {name:26s} {m.wall_s:7.2f} s wall {m.cpu_s:7.1f} s CPU  peak RSS {m.peak_mb:6.0f} MB   "
+            f"ratio {m.wall_s / one_wall:5.2f}"
+        )
+        if name == "zlib decompress":
+            print(f"  k25trace 1 rank / zlib decompression of the same file: {one_wall / m.wall_s:.2f}x (goal <= 2)")
+
+
 def bench_input(label: str, traces: Path, args: argparse.Namespace) -> None:
     files = sorted(p for p in traces.iterdir() if p.name.endswith((".json.gz", ".json")) and p.is_file())
     if not files:
@@ -429,41 +498,7 @@ def bench_input(label: str, traces: Path, args: argparse.Namespace) -> None:
             f"({events:,} events, {raw_mb * 1e6 / events:.0f} bytes/event, {gz_mb:.1f} MB gz)"
         )
         if args.runs_all:
-            log(f"[{label}] all {len(files)} ranks ...")
-            all_old = {"old": versions["old"]} if "old" in versions else {}  # interleaved too, run by run
-            all_versions, dbs_all = measure_load(
-                files,
-                args.runs_all,
-                tmp,
-                env=env,
-                warm=False,  # warm already
-                versions={"bench": {}, **all_old},
-            )
-            runs_all = all_versions["bench"]
-            db_all = dbs_all["bench"]
-            if "old" in dbs_all:
-                print(compare_tables(db_all, dbs_all["old"], args.compare_rev))
-            walls_all = [m.wall_s for m in runs_all]
-            all_wall = statistics.median(walls_all)
-            cpu_all = statistics.median(m.cpu_s for m in runs_all)
-            print(
-                f"load {len(files)} ranks: median {all_wall:.2f} s wall "
-                f"({', '.join(f'{w:.2f}' for w in walls_all)}), "
-                f"{cpu_all:.1f} s CPU = {cpu_all / (len(files) * events / 1e6):.2f} s per M events, "
-                f"peak RSS {max(m.peak_mb for m in runs_all):.0f} MB, "
-                f"{len(files) * events / all_wall / 1e6:.2f} M events/s"
-            )
-            if all_old:
-                old_all = all_versions["old"]
-                old_all_wall = statistics.median(m.wall_s for m in old_all)
-                print(
-                    f"  k25trace {args.compare_rev}, {len(files)} ranks (interleaved): median {old_all_wall:.2f} s "
-                    f"wall ({', '.join(f'{m.wall_s:.2f}' for m in old_all)}), "
-                    f"{statistics.median(m.cpu_s for m in old_all):.1f} s CPU, peak RSS "
-                    f"{max(m.peak_mb for m in old_all):.0f} MB   ratio {old_all_wall / all_wall:5.2f} wall"
-                )
-            if not args.skip_reports:
-                report_timings(db_all, len(files))
+            all_ranks(label, files, events, tmp, env, versions, args)
         if args.compare_rev:
             old_runs = by_version["old"]
             old_wall = statistics.median(m.wall_s for m in old_runs)
@@ -478,26 +513,7 @@ def bench_input(label: str, traces: Path, args: argparse.Namespace) -> None:
             print(stage_shares(one, tmp, env))
         if args.skip_baselines:
             return
-        print(f"baselines on the same file ({one.name}), same run; ratio = baseline / k25trace 1-rank median:")
-        for name, code in BASELINES.items():
-            if name.startswith("DuckDB") and args.skip_duckdb:
-                continue
-            if args.baselines and not any(name.startswith(b.strip()) for b in args.baselines.split(",")):
-                continue
-            log(f"[{label}] baseline {name} ...")
-            try:
-                m = _measure.run([PY, "-c", code, str(one)], env=env, cwd=tmp)
-            except RuntimeError as exc:
-                print(f"  {name:26s} failed: {str(exc)[-200:]}")
-                continue
-            print(
-                f"  {name:26s} {m.wall_s:7.2f} s wall {m.cpu_s:7.1f} s CPU  peak RSS {m.peak_mb:6.0f} MB   "
-                f"ratio {m.wall_s / one_wall:5.2f}"
-            )
-            if name == "zlib decompress":
-                print(
-                    f"  k25trace 1 rank / zlib decompression of the same file: {one_wall / m.wall_s:.2f}x (goal <= 2)"
-                )
+        baselines(label, one, one_wall, tmp, env, args)
 
 
 def main() -> None:
