@@ -51,7 +51,7 @@ async def test_overview_lists_traces_counts_and_breakdown(trace_db: Path) -> Non
         await wait_for_workers(pilot)
         assert isinstance(app.screen, OverviewScreen)
         assert table(app, "#traces").row_count == 6
-        assert "6 trace(s), 2 rank(s)" in text_of(app, "#status")
+        assert "6 traces, 2 ranks, 5 runs, 227 rank-steps" in text_of(app, "#status")
         counts = table(app, "#step-counts")
         phases = [counts.get_row_at(i)[0].plain for i in range(counts.row_count)]
         assert phases == ["decode", "mixed", "prefill", "unknown"]

@@ -138,7 +138,8 @@ class OverviewScreen(BrowseScreen):
             runs = traces["run_key"].n_unique()
             total_steps = int(traces["steps"].sum())
             self.set_status(
-                f"{traces.height} trace(s), {ranks} rank(s), {runs} run(s), {total_steps} rank-step(s)"
+                f"{_plural(traces.height, 'trace')}, {_plural(ranks, 'rank')}, {_plural(runs, 'run')}, "
+                f"{_plural(total_steps, 'rank-step')}"
                 + ("" if total_steps else " — no steps: run [b]k25trace steps[/b]")
             )
         fill_table(
@@ -196,6 +197,11 @@ class OverviewScreen(BrowseScreen):
                 self.post_message(OpenSteps(int(row_key.value)))
 
 
+def _plural(count: int, noun: str) -> str:
+    """``'1 trace'``, ``'2 traces'``."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 def breakdown_rows(
     frame: pl.DataFrame, idle: pl.DataFrame | None = None, labels: dict[str, str] | None = None
 ) -> list[tuple[str, list[tuple[str, float]], str]]:
@@ -216,6 +222,6 @@ def breakdown_rows(
         note = f"{first['step_ms']:.3f} ms/step, {first['steps']} rank-steps"
         why = between.get((run_id, batch_size))
         if why is not None and why["between_ms"]:  # none when the batch size has a single step
-            note += f", +{why['between_ms']:.3f} between ({why['between_pct_of_span']:.0f} % of span)"
+            note += f", +{why['between_ms']:.3f} ms between steps"
         rows.append((label, shares, note))
     return rows

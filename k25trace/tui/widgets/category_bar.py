@@ -76,11 +76,15 @@ class CategoryBars(Static):
         width: int = 60,
         empty_message: str = "nothing to draw",
     ) -> None:
-        """Draw ``(label, [(category, percent), …], note)`` rows; ``empty_message`` when there are none."""
+        """Draw ``(label, [(category, percent), …], note)`` rows; ``empty_message`` when there are none. The bars
+        are ``width`` cells long at most, shorter when label, bar and note would not fit on one line."""
         if not rows:
             self.update(Text(empty_message, style="italic"))
             return
         label_width = max(len(label) for label, _, _ in rows)
+        room = self.content_region.width or (self.app.size.width - 4 if self.is_attached else 0)
+        if room:  # one line per bar: the bar gives way to the label and the note (a scrollbar may take 2 cells)
+            width = max(10, min(width, room - 4 - label_width - max(len(note) for _, _, note in rows)))
         text = Text()
         seen: list[str] = []
         for label, shares, note in rows:
