@@ -29,8 +29,8 @@ VIEW_HELP = {
     "kernel": "the top kernels",
     "idle": "why the GPU is idle (host-bound, sync, launch overhead, device-bound; between steps)",
     "timeline": "one line per step, the whole GPU timeline accounted for, suspicious steps flagged",
-    "comm": "collectives across ranks (transfer vs wait, launch vs GPU wait, skew, the straggler = the rank causing "
-    "the most wait)",
+    "comm": "collectives across ranks (transfer vs wait, why the late rank was late, skew, the straggler = the rank "
+    "causing the most wait)",
     "comm-site": "per call site (k-th collective of a step): wait, late rank",
     "comm-bw": "bus bandwidth of the observed transfers per message size, beside the bench floor",
     "rank-comm": "per rank wait suffered and caused, lateness",

@@ -397,7 +397,7 @@ TITLES = {
     "layer": "Per layer: median wall ms per step of each segment (report --by layer), paired by index; the test "
     "on the means",
     "comm": "Collectives across ranks: transfer and wait per step (report --by comm); the wait at the step's 1st "
-    "collective (the hosts started the step apart) and at later ones (the GPU work between them differed)",
+    "collective and at later ones (their causes: report --by comm on each side)",
     "macro": "Capture levels: client-side figures (aggregates: no test)",
 }
 """Each table's title (the terminal, Markdown, the TUI and the page use them)."""

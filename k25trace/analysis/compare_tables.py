@@ -460,8 +460,8 @@ def _rank_walls(d: SideData, obs: pl.DataFrame) -> np.ndarray:
 COMM_METRICS = (
     ("transfer", "transfer_ns"),
     ("wait", "wait_ns"),
-    ("wait at 1st", "launch_wait_ns"),  # at the step's first collective: the hosts started the step apart
-    ("wait at later", "gpu_wait_ns"),  # at its later collectives: the GPU work between collectives differed
+    ("wait at 1st", "launch_wait_ns"),  # at the step's first collective (by position, not by cause)
+    ("wait at later", "gpu_wait_ns"),  # at its later collectives (by position: host lateness counts here too)
 )
 
 

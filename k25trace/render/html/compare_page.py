@@ -77,8 +77,8 @@ def render_comparison(comparison: Comparison, title: str | None = None) -> str:
             "comm",
             "Collectives across ranks",
             "Transfer and wait per step, A against B (report --by comm on each side); the wait also by where: at "
-            "the step's first collective (wait at 1st: the hosts started the step apart) and at later ones (wait "
-            "at later: the GPU work between collectives differed).",
+            "the step's first collective (wait at 1st) and at later ones (wait at later). Where a wait comes from (a "
+            "host that launched late, a sync, longer GPU work) is in report --by comm and the findings of each side.",
             comparison.comm,
             ["group", "category", "metric", "ms_a", "ms_b", "delta_ms", "delta_pct", "ci95_ms", "p_value", "verdict"],
         ),
