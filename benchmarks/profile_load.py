@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-TIMES: collections.Counter[str] = collections.Counter()
+TIMES: collections.defaultdict[str, float] = collections.defaultdict(float)
 CALLS: collections.Counter[str] = collections.Counter()
 
 
@@ -50,9 +50,9 @@ def _instrument() -> None:
             module.run_query = run_query  # type: ignore[attr-defined]
     loader.Loader._stream = _timed("@stream", loader.Loader._stream)  # type: ignore[method-assign]
     loader.Loader._commit_file = _timed("@commit_file", loader.Loader._commit_file)  # type: ignore[method-assign]
-    pipeline.steps.analyze_trace = _timed("@steps", pipeline.steps.analyze_trace)  # type: ignore[attr-defined]
-    pipeline.layers.build_layers = _timed("@layers", pipeline.layers.build_layers)  # type: ignore[attr-defined]
-    pipeline.build_runs = _timed("@build_runs", pipeline.build_runs)  # type: ignore[attr-defined]
+    pipeline.steps.analyze_trace = _timed("@steps", pipeline.steps.analyze_trace)
+    pipeline.layers.build_layers = _timed("@layers", pipeline.layers.build_layers)
+    pipeline.build_runs = _timed("@build_runs", pipeline.build_runs)
 
 
 def main() -> None:
@@ -73,7 +73,7 @@ def main() -> None:
         print(json.dumps({"total": total, "times": dict(TIMES), "calls": dict(CALLS)}))
         return
     print(f"load: {total:.2f} s wall in this process ({len(results)} files)")
-    for key, seconds in TIMES.most_common(25):
+    for key, seconds in sorted(TIMES.items(), key=lambda kv: -kv[1])[:25]:
         print(f"  {key:28s} {seconds:7.2f} s {100 * seconds / total:5.1f} %  x{CALLS[key]}")
 
 
