@@ -289,12 +289,6 @@ class Loader:
         the later stages (``after_file``); all inside the file's transaction. Returns (trace id, warnings)."""
         con = self.con
         shown = _shown(path)
-        warnings: list[str] = []
-        if shown != str(path):
-            warnings.append(
-                f"{shown}: the file name is not valid UTF-8; path and file_name are stored with U+FFFD (�) "
-                "in place of the bytes that are not"
-            )
         dist = meta.get("distributedInfo") if isinstance(meta.get("distributedInfo"), dict) else None
         rank, world, rank_source = rank_of(dist, path.name)
         base = base_time(meta, path)
@@ -305,15 +299,7 @@ class Loader:
             con, "ingest_stage_summary", {"long_ns": LONG_GPU_NS}
         ).fetchall()[0]
         frontend = is_frontend_name(path.name)
-        warnings += problem_warnings(shown, cols.problems, gpu_n, frontend)
-        if cols.unknown:
-            unknown = ", ".join(f"{k} ({v})" for k, v in cols.unknown.most_common())
-            warnings.append(f"{shown}: skipped events of unknown categories: {unknown}")
-        if long_n:
-            warnings.append(
-                f"{shown}: {long_n:,} GPU activit{'y' if long_n == 1 else 'ies'} longer than an hour (the "
-                f"longest {span_text(longest)}): kept; such times usually mean a broken trace"
-            )
+        warnings = _file_warnings(path, cols, gpu_n, frontend, long_n, longest)
         trace_id = run_query(con, "ingest_next_trace_id").fetchall()[0][0]
         if new_names:
             run_query(
@@ -362,6 +348,28 @@ class Loader:
         if self.after_file is not None:
             self.after_file(con, trace_id)
         return trace_id, warnings
+
+
+def _file_warnings(path: Path, cols: _Columns, gpu_n: int, frontend: bool, long_n: int, longest: int) -> list[str]:
+    """The warnings of one file's load: a file name that is not UTF-8, the events' problems, unknown categories,
+    GPU activities longer than an hour."""
+    shown = _shown(path)
+    warnings: list[str] = []
+    if shown != str(path):
+        warnings.append(
+            f"{shown}: the file name is not valid UTF-8; path and file_name are stored with U+FFFD (�) "
+            "in place of the bytes that are not"
+        )
+    warnings += problem_warnings(shown, cols.problems, gpu_n, frontend)
+    if cols.unknown:
+        unknown = ", ".join(f"{k} ({v})" for k, v in cols.unknown.most_common())
+        warnings.append(f"{shown}: skipped events of unknown categories: {unknown}")
+    if long_n:
+        warnings.append(
+            f"{shown}: {long_n:,} GPU activit{'y' if long_n == 1 else 'ies'} longer than an hour (the "
+            f"longest {span_text(longest)}): kept; such times usually mean a broken trace"
+        )
+    return warnings
 
 
 class _NameIds:
