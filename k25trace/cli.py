@@ -34,7 +34,16 @@ from k25trace.options import (
 )
 from k25trace.vocab import VIEW_HELP, VIEWS
 
-err = Console(stderr=True, highlight=False)
+
+class _Stderr(Console):
+    """The messages' console: in a terminal a message wraps at words to its width; into a pipe or a file each
+    message stays one line (for grep), as the callers' ``soft_wrap=True`` asks."""
+
+    def print(self, *objects: Any, soft_wrap: bool | None = None, **kwargs: Any) -> None:
+        super().print(*objects, soft_wrap=False if self.is_terminal else soft_wrap, **kwargs)
+
+
+err = _Stderr(stderr=True, highlight=False)
 
 MAX_CONTEXT = 1 << 24
 """The largest --context taken (16,777,216 tokens per request; the longest public context window is 10 M)."""

@@ -74,7 +74,7 @@ def print_sides(result: Any, phase: str) -> None:
         err.print(
             esc(
                 f"{side['side']}: {side['source']} [{side['selection']}]: {side['runs']}, {side['ranks']} "
-                f"rank(s), {side['devices'] or 'GPU unknown'}, {side['steps']} "
+                f"rank{'' if side['ranks'] == 1 else 's'}, {side['devices'] or 'GPU unknown'}, {side['steps']} "
                 f"{'' if phase == 'all' else phase + ' '}engine steps, batch sizes "
                 f"{side['batch_sizes'] or '?'}"
             ),
