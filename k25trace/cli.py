@@ -411,6 +411,10 @@ def _write_report(
         if not comm.is_empty():
             views.write_view(comm, "rank-comm", fmt, labels=core.run_labels(con), wide=wide, all_rows=all_rows)
     else:
+        if fmt == "table" and by == "layer":  # the answer above the table
+            from k25trace.render.layer_summary import print_layer_summary
+
+            print_layer_summary(frame)
         views.write_view(
             frame, by, fmt, labels=core.run_labels(con) if fmt == "table" else None, wide=wide, all_rows=all_rows
         )
