@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from k25trace.analysis.compare_layers import LAYER_COLUMNS
+from k25trace.analysis.compare_tables import KERNEL_COLUMNS
 from k25trace.analysis.page_data import groups
 from k25trace.render.html import markup
 from k25trace.render.html.markup import (
@@ -270,43 +272,14 @@ def _compare_kernels(comparison: Comparison, top: int = 12) -> str:
         f"in B; every changed kernel and the {top} largest others per group"
         + (f" ({hidden} more rows within noise or negligible: k25trace compare --by kernel)." if hidden else "."),
         kept,
-        [
-            "group",
-            "match",
-            "category",
-            "name_a",
-            "name_b",
-            "calls_a",
-            "calls_b",
-            "us_per_call_a",
-            "us_per_call_b",
-            "ms_a",
-            "ms_b",
-            "delta_ms",
-            "delta_pct",
-            "p_value",
-            "verdict",
-        ],
+        [c for c in KERNEL_COLUMNS if c not in ("phase", "family")],
     )
 
 
 LAYER_ROWS = 12
 """Changed segment rows per group in the page's layer table (the chart shows every segment)."""
-LAYER_COLUMNS = [
-    "group",
-    "segment",
-    "kind",
-    "steps_a",
-    "steps_b",
-    "ms_a",
-    "ms_b",
-    "delta_ms",
-    "delta_pct",
-    "ci95_ms",
-    "p_value",
-    "verdict",
-    "flag",
-]
+PAGE_LAYER_COLUMNS = [c for c in LAYER_COLUMNS if c != "phase"]
+"""The layer table's columns on the page (one phase per page)."""
 
 
 def _compare_layers(comparison: Comparison) -> str:
@@ -362,7 +335,7 @@ def _compare_layers(comparison: Comparison) -> str:
                 f"{changed_rows.height} changed segment rows ({frame.height} in all: k25trace compare --by layer "
                 "--all).",
                 shown,
-                LAYER_COLUMNS,
+                PAGE_LAYER_COLUMNS,
             )
         )
     parts.append("</section>")
