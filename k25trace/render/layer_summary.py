@@ -20,8 +20,9 @@ def _listed(labels: list[str], limit: int = 8) -> str:
 
 
 def layer_summary(frame: pl.DataFrame) -> list[str]:
-    """One line per run and batch size: its layer count and kinds, its slowest layer (median GPU work per step, and
-    how many times the median layer's), the layers flagged slow against their kind, and those with outlier steps."""
+    """Two lines per run and batch size: its layer count and kinds, its slowest layer (median GPU work per step, and
+    how many times the median layer's; ties: the lower layer, as the HTML chart's sentence), then the layers
+    flagged slow against their kind and those with outlier steps."""
     lines: list[str] = []
     if frame.is_empty() or "segment" not in frame.columns:
         return lines
@@ -34,7 +35,8 @@ def layer_summary(frame: pl.DataFrame) -> list[str]:
             made_of = f"{layers.height} {kinds.row(0)[0]} layers"
         else:
             made_of = f"{layers.height} layers (" + ", ".join(f"{n} {k}" for k, n in kinds.iter_rows()) + ")"
-        slowest = layers.sort(["busy_ms", "segment"], descending=[True, False], nulls_last=True).row(0, named=True)
+        by_busy = layers.with_columns(layer=pl.col("segment").cast(pl.Int64, strict=False))
+        slowest = by_busy.sort(["busy_ms", "layer"], descending=[True, False], nulls_last=True).row(0, named=True)
         ratio = slowest["vs_median_layer"]
         lines.append(
             f"{run}, batch size {'?' if batch is None else batch}: {made_of}; slowest: layer "
