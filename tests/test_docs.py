@@ -196,7 +196,7 @@ def test_the_readme_shows_the_real_demo_output(tmp_path: Path) -> None:
 
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     block = readme.split("<!-- demo output:", 1)[1].split("<!-- end of demo output -->", 1)[0]
-    shown = [line for line in block.split("```text\n", 1)[1].split("\n```", 1)[0].split("\n")]
+    shown = block.split("```text\n", 1)[1].split("\n```", 1)[0].split("\n")
     kept = [line for line in shown if line and "…" not in line and not line.startswith("$ ")]
     assert len(kept) >= 30, "the demo block lost its output"
     env = {**os.environ, "COLUMNS": "120"}

@@ -151,7 +151,8 @@ def check_filters(
     """A K25Error saying what exists when ``rank``, ``trace_id``, ``phase``, ``batch_size`` or ``run_id`` selects
     no step of the database: "no rank 99: ranks 0–1", "no trace 999: traces 1–2", "no prefill steps (rank 1):
     phases present: decode 9 engine steps (9 rank-steps); use --phase decode or --phase all", "no decode steps of
-    batch size 3: batch sizes present: 1: 3 engine steps (6 rank-steps), …"."""
+    batch size 3: batch sizes present: 1: 3 engine steps (6 rank-steps), …". ``with_empty``: empty steps (no GPU
+    work) count as selected, for a view that lists them (``--by step``)."""
     _check_trace_and_rank(con, rank, trace_id)
     where = ", ".join(
         w
