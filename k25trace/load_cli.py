@@ -293,7 +293,7 @@ def classify(db_path: Path, rules: Path | None, replace: bool, show: bool, fmt: 
     help="Idle gap that separates inferred steps (traces without step markers).",
 )
 def steps_cmd(db_path: Path, gap_us: float) -> None:
-    """Rebuild the engine steps of every trace (e.g. with another --gap-us for traces without markers).
+    """Rebuild the engine steps of every trace (say, with another --gap-us for traces without markers).
 
     Each trace is rebuilt in a transaction of its own; Ctrl-C stops cleanly (exit 130), leaving every trace with
     either its old or its new steps.
