@@ -6,14 +6,17 @@
 # Run from the repository root:  bash benchmarks/device_load.sh OUTDIR [CPU_SETS] [RANKS] [RUNS_ALL]
 #   CPU_SETS: taskset lists, default "0-15 0-3 0-1"; RANKS default 8; RUNS_ALL (all-rank loads) default 2;
 #   RUNS=n (one-rank loads, default 3), OLD=0 (this tree alone) in the environment.
+#   K25TRACE_DECODE_WORKERS=n: the decode workers of every load. The transfer holds 64 MiB: drop
+#   .bench-old/k25trace/samples, and carry one Python's wheels (the device's python3 is 3.12).
 set -uo pipefail
 OUT=${1:?output directory}
 SETS=${2:-0-15 0-3 0-1}
 RANKS=${3:-8}
 RUNS_ALL=${4:-2}
 mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-  || exit 1
+# .whl may hold wheels for several Pythons: pip takes the ones this Python can use
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+  --find-links .whl duckdb orjson msgspec isal || exit 1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 {
   date -u +%FT%TZ; nproc; lscpu | grep -E 'Model name|^CPU\(s\)'; free -g | head -2
