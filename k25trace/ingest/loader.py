@@ -37,7 +37,7 @@ from k25trace.ingest.file_meta import (
 from k25trace.ingest.messages import Chunk, End, Progress
 from k25trace.ingest.model import FileResult, LoadOptions, TraceFile
 from k25trace.ingest.scan import scanner_note
-from k25trace.ingest.workers import _Workers
+from k25trace.ingest.workers import _Workers, decode_workers
 from k25trace.names import short_name
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -71,6 +71,7 @@ class Loader:
         # the last file the decode workers stream: once it is read they end, before its commit and analysis (their
         # memory is not held through the tail of the load: ~400 MB of a real 80 MB rank's peak, measured)
         self.workers_until: Path | None = None
+        self.big_files = 0  # files of this load big enough for the decode workers (decode_workers)
 
     def _known(self, sha: str) -> tuple[int, str] | None:
         rows = run_query(self.con, "ingest_known", {"sha256": sha}).fetchall()
@@ -216,7 +217,7 @@ class Loader:
         if self.options.workers <= 1:
             return None
         if self._executor is None or not self._executor.procs:
-            self._executor = _Workers(self.options.workers)
+            self._executor = _Workers(decode_workers(self.options, self.big_files))
         return self._executor
 
     def close(self) -> None:
@@ -571,6 +572,7 @@ def _load_files(
     loader: Loader | None = None
     try:
         loader = Loader(con, options, progress=lambda n: advance(n), after_file=after_file, workers=workers)
+        loader.big_files = len(big)
         if big:
             loader._workers()  # start the processes now: their imports overlap the hashing below
         big = [path for path in big if not loader.already_loaded(path)]

@@ -42,8 +42,9 @@ class TraceFile:
 
 
 def _default_workers() -> int:
-    """Decode processes: one per CPU, at most 8 (eight real ranks on 16 CPUs: 12.4 s with 8, 15.5 s with 4,
-    measured), or ``K25TRACE_DECODE_WORKERS`` where it is set (benchmarks)."""
+    """The most decode processes a load may start: one per CPU, at most 8 (eight real ranks on 16 CPUs: 12.4 s
+    with 8, 15.5 s with 4, measured), or ``K25TRACE_DECODE_WORKERS`` where it is set (benchmarks). A load starts
+    fewer for fewer big files (:func:`k25trace.ingest.workers.decode_workers`)."""
     try:
         return max(1, int(os.environ["K25TRACE_DECODE_WORKERS"]))
     except (KeyError, ValueError):

@@ -150,9 +150,17 @@ def start_workers(paths: list[Path], options: LoadOptions | None = None) -> "_Wo
     if options.workers <= 1:
         return None
     files, _, _ = discover(paths, include_frontend=options.include_frontend)
-    if not any(file_size(tf.path) >= options.parallel_min_bytes for tf in files):
+    big = sum(file_size(tf.path) >= options.parallel_min_bytes for tf in files)
+    if not big:
         return None
-    return _Workers(options.workers)
+    return _Workers(decode_workers(options, big))
+
+
+def decode_workers(options: LoadOptions, big_files: int) -> int:
+    """The decode processes of a load with ``big_files`` big files: one per file (each streams whole files), and at
+    least 4 (one file's chunks are shared out among them), never more than ``options.workers``. One real rank on 16
+    CPUs took 5.3 s with 8 and 5.5 s with 4, but 2.0 GB against 1.2 GB (measured): more would only cost memory."""
+    return min(options.workers, max(4, big_files))
 
 
 def _start_ignoring_sigint(procs: list[Any]) -> None:
