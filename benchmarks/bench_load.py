@@ -219,27 +219,33 @@ VOLATILE = {"traces": ("loaded_at", "loader_version"), "allreduce_bench": ("meas
 
 def compare_tables(new: Path, old: Path, rev: str) -> str:
     """Whether every base table of the two databases holds the same rows (``except all`` both ways, so duplicates
-    count; the columns in VOLATILE left out); one line, or the tables that differ and by how many rows."""
+    count; the columns in VOLATILE left out, and meta's schema_version); one line, or the tables that differ and
+    by how many rows. Tables of one side only (a newer schema's) are named, not compared."""
     import duckdb
 
     con = duckdb.connect()
     con.execute(f"attach '{new}' as a (read_only)")
     con.execute(f"attach '{old}' as b (read_only)")
-    tables = [
-        t
-        for (t,) in con.execute(
-            "select table_name from duckdb_tables() where database_name = 'a' and schema_name = 'main' order by 1"
-        ).fetchall()
-    ]
+    listed = {
+        side: {
+            t
+            for (t,) in con.execute(
+                "select table_name from duckdb_tables() where database_name = ? and schema_name = 'main'", [side]
+            ).fetchall()
+        }
+        for side in ("a", "b")
+    }
+    tables = sorted(listed["a"] & listed["b"])
     differ = []
     for table in tables:
         cols = [d[0] for d in con.execute(f"select * from a.main.{table} limit 0").description or []]
         shown = ", ".join(f'"{c}"' for c in cols if c not in VOLATILE.get(table, ()))
+        where = " where key <> 'schema_version'" if table == "meta" else ""
         try:
             extra, missing = (
                 con.execute(
-                    f"select count(*) from (select {shown} from {x}.main.{table} except all "
-                    f"select {shown} from {y}.main.{table})"
+                    f"select count(*) from (select {shown} from {x}.main.{table}{where} except all "
+                    f"select {shown} from {y}.main.{table}{where})"
                 ).fetchall()[0][0]
                 for x, y in (("a", "b"), ("b", "a"))
             )
@@ -249,9 +255,14 @@ def compare_tables(new: Path, old: Path, rev: str) -> str:
         if extra or missing:
             differ.append(f"{table} (+{extra:,} / -{missing:,} rows)")
     con.close()
+    only = "".join(
+        f"; only {who}: {', '.join(sorted(listed[side] - listed[other]))}"
+        for side, other, who in (("a", "b", "in this tree"), ("b", "a", f"in {rev}"))
+        if listed[side] - listed[other]
+    )
     if differ:
-        return f"  TABLES DIFFER from k25trace {rev}: " + "; ".join(differ)
-    return f"  tables identical to k25trace {rev}'s: all {len(tables)} (except all both ways, row for row)"
+        return f"  TABLES DIFFER from k25trace {rev}: " + "; ".join(differ) + only
+    return f"  tables identical to k25trace {rev}'s: all {len(tables)} they share (except all both ways){only}"
 
 
 def stage_shares(one: Path, tmp: Path, env: dict[str, str]) -> str:

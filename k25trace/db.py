@@ -81,7 +81,7 @@ def reading(what: str | Path) -> Iterator[None]:
         raise K25Error(f"{what}: {describe_error(exc)}") from exc
 
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 """The schema this k25trace writes (``meta.schema_version``). 1: the first release; 2: gpu_gaps, comm_alignment,
 trace_runs sessions, traces.rank_source, collectives' caused wait / wait kind, allreduce_bench kernel times; 3: the
 allreduce_bench table in every database (it was made by the first `bench allreduce`), the phase_steps and
@@ -90,11 +90,16 @@ columns of trace_runs (session, run_name, group_label, run_label; the run_labels
 phase_collectives table macro; 5: collective_causes (why the late rank was late), steps.far_activities,
 trace_runs.session_label (in the run_labels view), step_layers and step_layer_categories (layer segments), the
 categories all2all, quantize and embedding (the built-in rules re-installed and every name re-classified); 6: the
-step filters' table macros (phase_steps, selected_steps, phase_collectives) take a batch size and a run."""
+step filters' table macros (phase_steps, selected_steps, phase_collectives) take a batch size and a run; 7: op_calls
+(each trace's CPU-op calls per phase and batch size, built with its steps)."""
 
 REBUILT_BELOW = 5
-"""An upgrade from a version below this one rebuilds the derived tables; from it on, only the schema's macros and
-views changed, so the upgrade re-runs the schema alone and every stored row stays as it is."""
+"""An upgrade from a version below this one rebuilds the derived tables; from it on, the stored rows stay as they
+are: the upgrade re-runs the schema and builds the tables that version lacks (:data:`OP_CALLS_FROM`)."""
+
+OP_CALLS_FROM = 7
+"""The first version with ``op_calls``: an upgrade from an older one (and from :data:`REBUILT_BELOW` on) builds it
+for every trace."""
 
 
 def check_database(con: duckdb.DuckDBPyConnection, path: Path | str, *, read_only: bool) -> int | None:
@@ -146,15 +151,14 @@ def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[duckdb.DuckDBPyConne
     con.execute("commit")
 
 
-def upgrade_schema(con: duckdb.DuckDBPyConnection, version: int, rebuild: Callable[[], Any]) -> None:
+def upgrade_schema(con: duckdb.DuckDBPyConnection, version: int, rebuild: Callable[[int], Any]) -> None:
     """Bring an older k25trace database to SCHEMA_VERSION in one transaction: new tables, columns and macros, then
-    ``rebuild()`` (the derived tables, see :func:`k25trace.pipeline.upgrade`; not from :data:`REBUILT_BELOW` on),
-    then the version."""
+    ``rebuild(version)`` (the derived tables that version lacks or had otherwise, see
+    :func:`k25trace.pipeline.upgrade`), then the version."""
     print(f"upgrading the database from schema version {version} to {SCHEMA_VERSION} …", file=sys.stderr)
     with transaction(con):
         ensure_schema(con)
-        if version < REBUILT_BELOW:
-            rebuild()
+        rebuild(version)
         con.execute("update meta set value = ? where key = 'schema_version'", [str(SCHEMA_VERSION)])
 
 

@@ -198,16 +198,21 @@ def reclassify(con: duckdb.DuckDBPyConnection, rules: Path | None = None, *, rep
 
 
 def upgrade(con: duckdb.DuckDBPyConnection, version: int) -> None:
-    """Bring an older k25trace database to the current schema in one transaction: new tables and columns, this
-    k25trace's built-in classification rules (a user's rules kept, first) and every name re-classified, then every
-    trace's derived tables (steps, gaps, layer segments) rebuilt from the stored events; then the cross-rank
-    tables."""
+    """Bring an older k25trace database to the current schema in one transaction: new tables and columns; below
+    :data:`~k25trace.db.REBUILT_BELOW`, this k25trace's built-in classification rules (a user's rules kept, first)
+    and every name re-classified, then every trace's derived tables (steps, gaps, op calls, layer segments) rebuilt
+    from the stored events; from it on, the stored rows kept and only the tables the version lacks built (op calls);
+    then the cross-rank tables."""
 
-    def rebuild_every_trace() -> None:
-        _reinstall_builtin_rules(con)
-        for trace_id in steps.trace_ids(con):
-            steps.build_steps(con, trace_id)
-            layers.build_layers(con, trace_id)
+    def rebuild_every_trace(old_version: int) -> None:
+        if old_version < db.REBUILT_BELOW:
+            _reinstall_builtin_rules(con)
+            for trace_id in steps.trace_ids(con):
+                steps.build_steps(con, trace_id)
+                layers.build_layers(con, trace_id)
+        elif old_version < db.OP_CALLS_FROM:
+            for trace_id in steps.trace_ids(con):
+                steps.build_op_calls(con, trace_id)
 
     db.upgrade_schema(con, version, rebuild=rebuild_every_trace)
     build_runs(con)

@@ -1,6 +1,6 @@
 -- name: schema
 -- The public schema of a k25trace database (see README "Schema"). Idempotent: creates what is missing.
--- creates: meta, dtype_bytes (macro), traces, kernel_names, kernel_rules, kernel_classes, gpu_events, launches, annotations, cpu_ops, python_functions, captures, capture_levels, steps, step_categories, phase_steps (table macro), selected_steps (table macro), gpu_gaps, trace_runs, run_labels (view), rank_offsets, collectives, phase_collectives (table macro), comm_alignment, collective_causes, allreduce_bench, kernels (view), step_layers, step_layer_categories
+-- creates: meta, dtype_bytes (macro), traces, kernel_names, kernel_rules, kernel_classes, gpu_events, launches, annotations, cpu_ops, python_functions, captures, capture_levels, steps, step_categories, phase_steps (table macro), selected_steps (table macro), gpu_gaps, trace_runs, run_labels (view), rank_offsets, collectives, phase_collectives (table macro), comm_alignment, collective_causes, allreduce_bench, kernels (view), step_layers, step_layer_categories, op_calls
 -- reads: none
 -- params: none
 -- grain: traces = one row per loaded trace file; gpu_events = one row per GPU activity; launches = one row per CUDA runtime/driver call; annotations = one row per user annotation; cpu_ops = one row per CPU operator
@@ -9,7 +9,7 @@ create table if not exists meta (
     value varchar
 );
 
-insert or ignore into meta by name select 'schema_version' as key, '6' as value;  -- k25trace.db.SCHEMA_VERSION
+insert or ignore into meta by name select 'schema_version' as key, '7' as value;  -- k25trace.db.SCHEMA_VERSION
 
 -- bytes per element of a collective's `dtype` arg (NCCL/torch spellings); NULL when unknown
 create or replace macro dtype_bytes(dtype) as
@@ -476,4 +476,23 @@ create table if not exists step_layer_categories (
     busy_ns bigint not null,          -- exclusive: time in the window when this category alone was running
     kernel_count integer not null,
     primary key (trace_id, step_index, segment_index, category)
+);
+
+-- Per trace: the eager CPU-op calls of its non-empty steps, grouped by the step's phase and batch size, the op, its
+-- input dims and the kernels it launched (queries/op_calls_build.sql; read by sol_op_calls.sql, which adds the
+-- ranks of a run up). Built with the steps, so the speed-of-light views and the findings do not join every
+-- kernel with its launch and CPU op at each read.
+create table if not exists op_calls (
+    trace_id integer not null,
+    phase varchar not null,           -- the steps' phase
+    batch_size integer,               -- the steps' batch size (NULL: inferred steps)
+    op varchar,                       -- the CPU op (cpu_ops.name) that launched the kernels; NULL when not recorded
+    input_dims varchar,               -- its Input Dims (record_shapes), as recorded
+    kernel_set varchar,               -- the sorted signatures (name_id:GXxGYxGZ:BXxBYxBZ) of one call's kernels
+                                      -- (NULL when none has its grid and block recorded)
+    calls bigint not null,            -- op invocations (External id) with that kernel set
+    kernels bigint not null,          -- their kernels
+    kernel_ns bigint not null,        -- the kernels' summed durations
+    categories varchar[],             -- the kernels' categories (distinct, sorted)
+    name_ids integer[]                -- the kernels' names (distinct, sorted; -> kernel_names)
 );

@@ -291,6 +291,26 @@ def test_vllm_ops_on_the_b200_trace_match_the_raw_json(vllm) -> None:
     assert cache["mb_per_call"] == pytest.approx((2 * n * 2 + 2 * n * 1 + slots[0] * 8) / 1e6, rel=1e-5)
 
 
+def test_the_ops_of_a_two_rank_run_add_up_both_ranks_raw_json(x2) -> None:
+    """op_calls is built per trace; sol_op_calls adds the ranks of a run up: per (op, Input Dims) the calls and
+    kernel time of the TP2 eager run are rank 0's plus rank 1's, each read from its raw JSON."""
+    frame = sol.roofline(x2, phase="all", top=None)
+    both: dict[tuple[str, str], dict] = {}
+    files = sorted((X2 / "eager").glob("*.json.gz"))
+    assert len(files) == 2
+    for path in files:
+        for key, entry in raw_ops(path).items():
+            total = both.setdefault(key, {**entry, "calls": 0, "us": 0.0})
+            total["calls"] += entry["calls"]
+            total["us"] += entry["us"]
+    ops = {"aten::mm", "aten::bmm", "aten::_fused_rms_norm"}
+    expected = sum(1 for name, _ in both if name in ops)
+    assert expected >= 3
+    assert _check_ops_against_raw(frame, both, ops) == expected
+    stored = x2.execute("select count(distinct trace_id), sum(calls) from op_calls").fetchone()
+    assert stored[0] == 2 and stored[1] > 0
+
+
 def test_kv_cache_write_with_a_bf16_cache_on_the_mi300x_trace(vllm) -> None:
     frame = sol.roofline(vllm, phase="all", top=None).filter(pl.col("run_id").str.contains("piecewise"))
     # the lm_head GEMM: hipBLASLt's Cijk_…_BBS_ kernel name gives BF16, as the raw Input type says

@@ -4,7 +4,10 @@ version 4) wrote is refused read-only with the command that upgrades it, and upg
 connection to what a fresh load of the same files gives, row for row.
 
 Schema version 6 (the step filters' macros take a batch size and a run): a version-5 database (0e8cc2b) is upgraded
-by re-running the schema alone, every stored row kept as it was, and its macros then take the new filters.
+by re-running the schema, every stored row kept as it was, and its macros then take the new filters.
+
+Schema version 7 (op_calls): the upgrade from 4 builds it with the rest; from 5, every stored row is kept and
+op_calls is built, row for row what a fresh load gives.
 
 The version-4 and version-5 databases are made by those revisions' own code (``git archive fcdb562`` / ``0e8cc2b``,
 run in a subprocess with PYTHONPATH pointing at it), from the real eager TP2 pair of two H200s."""
@@ -45,6 +48,7 @@ TABLES = [
     "collective_causes",
     "step_layers",
     "step_layer_categories",
+    "op_calls",
 ]
 
 
@@ -137,12 +141,12 @@ def report_comm(path: Path) -> str:
 
 def test_the_old_database_is_version_4_without_the_new_tables(databases: dict[str, Path]) -> None:
     v4 = databases["v4"]
-    assert version(v4) == "4" and db.SCHEMA_VERSION == 6 and version(databases["fresh"]) == "6"
+    assert version(v4) == "4" and db.SCHEMA_VERSION == 7 and version(databases["fresh"]) == "7"
     con = duckdb.connect(str(v4), read_only=True)
     tables = {name for (name,) in con.execute("select table_name from duckdb_tables()").fetchall()}
     columns = {(t, c) for t, c in con.execute("select table_name, column_name from duckdb_columns()").fetchall()}
     con.close()
-    assert not {"collective_causes", "step_layers", "step_layer_categories"} & tables
+    assert not {"collective_causes", "step_layers", "step_layer_categories", "op_calls"} & tables
     assert ("steps", "far_activities") not in columns and ("trace_runs", "session_label") not in columns
     assert {"traces", "gpu_events", "steps", "trace_runs", "collectives"} <= tables
 
@@ -155,7 +159,7 @@ def test_a_read_only_open_of_a_version_4_database_says_how_to_upgrade_and_change
     before = digest(path)
     with pytest.raises(
         K25Error,
-        match=r"schema version 4 is older than this k25trace's \(6\): run `k25trace steps "
+        match=r"schema version 4 is older than this k25trace's \(7\): run `k25trace steps "
         r"--db .*v4.duckdb` once to upgrade it",
     ):
         pipeline.connect(path, read_only=True)
@@ -183,8 +187,8 @@ def test_the_upgrade_gives_what_a_fresh_load_gives(databases: dict[str, Path], t
     fresh = databases["fresh" + kind]
     result = CliRunner().invoke(cli, ["steps", "--db", str(path)])  # the command the error names
     assert result.exit_code == 0, result.output
-    assert "upgrading the database from schema version 4 to 6" in result.stderr
-    assert version(path) == "6"
+    assert "upgrading the database from schema version 4 to 7" in result.stderr
+    assert version(path) == "7"
     assert report_comm(path) == report_comm(fresh)
     for table in TABLES:
         got, want = rows(path, table), rows(fresh, table)
@@ -254,21 +258,24 @@ def every_table(path: Path) -> dict[str, list[tuple]]:
     return {name: rows(path, name) for name in sorted(names) if name != "meta"}
 
 
-def test_the_upgrade_from_version_5_keeps_every_stored_row(v5_database: Path, tmp_path: Path) -> None:
+def test_the_upgrade_from_version_5_keeps_every_stored_row(
+    v5_database: Path, databases: dict[str, Path], tmp_path: Path
+) -> None:
     path = tmp_path / "v5.duckdb"
     shutil.copy(v5_database, path)
     assert version(path) == "5"
     before = every_table(path)
-    with pytest.raises(K25Error, match=r"schema version 5 is older than this k25trace's \(6\)"):
+    with pytest.raises(K25Error, match=r"schema version 5 is older than this k25trace's \(7\)"):
         pipeline.connect(path, read_only=True)
     result = CliRunner().invoke(cli, ["report", "--db", str(path), "--format", "csv"])
     assert result.exit_code == 1 and "k25trace steps --db" in result.stderr
     pipeline.connect(path).close()  # the first write connection upgrades
-    assert version(path) == "6"
+    assert version(path) == "7"
     after = every_table(path)
-    assert sorted(after) == sorted(before) and all(before[t] == after[t] for t in before), [
+    assert sorted(after) == sorted([*before, "op_calls"]) and all(before[t] == after[t] for t in before), [
         t for t in before if before[t] != after[t]
     ]
+    assert after["op_calls"] and after["op_calls"] == rows(databases["fresh"], "op_calls")
     assert sum(map(len, before.values())) > 1000  # the tables compared hold the pair's events
     result = CliRunner().invoke(cli, ["report", "--db", str(path), "--by", "comm", "--batch", "8", "--format", "csv"])
     assert result.exit_code == 0, result.output
