@@ -151,6 +151,41 @@ def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[duckdb.DuckDBPyConne
     con.execute("commit")
 
 
+CACHE_FLOOR = "32MB"
+"""The memory limit :func:`release_cached_blocks` sets for a moment: below what DuckDB keeps cached after a file."""
+
+
+def memory_limit(con: duckdb.DuckDBPyConnection) -> str | None:
+    """The database instance's memory limit as DuckDB prints it (``'18.8 GiB'``); None where it cannot be read."""
+    try:
+        return str(run_query(con, "settings_memory_limit").fetchall()[0][0])
+    except (QueryError, duckdb.Error, IndexError):
+        return None
+
+
+def has_default_memory_limit(con: duckdb.DuckDBPyConnection) -> bool:
+    """Whether ``con``'s memory limit is DuckDB's default on this machine (what a new in-memory database gets): the
+    one :func:`release_cached_blocks` can set back exactly (``RESET``)."""
+    fresh = duckdb.connect()
+    try:
+        return memory_limit(con) == memory_limit(fresh) is not None
+    finally:
+        fresh.close()
+
+
+def release_cached_blocks(con: duckdb.DuckDBPyConnection) -> None:
+    """Have DuckDB drop the table blocks it keeps cached (a load caches every block it wrote: ~30 MB per real rank
+    file, 2 GB over 64), by lowering its memory limit to :data:`CACHE_FLOOR` for a moment, then back to the default
+    (``RESET``: exact; the printed value, set again, would be rounded down). Only for a connection with the default
+    limit (:func:`has_default_memory_limit`): a limit someone set stays as it is. Blocks still in use stay; a locked
+    configuration: nothing happens."""
+    try:
+        con.execute(f"set memory_limit = '{CACHE_FLOOR}'")
+    except duckdb.Error:
+        return  # more than that is in use (DuckDB freed what it could), or the configuration is locked
+    con.execute("reset memory_limit")
+
+
 def upgrade_schema(con: duckdb.DuckDBPyConnection, version: int, rebuild: Callable[[int], Any]) -> None:
     """Bring an older k25trace database to SCHEMA_VERSION in one transaction: new tables, columns and macros, then
     ``rebuild(version)`` (the derived tables that version lacks or had otherwise, see
