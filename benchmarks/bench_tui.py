@@ -9,6 +9,13 @@ sizes (1, 64, 256), each with a prefill step, ``--steps`` decode steps and an em
 activities per decode step and rank. ``--db PATH`` measures that database instead (it is built there from the
 generator when the file does not exist).
 
+``--opens`` measures what a new user meets instead: each run is a new process (``python -m``-like: the imports
+count), timed from the moment it was spawned. First paint = the overview painted with its data; findings = the
+findings panel filled. Then, each as soon as the screen before is painted (no waiting for the app to be idle: the
+overview's findings may still be computing), Enter on the first trace (its steps), Enter on the first step, Enter on
+its first kernel, Escape twice and ``c`` (the collectives): each from the key press to the screen painted with its
+data.
+
 ``--compare-rev REV`` also measures k25trace at that git revision (a worktree, as ``bench_load.py --compare-rev``
 makes) on the same database in the same run: every run of either version is then its own process, the two
 alternating, and the figures of both are printed with their ratio.
@@ -215,6 +222,89 @@ async def measure(db_path: Path, moves: int, *, back_to_back: bool) -> RunResult
     return RunResult(first_paint, next_ms, prev_ms, cpu_ms, kernel_ms)
 
 
+OPENS = ("overview", "findings", "steps", "step", "kernel", "collectives")
+"""What --opens times: the first two from the process's spawn, the others from their key press."""
+
+
+async def measure_opens(db_path: Path, spawned: float) -> dict[str, float]:
+    """One new user's session (this process was spawned at wall time ``spawned``): seconds per :data:`OPENS`."""
+    from k25trace.tui.app import K25TraceApp
+
+    painted: list[tuple[str, float]] = []
+    app = K25TraceApp(db_path)
+
+    def hook(message: Any) -> None:
+        name = type(message).__name__
+        if name.endswith("Loaded"):
+            app.call_after_refresh(lambda: painted.append((name, time.time())))
+
+    async def seen(name: str, after: int = 0, timeout: float = 300.0) -> float:
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            for n, t in painted[after:]:
+                if n == name:
+                    return t
+            await asyncio.sleep(0.001)
+        raise TimeoutError(f"{name} was not painted within {timeout} s")
+
+    async def press(pilot: Any, key: str, name: str) -> float:
+        after, pressed = len(painted), time.time()
+        await pilot.press(key)
+        return await seen(name, after) - pressed
+
+    out: dict[str, float] = {}
+    async with app.run_test(size=(120, 40), message_hook=hook) as pilot:
+        out["overview"] = await seen("OverviewLoaded") - spawned
+        out["steps"] = await press(pilot, "enter", "StepsLoaded")
+        out["step"] = await press(pilot, "enter", "StepLoaded")
+        out["kernel"] = await press(pilot, "enter", "KernelLoaded")
+        await pilot.press("escape", "escape")
+        out["collectives"] = await press(pilot, "c", "CollectivesLoaded")
+        out["findings"] = await seen("FindingsLoaded") - spawned
+    return out
+
+
+def run_opens(tree: Path, db_path: Path) -> dict[str, float]:
+    """One --opens run in a new process with the k25trace of ``tree``."""
+    command = [sys.executable, str(Path(__file__).resolve()), "--db", str(db_path), "--one-opens", str(tree)]
+    env = {**os.environ, "K25TRACE_BENCH_SPAWNED": repr(time.time())}
+    out = subprocess.run(command, check=True, capture_output=True, text=True, env=env).stdout
+    fields = json.loads(out.splitlines()[-1])
+    if Path(fields.pop("k25trace")).resolve() != (tree / "k25trace").resolve():
+        raise SystemExit(f"the run meant for {tree} imported another k25trace")
+    return fields
+
+
+def print_opens(runs: list[dict[str, float]], label: str) -> None:
+    print(f"{label}a new user's first opens, median of {len(runs)} runs (min–max):")
+    for what in OPENS:
+        values = [r[what] for r in runs]
+        since = "from spawn" if what in ("overview", "findings") else "from the key"
+        print(f"  {what:<12} {statistics.median(values):7.3f} s  ({min(values):.3f}–{max(values):.3f})  {since}")
+
+
+def opens_main(args: argparse.Namespace, db_path: Path) -> None:
+    """--opens: each run a new process; with --compare-rev the two versions alternate."""
+    old_tree = None
+    if args.compare_rev:
+        sys.path.insert(0, str(HERE))
+        from bench_load import worktree
+
+        old_tree = worktree(args.compare_rev, args.work)
+    runs: list[dict[str, float]] = []
+    old_runs: list[dict[str, float]] = []
+    for i in range(args.runs):
+        order = [REPO] if old_tree is None else ([REPO, old_tree] if i % 2 == 0 else [old_tree, REPO])
+        for tree in order:
+            got = run_opens(tree, db_path)
+            (runs if tree == REPO else old_runs).append(got)
+            who = "this tree" if tree == REPO else args.compare_rev
+            print(f"  run {i + 1} ({who}): " + ", ".join(f"{k} {got[k]:.3f} s" for k in OPENS), flush=True)
+    print_opens(runs, "")
+    if old_runs:
+        print_opens(old_runs, f"k25trace {args.compare_rev}, interleaved: ")
+
+
 def p90(values: list[float]) -> float:
     """The 90th percentile (nearest rank)."""
     ordered = sorted(values)
@@ -312,8 +402,18 @@ def main() -> None:
         help="also measure k25trace at this git revision, runs interleaved (a worktree in --work)",
     )
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "k25trace-bench")
+    parser.add_argument("--opens", action="store_true", help="a new user's first opens, each run a new process")
     parser.add_argument("--one-run", type=Path, metavar="TREE", help=argparse.SUPPRESS)
+    parser.add_argument("--one-opens", type=Path, metavar="TREE", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.one_opens:  # a run of --opens: the k25trace of TREE, timed from the spawn its parent wrote down
+        spawned = float(os.environ["K25TRACE_BENCH_SPAWNED"])
+        sys.path.insert(0, str(args.one_opens))
+        import k25trace
+
+        opened = asyncio.run(measure_opens(args.db, spawned))
+        print(json.dumps({**opened, "k25trace": str(Path(k25trace.__file__).parent)}))
+        return
     if args.one_run:  # a run of --compare-rev: the k25trace of TREE, one run, its figures as a JSON line
         sys.path.insert(0, str(args.one_run))
         import k25trace
@@ -331,6 +431,9 @@ def main() -> None:
 
         pipeline.connect(db_path).close()  # brings a database an older k25trace wrote to the current schema
     print(describe(db_path), flush=True)
+    if args.opens:
+        opens_main(args, db_path)
+        return
     old_tree = None
     if args.compare_rev:
         sys.path.insert(0, str(HERE))

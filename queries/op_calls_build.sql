@@ -33,11 +33,13 @@ calls as (
         eager_kernels.phase, eager_kernels.batch_size,
         any_value(cpu_ops.name) as op,
         any_value(cpu_ops.input_dims) as input_dims,
-        string_agg(eager_kernels.sig, ' ' order by eager_kernels.sig) as kernel_set,
+        -- string_agg(sig, ' ' order by sig), faster: a NULL signature (no grid or block) left out, NULL for none
+        nullif(array_to_string(list_sort(list(eager_kernels.sig) filter (where eager_kernels.sig is not null)), ' '),
+            '') as kernel_set,
         count(*) as kernels,
         sum(eager_kernels.dur_ns)::bigint as kernel_ns,
-        list(distinct eager_kernels.category) as categories,
-        list(distinct eager_kernels.name_id) as name_ids
+        list_distinct(list(eager_kernels.category)) as categories,
+        list_distinct(list(eager_kernels.name_id)) as name_ids
     from eager_kernels
     left join cpu_ops
         on cpu_ops.trace_id = $trace_id and cpu_ops.external_id = eager_kernels.external_id
