@@ -11,10 +11,12 @@ generator when the file does not exist).
 
 ``--opens`` measures what a new user meets instead: each run is a new process (``python -m``-like: the imports
 count), timed from the moment it was spawned. First paint = the overview painted with its data; findings = the
-findings panel filled. Then, each as soon as the screen before is painted (no waiting for the app to be idle: the
-overview's findings may still be computing), Enter on the first trace (its steps), Enter on the first step, Enter on
-its first kernel, Escape twice and ``c`` (the collectives): each from the key press to the screen painted with its
-data.
+findings panel filled. Then, each ``--rest`` seconds after the screen before is painted (a reader's
+glance; 0: at once; never waiting for the app to be idle: the overview's findings may still be computing), Enter on
+the first trace (its steps), Enter on the first step, Enter on its first kernel, Escape twice and ``c`` (the
+collectives): each from the key press to the screen painted with its data. The overview and the steps screen read
+ahead the screen under their cursor once it rests there 0.15 s (``PREFETCH_AFTER_S``): a rest shorter than that
+measures the fetch.
 
 ``--compare-rev REV`` also measures k25trace at that git revision (a worktree, as ``bench_load.py --compare-rev``
 makes) on the same database in the same run: every run of either version is then its own process, the two
@@ -226,8 +228,9 @@ OPENS = ("overview", "findings", "steps", "step", "kernel", "collectives")
 """What --opens times: the first two from the process's spawn, the others from their key press."""
 
 
-async def measure_opens(db_path: Path, spawned: float) -> dict[str, float]:
-    """One new user's session (this process was spawned at wall time ``spawned``): seconds per :data:`OPENS`."""
+async def measure_opens(db_path: Path, spawned: float, rest: float = 0.5) -> dict[str, float]:
+    """One new user's session (this process was spawned at wall time ``spawned``; ``rest`` seconds between a paint
+    and the next key): seconds per :data:`OPENS`."""
     from k25trace.tui.app import K25TraceApp
 
     painted: list[tuple[str, float]] = []
@@ -248,6 +251,7 @@ async def measure_opens(db_path: Path, spawned: float) -> dict[str, float]:
         raise TimeoutError(f"{name} was not painted within {timeout} s")
 
     async def press(pilot: Any, key: str, name: str) -> float:
+        await asyncio.sleep(rest)
         after, pressed = len(painted), time.time()
         await pilot.press(key)
         return await seen(name, after) - pressed
@@ -264,9 +268,18 @@ async def measure_opens(db_path: Path, spawned: float) -> dict[str, float]:
     return out
 
 
-def run_opens(tree: Path, db_path: Path) -> dict[str, float]:
+def run_opens(tree: Path, db_path: Path, rest: float = 0.5) -> dict[str, float]:
     """One --opens run in a new process with the k25trace of ``tree``."""
-    command = [sys.executable, str(Path(__file__).resolve()), "--db", str(db_path), "--one-opens", str(tree)]
+    command = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--db",
+        str(db_path),
+        "--rest",
+        str(rest),
+        "--one-opens",
+        str(tree),
+    ]
     env = {**os.environ, "K25TRACE_BENCH_SPAWNED": repr(time.time())}
     out = subprocess.run(command, check=True, capture_output=True, text=True, env=env).stdout
     fields = json.loads(out.splitlines()[-1])
@@ -275,8 +288,8 @@ def run_opens(tree: Path, db_path: Path) -> dict[str, float]:
     return fields
 
 
-def print_opens(runs: list[dict[str, float]], label: str) -> None:
-    print(f"{label}a new user's first opens, median of {len(runs)} runs (min–max):")
+def print_opens(runs: list[dict[str, float]], label: str, rest: float) -> None:
+    print(f"{label}a new user's first opens, median of {len(runs)} runs (min–max), {rest} s between screens:")
     for what in OPENS:
         values = [r[what] for r in runs]
         since = "from spawn" if what in ("overview", "findings") else "from the key"
@@ -296,13 +309,13 @@ def opens_main(args: argparse.Namespace, db_path: Path) -> None:
     for i in range(args.runs):
         order = [REPO] if old_tree is None else ([REPO, old_tree] if i % 2 == 0 else [old_tree, REPO])
         for tree in order:
-            got = run_opens(tree, db_path)
+            got = run_opens(tree, db_path, args.rest)
             (runs if tree == REPO else old_runs).append(got)
             who = "this tree" if tree == REPO else args.compare_rev
             print(f"  run {i + 1} ({who}): " + ", ".join(f"{k} {got[k]:.3f} s" for k in OPENS), flush=True)
-    print_opens(runs, "")
+    print_opens(runs, "", args.rest)
     if old_runs:
-        print_opens(old_runs, f"k25trace {args.compare_rev}, interleaved: ")
+        print_opens(old_runs, f"k25trace {args.compare_rev}, interleaved: ", args.rest)
 
 
 def p90(values: list[float]) -> float:
@@ -403,6 +416,7 @@ def main() -> None:
     )
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "k25trace-bench")
     parser.add_argument("--opens", action="store_true", help="a new user's first opens, each run a new process")
+    parser.add_argument("--rest", type=float, default=0.5, help="--opens: seconds between a paint and the next key")
     parser.add_argument("--one-run", type=Path, metavar="TREE", help=argparse.SUPPRESS)
     parser.add_argument("--one-opens", type=Path, metavar="TREE", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -411,7 +425,7 @@ def main() -> None:
         sys.path.insert(0, str(args.one_opens))
         import k25trace
 
-        opened = asyncio.run(measure_opens(args.db, spawned))
+        opened = asyncio.run(measure_opens(args.db, spawned, args.rest))
         print(json.dumps({**opened, "k25trace": str(Path(k25trace.__file__).parent)}))
         return
     if args.one_run:  # a run of --compare-rev: the k25trace of TREE, one run, its figures as a JSON line

@@ -89,10 +89,10 @@ class K25TraceApp(App[None]):
             cursor.close()
 
     def on_open_steps(self, message: OpenSteps) -> None:
-        self.push_screen(StepsScreen(message.trace_id))
+        self.push_screen(StepsScreen(message.trace_id, steps=message.steps))
 
     def on_open_step(self, message: OpenStep) -> None:
-        self.push_screen(StepScreen(message.trace_id, message.step_index))
+        self.push_screen(StepScreen(message.trace_id, message.step_index, detail=message.detail))
 
     def on_open_kernel(self, message: OpenKernel) -> None:
         self.push_screen(KernelScreen(message.trace_id, message.event_id, message.start_ns))

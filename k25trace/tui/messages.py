@@ -8,7 +8,7 @@ misspelt name is an import error, not a result silently dropped); they do not bu
 from __future__ import annotations
 
 from collections.abc import Hashable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 import polars as pl
@@ -25,17 +25,20 @@ T = TypeVar("T")
 
 @dataclass
 class OpenSteps(Message):
-    """Show the steps of trace ``trace_id`` (one rank)."""
+    """Show the steps of trace ``trace_id`` (one rank); ``steps``: already read by the screen that asks (read ahead
+    of the user), shown at once instead of fetched."""
 
     trace_id: int
+    steps: browse.TraceSteps | None = field(default=None, compare=False)
 
 
 @dataclass
 class OpenStep(Message):
-    """Show step ``step_index`` of trace ``trace_id``."""
+    """Show step ``step_index`` of trace ``trace_id``; ``detail``: already read (ahead of the user), shown at once."""
 
     trace_id: int
     step_index: int
+    detail: browse.StepDetail | None = field(default=None, compare=False)
 
 
 @dataclass
@@ -85,6 +88,19 @@ class BreakdownLoaded(Loaded[tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, dic
 
 class FindingsLoaded(Loaded[findings.Findings]):
     """The overview's findings panel: the ranked findings per run and batch size (:mod:`k25trace.analysis.findings`)."""
+
+
+class Prefetched(Loaded[T]):
+    """Data read ahead of the user, for a screen they are likely to open next: kept by the screen that asked, handed
+    to the next one in its navigation message. A prefetch that fails is not shown (the open itself reports it)."""
+
+
+class TraceStepsPrefetched(Prefetched[browse.TraceSteps]):
+    """The steps of the trace under the overview's cursor; ``request`` is its trace id."""
+
+
+class StepPrefetched(Prefetched[browse.StepDetail | None]):
+    """The step under the steps screen's cursor; ``request`` is ``(trace_id, step_index)``."""
 
 
 class StepsLoaded(Loaded[browse.TraceSteps]):

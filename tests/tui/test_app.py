@@ -10,8 +10,11 @@ import pytest
 from textual.pilot import Pilot
 from textual.worker import WorkerState
 
+from k25trace.analysis import browse
 from k25trace.tui.app import K25TraceApp
-from k25trace.tui.messages import OpenKernel, OpenStep, OpenSteps
+from k25trace.tui.messages import OpenKernel, OpenStep, OpenSteps, StepLoaded, StepsLoaded
+from k25trace.tui.screens import overview as overview_screen
+from k25trace.tui.screens import steps as steps_screen
 from k25trace.tui.screens.help import HelpScreen
 from k25trace.tui.screens.kernel import KernelScreen
 from k25trace.tui.screens.overview import OverviewScreen
@@ -110,6 +113,69 @@ async def test_enter_posts_navigation_messages_with_the_row_ids(trace_db: Path) 
         await wait_for_workers(pilot)
         assert posted.messages[2:] == [OpenKernel(6, int(event_id), screen.kernel_start_ns[event_id])]
         assert isinstance(app.screen, KernelScreen) and app.screen.event_id == int(event_id)
+
+
+async def test_the_trace_and_the_step_under_the_cursor_are_read_ahead(trace_db: Path) -> None:
+    """Once the cursor rests on a trace, the overview reads its steps; once it rests on a step, the steps screen
+    reads it. Enter then hands them to the next screen, which shows them with no query of its own (its result
+    message carries no worker time): the same steps and step a fetch gives."""
+    posted = Posted(OpenSteps, OpenStep, StepsLoaded, StepLoaded)
+    app = K25TraceApp(trace_db)
+    con = duckdb.connect(str(trace_db), read_only=True)
+    async with app.run_test(size=SIZE, message_hook=posted) as pilot:
+        await wait_for_workers(pilot)
+        overview = app.screen
+        assert isinstance(overview, OverviewScreen)
+        traces = table(app, "#traces")
+        traces.move_cursor(row=traces.get_row_index("6"))
+        await wait_until(lambda: 6 in overview.prefetched)
+        await pilot.press("enter")
+        await wait_for_workers(pilot)
+        screen = app.screen
+        assert isinstance(screen, StepsScreen) and screen.trace_id == 6
+        opened = [m for m in posted.messages if isinstance(m, OpenSteps)]
+        assert opened == [OpenSteps(6)] and opened[0].steps is overview.prefetched[6]
+        shown = [m for m in posted.messages if isinstance(m, StepsLoaded)]
+        assert [m.elapsed_ms for m in shown] == [0.0]  # no worker: the prefetched steps
+        fresh = browse.trace_steps(con, 6)
+        assert screen.all_steps.equals(fresh.steps) and table(app, "#steps").row_count == fresh.steps.height == 106
+        assert (screen.rank, screen.next_trace_id) == (fresh.rank, fresh.next_trace_id)
+        steps = table(app, "#steps")
+        steps.move_cursor(row=steps.get_row_index("3"))
+        await wait_until(lambda: (6, 3) in screen.prefetched)
+        await pilot.press("enter")
+        await wait_for_workers(pilot)
+        step = app.screen
+        assert isinstance(step, StepScreen) and (step.trace_id, step.step_index) == (6, 3)
+        opened_step = [m for m in posted.messages if isinstance(m, OpenStep)]
+        assert opened_step == [OpenStep(6, 3)] and opened_step[0].detail is screen.prefetched[(6, 3)]
+        first = next(m for m in posted.messages if isinstance(m, StepLoaded) and m.request == (6, 3))
+        assert first.elapsed_ms == 0.0
+        want = browse.step_detail(con, 6, 3)
+        assert want is not None and step.detail is not None
+        assert step.detail.header == want.header and step.detail.kernels.equals(want.kernels)
+        assert step.detail.categories.equals(want.categories) and step.detail.timeline == want.timeline
+    con.close()
+
+
+async def test_without_a_rest_on_the_row_the_next_screen_fetches(
+    trace_db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The control: with the cursor never resting long enough, nothing is read ahead and each screen fetches."""
+    monkeypatch.setattr(overview_screen, "PREFETCH_AFTER_S", 3600.0)
+    monkeypatch.setattr(steps_screen, "PREFETCH_AFTER_S", 3600.0)
+    posted = Posted(StepsLoaded, StepLoaded)
+    app = K25TraceApp(trace_db)
+    async with app.run_test(size=SIZE, message_hook=posted) as pilot:
+        await open_trace(pilot, 6)
+        assert isinstance(app.screen, StepsScreen) and not app.screen.prefetched
+        steps = table(app, "#steps")
+        steps.move_cursor(row=steps.get_row_index("3"))
+        await pilot.press("enter")
+        await wait_for_workers(pilot)
+        assert isinstance(app.screen, StepScreen) and app.screen.detail is not None
+        fetched = [m for m in posted.messages if isinstance(m, (StepsLoaded, StepLoaded))]
+        assert fetched[:2] and all(m.elapsed_ms > 0 for m in fetched[:2])  # each from its worker
 
 
 async def test_step_screen_moves_between_steps_and_ranks(trace_db: Path) -> None:

@@ -18,12 +18,18 @@ from textual.widgets import Label
 from textual.worker import Worker, get_current_worker
 
 from k25trace.errors import K25Error
-from k25trace.tui.messages import FetchFailed, Loaded
+from k25trace.tui.messages import FetchFailed, Loaded, Prefetched
 
 if TYPE_CHECKING:
     import duckdb
 
 T = TypeVar("T")
+
+PREFETCH_AFTER_S = 0.15
+"""How long the cursor rests on a row before the screen it opens is read ahead (scrolling reads nothing)."""
+
+PREFETCH_KEEP = 16
+"""Screens read ahead that a screen keeps (the most recent)."""
 
 
 @runtime_checkable
@@ -105,9 +111,18 @@ class BrowseScreen(Screen[None]):
         if not worker.is_cancelled:
             self.post_message(FetchFailed(kind, failure, request))
 
+    def prefetch(
+        self, kind: type[Prefetched[T]], call: Callable[[duckdb.DuckDBPyConnection], T], request: Hashable
+    ) -> None:
+        """Read ahead of the user, in a worker of its own group (a newer prefetch drops an older one's result); any
+        error becomes a :class:`FetchFailed` that :meth:`show_failure` leaves unsaid."""
+        self.fetch(kind, call, request=request, group="prefetch", explain=str)
+
     @on(FetchFailed)
     def show_failure(self, message: FetchFailed) -> None:
-        """A failed or interrupted query: say so in the status line, never a traceback."""
+        """A failed or interrupted query: say so in the status line, never a traceback (a prefetch: nothing)."""
+        if issubclass(message.kind, Prefetched):
+            return
         self.set_status(f"[b]query failed[/b]: {escape(message.error)}", error=True)
 
     def set_status(self, markup: str, *, error: bool = False) -> None:

@@ -12,12 +12,20 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.markup import escape
+from textual.timer import Timer
 from textual.widgets import DataTable, Footer, Header, Label, Static
 
 from k25trace.analysis import browse, findings
 from k25trace.render.findings import all_command, findings_text
-from k25trace.tui.messages import BreakdownLoaded, FetchFailed, FindingsLoaded, OpenSteps, OverviewLoaded
-from k25trace.tui.screens.base import BrowseScreen
+from k25trace.tui.messages import (
+    BreakdownLoaded,
+    FetchFailed,
+    FindingsLoaded,
+    OpenSteps,
+    OverviewLoaded,
+    TraceStepsPrefetched,
+)
+from k25trace.tui.screens.base import PREFETCH_AFTER_S, PREFETCH_KEEP, BrowseScreen
 from k25trace.tui.widgets import CategoryBars, fill_table
 
 
@@ -68,6 +76,9 @@ class OverviewScreen(BrowseScreen):
     def __init__(self, db_name: str = "FILE") -> None:
         super().__init__()
         self.db_name = db_name  # the database as the findings' commands name it
+        self.prefetched: dict[int, browse.TraceSteps] = {}
+        """The steps of traces read ahead (the trace under the cursor), by trace id; handed to the steps screen."""
+        self.prefetch_timer: Timer | None = None
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -98,6 +109,7 @@ class OverviewScreen(BrowseScreen):
 
     def action_reload(self) -> None:
         """Query the overview again (after a load in another terminal), and the findings beside it."""
+        self.prefetched.clear()
         self.fetch(OverviewLoaded, browse.overview)
         self.fetch(FindingsLoaded, lambda cursor: findings.findings(cursor, db=self.db_name), group="findings")
 
@@ -184,17 +196,39 @@ class OverviewScreen(BrowseScreen):
         )
         self.query_one("#traces", DataTable).focus()
 
+    @on(DataTable.RowHighlighted, "#traces")
+    def trace_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        """Read the steps of the trace under the cursor once it rests there: Enter then shows them at once."""
+        if self.prefetch_timer is not None:
+            self.prefetch_timer.stop()
+        if event.row_key.value is not None:
+            trace_id = int(event.row_key.value)
+            self.prefetch_timer = self.set_timer(PREFETCH_AFTER_S, lambda: self.prefetch_steps(trace_id))
+
+    def prefetch_steps(self, trace_id: int) -> None:
+        if trace_id not in self.prefetched:
+            self.prefetch(TraceStepsPrefetched, lambda cursor: browse.trace_steps(cursor, trace_id), trace_id)
+
+    @on(TraceStepsPrefetched)
+    def keep_steps(self, message: TraceStepsPrefetched) -> None:
+        self.prefetched[int(message.request)] = message.result  # type: ignore[call-overload]
+        while len(self.prefetched) > PREFETCH_KEEP:
+            del self.prefetched[next(iter(self.prefetched))]
+
+    def open_steps(self, trace_id: int) -> None:
+        self.post_message(OpenSteps(trace_id, self.prefetched.get(trace_id)))
+
     @on(DataTable.RowSelected, "#traces")
     def open_selected_trace(self, event: DataTable.RowSelected) -> None:
         if event.row_key.value is not None:
-            self.post_message(OpenSteps(int(event.row_key.value)))
+            self.open_steps(int(event.row_key.value))
 
     def action_open_trace(self) -> None:
         table = self.query_one("#traces", DataTable)
         if table.row_count:
             row_key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key
             if row_key.value is not None:
-                self.post_message(OpenSteps(int(row_key.value)))
+                self.open_steps(int(row_key.value))
 
 
 def _plural(count: int, noun: str) -> str:

@@ -79,7 +79,7 @@ class StepScreen(BrowseScreen):
         Binding("escape", "app.pop_screen", "Back"),
     ]
 
-    def __init__(self, trace_id: int, step_index: int) -> None:
+    def __init__(self, trace_id: int, step_index: int, *, detail: browse.StepDetail | None = None) -> None:
         super().__init__()
         self.trace_id = trace_id
         self.step_index = step_index
@@ -93,6 +93,8 @@ class StepScreen(BrowseScreen):
         """+1 after a move forward, -1 after one back: where reading ahead goes first."""
         self.steps: OrderedDict[StepKey, browse.StepDetail | None] = OrderedDict()
         """Steps read so far, least recently used first."""
+        if detail is not None:  # read ahead by the steps screen
+            self.steps[(trace_id, step_index)] = detail
         self.kernel_lines: dict[StepKey, list[Text]] = {}
         """The first kernel page of steps read ahead, drawn already (in the worker)."""
         self.reading_ahead: set[StepKey] = set()

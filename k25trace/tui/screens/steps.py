@@ -10,12 +10,13 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical
+from textual.timer import Timer
 from textual.widgets import DataTable, Footer, Header, Label, Sparkline
 
 from k25trace.analysis import browse
 from k25trace.tui.cells import cell
-from k25trace.tui.messages import OpenStep, StepsLoaded
-from k25trace.tui.screens.base import BrowseScreen
+from k25trace.tui.messages import OpenStep, StepPrefetched, StepsLoaded
+from k25trace.tui.screens.base import PREFETCH_AFTER_S, PREFETCH_KEEP, BrowseScreen
 from k25trace.tui.widgets import category_text
 
 STEP_COLUMNS = (
@@ -43,9 +44,14 @@ class StepsScreen(BrowseScreen):
         Binding("escape", "app.pop_screen", "Back"),
     ]
 
-    def __init__(self, trace_id: int) -> None:
+    def __init__(self, trace_id: int, *, steps: browse.TraceSteps | None = None) -> None:
         super().__init__()
         self.trace_id = trace_id
+        self.given = steps
+        """The trace's steps read ahead by the overview: shown on mount instead of fetched."""
+        self.prefetched: dict[tuple[int, int], browse.StepDetail] = {}
+        """Steps read ahead (the one under the cursor), by (trace_id, step_index); handed to the step screen."""
+        self.prefetch_timer: Timer | None = None
         self.rank: int | None = None
         self.next_trace_id: int | None = None
         """The trace ``r`` goes to (the next rank of the run), known once the steps are loaded."""
@@ -75,6 +81,10 @@ class StepsScreen(BrowseScreen):
         """Fetch the trace's steps (all phases; filters are applied to the fetched frame)."""
         trace_id = self.trace_id
         self.loaded = False
+        given, self.given = self.given, None
+        if given is not None and given.trace_id == trace_id:
+            self.post_message(StepsLoaded(given, trace_id))
+            return
         self.fetch(StepsLoaded, lambda cursor: browse.trace_steps(cursor, trace_id), request=trace_id)
 
     @on(StepsLoaded)
@@ -197,7 +207,28 @@ class StepsScreen(BrowseScreen):
         self.trace_id = self.next_trace_id
         self.reload()
 
+    @on(DataTable.RowHighlighted, "#steps")
+    def step_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        """Read the step under the cursor once it rests there: Enter then shows it at once."""
+        if self.prefetch_timer is not None:
+            self.prefetch_timer.stop()
+        if event.row_key.value is not None:
+            key = (self.trace_id, int(event.row_key.value))
+            self.prefetch_timer = self.set_timer(PREFETCH_AFTER_S, lambda: self.prefetch_step(key))
+
+    def prefetch_step(self, key: tuple[int, int]) -> None:
+        if key not in self.prefetched:
+            self.prefetch(StepPrefetched, lambda cursor: browse.step_detail(cursor, *key), key)
+
+    @on(StepPrefetched)
+    def keep_step(self, message: StepPrefetched) -> None:
+        if message.result is not None:
+            self.prefetched[message.request] = message.result  # type: ignore[index]
+            while len(self.prefetched) > PREFETCH_KEEP:
+                del self.prefetched[next(iter(self.prefetched))]
+
     @on(DataTable.RowSelected, "#steps")
     def open_step(self, event: DataTable.RowSelected) -> None:
         if event.row_key.value is not None:
-            self.post_message(OpenStep(self.trace_id, int(event.row_key.value)))
+            key = (self.trace_id, int(event.row_key.value))
+            self.post_message(OpenStep(*key, self.prefetched.get(key)))
