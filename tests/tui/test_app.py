@@ -13,8 +13,7 @@ from textual.worker import WorkerState
 from k25trace.analysis import browse
 from k25trace.tui.app import K25TraceApp
 from k25trace.tui.messages import OpenKernel, OpenStep, OpenSteps, StepLoaded, StepsLoaded
-from k25trace.tui.screens import overview as overview_screen
-from k25trace.tui.screens import steps as steps_screen
+from k25trace.tui.screens import base as base_screen
 from k25trace.tui.screens.help import HelpScreen
 from k25trace.tui.screens.kernel import KernelScreen
 from k25trace.tui.screens.overview import OverviewScreen
@@ -162,8 +161,7 @@ async def test_without_a_rest_on_the_row_the_next_screen_fetches(
     trace_db: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The control: with the cursor never resting long enough, nothing is read ahead and each screen fetches."""
-    monkeypatch.setattr(overview_screen, "PREFETCH_AFTER_S", 3600.0)
-    monkeypatch.setattr(steps_screen, "PREFETCH_AFTER_S", 3600.0)
+    monkeypatch.setattr(base_screen, "PREFETCH_AFTER_S", 3600.0)
     posted = Posted(StepsLoaded, StepLoaded)
     app = K25TraceApp(trace_db)
     async with app.run_test(size=SIZE, message_hook=posted) as pilot:

@@ -9,11 +9,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Hashable
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 from textual import on
 from textual.markup import escape
 from textual.screen import Screen
+from textual.timer import Timer
 from textual.widgets import Label
 from textual.worker import Worker, get_current_worker
 
@@ -42,6 +43,9 @@ class CursorSource(Protocol):
 
 class BrowseScreen(Screen[None]):
     """A screen whose data comes from :mod:`k25trace.analysis.browse` through :meth:`fetch`."""
+
+    _prefetch_timer: Timer | None = None
+    """The pending read-ahead of :meth:`prefetch_on_rest` (one per screen: the row under the cursor)."""
 
     @property
     def cursors(self) -> CursorSource:
@@ -111,12 +115,36 @@ class BrowseScreen(Screen[None]):
         if not worker.is_cancelled:
             self.post_message(FetchFailed(kind, failure, request))
 
-    def prefetch(
-        self, kind: type[Prefetched[T]], call: Callable[[duckdb.DuckDBPyConnection], T], request: Hashable
+    def prefetch_on_rest(
+        self,
+        cache: dict[Any, Any],
+        kind: type[Prefetched[T]],
+        call: Callable[[duckdb.DuckDBPyConnection], T],
+        request: Hashable,
     ) -> None:
-        """Read ahead of the user, in a worker of its own group (a newer prefetch drops an older one's result); any
-        error becomes a :class:`FetchFailed` that :meth:`show_failure` leaves unsaid."""
-        self.fetch(kind, call, request=request, group="prefetch", explain=str)
+        """Once the cursor has rested :data:`PREFETCH_AFTER_S` on the row of ``request``, read it ahead unless
+        ``cache`` has it; a newer call drops the pending one. The worker has a group of its own (a newer prefetch
+        drops an older one's result); any error becomes a :class:`FetchFailed` that :meth:`show_failure` leaves
+        unsaid. The screen keeps the result with :meth:`keep_prefetched`."""
+        self.stop_prefetch()
+
+        def start() -> None:
+            if request not in cache:
+                self.fetch(kind, call, request=request, group="prefetch", explain=str)
+
+        self._prefetch_timer = self.set_timer(PREFETCH_AFTER_S, start)
+
+    def stop_prefetch(self) -> None:
+        """Drop the pending read-ahead of :meth:`prefetch_on_rest` (the cursor left the row, or is on none)."""
+        if self._prefetch_timer is not None:
+            self._prefetch_timer.stop()
+
+    @staticmethod
+    def keep_prefetched(cache: dict[Any, Any], request: Hashable, result: Any) -> None:
+        """Keep ``result`` in ``cache``, the :data:`PREFETCH_KEEP` most recent only."""
+        cache[request] = result
+        while len(cache) > PREFETCH_KEEP:
+            del cache[next(iter(cache))]
 
     @on(FetchFailed)
     def show_failure(self, message: FetchFailed) -> None:

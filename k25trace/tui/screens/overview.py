@@ -12,7 +12,6 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.markup import escape
-from textual.timer import Timer
 from textual.widgets import DataTable, Footer, Header, Label, Static
 
 from k25trace.analysis import browse, findings
@@ -25,7 +24,7 @@ from k25trace.tui.messages import (
     OverviewLoaded,
     TraceStepsPrefetched,
 )
-from k25trace.tui.screens.base import PREFETCH_AFTER_S, PREFETCH_KEEP, BrowseScreen
+from k25trace.tui.screens.base import BrowseScreen
 from k25trace.tui.widgets import CategoryBars, fill_table
 
 
@@ -78,7 +77,6 @@ class OverviewScreen(BrowseScreen):
         self.db_name = db_name  # the database as the findings' commands name it
         self.prefetched: dict[int, browse.TraceSteps] = {}
         """The steps of traces read ahead (the trace under the cursor), by trace id; handed to the steps screen."""
-        self.prefetch_timer: Timer | None = None
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -199,21 +197,17 @@ class OverviewScreen(BrowseScreen):
     @on(DataTable.RowHighlighted, "#traces")
     def trace_highlighted(self, event: DataTable.RowHighlighted) -> None:
         """Read the steps of the trace under the cursor once it rests there: Enter then shows them at once."""
-        if self.prefetch_timer is not None:
-            self.prefetch_timer.stop()
-        if event.row_key.value is not None:
-            trace_id = int(event.row_key.value)
-            self.prefetch_timer = self.set_timer(PREFETCH_AFTER_S, lambda: self.prefetch_steps(trace_id))
-
-    def prefetch_steps(self, trace_id: int) -> None:
-        if trace_id not in self.prefetched:
-            self.prefetch(TraceStepsPrefetched, lambda cursor: browse.trace_steps(cursor, trace_id), trace_id)
+        if event.row_key.value is None:
+            self.stop_prefetch()
+            return
+        trace_id = int(event.row_key.value)
+        self.prefetch_on_rest(
+            self.prefetched, TraceStepsPrefetched, lambda cursor: browse.trace_steps(cursor, trace_id), trace_id
+        )
 
     @on(TraceStepsPrefetched)
     def keep_steps(self, message: TraceStepsPrefetched) -> None:
-        self.prefetched[int(message.request)] = message.result  # type: ignore[call-overload]
-        while len(self.prefetched) > PREFETCH_KEEP:
-            del self.prefetched[next(iter(self.prefetched))]
+        self.keep_prefetched(self.prefetched, message.request, message.result)
 
     def open_steps(self, trace_id: int) -> None:
         self.post_message(OpenSteps(trace_id, self.prefetched.get(trace_id)))

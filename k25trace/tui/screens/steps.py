@@ -10,13 +10,12 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical
-from textual.timer import Timer
 from textual.widgets import DataTable, Footer, Header, Label, Sparkline
 
 from k25trace.analysis import browse
 from k25trace.tui.cells import cell
 from k25trace.tui.messages import OpenStep, StepPrefetched, StepsLoaded
-from k25trace.tui.screens.base import PREFETCH_AFTER_S, PREFETCH_KEEP, BrowseScreen
+from k25trace.tui.screens.base import BrowseScreen
 from k25trace.tui.widgets import category_text
 
 STEP_COLUMNS = (
@@ -51,7 +50,6 @@ class StepsScreen(BrowseScreen):
         """The trace's steps read ahead by the overview: shown on mount instead of fetched."""
         self.prefetched: dict[tuple[int, int], browse.StepDetail] = {}
         """Steps read ahead (the one under the cursor), by (trace_id, step_index); handed to the step screen."""
-        self.prefetch_timer: Timer | None = None
         self.rank: int | None = None
         self.next_trace_id: int | None = None
         """The trace ``r`` goes to (the next rank of the run), known once the steps are loaded."""
@@ -210,22 +208,16 @@ class StepsScreen(BrowseScreen):
     @on(DataTable.RowHighlighted, "#steps")
     def step_highlighted(self, event: DataTable.RowHighlighted) -> None:
         """Read the step under the cursor once it rests there: Enter then shows it at once."""
-        if self.prefetch_timer is not None:
-            self.prefetch_timer.stop()
-        if event.row_key.value is not None:
-            key = (self.trace_id, int(event.row_key.value))
-            self.prefetch_timer = self.set_timer(PREFETCH_AFTER_S, lambda: self.prefetch_step(key))
-
-    def prefetch_step(self, key: tuple[int, int]) -> None:
-        if key not in self.prefetched:
-            self.prefetch(StepPrefetched, lambda cursor: browse.step_detail(cursor, *key), key)
+        if event.row_key.value is None:
+            self.stop_prefetch()
+            return
+        key = (self.trace_id, int(event.row_key.value))
+        self.prefetch_on_rest(self.prefetched, StepPrefetched, lambda cursor: browse.step_detail(cursor, *key), key)
 
     @on(StepPrefetched)
     def keep_step(self, message: StepPrefetched) -> None:
         if message.result is not None:
-            self.prefetched[message.request] = message.result  # type: ignore[index]
-            while len(self.prefetched) > PREFETCH_KEEP:
-                del self.prefetched[next(iter(self.prefetched))]
+            self.keep_prefetched(self.prefetched, message.request, message.result)
 
     @on(DataTable.RowSelected, "#steps")
     def open_step(self, event: DataTable.RowSelected) -> None:
