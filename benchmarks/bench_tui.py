@@ -270,22 +270,7 @@ async def measure_opens(db_path: Path, spawned: float, rest: float = 0.5) -> dic
 
 def run_opens(tree: Path, db_path: Path, rest: float = 0.5) -> dict[str, float]:
     """One --opens run in a new process with the k25trace of ``tree``."""
-    command = [
-        sys.executable,
-        str(Path(__file__).resolve()),
-        "--db",
-        str(db_path),
-        "--rest",
-        str(rest),
-        "--one-opens",
-        str(tree),
-    ]
-    env = {**os.environ, "K25TRACE_BENCH_SPAWNED": repr(time.time())}
-    out = subprocess.run(command, check=True, capture_output=True, text=True, env=env).stdout
-    fields = json.loads(out.splitlines()[-1])
-    if Path(fields.pop("k25trace")).resolve() != (tree / "k25trace").resolve():
-        raise SystemExit(f"the run meant for {tree} imported another k25trace")
-    return fields
+    return run_child(tree, db_path, ["--rest", str(rest), "--one-opens"], {"K25TRACE_BENCH_SPAWNED": repr(time.time())})
 
 
 def print_opens(runs: list[dict[str, float]], label: str, rest: float) -> None:
@@ -341,23 +326,21 @@ def describe(db_path: Path) -> str:
     )
 
 
-def run_in_process(tree: Path, db_path: Path, moves: int, *, back_to_back: bool) -> RunResult:
-    """One run in a new process with the k25trace of ``tree`` (this script's own measuring code)."""
-    command = [
-        sys.executable,
-        str(Path(__file__).resolve()),
-        "--db",
-        str(db_path),
-        "--moves",
-        str(moves),
-        "--one-run",
-        str(tree),
-    ] + (["--back-to-back"] if back_to_back else [])
-    out = subprocess.run(command, check=True, capture_output=True, text=True, env=dict(os.environ)).stdout
+def run_child(tree: Path, db_path: Path, options: list[str], env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Run this script in a new process with the k25trace of ``tree`` (``options`` end with the flag that takes the
+    tree); its last stdout line's JSON fields, checked to come from that tree."""
+    command = [sys.executable, str(Path(__file__).resolve()), "--db", str(db_path), *options, str(tree)]
+    out = subprocess.run(command, check=True, capture_output=True, text=True, env={**os.environ, **(env or {})}).stdout
     fields = json.loads(out.splitlines()[-1])
     if Path(fields.pop("k25trace")).resolve() != (tree / "k25trace").resolve():
         raise SystemExit(f"the run meant for {tree} imported another k25trace")
-    return RunResult(**fields)
+    return fields
+
+
+def run_in_process(tree: Path, db_path: Path, moves: int, *, back_to_back: bool) -> RunResult:
+    """One run in a new process with the k25trace of ``tree`` (this script's own measuring code)."""
+    flags = ["--back-to-back"] if back_to_back else []
+    return RunResult(**run_child(tree, db_path, ["--moves", str(moves), *flags, "--one-run"]))
 
 
 def print_figures(runs: list[RunResult], label: str, back_to_back: bool) -> None:
