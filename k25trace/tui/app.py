@@ -28,7 +28,6 @@ from textual.worker import Worker, WorkerState
 from k25trace.pipeline import connect
 from k25trace.tui.messages import OpenKernel, OpenStep, OpenSteps
 from k25trace.tui.screens.comm import CommScreen
-from k25trace.tui.screens.compare import CompareScreen
 from k25trace.tui.screens.help import HelpScreen
 from k25trace.tui.screens.kernel import KernelScreen
 from k25trace.tui.screens.overview import OverviewScreen
@@ -101,6 +100,8 @@ class K25TraceApp(App[None]):
         return getattr(self.screen, "trace_id", None)
 
     def action_help(self) -> None:
+        from k25trace.tui.screens.compare import CompareScreen
+
         sections: list[tuple[str, list[BindingType]]] = [
             ("Everywhere", list(self.BINDINGS)),
             ("Overview", list(OverviewScreen.BINDINGS)),
@@ -131,6 +132,8 @@ class K25TraceApp(App[None]):
             self.push_screen(CommScreen())
 
     def action_compare(self) -> None:
+        from k25trace.tui.screens.compare import CompareScreen  # deferred: it imports the comparison and numpy
+
         if not isinstance(self.screen, CompareScreen):
             self.push_screen(CompareScreen(self.db_path.name))
 

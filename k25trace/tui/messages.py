@@ -9,14 +9,18 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import polars as pl
 from rich.text import Text
 from textual.message import Message
 
 from k25trace import db
-from k25trace.analysis import browse, compare, findings
+from k25trace.analysis import browse, findings
+
+if TYPE_CHECKING:
+    # imported with the compare screen: it and numpy are ~0.1 s of start-up; named in a string below
+    from k25trace.analysis import compare  # noqa: F401
 
 T = TypeVar("T")
 
@@ -156,5 +160,5 @@ class RunsLoaded(Loaded[pl.DataFrame]):
     """The runs a comparison can pick from."""
 
 
-class ComparisonLoaded(Loaded[compare.Comparison]):
+class ComparisonLoaded(Loaded["compare.Comparison"]):
     """Two runs compared."""
