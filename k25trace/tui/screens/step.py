@@ -154,7 +154,9 @@ class StepScreen(BrowseScreen):
             return  # the user has moved on
         self.show_step(message.result)
         self.shown = key
-        self.query_one("#kernels", LineTable).focus()
+        kernels = self.query_one("#kernels", LineTable)
+        if self.focused is not kernels:  # focusing it again redraws the footer's keys, each step
+            kernels.focus()
         self.call_after_refresh(self.read_ahead)  # after the paint: the worker would compete with it for the CPU
 
     @on(StepsPrefetched)

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rich.text import Text
+from textual.strip import Strip
 from textual.widget import Widget
 
 from k25trace.tui.cells import LineText
@@ -100,12 +101,28 @@ class LayerStrip(Widget):
         super().__init__(id=id)
         self.segments: list[dict[str, Any]] = []
         self.current: int | None = None
+        self._drawn: tuple[int, Strip] | None = None
+        """The line drawn for the current segments (its width, its strip: the line's own styles only)."""
 
     def show_segments(self, segments: list[dict[str, Any]], current: int | None) -> None:
         """Show a step's segments (browse_step_layers rows) with ``current`` (an index into them, or None)."""
         self.segments = segments
         self.current = current
+        self._drawn = None
         self.refresh()
 
     def render(self) -> Text:
+        """The strip as text (what :meth:`render_line` draws)."""
         return strip_text(self.segments, self.current, self.size.width or 150)
+
+    def render_line(self, y: int) -> Strip:
+        """The line, drawn once per segments and width: through Textual's generic path one line of ~60 styled
+        cells took a third of a step move's drawing."""
+        width = self.size.width
+        base = self.rich_style
+        if y != 0:
+            return Strip.blank(width, base)
+        if self._drawn is None or self._drawn[0] != width:
+            text = self.render()
+            self._drawn = (width, Strip(list(text.render(self.app.console, end=""))).extend_cell_length(width))
+        return self._drawn[1].apply_style(base).crop(0, width)
