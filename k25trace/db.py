@@ -62,6 +62,11 @@ def _run_named(
             used = {p: v for p, v in params.items() if p in PARAM_RE.findall(strip_sql_comments(statement))}
             last = i == len(statements) - 1
             if last and last_as_relation and reads_only:
+                # a relation cannot run while this cursor holds a result of execute() not read to its end (as a
+                # new execute() could); finish it as that execute() would have, then read the query
+                finish = getattr(con, "complete", None)  # DuckDB 2; DuckDB 1 replaces the result itself
+                if finish is not None:
+                    finish()
                 relation = con.sql(statement, params=used) if used else con.sql(statement)
                 if relation is not None:
                     return relation
@@ -403,7 +408,11 @@ def query_frame(con: duckdb.DuckDBPyConnection, name: str, params: dict[str, Any
     if isinstance(result, duckdb.DuckDBPyConnection):
         return fetch_frame(result)
     try:
-        return pl.DataFrame(result)
+        if hasattr(result, "__arrow_c_stream__"):
+            return pl.DataFrame(result)
+        frame = pl.from_arrow(_arrow_table(result))  # an older DuckDB: through pyarrow
+        assert isinstance(frame, pl.DataFrame)
+        return frame
     except duckdb.Error as exc:
         raise QueryError(name, describe_error(exc)) from exc
 
