@@ -68,9 +68,9 @@ def _run_named(
                 if finish is not None:
                     finish()
                 relation = con.sql(statement, params=used) if used else con.sql(statement)
-                if relation is not None:
-                    return relation
-                return con.execute("select 1 where false")  # a last statement that returns nothing
+                if relation is None:
+                    raise QueryError(name, "its last statement returns no rows (a query that reads must end in one)")
+                return relation
             cursor = con.execute(statement, used) if used else con.execute(statement)
             if not last or not reads_only:
                 cursor.fetchall()  # finish DDL/DML results; a query that creates nothing returns its last result

@@ -11,6 +11,7 @@ from textual.strip import Strip
 from textual.widget import Widget
 
 from k25trace.tui.cells import LineText
+from k25trace.tui.widgets.lines import text_strip
 
 KINDS = {"dense": ("d", "cyan"), "moe": ("m", "magenta"), "other": ("o", "yellow")}
 """A layer's glyph and colour by kind (step_layers.kind)."""
@@ -123,6 +124,5 @@ class LayerStrip(Widget):
         if y != 0:
             return Strip.blank(width, base)
         if self._drawn is None or self._drawn[0] != width:
-            text = self.render()
-            self._drawn = (width, Strip(list(text.render(self.app.console, end=""))).extend_cell_length(width))
+            self._drawn = (width, text_strip(self.app.console, self.render(), width))
         return self._drawn[1].apply_style(base).crop(0, width)

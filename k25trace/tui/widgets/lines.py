@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
+from rich.console import Console
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
@@ -18,6 +19,15 @@ from textual.strip import Strip
 
 PAD = 1
 """Blank cells on each side of a line, as a DataTable pads its cells."""
+
+
+def text_strip(console: Console, text: Text, width: int, pad: int = 0) -> Strip:
+    """``text`` drawn once as a strip ``width`` cells wide, ``pad`` blank cells each side, its own styles only (the
+    widget's are laid over it when painted)."""
+    segments = list(text.render(console, end=""))
+    if pad:
+        segments = [Segment(" " * pad), *segments, Segment(" " * pad)]
+    return Strip(segments).extend_cell_length(width)
 
 
 class LineTable(ScrollView, can_focus=True):
@@ -150,10 +160,7 @@ class LineTable(ScrollView, can_focus=True):
 
     def _strip(self, text: Text) -> Strip:
         """A line as a strip ``self._width`` cells wide: padded, its own styles only."""
-        segments = list(text.render(self.app.console, end=""))
-        blank = " " * PAD
-        line = Strip([Segment(blank), *segments, Segment(blank)])
-        return line.extend_cell_length(self._width)
+        return text_strip(self.app.console, text, self._width, PAD)
 
     def render_lines(self, crop: Region) -> list[Strip]:
         """Every row of one paint: the widget's style is worked out once for them all (it walks the ancestors'
