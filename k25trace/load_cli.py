@@ -327,12 +327,22 @@ def tui(paths: tuple[Path, ...], db_path: Path | None) -> None:
     \b
     Examples:
       k25trace tui --db run.duckdb
+      k25trace tui run.duckdb               # the same: a database named alone is opened
       k25trace tui /tmp/vllm_profile        # load first (progress on stderr), then browse
     """
+    from k25trace.ingest.discover import is_duckdb_file
     from k25trace.tui.app import run_tui  # deferred: start-up time (Textual)
 
     if not paths and db_path is None:
         raise K25Error("give --db FILE, or trace PATHs to load first")
+    databases = [p for p in paths if p.is_file() and is_duckdb_file(p)]
+    if databases and (db_path is not None or len(paths) > 1):
+        raise K25Error(
+            f"{databases[0]}: a DuckDB database among the trace paths; browse it alone "
+            f"(k25trace tui --db {databases[0]}) or load traces into it with --db"
+        )
+    if databases:
+        paths, db_path = (), databases[0]
     with tempfile.TemporaryDirectory(prefix="k25trace-tui-") as tmp:
         path = db_path or Path(tmp) / "tui.duckdb"
         if paths:

@@ -49,6 +49,30 @@ def test_load_bad_file_exit_code_and_good_files_loaded(tmp_path: Path) -> None:
     assert out.stdout.splitlines() == ["n", "1"]
 
 
+def test_a_database_named_as_a_trace(dbfile: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A .duckdb file among the trace paths is named as a database at once, not read as JSON (the loader read
+    256 MB of it before), and the traces beside it still load; `tui FILE.duckdb` opens that database."""
+    db = tmp_path / "x.duckdb"
+    result = k25("load", str(dbfile), str(HTA_RANK0), "--db", str(db))
+    assert result.returncode == 1
+    assert f"error: {dbfile}: a DuckDB database, not a trace file; name a database with --db" in result.stderr
+    assert "1 loaded" in result.stderr
+
+    from click.testing import CliRunner
+
+    import k25trace.tui.app
+    from k25trace.cli import cli
+
+    opened: list[Path] = []
+    monkeypatch.setattr(k25trace.tui.app, "run_tui", opened.append)
+    ran = CliRunner().invoke(cli, ["tui", str(dbfile)])
+    assert ran.exit_code == 0, ran.output
+    assert opened == [dbfile]
+    ran = CliRunner().invoke(cli, ["tui", str(dbfile), str(HTA_RANK0)])
+    assert ran.exit_code == 1 and "a DuckDB database among the trace paths" in ran.output
+    assert opened == [dbfile]
+
+
 def test_load_again_is_a_no_op(dbfile: Path) -> None:
     result = k25("load", str(B200), "--db", str(dbfile))
     assert result.returncode == 0 and "already loaded" in result.stderr

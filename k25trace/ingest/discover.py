@@ -37,6 +37,9 @@ def discover(paths: list[Path], *, include_frontend: bool = False) -> tuple[list
             errors.append(f"{arg}: no such file or directory")
             continue
         if arg.is_file():
+            if is_duckdb_file(arg):
+                errors.append(f"{arg}: a DuckDB database, not a trace file; name a database with --db ({arg} is one)")
+                continue
             add(TraceFile(arg, *_capture_info_for(arg, notes)[:3]))
             continue
         found = _walk_traces(arg, errors, notes)
@@ -61,6 +64,16 @@ def discover(paths: list[Path], *, include_frontend: bool = False) -> tuple[list
                 continue
             add(TraceFile(p, *info[:3]))
     return files, notes, errors
+
+
+def is_duckdb_file(path: Path) -> bool:
+    """Whether a file starts with DuckDB's header (``DUCK`` at byte 8, as ``db.DUCKDB_MAGIC``): a database
+    named where a trace is expected."""
+    try:
+        with path.open("rb") as fh:
+            return fh.read(12)[8:12] == b"DUCK"
+    except OSError:
+        return False
 
 
 def _walk_traces(root: Path, errors: list[str], notes: list[str] | None = None) -> list[Path]:
