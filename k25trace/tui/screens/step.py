@@ -25,7 +25,7 @@ from k25trace.analysis import browse
 from k25trace.tui.cells import LineText, cell, name_cell
 from k25trace.tui.messages import KernelPageLoaded, OpenKernel, StepLoaded, StepsPrefetched
 from k25trace.tui.screens.base import BrowseScreen
-from k25trace.tui.widgets import CategoryBars, LineTable, Timeline, category_text, one_cell_rows
+from k25trace.tui.widgets import CategoryBars, LineTable, SteadyLabel, Timeline, category_text, one_cell_rows
 from k25trace.tui.widgets.layer_strip import LayerStrip, segment_summary
 
 if TYPE_CHECKING:
@@ -114,18 +114,18 @@ class StepScreen(BrowseScreen):
     def compose(self) -> ComposeResult:
         yield Header()
         with Vertical(id="step-screen"):
-            yield Label("loading…", id="title")
-            yield Label("", id="status")
+            yield SteadyLabel("loading…", id="title")
+            yield SteadyLabel("", id="status")
             yield Timeline(id="timeline")
             yield LayerStrip(id="layer-strip")
             with Horizontal(id="step-body"):
                 with Vertical(id="kernel-pane"):
-                    yield Label("", id="kernel-count")
+                    yield SteadyLabel("", id="kernel-count")
                     yield LineTable(id="kernels")
                 with Vertical(id="category-pane"):
                     yield LineTable(id="categories")
                     yield CategoryBars(id="category-bar")
-                    yield Label("", id="ranks")
+                    yield SteadyLabel("", id="ranks")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -197,11 +197,9 @@ class StepScreen(BrowseScreen):
     def show_step(self, detail: browse.StepDetail | None) -> None:
         self.detail = detail
         self.segment = None  # the kernel table lists the whole step until the layer strip is painted
-        self.query_one("#kernels", LineTable).set_lines(Text(KERNEL_HEADER), [])
-        self.kernel_rows = 0
-        self.kernel_start_ns = {}
         categories = self.query_one("#categories", LineTable)
         if detail is None:
+            self.clear_kernels()
             categories.set_lines(Text(), [])
             self.query_one("#title", Label).update(f"[b]Step {self.step_index}[/b] of trace {self.trace_id}")
             self.set_status(f"Trace {self.trace_id} has no step {self.step_index}.", error=True)
@@ -237,7 +235,8 @@ class StepScreen(BrowseScreen):
         self.query_one("#timeline", Timeline).show_slices(
             detail.timeline, caption=f"0 … {wall_ms:.3f} ms, {len(detail.timeline)} slices"
         )
-        self.append_kernels(detail.kernels, self.kernel_lines.get((int(header["trace_id"]), int(header["step_index"]))))
+        key = (int(header["trace_id"]), int(header["step_index"]))
+        self.append_kernels(detail.kernels, self.kernel_lines.get(key), first=True)
         self.paint_categories(list(detail.categories.iter_rows(named=True)), wall_ms)
         self.query_one("#ranks", Label).update(self.ranks_line(detail.ranks))
         self.layer_rows = [] if detail.layers is None else list(detail.layers.iter_rows(named=True))
@@ -291,14 +290,12 @@ class StepScreen(BrowseScreen):
         if detail is None:
             return
         self.query_one("#layer-strip", LayerStrip).show_segments(self.layer_rows, self.segment)
-        self.query_one("#kernels", LineTable).set_lines(Text(KERNEL_HEADER), [])
-        self.kernel_rows = 0
-        self.kernel_start_ns = {}
         segment = self.current_segment()
         if segment is None:
-            self.append_kernels(detail.kernels, self.kernel_lines.get(self.wanted))
+            self.append_kernels(detail.kernels, self.kernel_lines.get(self.wanted), first=True)
             self.paint_categories(list(detail.categories.iter_rows(named=True)), (detail.header["wall_ns"] or 0) / 1e6)
             return
+        self.clear_kernels()
         self.paint_categories(segment_categories(segment), float(segment["wall_ms"] or 0))
         self.query_one("#kernel-count", Label).update(segment_summary(segment) + " — loading kernels…")
         header, index = detail.header, segment["segment_index"]
@@ -335,16 +332,30 @@ class StepScreen(BrowseScreen):
                 parts.append(f"{rank}: [i]no step {self.step_index}[/i]")
         return "same step on ranks — " + " · ".join(parts) + ("   (r: next rank)" if len(parts) > 1 else "")
 
-    def append_kernels(self, page: pl.DataFrame, lines: list[Text] | None = None) -> None:
-        """Add a page of kernels (drawn as ``lines``, when they are already) to the table and update the
-        ``showing N of M`` label."""
+    def clear_kernels(self) -> None:
+        """Empty the kernel table."""
+        self.query_one("#kernels", LineTable).set_lines(Text(KERNEL_HEADER), [])
+        self.kernel_rows = 0
+        self.kernel_start_ns = {}
+
+    def append_kernels(self, page: pl.DataFrame, lines: list[Text] | None = None, *, first: bool = False) -> None:
+        """Add a page of kernels (drawn as ``lines``, when they are already) to the table, or with ``first`` put
+        it in place of what the table lists, and update the ``showing N of M`` label. The table is refilled in
+        one call: its size changes once, if at all (each change lays the screen out again)."""
         if lines is None or len(lines) != page.height:
             lines = kernel_lines(page)
+        if first:
+            self.kernel_rows = 0
+            self.kernel_start_ns = {}
         keys: list[str | None] = []
         for event_id, start_ns in page.select("event_id", "start_ns").iter_rows():
             keys.append(str(event_id))
             self.kernel_start_ns[str(event_id)] = start_ns
-        self.query_one("#kernels", LineTable).add_lines(lines, keys)
+        table = self.query_one("#kernels", LineTable)
+        if first:
+            table.set_lines(Text(KERNEL_HEADER), lines, keys)
+        else:
+            table.add_lines(lines, keys)
         self.kernel_rows += page.height
         segment = self.current_segment()
         total = self.kernel_total()

@@ -6,10 +6,10 @@ import itertools
 from collections.abc import Sequence
 
 from rich.text import Text
-from textual.widgets import Static
 
 from k25trace.render.colors import category_color
 from k25trace.tui.cells import LineText
+from k25trace.tui.widgets.steady import SteadyStatic
 
 BLOCK = "█"
 IDLE = "·"
@@ -62,7 +62,7 @@ def legend(categories: Sequence[str]) -> Text:
     return text
 
 
-class CategoryBars(Static):
+class CategoryBars(SteadyStatic):
     """Labelled stacked bars, one per row: ``label  ███▒▒··  NN ms``, and a legend under them."""
 
     DEFAULT_CSS = """
@@ -96,7 +96,7 @@ class CategoryBars(Static):
         self.update(text)
 
 
-class Timeline(Static):
+class Timeline(SteadyStatic):
     """A one-line strip of a step: each cell is the category that ran longest in that slice of time."""
 
     DEFAULT_CSS = """
