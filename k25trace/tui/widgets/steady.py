@@ -42,7 +42,7 @@ class SteadyStatic(Static):
         width, height = self.content_size
         if not width or not height:
             return True
-        return visual.get_height(self.styles, width) != height
+        return visual.get_height(self.styles, width) != height  # type: ignore[arg-type]  # as Textual passes them
 
 
 class SteadyLabel(SteadyStatic, Label):
