@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 import json
 import math
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -516,6 +517,39 @@ def test_graph_kernels_carry_shapes_only_where_unambiguous(gaps) -> None:
         where l.name = 'cudaGraphLaunch' and g.kind = 'kernel' and s.phase = 'decode' and not s.is_empty
         """).fetchone()[0]
     assert (graph["us_per_call"] * graph["calls"]).sum() * 1e3 == pytest.approx(total, rel=1e-5)
+
+
+def test_graph_kernels_without_grid_or_block_stay_one_row_per_kernel_name(vllm) -> None:
+    """ROCm graph kernels carry no grid or block: each kernel name keeps its own row, none is lumped with another."""
+    events = _raw(MI300X_FULL)["traceEvents"]
+    (launch,) = [e for e in events if e.get("name") == "hipGraphLaunch"]
+    per_name: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
+    for e in events:
+        if e.get("cat") == "kernel" and e["args"].get("correlation") == launch["args"]["correlation"]:
+            assert "grid" not in e["args"] and "block" not in e["args"]
+            per_name[e["name"]][0] += 1
+            per_name[e["name"]][1] += e["dur"]
+    assert len(per_name) == 20 and sum(n for n, _ in per_name.values()) == 421
+    frame = sol.roofline(vllm, top=None, phase="all")
+    graph = frame.filter((pl.col("source") == "graph") & pl.col("run_id").str.contains("fullgraph"))
+    # one row per kernel name as the report shows it (was: all 421 kernels in one row named after whichever kernel
+    # came first); the two Cijk and the two Rmsnorm variants share a shown name and so a row
+    assert graph["op"].n_unique() == graph.height == 18
+    want: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
+    for raw_name, (calls, us) in per_name.items():
+        # the row whose shown name's identifiers all appear in the raw name, the longest such name
+        shown = [op for op in graph["op"] if all(t in raw_name for t in re.findall(r"\w+", op))]
+        best = max(shown, key=len)
+        want[best][0] += calls
+        want[best][1] += us
+    assert set(graph["op"]) == set(want)
+    for r in graph.iter_rows(named=True):
+        calls, us = want[r["op"]]
+        assert r["calls"] == calls, r["op"]
+        assert r["us_per_call"] == pytest.approx(us / calls, abs=5e-4), r["op"]  # shown to the ns
+    assert graph["note"].str.contains("records no grid or block").all()
+    matmul = graph.filter(pl.col("op").str.contains("_matmul_ogs_"))
+    assert matmul.height == 2 and set(matmul["category"]) == {"quant_gemm"}
 
 
 def test_carry_rule_refuses_a_kernel_seen_with_two_shapes() -> None:

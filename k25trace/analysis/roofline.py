@@ -155,12 +155,13 @@ def carry_graph_kernels(graph: pl.DataFrame, eager: pl.DataFrame) -> list[_Row]:
     for (run_id, _trace_id, _step), group in _group_steps(graph):
         first = group[0]
         ctx_key = (first["device_name"], first["world_size"], first["phase"], first["batch_size"])
-        by_sig = {g["sig"]: g for g in group}
+        by_sig = {g["sig"]: g for g in group if g["sig"] is not None}
         carried, used = _carried_rows(run_id, first, by_sig, owners, shapes)
         out += carried
         for sig, g in by_sig.items():
             if sig not in used:
                 out.append(_uncarried_row(run_id, first, g, owners.get((*ctx_key, sig), set())))
+        out += [_uncarried_row(run_id, first, g, set()) for g in group if g["sig"] is None]  # one per kernel name
     return out
 
 
@@ -225,7 +226,12 @@ def _carried_rows(
 
 def _uncarried_row(run_id: str, first: dict[str, Any], g: dict[str, Any], owned: set[tuple]) -> _Row:
     """A graph step's kernel signature that no eager op shape could be carried into, unmodelled with why."""
-    if not owned:
+    if g["sig"] is None:
+        why = (
+            "CUDA-graph replay: the trace records no grid or block for this kernel, so it cannot be matched with "
+            "the kernels of eager steps, and its shapes are unknown"
+        )
+    elif not owned:
         why = (
             f"CUDA-graph replay: no eager {first['phase']} step of batch {first['batch_size']} on this "
             "device ran this kernel with the same grid and block, so its shapes are unknown"
@@ -277,10 +283,11 @@ def _group_steps(graph: pl.DataFrame) -> list[tuple[tuple[str, int, int], list[d
 
 
 def _graph_merge(rows: list[_Row], steps: dict[tuple, int]) -> list[_Row]:
-    """Per-step graph rows summed per (run, phase, batch, op, dims, kernel set / signature)."""
+    """Per-step graph rows summed per (run, phase, batch, op, dims, kernel set / signature, kernel names)."""
     merged: dict[tuple, _Row] = {}
     for row in rows:
-        key = (row.run_id, row.phase, row.batch_size, row.op, row.input_dims, row.kernel_set, row.reason)
+        key = (row.run_id, row.phase, row.batch_size, row.op, row.input_dims, row.kernel_set, row.kernel_names)
+        key += (row.reason,)
         have = merged.get(key)
         if have is None:
             row.steps = steps.get((row.run_id, row.phase, row.batch_size), 0)
