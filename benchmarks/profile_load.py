@@ -12,9 +12,9 @@ checkout to measure, or with PYTHONPATH naming it.
 
 from __future__ import annotations
 
+import argparse
 import collections
 import json
-import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -56,20 +56,26 @@ def _instrument() -> None:
 
 
 def main() -> None:
-    args = [a for a in sys.argv[1:] if a != "--json"]
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("db", type=Path, help="the DuckDB file to load into (a new file: a load profiles no skip)")
+    parser.add_argument("traces", type=Path, nargs="+", help="trace files or folders of them")
+    parser.add_argument("--json", action="store_true", help="one JSON object on stdout (bench_load reads it)")
+    args = parser.parse_args()
+    if args.db.exists():
+        parser.error(f"{args.db}: exists; name a new database file (a profiled load must load every file)")
     _instrument()
     from k25trace import pipeline
     from k25trace.ingest import LoadOptions
 
     start = time.perf_counter()
-    con = pipeline.connect(args[0])
-    results, _notes = pipeline.load_paths(con, [Path(p) for p in args[1:]], LoadOptions())
+    con = pipeline.connect(args.db)
+    results, _notes = pipeline.load_paths(con, args.traces, LoadOptions())
     total = time.perf_counter() - start
     con.close()
     bad = [r.message for r in results if r.status == "failed"]
     if bad:
         raise SystemExit("\n".join(bad))
-    if "--json" in sys.argv:
+    if args.json:
         print(json.dumps({"total": total, "times": dict(TIMES), "calls": dict(CALLS)}))
         return
     print(f"load: {total:.2f} s wall in this process ({len(results)} files)")

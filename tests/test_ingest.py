@@ -210,6 +210,22 @@ def test_directories_search_pt_trace_files_and_skip_frontend(tmp_path: Path) -> 
     assert len(files) == 2
 
 
+def test_a_folder_without_pt_trace_files_names_the_json_files_it_holds(tmp_path: Path) -> None:
+    """HTA's own folders hold traces not named *.pt.trace.json.gz: the error says what to name, and loads nothing."""
+    (tmp_path / "run" / "sub").mkdir(parents=True)
+    shutil.copy(HTA_RANK0, tmp_path / "run" / "sampled_rank-0.json.gz")
+    shutil.copy(HTA_RANK1, tmp_path / "run" / "sub" / "sampled_rank-1.json.gz")
+    (tmp_path / "run" / "notes.txt").write_text("not a trace")
+    files, _, errors = ingest.discover([tmp_path / "run"])
+    assert not files
+    assert errors == [
+        f"{tmp_path / 'run'}: no *.pt.trace.json[.gz] files found; it holds 2 other .json[.gz] file(s) "
+        "(sampled_rank-0.json.gz, sub/sampled_rank-1.json.gz): name them to load them"
+    ]
+    (tmp_path / "empty").mkdir()
+    assert ingest.discover([tmp_path / "empty"])[2] == [f"{tmp_path / 'empty'}: no *.pt.trace.json[.gz] files found"]
+
+
 # ------------------------------------------------------------------------------------------------ bad input
 
 

@@ -56,7 +56,7 @@ def discover(paths: list[Path], *, include_frontend: bool = False) -> tuple[list
             )
         kept = [p for p in found if p not in skipped_capture and (include_frontend or p not in skipped_frontend)]
         if not kept:
-            errors.append(f"{arg}: no *.pt.trace.json[.gz] files found")
+            errors.append(f"{arg}: no *.pt.trace.json[.gz] files found" + _other_json_hint(arg, found))
         for p in kept:
             info = _capture_info_for(p, notes)
             if info[3] is False:
@@ -64,6 +64,17 @@ def discover(paths: list[Path], *, include_frontend: bool = False) -> tuple[list
                 continue
             add(TraceFile(p, *info[:3]))
     return files, notes, errors
+
+
+def _other_json_hint(folder: Path, found: list[Path]) -> str:
+    """What else a folder without trace files holds that may be traces: other ``*.json[.gz]`` files, to name."""
+    others = sorted(
+        p for p in folder.rglob("*.json*") if p.name.endswith((".json", ".json.gz")) and p not in found and p.is_file()
+    )
+    if not others:
+        return ""
+    shown = ", ".join(str(p.relative_to(folder)) for p in others[:3]) + (", …" if len(others) > 3 else "")
+    return f"; it holds {len(others)} other .json[.gz] file(s) ({shown}): name them to load them"
 
 
 def is_duckdb_file(path: Path) -> bool:
