@@ -5,6 +5,7 @@ floor when a bench is stored; a prefill-only single rank of TP8."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
 from decimal import Decimal
@@ -15,7 +16,7 @@ from click.testing import CliRunner
 from findings_truth import has_graph_launch, raw_allreduce_wait, raw_wait_by_late_rank
 from rich.console import Console
 
-from helpers import B200, DATA
+from helpers import B200, DATA, MI300X_FULL, SGLANG
 from k25trace import db, pipeline
 from k25trace.analysis import findings, floor, report
 from k25trace.cli import cli
@@ -207,6 +208,25 @@ def test_graph_twin_does_not_credit_graphs_with_launch_overhead(graph) -> None:
         (nobound,) = _kinds(group)["kernels_no_bound"]
         assert "CUDA-graph replays record no shapes" in nobound.sentence and nobound.saving_ms is None
         assert "kernels_sol" not in _kinds(group)
+
+
+@pytest.mark.parametrize("trace", [MI300X_FULL, SGLANG], ids=["vllm-mi300x-fullgraph", "sglang-mi300x"])
+def test_rocm_graph_kernels_without_grid_are_said_to_be_unmatched_not_unrecorded(tmp_path: Path, trace: Path) -> None:
+    """ROCm traces give graph-replayed kernels no grid or block: the gemm kernels have no minimum because they
+    cannot be matched, not because shapes were not recorded (the advice 'record_shapes=True' would not help)."""
+    events = json.loads(gzip.decompress(trace.read_bytes()))["traceEvents"]
+    (launch,) = [e for e in events if e.get("name") == "hipGraphLaunch"]
+    replayed = [
+        e for e in events if e.get("cat") == "kernel" and e["args"].get("correlation") == launch["args"]["correlation"]
+    ]
+    assert replayed and not any("grid" in e["args"] for e in replayed)
+    con = db.connect(tmp_path / "rocm.duckdb")
+    pipeline.load_paths(con, [trace])
+    (group,) = findings.findings(con, min_pct=0.0).groups
+    (nobound,) = _kinds(group)["kernels_no_bound"]
+    assert "no grid or block to match them with an eager step's kernels" in nobound.sentence, nobound.sentence
+    assert "record_shapes" not in nobound.sentence and nobound.saving_ms is None
+    con.close()
 
 
 def test_kernels_against_their_hardware_minimum(eager) -> None:

@@ -211,6 +211,7 @@ class Bound:
 
 
 _GRAPH_NO_SHAPES = "CUDA-graph replay: no eager"
+_GRAPH_NO_GRID = "CUDA-graph replay: the trace records no grid or block"
 
 
 def _no_bound_reason(rows: list[dict[str, Any]]) -> str:
@@ -218,10 +219,17 @@ def _no_bound_reason(rows: list[dict[str, Any]]) -> str:
     if not rows:
         return "no recorded op with shapes launched them (profile with record_shapes=True)"
     note, op = rows[0]["note"] or "", rows[0]["op"]
+    if op.startswith("(") and op.endswith(")"):  # a kernel without a CPU op: in brackets in the tables, not here
+        op = op[1:-1]
     if note.startswith(_GRAPH_NO_SHAPES):
         return (
             "CUDA-graph replays record no shapes, and no eager step of the same batch size ran the same kernels "
             "(load an eager capture beside the graph one)"
+        )
+    if note.startswith(_GRAPH_NO_GRID):
+        return (
+            "CUDA-graph replays record no shapes, and the trace gives these kernels no grid or block to match them "
+            f"with an eager step's kernels (the largest: {op})"
         )
     if note.startswith("shapes not recorded"):
         return "no shapes were recorded (profile with record_shapes=True)"
