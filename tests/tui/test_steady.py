@@ -8,7 +8,7 @@ from textual.app import App, ComposeResult
 from textual.containers import Vertical
 from textual.widget import Widget
 
-from k25trace.tui.widgets import SteadyLabel
+from k25trace.tui.widgets import SteadyFooter, SteadyLabel
 
 pytestmark = pytest.mark.asyncio
 
@@ -62,3 +62,55 @@ async def test_layout_only_when_the_height_changes(monkeypatch: pytest.MonkeyPat
         await pilot.pause()
         assert layouts and set(layouts) == {"top"} and top.size.height == 1
         assert shown(app)[:2] == ["short again", "below"]
+
+
+class FooterApp(App[None]):
+    """Two buttons over a footer: focus moves between them without changing the keys shown; x adds a key."""
+
+    BINDINGS = [("q", "quit", "Quit"), ("x", "add_key", "Add")]
+    FOOTER: type = SteadyFooter
+
+    def compose(self) -> ComposeResult:
+        from textual.widgets import Button
+
+        yield Button("one")
+        yield Button("two")
+        yield self.FOOTER()
+
+    def action_add_key(self) -> None:
+        self.bind("y", "bell", description="Ring")
+        self.refresh_bindings()
+
+
+async def test_the_footer_is_built_again_only_when_its_keys_change(monkeypatch: pytest.MonkeyPatch) -> None:
+    """It draws what Textual's Footer draws (the bottom line compared), and is built again only when the keys
+    to show change: not when focus moves between widgets that bring no keys of their own."""
+    from textual.widgets import Footer
+
+    builds: list[str] = []
+    compose = SteadyFooter.compose
+
+    def counting(self: SteadyFooter) -> ComposeResult:
+        builds.append("build")
+        return compose(self)
+
+    monkeypatch.setattr(SteadyFooter, "compose", counting)
+
+    async def session(footer: type, keys: list[str]) -> tuple[str, int]:
+        """The bottom line after ``keys``, and the builds of the footer while they were pressed."""
+        app = FooterApp()
+        app.FOOTER = footer
+        async with app.run_test(size=(60, 8)) as pilot:
+            await pilot.pause()
+            before = len(builds)
+            for key in keys:
+                await pilot.press(key)
+                await pilot.pause()
+            return app.screen._compositor.render_strips()[-1].text, len(builds) - before
+
+    for keys in (["tab"], ["tab", "tab", "tab"], ["tab", "x", "tab"]):
+        steady, steady_builds = await session(SteadyFooter, keys)
+        textual, _ = await session(Footer, keys)
+        assert steady == textual, keys
+        assert "Quit" in steady and ("Ring" in steady) == ("x" in keys)
+        assert steady_builds == keys.count("x"), (keys, steady_builds)

@@ -9,13 +9,13 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.markup import escape
-from textual.widgets import DataTable, Footer, Header, Label
+from textual.widgets import DataTable, Header, Label
 
 from k25trace.analysis import browse
 from k25trace.tui.cells import cell
 from k25trace.tui.messages import CallSitesLoaded, CollectivesLoaded
 from k25trace.tui.screens.base import BrowseScreen
-from k25trace.tui.widgets import fill_table
+from k25trace.tui.widgets import SteadyFooter, fill_table
 
 BATCH_COLUMNS = [
     "run",
@@ -89,7 +89,7 @@ class CommScreen(BrowseScreen):
             yield DataTable(id="comm-ranks", cursor_type="row")
             yield Label("[b]Call sites[/b]: pick a batch row above", classes="section", id="sites-title")
             yield DataTable(id="comm-sites", cursor_type="row")
-        yield Footer()
+        yield SteadyFooter()
 
     def on_mount(self) -> None:
         self.action_reload()

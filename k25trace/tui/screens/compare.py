@@ -11,13 +11,13 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.markup import escape
-from textual.widgets import DataTable, Footer, Header, Label
+from textual.widgets import DataTable, Header, Label
 
 from k25trace.analysis import compare
 from k25trace.tui.cells import cell
 from k25trace.tui.messages import ComparisonLoaded, RunsLoaded
 from k25trace.tui.screens.base import BrowseScreen
-from k25trace.tui.widgets import fill_table
+from k25trace.tui.widgets import SteadyFooter, fill_table
 
 RUN_COLUMNS = ["side", "run", "level", "ranks", "devices", "decode_steps", "decode_batch_sizes"]
 MATCH_CYCLE = ("auto", "batch", "level", "side")
@@ -66,7 +66,7 @@ class CompareScreen(BrowseScreen):
             for name in compare.SECTIONS:
                 yield Label(f"[b]{escape(compare.TITLES[name])}[/b]", classes="section", id=f"compare-{name}-title")
                 yield DataTable(id=f"compare-{name}", cursor_type="row", zebra_stripes=True)
-        yield Footer()
+        yield SteadyFooter()
 
     def on_mount(self) -> None:
         for name in compare.SECTIONS:

@@ -12,13 +12,13 @@ from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.markup import escape
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header, Label, Sparkline, Static
+from textual.widgets import DataTable, Header, Label, Sparkline, Static
 
 from k25trace.analysis import browse
 from k25trace.tui.cells import printable
 from k25trace.tui.messages import KernelLoaded, KernelRanksLoaded
 from k25trace.tui.screens.base import BrowseScreen
-from k25trace.tui.widgets import fill_table
+from k25trace.tui.widgets import SteadyFooter, fill_table
 
 PER_STEP_CAP = 500
 NAME_CAP = 4096
@@ -119,7 +119,7 @@ class KernelScreen(BrowseScreen):
             yield DataTable(id="per-rank", cursor_type="row")
             yield Label("[b]Per step[/b] on this rank", classes="section")
             yield DataTable(id="per-step", cursor_type="row", zebra_stripes=True)
-        yield Footer()
+        yield SteadyFooter()
 
     def on_mount(self) -> None:
         trace_id, event_id, start_ns = self.trace_id, self.event_id, self.start_ns
@@ -212,7 +212,7 @@ class LongTextScreen(Screen[None]):
         yield Label("", id="status")
         with VerticalScroll(id="long-scroll"):
             yield Static("", id="long-text")
-        yield Footer()
+        yield SteadyFooter()
 
     def on_mount(self) -> None:
         self.show_page()

@@ -12,7 +12,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.markup import escape
-from textual.widgets import DataTable, Footer, Header, Label, Static
+from textual.widgets import DataTable, Header, Label, Static
 
 from k25trace.analysis import browse, findings
 from k25trace.render.findings import all_command, findings_text
@@ -25,7 +25,7 @@ from k25trace.tui.messages import (
     TraceStepsPrefetched,
 )
 from k25trace.tui.screens.base import BrowseScreen
-from k25trace.tui.widgets import CategoryBars, fill_table
+from k25trace.tui.widgets import CategoryBars, SteadyFooter, fill_table
 
 
 class FindingsPanel(Static):
@@ -100,7 +100,7 @@ class OverviewScreen(BrowseScreen):
                 id="comm-title",
             )
             yield DataTable(id="comm", cursor_type="row")
-        yield Footer()
+        yield SteadyFooter()
 
     def on_mount(self) -> None:
         self.action_reload()

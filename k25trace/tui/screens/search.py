@@ -8,13 +8,13 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical
-from textual.widgets import DataTable, Footer, Header, Input, Label
+from textual.widgets import DataTable, Header, Input, Label
 
 from k25trace.analysis import browse
 from k25trace.tui.cells import cell, name_cell
 from k25trace.tui.messages import FirstRunLoaded, OpenKernel, SearchLoaded
 from k25trace.tui.screens.base import BrowseScreen
-from k25trace.tui.widgets import category_text
+from k25trace.tui.widgets import SteadyFooter, category_text
 
 
 class SearchScreen(BrowseScreen):
@@ -37,7 +37,7 @@ class SearchScreen(BrowseScreen):
             )
             yield Label("", id="status")
             yield DataTable(id="results", cursor_type="row", zebra_stripes=True)
-        yield Footer()
+        yield SteadyFooter()
 
     @on(Input.Submitted, "#pattern")
     def search(self, event: Input.Submitted) -> None:

@@ -11,14 +11,14 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.markup import escape
-from textual.widgets import DataTable, Footer, Header, Input, Label, TextArea, Tree
+from textual.widgets import DataTable, Header, Input, Label, TextArea, Tree
 
 from k25trace import db
 from k25trace.analysis import browse
 from k25trace.errors import K25Error
 from k25trace.tui.messages import SchemaLoaded, SqlLoaded
 from k25trace.tui.screens.base import BrowseScreen
-from k25trace.tui.widgets import fill_table
+from k25trace.tui.widgets import SteadyFooter, fill_table
 
 CELL_CHARS = 1000  # longer text (a 20 MB kernel name) is cut: a DataTable measures every cell it holds
 DEFAULT_SQL = (
@@ -48,7 +48,7 @@ class SqlScreen(BrowseScreen):
                 yield Input(placeholder="parameters: name=value … (for $name in the SQL; null for NULL)", id="params")
                 yield Label("ctrl+r: run   ctrl+g: cancel a running query", id="status")
                 yield DataTable(id="results", zebra_stripes=True)
-        yield Footer()
+        yield SteadyFooter()
 
     def on_mount(self) -> None:
         catalog = browse.query_catalog()

@@ -19,13 +19,21 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
-from textual.widgets import Footer, Header, Label
+from textual.widgets import Header, Label
 
 from k25trace.analysis import browse
 from k25trace.tui.cells import LineText, cell, name_cell
 from k25trace.tui.messages import KernelPageLoaded, OpenKernel, StepLoaded, StepsPrefetched
 from k25trace.tui.screens.base import BrowseScreen
-from k25trace.tui.widgets import CategoryBars, LineTable, SteadyLabel, Timeline, category_text, one_cell_rows
+from k25trace.tui.widgets import (
+    CategoryBars,
+    LineTable,
+    SteadyFooter,
+    SteadyLabel,
+    Timeline,
+    category_text,
+    one_cell_rows,
+)
 from k25trace.tui.widgets.layer_strip import LayerStrip, segment_summary
 
 if TYPE_CHECKING:
@@ -126,7 +134,7 @@ class StepScreen(BrowseScreen):
                     yield LineTable(id="categories")
                     yield CategoryBars(id="category-bar")
                     yield SteadyLabel("", id="ranks")
-        yield Footer()
+        yield SteadyFooter()
 
     def on_mount(self) -> None:
         self.load()

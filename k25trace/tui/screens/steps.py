@@ -10,13 +10,13 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical
-from textual.widgets import DataTable, Footer, Header, Label, Sparkline
+from textual.widgets import DataTable, Header, Label, Sparkline
 
 from k25trace.analysis import browse
 from k25trace.tui.cells import cell
 from k25trace.tui.messages import OpenStep, StepPrefetched, StepsLoaded
 from k25trace.tui.screens.base import BrowseScreen
-from k25trace.tui.widgets import category_text
+from k25trace.tui.widgets import SteadyFooter, category_text
 
 STEP_COLUMNS = (
     "step_index",
@@ -70,7 +70,7 @@ class StepsScreen(BrowseScreen):
             yield Sparkline([], id="wall-sparkline", summary_function=max)
             yield Label("", id="sparkline-caption", classes="dim")
             yield DataTable(id="steps", cursor_type="row", zebra_stripes=True)
-        yield Footer()
+        yield SteadyFooter()
 
     def on_mount(self) -> None:
         self.reload()
