@@ -286,8 +286,16 @@ def _graph_merge(rows: list[_Row], steps: dict[tuple, int]) -> list[_Row]:
     """Per-step graph rows summed per (run, phase, batch, op, dims, kernel set / signature, kernel names)."""
     merged: dict[tuple, _Row] = {}
     for row in rows:
-        key = (row.run_id, row.phase, row.batch_size, row.op, row.input_dims, row.kernel_set, row.kernel_names)
-        key += (row.reason,)
+        key = (
+            row.run_id,
+            row.phase,
+            row.batch_size,
+            row.op,
+            row.input_dims,
+            row.kernel_set,
+            row.kernel_names,
+            row.reason,
+        )
         have = merged.get(key)
         if have is None:
             row.steps = steps.get((row.run_id, row.phase, row.batch_size), 0)
