@@ -397,7 +397,7 @@ def test_workers_started_before_the_load_are_used_and_closed(tmp_path: Path) -> 
 
     from k25trace.ingest import start_workers
 
-    options = ingest.LoadOptions(workers=2, parallel_min_bytes=1)
+    options = ingest.LoadOptions(workers=2, parallel_min_bytes=1, reserved_cpus=0)
     assert start_workers([B200], ingest.LoadOptions(workers=2)) is None  # below the size the workers take
     assert start_workers([B200], ingest.LoadOptions(workers=1, parallel_min_bytes=1)) is None
     assert start_workers([tmp_path / "nothing"], options) is None
@@ -419,26 +419,52 @@ def test_workers_started_before_the_load_are_used_and_closed(tmp_path: Path) -> 
     assert early is not None and early.procs == [] and not multiprocessing.active_children()
 
 
+def test_several_big_files_leave_a_cpu_to_the_store(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One big file is shared out among the workers; several big files leave ``reserved_cpus`` CPUs to the parent,
+    which stores one file while the workers decode the next ones (one worker on 2 CPUs, none fewer than one)."""
+    from k25trace.ingest import workers
+
+    def on(count: int) -> None:
+        monkeypatch.setattr(workers, "cpus", lambda: count)
+
+    on(2)
+    two = ingest.LoadOptions(workers=2)
+    assert workers.decode_workers(two, 1) == 2
+    assert workers.decode_workers(two, 8) == 1
+    assert workers.decode_workers(ingest.LoadOptions(workers=2, reserved_cpus=0), 8) == 2
+    on(1)
+    assert workers.decode_workers(ingest.LoadOptions(workers=4), 8) == 1
+    on(4)
+    assert workers.decode_workers(ingest.LoadOptions(workers=4), 8) == 3
+    on(16)
+    assert workers.decode_workers(ingest.LoadOptions(workers=8), 8) == 8
+    assert workers.decode_workers(ingest.LoadOptions(workers=8), 64) == 8
+    assert workers.decode_workers(ingest.LoadOptions(workers=8), 2) == 4
+
+
 @pytest.mark.parametrize(
-    "many,warm",
-    [(False, False), (False, True), (True, False)],
-    ids=["one-file-shared", "one-file-warm-start", "many-files-prefetched"],
+    "many,warm,workers",
+    [(False, False, 2), (False, True, 2), (True, False, 2), (True, False, 1)],
+    ids=["one-file-shared", "one-file-warm-start", "many-files-prefetched", "many-files-one-worker"],
 )
 def test_worker_processes_give_the_same_rows_and_isolate_bad_files(
-    tmp_path: Path, many: bool, warm: bool, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, many: bool, warm: bool, workers: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The multi-process decode path (used for big files) stores exactly what the in-process path stores. One
     file: through the ring from the first block, or (warm start) with its first blocks decoded in this process
     while the workers start: here the workers count as started after the parent has decoded 3 blocks of 1 MiB
     (the rest go through the ring). Many files: each worker may have only 2 messages unread, so the workers streaming
-    ahead wait for the parent (a bounded queue) many times, across the bad file's failure."""
+    ahead wait for the parent (a bounded queue) many times, across the bad file's failure; two workers, or one (a
+    2-CPU machine leaves the other CPU to the store: one worker streams every file)."""
+    from k25trace.ingest import loader as loader_module
+    from k25trace.ingest import workers as workers_module
+
+    monkeypatch.setattr(workers_module, "cpus", lambda: workers + 1)  # seen in this process, where decode_workers runs
     monkeypatch.setattr(ingest.limits, "WARM_START", warm)
     if many:
         monkeypatch.setattr(ingest.limits, "RESULTS_IN_FLIGHT", 2)
         monkeypatch.setattr(ingest.limits, "BLOCK_SIZE", 1 << 20)
     if warm:
-        from k25trace.ingest import workers as workers_module
-
         monkeypatch.setattr(ingest.limits, "BLOCK_SIZE", 1 << 20)
         attached = workers_module._Workers._ring_attached
         asked: list[int] = []
@@ -463,7 +489,18 @@ def test_worker_processes_give_the_same_rows_and_isolate_bad_files(
     serial = db.connect(tmp_path / "serial.duckdb")
     pipeline.load_paths(serial, files, ingest.LoadOptions(workers=1))
     parallel = db.connect(tmp_path / "parallel.duckdb")
+    started: list[int] = []
+    real_workers = workers_module._Workers
+
+    class Counted(real_workers):  # type: ignore[misc,valid-type]
+        def __init__(self, count: int) -> None:
+            started.append(count)
+            super().__init__(count)
+
+    monkeypatch.setattr(workers_module, "_Workers", Counted)
+    monkeypatch.setattr(loader_module, "_Workers", Counted)
     results, _ = pipeline.load_paths(parallel, files, ingest.LoadOptions(workers=2, parallel_min_bytes=1))
+    assert started == [workers if many else 2]
     if many:
         assert [r.status for r in results] == ["loaded", "failed", "loaded"]
         assert "truncated gzip" in results[1].message and str(bad) in results[1].message

@@ -30,7 +30,8 @@ from k25trace.ingest import scan
 DATA = Path(__file__).parent / "data" / "hostile-ingest"
 ROOT = Path(__file__).resolve().parent.parent
 SERIAL = ingest.LoadOptions(workers=1)
-PARALLEL = ingest.LoadOptions(workers=2, parallel_min_bytes=1)  # the shared-memory ring path, even for tiny files
+# the shared-memory ring path, even for tiny files; two workers for several files too, on any machine
+PARALLEL = ingest.LoadOptions(workers=2, parallel_min_bytes=1, reserved_cpus=0)
 
 
 @pytest.fixture(autouse=True)
@@ -714,8 +715,8 @@ KILL_SCRIPT = textwrap.dedent("""
 
         ingest.limits.WARM_START = False  # the first report comes once the workers have mapped the ring
         con = db.connect(Path(sys.argv[1]))
-        pipeline.load_paths(con, [Path(p) for p in sys.argv[2:]], ingest.LoadOptions(workers=2, parallel_min_bytes=1),
-                          progress_factory=lambda files: Pause())
+        options = ingest.LoadOptions(workers=2, parallel_min_bytes=1, reserved_cpus=0)
+        pipeline.load_paths(con, [Path(p) for p in sys.argv[2:]], options, progress_factory=lambda files: Pause())
 
     if __name__ == "__main__":
         main()
@@ -856,7 +857,7 @@ FSIZE_SCRIPT = textwrap.dedent("""
 
         con = db.connect(Path(sys.argv[2]))
         results, _ = pipeline.load_paths(con, [Path(p) for p in sys.argv[3:]],
-                                       ingest.LoadOptions(workers=2, parallel_min_bytes=1))
+                                       ingest.LoadOptions(workers=2, parallel_min_bytes=1, reserved_cpus=0))
         for r in results:
             print(r.status, r.message, flush=True)
 

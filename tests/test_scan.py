@@ -291,7 +291,7 @@ def test_a_load_with_the_scanner_stores_what_a_load_without_it_stores(
 ) -> None:
     """Whole loads (decode workers included: they inherit the environment) with and without the scanner."""
     monkeypatch.setattr(limits, "BLOCK_SIZE", 1 << 20)
-    options = ingest.LoadOptions(workers=workers, parallel_min_bytes=1)
+    options = ingest.LoadOptions(workers=workers, parallel_min_bytes=1, reserved_cpus=0)
     paths = [B200, HTA_NCCL, *H200[:1]]
     with db.connect(tmp_path / "scanner.duckdb") as con:
         pipeline.load_paths(con, paths, options)

@@ -31,6 +31,9 @@ class LoadOptions:
     include_frontend: bool = False
     workers: int = field(default_factory=lambda: _default_workers())  # decode processes for big files
     parallel_min_bytes: int = limits.PARALLEL_MIN_BYTES  # files at least this large on disk go to the worker processes
+    # CPUs that a load of several big files leaves to this process, which stores one file while the workers decode
+    # the next ones (:func:`k25trace.ingest.workers.decode_workers`); 0: as many workers as ``workers`` allows
+    reserved_cpus: int = 1
 
 
 @dataclass
@@ -48,10 +51,10 @@ def _default_workers() -> int:
     try:
         return max(1, int(os.environ["K25TRACE_DECODE_WORKERS"]))
     except (KeyError, ValueError):
-        return max(1, min(8, _cpus()))
+        return max(1, min(8, cpus()))
 
 
-def _cpus() -> int:
+def cpus() -> int:
     """The CPUs this process may run on (``taskset``, a container's cpuset), not the machine's."""
     try:
         return len(os.sched_getaffinity(0))

@@ -19,7 +19,7 @@ from k25trace.errors import K25Error, TraceError
 from k25trace.ingest import limits
 from k25trace.ingest.discover import discover, file_size
 from k25trace.ingest.messages import Attached, Chunk, End, Failed, Message, Progress, Resplit
-from k25trace.ingest.model import LoadOptions
+from k25trace.ingest.model import LoadOptions, cpus
 
 if TYPE_CHECKING:
     from k25trace.ingest.stream import _Splitter
@@ -159,8 +159,16 @@ def start_workers(paths: list[Path], options: LoadOptions | None = None) -> "_Wo
 def decode_workers(options: LoadOptions, big_files: int) -> int:
     """The decode processes of a load with ``big_files`` big files: one per file (each streams whole files), and at
     least 4 (one file's chunks are shared out among them), never more than ``options.workers``. One real rank on 16
-    CPUs took 5.3 s with 8 and 5.5 s with 4, but 2.0 GB against 1.2 GB (measured): more would only cost memory."""
-    return min(options.workers, max(4, big_files))
+    CPUs took 5.3 s with 8 and 5.5 s with 4, but 2.0 GB against 1.2 GB (measured): more would only cost memory.
+
+    Several big files also leave ``options.reserved_cpus`` CPUs (1) to this process: it stores one file while the
+    workers decode the next ones, and that keeps a CPU busy. Eight real ranks on 2 cores took as long with one
+    worker as with two (the parent's stores are the critical path: it was busy all through the load either way),
+    and the second worker held ~0.45 GB for nothing (measured)."""
+    count = min(options.workers, max(4, big_files))
+    if big_files >= 2 and options.reserved_cpus:
+        count = min(count, max(1, cpus() - options.reserved_cpus))
+    return count
 
 
 def _start_ignoring_sigint(procs: list[Any]) -> None:
