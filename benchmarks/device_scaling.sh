@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Issue 33's scaling curve (1, 8, 64 ranks on 2, 4, 16 CPUs) on the device machine, this tree alone, in calls of
+# at most 10 minutes each (the machine stays warm between calls made within its idle time: the input is reused).
+# Run from the repository root:  bash benchmarks/device_scaling.sh OUTDIR "CPUSET:RANKS ..."
+#   e.g. "0-15:8 0-15:64 0-3:8" then "0-1:8 0-1:64 0-3:64"; RANKS 8 runs one rank 3 times, all 8 twice and the
+#   zlib and isal baselines; RANKS 64 loads the 64 ranks once. Carry .whl (duckdb, orjson, msgspec, isal wheels for
+#   the device's Python 3.12): polars does not fit the transfer, so loads go through cli.run_load without the
+#   after-load report warnings (bench_load --no-polars).
+set -uo pipefail
+OUT=${1:?output directory}
+POINTS=${2:?points: CPUSET:RANKS ...}
+mkdir -p "$OUT"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+  --find-links .whl duckdb orjson msgspec isal || exit 1
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+IN=/tmp/k25trace-bench/real-dense-64x80mb
+IN8=/tmp/k25trace-bench/real-dense-8of64
+if [ ! -d "$IN8" ]; then
+  {
+    date -u +%FT%TZ; nproc; lscpu | grep -E 'Model name|^CPU\(s\)'; free -g | head -2
+    python3 -c 'import sys, duckdb, pyarrow; print(sys.version.split()[0], "duckdb", duckdb.__version__, "pyarrow", pyarrow.__version__)'
+  } > "$OUT/provenance.txt" 2>&1
+  t0=$(date +%s)
+  python3 benchmarks/realstructure.py "$IN" --mix dense --gz-mb 80 --ranks 64 > /dev/null 2>>"$OUT/progress.txt"
+  mkdir -p "$IN8"
+  for f in $(ls "$IN" | grep -E '^rank[0-7]\.' ); do ln -s "$IN/$f" "$IN8/$f"; done
+  echo "input: $(ls "$IN" | grep -c trace) files, $(ls "$IN8" | wc -l) linked, in $(( $(date +%s) - t0 )) s" \
+    | tee -a "$OUT/provenance.txt"
+fi
+for point in $POINTS; do
+  cpus=${point%%:*}
+  ranks=${point##*:}
+  echo "== taskset -c $cpus, $ranks ranks ($(date -u +%T))" | tee -a "$OUT/bench.txt"
+  if [ "$ranks" = 64 ]; then
+    args=(--input "$IN" --runs 1 --runs-all 1 --skip-baselines)
+  else
+    args=(--input "$IN8" --runs 3 --runs-all 2 --baselines zlib,isal)
+  fi
+  taskset -c "$cpus" python3 benchmarks/bench_load.py "${args[@]}" --no-polars --skip-stages \
+    2>>"$OUT/progress.txt" | tee -a "$OUT/bench.txt"
+done
+date -u +%T
