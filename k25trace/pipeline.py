@@ -100,9 +100,16 @@ def runs_stale(con: duckdb.DuckDBPyConnection) -> bool:
 
 
 def build_runs(con: duckdb.DuckDBPyConnection) -> None:
-    """Rebuild the cross-rank tables (:func:`k25trace.crossrank.build`, one transaction), then mark them fresh (a
-    second one: a stop between the two leaves them marked stale, and they are only rebuilt once more)."""
-    crossrank.build(con)
+    """Rebuild the cross-rank tables (:func:`k25trace.crossrank.build`, one transaction, in bounded memory:
+    :func:`k25trace.db.memory_bounded`; once more without the bound if DuckDB runs out of it), then mark them fresh
+    (a second one: a stop between the two leaves them marked stale, and they are only rebuilt once more)."""
+    try:
+        with db.memory_bounded(con):
+            crossrank.build(con)
+    except K25Error as exc:
+        if not isinstance(exc.__cause__, duckdb.OutOfMemoryException):
+            raise
+        crossrank.build(con)  # rolled back: again without the bound (not every operator can spill)
     with db.transaction(con):
         _mark_runs(con, stale=False)
 

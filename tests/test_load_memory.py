@@ -47,3 +47,80 @@ def test_a_load_drops_the_cache_under_the_default_limit_and_keeps_ones_own(tmp_p
     assert [r.status for r in results] == ["loaded", "loaded"]
     assert db.memory_limit(con) == own == "4.6 GiB"
     con.close()
+
+
+def test_the_cross_rank_build_runs_in_bounded_memory(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The cross-rank build runs under db.CROSS_RANK_MEMORY in a file database with the default limit (its ASOF
+    joins grow with every GPU activity of a run), and the default comes back; an in-memory database (it would
+    spill into the working folder) and a limit of one's own keep theirs."""
+    from k25trace import crossrank
+
+    seen: list[str | None] = []
+    build = crossrank.build
+
+    def watched(con: duckdb.DuckDBPyConnection) -> None:
+        seen.append(db.memory_limit(con))
+        build(con)
+
+    monkeypatch.setattr(crossrank, "build", watched)
+    con = pipeline.connect(tmp_path / "pair.duckdb")
+    default = db.memory_limit(con)
+    pipeline.load_paths(con, [EAGER_PAIR])
+    assert seen == ["953.6 MiB"] and db.memory_limit(con) == default
+    assert con.execute("select count(*) from collectives").fetchone()[0] > 0
+    con.close()
+    memory = pipeline.connect(None)
+    pipeline.load_paths(memory, [EAGER_PAIR])
+    assert seen[1] == default == db.memory_limit(memory)
+    own = pipeline.connect(tmp_path / "own.duckdb")
+    own.execute("set memory_limit = '5GB'")
+    pipeline.load_paths(own, [EAGER_PAIR])
+    assert seen[2] == "4.6 GiB" == db.memory_limit(own)
+
+
+def test_work_past_the_bound_spills_and_gives_the_same_rows(tmp_path: Path) -> None:
+    """A sort and a join over more rows than the bound holds spill to FILE.duckdb.tmp and give the rows they give
+    unbounded; the default limit comes back."""
+    con = duckdb.connect(str(tmp_path / "spill.duckdb"))
+    con.execute("create table t as select range as i, hash(range) % 1000003 as k from range(4000000)")
+    query = (
+        "select count(*), sum(hash(a.i, b.i)), min(a.k), max(b.i) "
+        "from (select * from t order by k, i) a join t b on a.i = b.k"
+    )
+    unbounded = con.execute(query).fetchone()
+    with db.memory_bounded(con, "64MB"):
+        assert db.memory_limit(con) == "61.0 MiB"
+        assert con.execute(query).fetchone() == unbounded
+    assert db.has_default_memory_limit(con)
+    con.close()
+
+
+def test_a_cross_rank_build_out_of_the_bound_runs_again_without_it(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Not every operator spills: a build that runs out of the bound is rolled back and run again without it, and
+    stores what a build without the bound stores."""
+    con = pipeline.connect(tmp_path / "pair.duckdb")
+    pipeline.load_paths(con, [EAGER_PAIR])
+    query = "select * from collectives order by all"
+    expected = con.execute(query).fetchall()
+    causes = con.execute("select * from collective_causes order by all").fetchall()
+    out_of_memory: list[str] = []
+    bounded = db.memory_bounded
+
+    def watched(con: duckdb.DuckDBPyConnection, limit: str | None = None):  # type: ignore[no-untyped-def]
+        with bounded(con, limit):
+            try:
+                yield
+            except Exception as exc:
+                out_of_memory.append(type(exc.__cause__).__name__)
+                raise
+
+    import contextlib
+
+    monkeypatch.setattr(db, "memory_bounded", contextlib.contextmanager(watched))
+    for limit in ("16MB", "20MB", "24MB"):
+        monkeypatch.setattr(db, "CROSS_RANK_MEMORY", limit)
+        pipeline.build_runs(con)
+        assert con.execute(query).fetchall() == expected
+        assert con.execute("select * from collective_causes order by all").fetchall() == causes
+        assert db.has_default_memory_limit(con)
+    assert "OutOfMemoryException" in out_of_memory
