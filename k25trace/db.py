@@ -201,11 +201,11 @@ CROSS_RANK_MEMORY = "1GB"  # the cross-rank build's memory limit (:func:`memory_
 @contextmanager
 def memory_bounded(con: duckdb.DuckDBPyConnection, limit: str | None = None) -> Iterator[None]:
     """Run the block under the memory limit ``limit`` (:data:`CROSS_RANK_MEMORY`), then set DuckDB's default back
-    (``RESET``). Sorts, joins and
-    windows past it spill to the database's own temporary folder (``FILE.duckdb.tmp``, removed by DuckDB), so the
-    block's memory does not grow with the data: the cross-rank build of 24 real-structure ranks took 0.4 GB
-    without it, and its ASOF joins grow with every GPU activity of the run. Only for a file database (an in-memory
-    one would spill into the working folder) whose limit is the default: a limit someone set stays as it is."""
+    (``RESET``). Sorts, joins and windows past it spill to the database's own temporary folder (``FILE.duckdb.tmp``,
+    removed by DuckDB), so the block's memory does not grow with the data: the cross-rank build of 24 real-structure
+    ranks took 0.53 GB without it, and its ASOF joins grow with every GPU activity of the run. Only for a file
+    database (an in-memory one would spill into the working folder) whose limit is the default: a limit someone set
+    stays as it is."""
     row = con.execute(
         "select current_setting('temp_directory'), "
         "(select path from duckdb_databases() where database_name = current_database())"

@@ -101,15 +101,15 @@ def runs_stale(con: duckdb.DuckDBPyConnection) -> bool:
 
 def build_runs(con: duckdb.DuckDBPyConnection) -> None:
     """Rebuild the cross-rank tables (:func:`k25trace.crossrank.build`, one transaction, in bounded memory:
-    :func:`k25trace.db.memory_bounded`; once more without the bound if DuckDB runs out of it), then mark them fresh
+    :func:`k25trace.db.memory_bounded`; once more without it if DuckDB runs out or cannot spill), then mark them fresh
     (a second one: a stop between the two leaves them marked stale, and they are only rebuilt once more)."""
     try:
         with db.memory_bounded(con):
             crossrank.build(con)
     except K25Error as exc:
-        if not isinstance(exc.__cause__, duckdb.OutOfMemoryException):
+        if not isinstance(exc.__cause__, (duckdb.OutOfMemoryException, duckdb.IOException)):
             raise
-        crossrank.build(con)  # rolled back: again without the bound (not every operator can spill)
+        crossrank.build(con)  # rolled back: again without the bound (not every operator spills; a disk may refuse)
     with db.transaction(con):
         _mark_runs(con, stale=False)
 
