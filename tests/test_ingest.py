@@ -420,8 +420,9 @@ def test_workers_started_before_the_load_are_used_and_closed(tmp_path: Path) -> 
 
 
 def test_several_big_files_leave_a_cpu_to_the_store(monkeypatch: pytest.MonkeyPatch) -> None:
-    """One big file is shared out among the workers; several big files leave ``reserved_cpus`` CPUs to the parent,
-    which stores one file while the workers decode the next ones (one worker on 2 CPUs, none fewer than one)."""
+    """One big file is shared out among the workers; several big files get at most FILES_AHEAD_WORKERS and leave
+    ``reserved_cpus`` CPUs to the parent, which stores one file while the workers decode the next ones (one worker
+    on 2 CPUs, never fewer than one)."""
     from k25trace.ingest import workers
 
     def on(count: int) -> None:
@@ -437,9 +438,11 @@ def test_several_big_files_leave_a_cpu_to_the_store(monkeypatch: pytest.MonkeyPa
     on(4)
     assert workers.decode_workers(ingest.LoadOptions(workers=4), 8) == 3
     on(16)
-    assert workers.decode_workers(ingest.LoadOptions(workers=8), 8) == 8
-    assert workers.decode_workers(ingest.LoadOptions(workers=8), 64) == 8
-    assert workers.decode_workers(ingest.LoadOptions(workers=8), 2) == 4
+    assert workers.decode_workers(ingest.LoadOptions(workers=8), 1) == 4  # one file: its chunks, shared out
+    assert workers.decode_workers(ingest.LoadOptions(workers=8), 8) == 3 == ingest.limits.FILES_AHEAD_WORKERS
+    assert workers.decode_workers(ingest.LoadOptions(workers=8), 64) == 3
+    assert workers.decode_workers(ingest.LoadOptions(workers=2), 64) == 2
+    assert workers.decode_workers(ingest.LoadOptions(workers=8, reserved_cpus=0), 8) == 8
 
 
 @pytest.mark.parametrize(

@@ -161,13 +161,14 @@ def decode_workers(options: LoadOptions, big_files: int) -> int:
     least 4 (one file's chunks are shared out among them), never more than ``options.workers``. One real rank on 16
     CPUs took 5.3 s with 8 and 5.5 s with 4, but 2.0 GB against 1.2 GB (measured): more would only cost memory.
 
-    Several big files also leave ``options.reserved_cpus`` CPUs (1) to this process: it stores one file while the
-    workers decode the next ones, and that keeps a CPU busy. Eight real ranks on 2 cores took as long with one
-    worker as with two (the parent's stores are the critical path: it was busy all through the load either way),
-    and the second worker held ~0.45 GB for nothing (measured)."""
+    Several big files are decoded whole, each by one worker, while this process stores the files before them: it
+    is the critical path (a store takes about as long as a decode), so such a load starts at most
+    ``limits.FILES_AHEAD_WORKERS`` (3) and leaves ``options.reserved_cpus`` CPUs (1) to this process. Eight real
+    ranks took as long with 3 workers as with 8 on 16 CPUs, and with one as with two on 2 cores; each worker more
+    held ~0.45 GB of decoded files waiting (measured). ``reserved_cpus=0``: as many as ``options.workers``."""
     count = min(options.workers, max(4, big_files))
     if big_files >= 2 and options.reserved_cpus:
-        count = min(count, max(1, cpus() - options.reserved_cpus))
+        count = min(count, limits.FILES_AHEAD_WORKERS, max(1, cpus() - options.reserved_cpus))
     return count
 
 
