@@ -591,7 +591,10 @@ def _load_files(
             result = loader.load(tf)
             results.append(result)
             if on_result:
-                on_result(result)
+                # said whole, once: Ctrl-C in the middle of Rich's write of a line left it in Rich's buffer, and the
+                # progress display's last refresh wrote it a second time (Rich deletes its buffer after the write)
+                with _interrupts_deferred():
+                    on_result(result)
     finally:
         if loader is not None:
             loader.close()
