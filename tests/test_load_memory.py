@@ -117,7 +117,7 @@ def test_a_cross_rank_build_out_of_the_bound_runs_again_without_it(tmp_path: Pat
     import contextlib
 
     monkeypatch.setattr(db, "memory_bounded", contextlib.contextmanager(watched))
-    for limit in ("16MB", "20MB", "24MB"):
+    for limit in ("16MB", "20MB", "24MB", "32MB"):
         monkeypatch.setattr(db, "CROSS_RANK_MEMORY", limit)
         pipeline.build_runs(con)
         assert con.execute(query).fetchall() == expected
