@@ -206,12 +206,9 @@ def memory_bounded(con: duckdb.DuckDBPyConnection, limit: str | None = None) -> 
     ranks took 0.53 GB without it, and its ASOF joins grow with every GPU activity of the run. Only for a file
     database (an in-memory one would spill into the working folder) whose limit is the default: a limit someone set
     stays as it is."""
-    row = con.execute(
-        "select current_setting('temp_directory'), "
-        "(select path from duckdb_databases() where database_name = current_database())"
-    ).fetchone()
+    ((temp_directory, database_path),) = run_query(con, "settings_spill").fetchall()
     bounded = False
-    if row is not None and row[1] and row[0] == f"{row[1]}.tmp" and has_default_memory_limit(con):
+    if database_path and temp_directory == f"{database_path}.tmp" and has_default_memory_limit(con):
         try:
             con.execute(f"set memory_limit = '{limit or CROSS_RANK_MEMORY}'")
             bounded = True
