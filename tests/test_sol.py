@@ -519,6 +519,32 @@ def test_graph_kernels_carry_shapes_only_where_unambiguous(gaps) -> None:
     assert (graph["us_per_call"] * graph["calls"]).sum() * 1e3 == pytest.approx(total, rel=1e-5)
 
 
+def test_graph_rows_sum_the_per_step_rows(gaps) -> None:
+    """The one-pass sum the roofline uses equals the per-step carried rows summed here, group by group."""
+    from k25trace.analysis import roofline as rl
+    from k25trace.db import query_frame, run_query
+
+    params = {"phase": "decode", "rank": None, "trace_id": None}
+    run_query(gaps, "sol_steps")
+    eager = query_frame(gaps, "sol_op_calls", params)
+    graph = query_frame(gaps, "sol_graph_kernels", params)
+    assert graph.height > 100 and graph.select("trace_id", "step_index").n_unique() > 10
+    per_step = rl.carry_graph_kernels(graph, eager)
+    assert any(r.op is not None for r in per_step) and any(r.op is None for r in per_step)
+    want: dict[tuple, list] = {}
+    for r in per_step:
+        key = (r.run_id, r.phase, r.batch_size, r.op, r.input_dims, r.kernel_set, r.kernel_names, r.reason)
+        have = want.setdefault(key, [0, 0, 0, r.categories, r.note])
+        have[0] += r.calls
+        have[1] += r.kernels
+        have[2] += r.kernel_ns
+    got = rl.graph_rows(graph, eager, {})
+    assert len(got) == len(want)
+    for r in got:
+        key = (r.run_id, r.phase, r.batch_size, r.op, r.input_dims, r.kernel_set, r.kernel_names, r.reason)
+        assert [r.calls, r.kernels, r.kernel_ns, r.categories, r.note] == want[key], key
+
+
 def test_graph_kernels_without_grid_or_block_stay_one_row_per_kernel_name(vllm) -> None:
     """ROCm graph kernels carry no grid or block: each kernel name keeps its own row, none is lumped with another."""
     events = _raw(MI300X_FULL)["traceEvents"]

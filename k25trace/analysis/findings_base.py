@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -145,6 +146,18 @@ class _Context:
         self.phase = phase
         self.phase_option = "" if phase == "decode" else f" --phase {phase}"
         self.db = shlex.quote(db)
+        with ThreadPoolExecutor(1) as pool:  # its Python work runs while DuckDB answers the queries below
+            roofline = pool.submit(_roofline_rows, con, phase, peaks_file)
+            self._read(con, phase)
+            self.roofline = roofline.result()
+        devices = sol.run_devices(con, sol.load_peaks(peaks_file))
+        self.devices: dict[str, sol.Peaks | None] = {}
+        for (run_id, _), peaks in devices.items():
+            if self.devices.get(run_id) is None:
+                self.devices[run_id] = peaks
+
+    def _read(self, con: duckdb.DuckDBPyConnection, phase: str) -> None:
+        """The report views the findings are drawn from."""
         self.labels = report.run_labels(con)
         self.groups = query_frame(con, "findings_groups", {"phase": phase})
         self.batch = _by_group(report.breakdown(con, by="batch", phase=phase))
@@ -153,15 +166,20 @@ class _Context:
         self.causes = _by_group(query_frame(con, "findings_comm_causes", {"phase": phase}))
         self.floor = {k: v[0] for k, v in _by_group(report.breakdown(con, by="floor", phase=phase)).items()}
         self.bandwidth = _by_group(report.breakdown(con, by="comm-bw", phase=phase))
-        self.roofline = _by_group(sol.roofline(con, phase=phase, peaks_file=peaks_file).to_dicts())
-        devices = sol.run_devices(con, sol.load_peaks(peaks_file))
-        self.devices: dict[str, sol.Peaks | None] = {}
-        for (run_id, _), peaks in devices.items():
-            if self.devices.get(run_id) is None:
-                self.devices[run_id] = peaks
 
     def command(self, view: str) -> str:
         return f"k25trace report --db {self.db} --by {view}{self.phase_option}"
+
+
+def _roofline_rows(
+    con: duckdb.DuckDBPyConnection, phase: str, peaks_file: Path | None
+) -> dict[tuple[str, int | None], list[dict[str, Any]]]:
+    """The roofline's rows per (run, batch size), read through a cursor of its own (it runs in a thread)."""
+    cursor = con.cursor()
+    try:
+        return _by_group(sol.roofline(cursor, phase=phase, peaks_file=peaks_file).to_dicts())
+    finally:
+        cursor.close()
 
 
 def _by_group(frame: pl.DataFrame | list[dict[str, Any]]) -> dict[tuple[str, int | None], list[dict[str, Any]]]:

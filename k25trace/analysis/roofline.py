@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -141,7 +142,8 @@ def _merge(rows: list[_Row]) -> list[_Row]:
 
 
 def carry_graph_kernels(graph: pl.DataFrame, eager: pl.DataFrame) -> list[_Row]:
-    """Rows for CUDA-graph replayed kernels: shapes carried over from eager calls where unambiguous, else unmodelled.
+    """Rows for CUDA-graph replayed kernels, one set per graph step: shapes carried over from eager calls where
+    unambiguous, else unmodelled.
 
     A graph step (trace, step) is matched with the eager calls of the same device, world size, phase and batch
     size (any run of the database). An eager op shape (op, input dims) with kernel set S is carried into the graph
@@ -150,19 +152,104 @@ def carry_graph_kernels(graph: pl.DataFrame, eager: pl.DataFrame) -> list[_Row]:
     same multiple of their counts in S (that multiple is the number of calls). All other graph kernels are listed
     unmodelled with the reason.
     """
-    owners, shapes = _eager_owners(eager)
     out: list[_Row] = []
-    for (run_id, _trace_id, _step), group in _group_steps(graph):
-        first = group[0]
-        ctx_key = (first["device_name"], first["world_size"], first["phase"], first["batch_size"])
-        by_sig = {g["sig"]: g for g in group if g["sig"] is not None}
-        carried, used = _carried_rows(run_id, first, by_sig, owners, shapes)
-        out += carried
-        for sig, g in by_sig.items():
-            if sig not in used:
-                out.append(_uncarried_row(run_id, first, g, owners.get((*ctx_key, sig), set())))
-        out += [_uncarried_row(run_id, first, g, set()) for g in group if g["sig"] is None]  # one per kernel name
+
+    def emit(first: dict[str, Any], row: _GraphPart) -> None:
+        out.append(_graph_row(first, row))
+
+    _walk_graph_steps(graph, eager, emit)
     return out
+
+
+def graph_rows(graph: pl.DataFrame, eager: pl.DataFrame, steps: dict[tuple, int]) -> list[_Row]:
+    """:func:`carry_graph_kernels`' rows summed per (run, phase, batch, op, dims, kernel set / signature, kernel
+    names, reason), in one pass: no row per graph step is made (64 ranks have ~100,000). A sum takes its other
+    fields from the first row of its group; ``steps``: steps per (run, phase, batch)."""
+    merged: dict[tuple, _Row] = {}
+
+    def emit(first: dict[str, Any], part: _GraphPart) -> None:
+        key = (first["run_id"], first["phase"], first["batch_size"], *part[:5])
+        have = merged.get(key)
+        if have is None:
+            row = merged[key] = _graph_row(first, part)
+            row.steps = steps.get((row.run_id, row.phase, row.batch_size), 0)
+        else:
+            have.calls += part[5]
+            have.kernels += part[6]
+            have.kernel_ns += part[7]
+
+    _walk_graph_steps(graph, eager, emit)
+    return list(merged.values())
+
+
+_GraphPart = tuple[str | None, str | None, str | None, tuple[str, ...], str, int, int, int, list[str], str]
+"""One row of a graph step: op, input dims, kernel set (the signature when unmodelled), kernel names, reason (''
+when modelled), calls, kernels, kernel ns, categories, note."""
+
+_STEP_COLUMNS = ("run_id", "trace_id", "step_index", "phase", "batch_size", "world_size", "device_name")
+"""The columns of queries/sol_graph_kernels.sql that name a graph step and its context."""
+
+_KERNEL_COLUMNS = ("sig", "kernels", "kernel_ns", "category", "short_name")
+"""Its columns per kernel signature (a tuple in this order: :data:`_SIG` ... :data:`_SHORT`)."""
+
+_SIG, _KERNELS, _NS, _CATEGORY, _SHORT = range(5)
+
+_CARRIED_NOTE = "shapes carried from eager calls with the same kernels (name, grid, block)"
+
+
+def _walk_graph_steps(
+    graph: pl.DataFrame, eager: pl.DataFrame, emit: Callable[[dict[str, Any], _GraphPart], None]
+) -> None:
+    """Call ``emit(first, part)`` for each row :func:`carry_graph_kernels` makes, in its order (``first``: the
+    step's context, :data:`_STEP_COLUMNS`). A step's decisions depend only on its context and its signatures'
+    counts, so they are worked out once per distinct (context, counts)."""
+    owners, shapes = _eager_owners(eager)
+    if graph.is_empty():
+        return
+    steps = zip(*(graph.get_column(c).to_list() for c in _STEP_COLUMNS), strict=True)
+    kernels = zip(*(graph.get_column(c).to_list() for c in _KERNEL_COLUMNS), strict=True)
+    groups: dict[tuple, list[tuple]] = {}
+    for step, kernel in zip(steps, kernels, strict=True):
+        groups.setdefault(step, []).append(kernel)
+    plans: dict[tuple, tuple[list[tuple[str, str | None, str, int, list[str]]], set[str]]] = {}
+    reasons: dict[tuple, str] = {}
+    for step, group in groups.items():
+        first = dict(zip(_STEP_COLUMNS, step, strict=True))
+        ctx_key = (first["device_name"], first["world_size"], first["phase"], first["batch_size"])
+        by_sig = {g[_SIG]: g for g in group if g[_SIG] is not None}
+        plan_key = (ctx_key, tuple((sig, g[_KERNELS]) for sig, g in by_sig.items()))
+        plan = plans.get(plan_key)
+        if plan is None:
+            plan = plans[plan_key] = _carry_plan(ctx_key, {sig: g[_KERNELS] for sig, g in by_sig.items()}, owners)
+        carried, used = plan
+        for op, dims, kernel_set, calls, need in carried:
+            info = shapes[ctx_key + (op, dims, kernel_set)]
+            emit(
+                first,
+                (
+                    op,
+                    dims,
+                    kernel_set,
+                    tuple(sorted(info["names"])),
+                    "",
+                    calls,
+                    sum(by_sig[s][_KERNELS] for s in need),
+                    sum(by_sig[s][_NS] for s in need),
+                    sorted(info["categories"]),
+                    _CARRIED_NOTE,
+                ),
+            )
+        unmodelled = [g for sig, g in by_sig.items() if sig not in used]
+        unmodelled += [g for g in group if g[_SIG] is None]  # one per kernel name
+        for g in unmodelled:
+            why = reasons.get((ctx_key, g[_SIG]))
+            if why is None:
+                owned = set() if g[_SIG] is None else owners.get((*ctx_key, g[_SIG]), set())
+                why = reasons[(ctx_key, g[_SIG])] = _uncarried_reason(first, g[_SIG], owned)
+            emit(
+                first,
+                (None, None, g[_SIG], (g[_SHORT],), why, g[_KERNELS], g[_KERNELS], g[_NS], [g[_CATEGORY]], ""),
+            )
 
 
 def _eager_owners(eager: pl.DataFrame) -> tuple[dict[tuple, set[tuple]], dict[tuple, dict[str, Any]]]:
@@ -183,50 +270,31 @@ def _eager_owners(eager: pl.DataFrame) -> tuple[dict[tuple, set[tuple]], dict[tu
     return owners, shapes
 
 
-def _carried_rows(
-    run_id: str,
-    first: dict[str, Any],
-    by_sig: dict[str, dict[str, Any]],
-    owners: dict[tuple, set[tuple]],
-    shapes: dict[tuple, dict[str, Any]],
-) -> tuple[list[_Row], set[str]]:
-    """The rows of one graph step whose shapes are carried from eager op shapes (see :func:`carry_graph_kernels`),
-    and the signatures they use."""
-    ctx_key = (first["device_name"], first["world_size"], first["phase"], first["batch_size"])
-    out: list[_Row] = []
+def _carry_plan(
+    ctx_key: tuple, counts: dict[str, int], owners: dict[tuple, set[tuple]]
+) -> tuple[list[tuple[str, str | None, str, int, list[str]]], set[str]]:
+    """Which eager op shapes are carried into a graph step of context ``ctx_key`` (device, world size, phase, batch)
+    whose kernel signatures ran ``counts`` times (see :func:`carry_graph_kernels`): (op, dims, kernel set, calls,
+    the signatures it takes) each, and the signatures they use."""
+    out: list[tuple[str, str | None, str, int, list[str]]] = []
     used: set[str] = set()
-    candidates = {next(iter(owners[ctx_key + (sig,)])) for sig in by_sig if len(owners.get((*ctx_key, sig), ())) == 1}
+    candidates = {next(iter(owners[ctx_key + (sig,)])) for sig in counts if len(owners.get((*ctx_key, sig), ())) == 1}
     for op, dims, kernel_set in sorted(candidates, key=str):
         need = Counter(kernel_set.split(" "))
-        if any(owners.get((*ctx_key, sig)) != {(op, dims, kernel_set)} or sig not in by_sig for sig in need):
+        if any(owners.get((*ctx_key, sig)) != {(op, dims, kernel_set)} or sig not in counts for sig in need):
             continue
-        ratios = {by_sig[sig]["kernels"] / n for sig, n in need.items()}
+        ratios = {counts[sig] / n for sig, n in need.items()}
         if len(ratios) != 1 or not float(next(iter(ratios))).is_integer() or any(sig in used for sig in need):
             continue
-        calls = int(next(iter(ratios)))
         used.update(need)
-        info = shapes[ctx_key + (op, dims, kernel_set)]
-        out.append(
-            _graph_row(
-                run_id,
-                first,
-                op=op,
-                input_dims=dims,
-                kernel_set=kernel_set,
-                calls=calls,
-                kernels=sum(by_sig[s]["kernels"] for s in need),
-                kernel_ns=sum(by_sig[s]["kernel_ns"] for s in need),
-                categories=sorted(info["categories"]),
-                kernel_names=tuple(sorted(info["names"])),
-                note="shapes carried from eager calls with the same kernels (name, grid, block)",
-            )
-        )
+        out.append((op, dims, kernel_set, int(next(iter(ratios))), list(need)))
     return out, used
 
 
-def _uncarried_row(run_id: str, first: dict[str, Any], g: dict[str, Any], owned: set[tuple]) -> _Row:
-    """A graph step's kernel signature that no eager op shape could be carried into, unmodelled with why."""
-    if g["sig"] is None:
+def _uncarried_reason(first: dict[str, Any], sig: str | None, owned: set[tuple]) -> str:
+    """Why no eager op shape could be carried into a graph step's kernel signature (``owned``: the eager op shapes
+    that signature belongs to)."""
+    if sig is None:
         why = (
             "CUDA-graph replay: the trace records no grid or block for this kernel, so it cannot be matched with "
             "the kernels of eager steps, and its shapes are unknown"
@@ -246,65 +314,31 @@ def _uncarried_row(run_id: str, first: dict[str, Any], g: dict[str, Any], owned:
             "CUDA-graph replay: the eager op launched other kernels too, and their counts in the graph do "
             "not match, so the match is ambiguous"
         )
-    return _graph_row(
-        run_id,
-        first,
-        op=None,
-        input_dims=None,
-        kernel_set=g["sig"],
-        calls=g["kernels"],
-        kernels=g["kernels"],
-        kernel_ns=g["kernel_ns"],
-        categories=[g["category"]],
-        kernel_names=(g["short_name"],),
-        reason=why,
-    )
+    return why
 
 
-def _graph_row(run_id: str, first: dict[str, Any], **fields: Any) -> _Row:
-    """A row of CUDA-graph replayed kernels of the graph step whose first kernel row is ``first``."""
+def _graph_row(first: dict[str, Any], part: _GraphPart) -> _Row:
+    """A row of CUDA-graph replayed kernels of the graph step ``first`` (its context)."""
+    op, dims, kernel_set, names, reason, calls, kernels, kernel_ns, categories, note = part
     return _Row(
-        run_id=run_id,
+        run_id=first["run_id"],
         phase=first["phase"],
         batch_size=first["batch_size"],
         world_size=first["world_size"],
         device_name=first["device_name"],
         steps=0,
         source="graph",
-        **fields,
+        op=op,
+        input_dims=dims,
+        kernel_set=kernel_set,  # type: ignore[arg-type]
+        calls=calls,
+        kernels=kernels,
+        kernel_ns=kernel_ns,
+        categories=categories,
+        kernel_names=names,
+        note=note,
+        reason=reason,
     )
-
-
-def _group_steps(graph: pl.DataFrame) -> list[tuple[tuple[str, int, int], list[dict[str, Any]]]]:
-    groups: dict[tuple[str, int, int], list[dict[str, Any]]] = defaultdict(list)
-    for r in graph.iter_rows(named=True):
-        groups[(r["run_id"], r["trace_id"], r["step_index"])].append(r)
-    return list(groups.items())
-
-
-def _graph_merge(rows: list[_Row], steps: dict[tuple, int]) -> list[_Row]:
-    """Per-step graph rows summed per (run, phase, batch, op, dims, kernel set / signature, kernel names)."""
-    merged: dict[tuple, _Row] = {}
-    for row in rows:
-        key = (
-            row.run_id,
-            row.phase,
-            row.batch_size,
-            row.op,
-            row.input_dims,
-            row.kernel_set,
-            row.kernel_names,
-            row.reason,
-        )
-        have = merged.get(key)
-        if have is None:
-            row.steps = steps.get((row.run_id, row.phase, row.batch_size), 0)
-            merged[key] = row
-        else:
-            have.calls += row.calls
-            have.kernels += row.kernels
-            have.kernel_ns += row.kernel_ns
-    return list(merged.values())
 
 
 ROOFLINE_COLUMNS = (
@@ -430,7 +464,7 @@ def roofline(
         )
         steps = query_frame(con, "sol_step_counts", params)
         counts = {(r["run_id"], r["phase"], r["batch_size"]): r["steps"] for r in steps.iter_rows(named=True)}
-        rows += _graph_merge(carry_graph_kernels(graph, source), counts)
+        rows += graph_rows(graph, source, counts)
     run_dtype = _run_dtypes(eager)
     for row in rows:
         if row.cost is None and not row.reason:
