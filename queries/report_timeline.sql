@@ -17,6 +17,11 @@ with selected as (
     left join trace_runs using (trace_id)
 ),
 
+chosen as (
+    select trace_id, step_index
+    from selected_steps($phase, $rank, $trace_id, of_batch_size := $batch_size, of_run_id := $run_id)
+),
+
 gap_sums as (
     select trace_id, step_index,
         sum(host_ns) filter (where not between_steps) as host_ns,
@@ -25,7 +30,6 @@ gap_sums as (
         sum(device_ns) filter (where not between_steps) as device_ns,
         sum(unknown_ns) filter (where not between_steps) as unknown_ns,
         max(dur_ns) filter (where not between_steps) as longest_gap_ns,
-        arg_max(cause, (dur_ns, -start_ns)) filter (where not between_steps) as longest_gap_cause,  -- ties: the first
         quantile_cont(launch_ns, 0.5) filter (where not between_steps and cause in ('host', 'sync')) as launch_p50_ns,
         max(launch_ns) filter (where not between_steps and cause in ('host', 'sync')) as launch_max_ns,
         count(*) filter (where not between_steps) as gaps,
@@ -33,6 +37,7 @@ gap_sums as (
         sum(host_ns + sync_ns + launch_ns) filter (where between_steps) as between_host_ns,
         sum(device_ns + unknown_ns) filter (where between_steps) as between_device_ns
     from gpu_gaps
+    semi join chosen using (trace_id, step_index)
     group by all
 ),
 
@@ -41,6 +46,18 @@ longest_copy as (
     from gpu_events
     join selected using (trace_id, step_index)
     where gpu_events.kind = 'memcpy'
+    group by all
+),
+
+longest_gap as (
+    -- the cause of the longest gap, only where it flags the step (ties: the first); found apart from gap_sums, as
+    -- a struct-keyed arg_max over every gap cost a third of this query
+    select gpu_gaps.trace_id, gpu_gaps.step_index, arg_max(gpu_gaps.cause, -gpu_gaps.start_ns) as cause
+    from gpu_gaps
+    join gap_sums using (trace_id, step_index)
+    join selected using (trace_id, step_index)
+    where not gpu_gaps.between_steps and gpu_gaps.dur_ns = gap_sums.longest_gap_ns
+        and gap_sums.longest_gap_ns > 0.5 * selected.wall_ns
     group by all
 ),
 
@@ -53,7 +70,7 @@ rows as (
         coalesce(gap_sums.device_ns, 0) as device_ns,
         coalesce(gap_sums.unknown_ns, 0) as unknown_ns,
         coalesce(gap_sums.gaps, 0) as gaps,
-        gap_sums.longest_gap_ns, gap_sums.longest_gap_cause, gap_sums.launch_p50_ns, gap_sums.launch_max_ns,
+        gap_sums.longest_gap_ns, longest_gap.cause as longest_gap_cause, gap_sums.launch_p50_ns, gap_sums.launch_max_ns,
         case when selected.prev_end_ns is null then null else greatest(selected.gpu_start_ns - selected.prev_end_ns, 0) end
             as gap_before_ns,
         coalesce(gap_sums.between_idle_ns, 0) as between_idle_ns,
@@ -61,9 +78,9 @@ rows as (
         coalesce(gap_sums.between_device_ns, 0) as between_device_ns,
         longest_copy.copy_ns
     from selected
-    semi join selected_steps($phase, $rank, $trace_id, of_batch_size := $batch_size, of_run_id := $run_id) as chosen
-        using (trace_id, step_index)
+    semi join chosen using (trace_id, step_index)
     left join gap_sums using (trace_id, step_index)
+    left join longest_gap using (trace_id, step_index)
     left join longest_copy using (trace_id, step_index)
 )
 
