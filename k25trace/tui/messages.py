@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import polars as pl
-from rich.text import Text
 from textual.message import Message
 
 from k25trace import db
@@ -115,9 +114,9 @@ class StepLoaded(Loaded[browse.StepDetail | None]):
     """One step (None: the trace has no such step); ``request`` is ``(trace_id, step_index)``."""
 
 
-class StepsPrefetched(Loaded[list[tuple[tuple[int, int], browse.StepDetail | None, list[Text]]]]):
+class StepsPrefetched(Loaded[list[tuple[tuple[int, int], browse.StepDetail | None, Any]]]):
     """Steps read ahead of the user (the neighbours of the step on screen), keyed ``(trace_id, step_index)``, each
-    with its first kernel page drawn as table lines."""
+    with its tables drawn (a ``k25trace.tui.screens.step.DrawnStep``, None for a step that does not exist)."""
 
 
 class KernelPageLoaded(Loaded[pl.DataFrame]):

@@ -134,3 +134,32 @@ async def test_the_cursor_row_is_drawn_over_the_lines_own_colours() -> None:
         other = [s for s in table.render_line(2) if s.text == "red"]
         assert other and other[0].style is not None and other[0].style.color is not None
         assert other[0].style.color.name == "red"
+
+
+async def test_lines_drawn_in_advance_paint_exactly_as_lines_drawn_on_screen() -> None:
+    """Rows drawn and painted off the UI thread (draw_lines, as the step screen's read-ahead worker does) paint the
+    same cells and styles as the same rows drawn while painting; rows past the drawn ones, the cursor's row and a
+    table of another style or width are drawn while painting."""
+    from k25trace.tui.widgets.lines import draw_lines
+
+    app = LinesApp()
+    async with app.run_test(size=(60, 12)) as pilot:
+        table = app.query_one(LineTable)
+        header = Text("row   name, drawn in advance")
+        lines = [Text(f"{i:>3}   ") + Text(f"name-{i}", style="bold red") for i in range(ROWS)]
+        table.set_lines(header, lines)
+        await pilot.pause()
+        await pilot.press("down")  # the cursor on the second row
+        plain = [table.render_line(y) for y in range(VISIBLE + 1)]
+        for paint_for in (table.paint_key(), (table.paint_key()[0], 25), None):
+            drawn = draw_lines(app.console, header, lines, rows=5, paint_for=paint_for)
+            assert drawn.width == max(line.cell_len for line in [header, *lines]) + 2
+            table.set_lines(header, lines, drawn=drawn)
+            table.cursor_row = 1
+            await pilot.pause()
+            assert (len(table._painted), table._painted_for) == ((5, paint_for) if paint_for else (0, None))
+            assert [table.render_line(y) for y in range(VISIBLE + 1)] == plain
+        with pytest.raises(ValueError, match="another header"):
+            table.set_lines(Text("another"), lines, drawn=drawn)
+        table.set_lines(header, lines)  # drawn on screen again: nothing painted in advance is kept
+        assert (table._painted, table._painted_for) == ({}, None)

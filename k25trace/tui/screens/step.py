@@ -10,10 +10,13 @@ painted by one handler, which drops any step but the one asked for last.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import polars as pl
+from rich.console import Console
+from rich.style import Style
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
@@ -35,6 +38,7 @@ from k25trace.tui.widgets import (
     one_cell_rows,
 )
 from k25trace.tui.widgets.layer_strip import LayerStrip, segment_summary
+from k25trace.tui.widgets.lines import Drawn, draw_lines
 
 if TYPE_CHECKING:
     import duckdb
@@ -74,6 +78,65 @@ def kernel_lines(page: pl.DataFrame) -> list[Text]:
     return [kernel_line(row) for row in page.iter_rows(named=True)]
 
 
+def category_lines(rows: list[dict[str, Any]]) -> tuple[Text, Sequence[Text]]:
+    """The category table's header and lines (``rows``: browse_step_categories' columns)."""
+    return one_cell_rows(
+        CATEGORY_COLUMNS,
+        [
+            [
+                category_text(row["category"]),
+                cell(row["busy_ms"]),
+                cell(row["pct_of_step"]),
+                cell(row["kernel_ms"]),
+                cell(row["calls"]),
+            ]
+            for row in rows
+        ],
+    )
+
+
+@dataclass
+class DrawnStep:
+    """A step's first kernel page and its category table drawn in advance, by the read-ahead worker: a step move
+    then only hands the screen what is drawn."""
+
+    kernel_lines: list[Text]
+    kernel_keys: list[str | None]
+    kernel_start_ns: dict[str, int]
+    kernels: Drawn
+    category_rows: list[dict[str, Any]]
+    category_lines: Sequence[Text]
+    categories: Drawn
+
+
+PaintFor = tuple[Style, int] | None
+"""A table's style and width, to paint its rows for in advance (:meth:`LineTable.paint_key`)."""
+
+
+def draw_step(
+    console: Console, detail: browse.StepDetail, kernels_for: PaintFor = None, categories_for: PaintFor = None
+) -> DrawnStep:
+    """Draw a step's first kernel page and its category table (off the UI thread), painted for the tables'
+    current style and width when given."""
+    lines = kernel_lines(detail.kernels)
+    keys: list[str | None] = []
+    start_ns: dict[str, int] = {}
+    for event_id, start in detail.kernels.select("event_id", "start_ns").iter_rows():
+        keys.append(str(event_id))
+        start_ns[str(event_id)] = start
+    rows = list(detail.categories.iter_rows(named=True))
+    header, categories = category_lines(rows)
+    return DrawnStep(
+        kernel_lines=lines,
+        kernel_keys=keys,
+        kernel_start_ns=start_ns,
+        kernels=draw_lines(console, Text(KERNEL_HEADER), lines, paint_for=kernels_for),
+        category_rows=rows,
+        category_lines=categories,
+        categories=draw_lines(console, header, categories, paint_for=categories_for),
+    )
+
+
 class StepScreen(BrowseScreen):
     """One step of one trace; n/p move along the trace, r jumps to the same step on the next rank."""
 
@@ -103,8 +166,8 @@ class StepScreen(BrowseScreen):
         """Steps read so far, least recently used first."""
         if detail is not None:  # read ahead by the steps screen
             self.steps[(trace_id, step_index)] = detail
-        self.kernel_lines: dict[StepKey, list[Text]] = {}
-        """The first kernel page of steps read ahead, drawn already (in the worker)."""
+        self.drawn: dict[StepKey, DrawnStep] = {}
+        """The tables of steps read ahead, drawn already (in the worker)."""
         self.reading_ahead: set[StepKey] = set()
         """Steps the read-ahead worker is reading now."""
         self.layer_rows: list[dict[str, Any]] = []
@@ -152,7 +215,7 @@ class StepScreen(BrowseScreen):
         self.steps[key] = detail
         self.steps.move_to_end(key)
         while len(self.steps) > CACHE_STEPS:
-            self.kernel_lines.pop(self.steps.popitem(last=False)[0], None)
+            self.drawn.pop(self.steps.popitem(last=False)[0], None)
 
     @on(StepLoaded)
     def step_loaded(self, message: StepLoaded) -> None:
@@ -171,9 +234,10 @@ class StepScreen(BrowseScreen):
     def steps_read_ahead(self, message: StepsPrefetched) -> None:
         asked = self.reading_ahead
         self.reading_ahead = set()
-        for key, detail, lines in message.result:
+        for key, detail, drawn in message.result:
             self.remember(key, detail)
-            self.kernel_lines[key] = lines
+            if drawn is not None:
+                self.drawn[key] = drawn
         if self.wanted in asked and self.shown != self.wanted:
             self.load()  # the user moved to a step the worker was reading: it is in memory now, or fetched if it failed
         else:
@@ -187,7 +251,11 @@ class StepScreen(BrowseScreen):
         known = {key: (None if detail is None else detail.header) for key, detail in self.steps.items()}
         self.reading_ahead = first_unknown(plan, known)
         if self.reading_ahead:
-            self.fetch(StepsPrefetched, read_steps(plan, known), group="read-ahead")
+            paint_for = (
+                self.query_one("#kernels", LineTable).paint_key(),
+                self.query_one("#categories", LineTable).paint_key(),
+            )
+            self.fetch(StepsPrefetched, read_steps(plan, known, self.app.console, paint_for), group="read-ahead")
 
     def read_ahead_plan(self, detail: browse.StepDetail) -> list[tuple[StepKey, int]]:
         """Steps to read, in order, each as (a step already known, how far to walk from it: +k next, -k previous)."""
@@ -243,9 +311,7 @@ class StepScreen(BrowseScreen):
         self.query_one("#timeline", Timeline).show_slices(
             detail.timeline, caption=f"0 … {wall_ms:.3f} ms, {len(detail.timeline)} slices"
         )
-        key = (int(header["trace_id"]), int(header["step_index"]))
-        self.append_kernels(detail.kernels, self.kernel_lines.get(key), first=True)
-        self.paint_categories(list(detail.categories.iter_rows(named=True)), wall_ms)
+        self.show_whole_step(detail)
         self.query_one("#ranks", Label).update(self.ranks_line(detail.ranks))
         self.layer_rows = [] if detail.layers is None else list(detail.layers.iter_rows(named=True))
         labels = [row["label"] for row in self.layer_rows] if len(self.layer_rows) > 1 else []
@@ -255,22 +321,31 @@ class StepScreen(BrowseScreen):
         else:
             self.show_segment()
 
-    def paint_categories(self, rows: list[dict[str, Any]], wall_ms: float) -> None:
-        """Fill the category table and bar (``rows``: browse_step_categories' columns)."""
-        header_line, lines = one_cell_rows(
-            CATEGORY_COLUMNS,
-            [
-                [
-                    category_text(row["category"]),
-                    cell(row["busy_ms"]),
-                    cell(row["pct_of_step"]),
-                    cell(row["kernel_ms"]),
-                    cell(row["calls"]),
-                ]
-                for row in rows
-            ],
+    def show_whole_step(self, detail: browse.StepDetail) -> None:
+        """Fill the kernel and category tables with the whole step's (drawn already when it was read ahead)."""
+        key = (int(detail.header["trace_id"]), int(detail.header["step_index"]))
+        drawn = self.drawn.get(key)
+        wall_ms = (detail.header["wall_ns"] or 0) / 1e6
+        if drawn is None or len(drawn.kernel_lines) != detail.kernels.height:
+            self.append_kernels(detail.kernels, first=True)
+            self.paint_categories(list(detail.categories.iter_rows(named=True)), wall_ms)
+            return
+        self.kernel_rows = 0
+        self.kernel_start_ns = dict(drawn.kernel_start_ns)
+        self.query_one("#kernels", LineTable).set_lines(
+            drawn.kernels.header, drawn.kernel_lines, drawn.kernel_keys, drawn=drawn.kernels
         )
-        self.query_one("#categories", LineTable).set_lines(header_line, lines)
+        self.kernels_added(detail.kernels.height)
+        self.paint_categories(drawn.category_rows, wall_ms, drawn)
+
+    def paint_categories(self, rows: list[dict[str, Any]], wall_ms: float, drawn: DrawnStep | None = None) -> None:
+        """Fill the category table and bar (``rows``: browse_step_categories' columns; ``drawn``: their table
+        drawn already)."""
+        table = self.query_one("#categories", LineTable)
+        if drawn is None:
+            table.set_lines(*category_lines(rows))
+        else:
+            table.set_lines(drawn.categories.header, drawn.category_lines, drawn=drawn.categories)
         shares = [
             (r["category"], float(r["pct_of_step"] or 0))
             for r in rows
@@ -300,8 +375,7 @@ class StepScreen(BrowseScreen):
         self.query_one("#layer-strip", LayerStrip).show_segments(self.layer_rows, self.segment)
         segment = self.current_segment()
         if segment is None:
-            self.append_kernels(detail.kernels, self.kernel_lines.get(self.wanted), first=True)
-            self.paint_categories(list(detail.categories.iter_rows(named=True)), (detail.header["wall_ns"] or 0) / 1e6)
+            self.show_whole_step(detail)
             return
         self.clear_kernels()
         self.paint_categories(segment_categories(segment), float(segment["wall_ms"] or 0))
@@ -346,12 +420,11 @@ class StepScreen(BrowseScreen):
         self.kernel_rows = 0
         self.kernel_start_ns = {}
 
-    def append_kernels(self, page: pl.DataFrame, lines: list[Text] | None = None, *, first: bool = False) -> None:
-        """Add a page of kernels (drawn as ``lines``, when they are already) to the table, or with ``first`` put
-        it in place of what the table lists, and update the ``showing N of M`` label. The table is refilled in
-        one call: its size changes once, if at all (each change lays the screen out again)."""
-        if lines is None or len(lines) != page.height:
-            lines = kernel_lines(page)
+    def append_kernels(self, page: pl.DataFrame, *, first: bool = False) -> None:
+        """Add a page of kernels to the table, or with ``first`` put it in place of what the table lists, and
+        update the ``showing N of M`` label. The table is refilled in one call: its size changes once, if at all
+        (each change lays the screen out again)."""
+        lines = kernel_lines(page)
         if first:
             self.kernel_rows = 0
             self.kernel_start_ns = {}
@@ -364,7 +437,11 @@ class StepScreen(BrowseScreen):
             table.set_lines(Text(KERNEL_HEADER), lines, keys)
         else:
             table.add_lines(lines, keys)
-        self.kernel_rows += page.height
+        self.kernels_added(page.height)
+
+    def kernels_added(self, rows: int) -> None:
+        """Count ``rows`` more kernels in the table and say how many it shows of how many."""
+        self.kernel_rows += rows
         segment = self.current_segment()
         total = self.kernel_total()
         if total == 0:
@@ -473,22 +550,26 @@ def first_unknown(plan: list[tuple[StepKey, int]], known: dict[StepKey, dict[str
 
 
 def read_steps(
-    plan: list[tuple[StepKey, int]], known: dict[StepKey, dict[str, Any] | None]
-) -> Callable[[duckdb.DuckDBPyConnection], list[tuple[StepKey, browse.StepDetail | None, list[Text]]]]:
+    plan: list[tuple[StepKey, int]],
+    known: dict[StepKey, dict[str, Any] | None],
+    console: Console,
+    paint_for: tuple[PaintFor, PaintFor] = (None, None),
+) -> Callable[[duckdb.DuckDBPyConnection], list[tuple[StepKey, browse.StepDetail | None, DrawnStep | None]]]:
     """The read-ahead worker's call: from each plan's step (read first when not known), walk ``offset`` steps
-    through the headers' next/previous step indexes and read every step not known yet, with its first kernel page
-    drawn (off the UI thread). A failure (ctrl+g, a query error) ends the reading quietly: a step that was not
-    read is fetched, with its error, when the user asks for it."""
+    through the headers' next/previous step indexes and read every step not known yet, with its tables drawn
+    (off the UI thread, for ``console``; painted for the kernel and category tables' ``paint_for``). A failure
+    (ctrl+g, a query error) ends the reading quietly: a step that was not read is fetched, with its error, when
+    the user asks for it."""
 
-    def call(cursor: duckdb.DuckDBPyConnection) -> list[tuple[StepKey, browse.StepDetail | None, list[Text]]]:
+    def call(cursor: duckdb.DuckDBPyConnection) -> list[tuple[StepKey, browse.StepDetail | None, DrawnStep | None]]:
         headers = dict(known)
-        read: list[tuple[StepKey, browse.StepDetail | None, list[Text]]] = []
+        read: list[tuple[StepKey, browse.StepDetail | None, DrawnStep | None]] = []
 
         def header_of(key: StepKey) -> dict[str, Any] | None:
             if key not in headers:
                 detail = browse.step_detail(cursor, *key)
                 headers[key] = None if detail is None else detail.header
-                read.append((key, detail, [] if detail is None else kernel_lines(detail.kernels)))
+                read.append((key, detail, None if detail is None else draw_step(console, detail, *paint_for)))
             return headers[key]
 
         try:

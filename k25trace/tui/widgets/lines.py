@@ -30,6 +30,52 @@ def text_strip(console: Console, text: Text, width: int, pad: int = 0) -> Strip:
     return Strip(segments).extend_cell_length(width)
 
 
+DRAWN_ROWS = 64
+"""Rows :func:`draw_lines` draws in advance: more than a screen shows (the rest are drawn when first visible)."""
+
+
+class Drawn:
+    """Lines drawn in advance (off the UI thread: a worker has time between key presses) for
+    :meth:`LineTable.set_lines`: the table's width for them with ``header``, the strips of the first rows, and
+    those strips as painted (the table's style laid over them, cut to its width) for ``painted_for``."""
+
+    __slots__ = ("header", "painted", "painted_for", "strips", "width")
+
+    def __init__(
+        self,
+        header: Text,
+        width: int,
+        strips: list[Strip],
+        painted: list[Strip] | None = None,
+        painted_for: tuple[Style, int] | None = None,
+    ) -> None:
+        self.header = header
+        self.width = width
+        self.strips = strips
+        self.painted = painted or []
+        self.painted_for = painted_for
+        """(the table's style, its width in cells) the painted strips are for."""
+
+
+def draw_lines(
+    console: Console,
+    header: Text,
+    lines: Sequence[Text],
+    rows: int = DRAWN_ROWS,
+    paint_for: tuple[Style, int] | None = None,
+) -> Drawn:
+    """What a :class:`LineTable` would draw for ``header`` and ``lines`` (its width, its first ``rows`` strips),
+    worked out in advance; with ``paint_for`` (the table's style and width: :meth:`LineTable.paint_key`) also
+    how a paint lays those strips out at the top left."""
+    width = max([header.cell_len + 2 * PAD, *(line.cell_len + 2 * PAD for line in lines)])
+    strips = [text_strip(console, line, width, PAD) for line in lines[:rows]]
+    if paint_for is None or not paint_for[1]:
+        return Drawn(header, width, strips)
+    style, cells = paint_for
+    painted = [strip.apply_style(style).crop_extend(0, cells, style) for strip in strips]
+    return Drawn(header, width, strips, painted, paint_for)
+
+
 class LineTable(ScrollView, can_focus=True):
     """A header line and one line per row, each row with an optional key; a row cursor; Enter (or a click on the
     cursor's row) posts :class:`LineTable.RowSelected`.
@@ -115,6 +161,9 @@ class LineTable(ScrollView, can_focus=True):
         """Rows drawn so far (row -> its strip: padded, the line's own styles only; the widget's and the cursor's
         are laid over it when painted, so a theme change needs no new strips), dropped on a refill."""
         self._header_strip: Strip | None = None
+        self._painted: dict[int, Strip] = {}
+        """Rows as painted at the top left for :attr:`_painted_for` (drawn in advance: :class:`Drawn`)."""
+        self._painted_for: tuple[Style, int] | None = None
         self._paint_style: Style | None = None
         """The widget's style while one paint draws its rows (:meth:`render_lines`), else None."""
         self._width = 0
@@ -134,25 +183,41 @@ class LineTable(ScrollView, can_focus=True):
         """The key of a row."""
         return self._keys[row]
 
-    def set_lines(self, header: Text, lines: Sequence[Text], keys: list[str | None] | None = None) -> None:
-        """Replace the header and every row; the cursor goes back to the first row, the view to the top left."""
+    def set_lines(
+        self, header: Text, lines: Sequence[Text], keys: list[str | None] | None = None, drawn: Drawn | None = None
+    ) -> None:
+        """Replace the header and every row; the cursor goes back to the first row, the view to the top left.
+        ``drawn``: :func:`draw_lines` of the same header and lines, when a worker drew them already."""
+        if drawn is not None and drawn.header is not header:
+            raise ValueError("drawn: drawn for another header")
         self._header = header
         self._header_strip = None
         self._lines, self._keys, self._strips = [], [], {}
-        self._width = header.cell_len + 2 * PAD
-        self.scroll_to(0, 0, animate=False)
-        self.add_lines(lines, keys)
+        self._painted, self._painted_for = {}, None
+        self._width = header.cell_len + 2 * PAD if drawn is None else drawn.width
+        if self.scroll_offset != (0, 0):
+            self.scroll_to(0, 0, animate=False)
+        self.add_lines(lines, keys, measured=drawn is not None)
+        if drawn is not None:
+            self._strips = dict(enumerate(drawn.strips))
+            self._painted, self._painted_for = dict(enumerate(drawn.painted)), drawn.painted_for
         self.cursor_row = 0
 
-    def add_lines(self, lines: Sequence[Text], keys: list[str | None] | None = None) -> None:
-        """Append rows (``keys`` as long as ``lines``, when given)."""
+    def paint_key(self) -> tuple[Style, int]:
+        """What rows painted in advance must be painted for: the table's style and its width in cells."""
+        return self.rich_style, self.size.width
+
+    def add_lines(self, lines: Sequence[Text], keys: list[str | None] | None = None, *, measured: bool = False) -> None:
+        """Append rows (``keys`` as long as ``lines``, when given; ``measured``: the table is as wide as they
+        need already)."""
         if keys is not None and len(keys) != len(lines):
             raise ValueError(f"{len(lines)} lines but {len(keys)} keys")
         self._lines.extend(lines)
         self._keys.extend(keys if keys is not None else [None] * len(lines))
-        width = max([self._width, *(line.cell_len + 2 * PAD for line in lines)])
+        width = self._width if measured else max([self._width, *(line.cell_len + 2 * PAD for line in lines)])
         if width != self._width:  # a wider line widens every row
             self._width, self._strips, self._header_strip = width, {}, None
+            self._painted, self._painted_for = {}, None
         self.virtual_size = Size(self._width, len(self._lines) + 1)  # a new size lays the screen out again
         self.refresh()
 
@@ -187,6 +252,10 @@ class LineTable(ScrollView, can_focus=True):
             if cached is None:
                 cached = self._strips[row] = self._strip(self._lines[row])
             strip = cached
+            if row != self.cursor_row and scroll_x == 0 and self._painted_for == (base, width):
+                painted = self._painted.get(row)
+                if painted is not None:
+                    return painted
             if row == self.cursor_row:  # over the line's own colours, as a DataTable draws its cursor
                 cursor = self.get_component_rich_style("line-table--cursor")
                 strip = Strip(Segment.apply_style(iter(strip), base, post_style=cursor), strip.cell_length)
