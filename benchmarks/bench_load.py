@@ -39,6 +39,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parent.parent))  # this checkout's k25trace, not an installed one
 import _measure  # noqa: E402
 
 PY = sys.executable
@@ -415,7 +416,7 @@ def all_ranks(
         tmp,
         env=env,
         warm=False,  # warm already
-        versions={"bench": {}, **all_old},
+        versions={"bench": versions["new"], **all_old},
     )
     runs_all = all_versions["bench"]
     db_all = dbs_all["bench"]
@@ -478,7 +479,11 @@ def bench_input(label: str, traces: Path, args: argparse.Namespace) -> None:
         tmp = Path(tmpdir)
         log(f"[{label}] one rank: {one.name} ({gz_mb:.1f} MB gz, {raw_mb:.0f} MB JSON)")
         env = bytecode_env(args.work)
-        versions: dict[str, dict[str, str]] = {"new": {}}
+        # this checkout's code first, as for the old revision below: run in tmp, `python -m k25trace` would import
+        # an installed (not editable) k25trace otherwise, whatever this checkout holds
+        versions: dict[str, dict[str, str]] = {
+            "new": {"PYTHONPATH": os.pathsep.join(filter(None, [str(HERE.parent), os.environ.get("PYTHONPATH")]))}
+        }
         if args.compare_tree:
             build_scanner(args.compare_tree)
             args.compare_rev = args.compare_rev or args.compare_tree.name
