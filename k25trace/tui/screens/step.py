@@ -2,7 +2,8 @@
 
 Moving between steps is the screen's hot path (n/p held down, or pressed while reading). Every step it has read is
 kept (:data:`CACHE_STEPS` of them), and after each move a worker reads ahead — the next steps in the direction of
-travel, the one behind, the same step on the next rank — so the next key press usually paints from memory.
+travel, the one behind, the same step on the next rank — so the next key press usually paints from memory, with
+the step's kernel and category tables drawn by the worker already (:class:`DrawnStep`).
 Whether a step comes from a worker or from memory, it reaches the screen as a :class:`StepLoaded` message and is
 painted by one handler, which drops any step but the one asked for last.
 """

@@ -83,8 +83,9 @@ class LineTable(ScrollView, can_focus=True):
     It looks and moves as a one-column DataTable with ``cursor_type="row"``, but draws far less: a DataTable
     re-measures and re-renders every visible cell through Rich's pipeline on each refill, which was a third of
     the step screen's time per step move. Here a row is turned into a :class:`Strip` the first time it is
-    visible, and painting is cropping that strip and laying the cursor's style over it. The lines are Rich
-    :class:`Text` (one line each, never wrapped); keys are strings (or None).
+    visible, and painting is cropping that strip and laying the cursor's style over it. A worker may draw the rows
+    in advance, painted for the table's style and width (:func:`draw_lines`): a refill then paints rows drawn
+    already. The lines are Rich :class:`Text` (one line each, never wrapped); keys are strings (or None).
     """
 
     BINDINGS: ClassVar[list[BindingType]] = [
