@@ -50,8 +50,8 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(REPO))
 
-STEP_TARGET_P90_MS = 100.0
-FIRST_PAINT_TARGET_S = 2.0
+STEP_TARGET_P90_MS = 16.0  # issue 33
+FIRST_PAINT_TARGET_S = 0.5  # issue 33 (from the spawn: --opens)
 
 
 def build_synthetic_db(path: Path, *, ranks: int, steps: int) -> None:
@@ -353,7 +353,7 @@ def print_figures(runs: list[RunResult], label: str, back_to_back: bool) -> None
     mode = "back to back" if back_to_back else "paced: idle between keys"
     print(
         f"{label}first paint (overview), median of {len(first)} runs: {statistics.median(first):.3f} s "
-        f"(min {min(first):.3f}, max {max(first):.3f})   target < {FIRST_PAINT_TARGET_S:.0f} s"
+        f"(min {min(first):.3f}, max {max(first):.3f})   target < {FIRST_PAINT_TARGET_S:.1f} s"
     )
     print(f"{label}step moves ({mode}), key → step painted with its data, {len(both)} moves over {len(runs)} runs:")
     for what, values in (("next (n)", nexts), ("previous (p)", prevs), ("both", both)):

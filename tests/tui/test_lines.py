@@ -151,7 +151,8 @@ async def test_lines_drawn_in_advance_paint_exactly_as_lines_drawn_on_screen() -
         await pilot.pause()
         await pilot.press("down")  # the cursor on the second row
         plain = [table.render_line(y) for y in range(VISIBLE + 1)]
-        for paint_for in (table.paint_key(), (table.paint_key()[0], 25), None):
+        style, cells = table.paint_key()
+        for paint_for in ((style, cells), (style, 25), None):
             drawn = draw_lines(app.console, header, lines, rows=5, paint_for=paint_for)
             assert drawn.width == max(line.cell_len for line in [header, *lines]) + 2
             table.set_lines(header, lines, drawn=drawn)
@@ -163,3 +164,47 @@ async def test_lines_drawn_in_advance_paint_exactly_as_lines_drawn_on_screen() -
             table.set_lines(Text("another"), lines, drawn=drawn)
         table.set_lines(header, lines)  # drawn on screen again: nothing painted in advance is kept
         assert (table._painted, table._painted_for) == ({}, None)
+
+
+async def test_a_table_is_laid_out_again_only_when_its_rows_or_scroll_bars_change(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A refill lays the screen out again when the table's rows (with keep_rows: its most rows) or its scroll bars
+    change; a change of width alone repaints it, its horizontal scroll bar updated to the new width."""
+    from textual.widget import Widget
+
+    layouts: list[str] = []
+    refresh = Widget.refresh
+
+    def counting(self: Widget, *regions: object, layout: bool = False, **kwargs: object) -> object:
+        if layout and isinstance(self, LineTable):
+            layouts.append("table")
+        return refresh(self, *regions, layout=layout, **kwargs)  # type: ignore[arg-type]
+
+    app = LinesApp()
+    async with app.run_test(size=(60, 12)) as pilot:
+        table = app.query_one(LineTable)
+        table.keep_rows = True
+        monkeypatch.setattr(Widget, "refresh", counting)
+        header = Text("row   name")
+        wide = [Text(f"{i:>3}   " + "w" * (40 + i)) for i in range(5)]  # wider than the table: a scroll bar
+        table.set_lines(header, wide)
+        await pilot.pause()
+        assert table.show_horizontal_scrollbar and table.virtual_size == (6 + 44 + 2, ROWS + 1)
+        layouts.clear()
+        wider = [Text(f"{i:>3}   " + "w" * (50 + i)) for i in range(5)]
+        table.set_lines(header, wider)  # wider still, as many rows kept: no layout, the scroll bar follows
+        await pilot.pause()
+        assert layouts == [] and table.virtual_size.width == 6 + 54 + 2
+        assert table.horizontal_scrollbar.window_virtual_size == table.virtual_size.width
+        narrow = [Text(f"{i:>3}   n-{i}") for i in range(3)]
+        table.set_lines(header, narrow)  # fits: the scroll bar goes, a layout
+        await pilot.pause()
+        assert layouts and not table.show_horizontal_scrollbar and table.virtual_size.height == ROWS + 1
+        lines = screen_lines(app)
+        assert lines[:4] == ["row   name", "0   n-0", "1   n-1", "2   n-2"] and lines[4:] == [""] * (VISIBLE - 3)
+        layouts.clear()
+        table.set_lines(header, [Text(f"{i:>3}   m-{i}0") for i in range(2)])  # one cell wider, fewer rows
+        await pilot.pause()
+        assert layouts == [] and table.virtual_size.height == ROWS + 1
+        assert not LineTable().keep_rows

@@ -64,6 +64,39 @@ async def test_layout_only_when_the_height_changes(monkeypatch: pytest.MonkeyPat
         assert shown(app)[:2] == ["short again", "below"]
 
 
+async def test_a_label_that_keeps_its_height_grows_but_never_shrinks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With keep_height (the step screen's timeline, category bar and ranks line) a taller content lays the screen
+    out once; shorter ones after it are painted in place, blank lines below them, the label below staying put."""
+    layouts: list[str | None] = []
+    refresh = Widget.refresh
+
+    def counting(self: Widget, *regions: object, layout: bool = False, **kwargs: object) -> object:
+        if layout and isinstance(self, SteadyLabel):
+            layouts.append(self.id)
+        return refresh(self, *regions, layout=layout, **kwargs)  # type: ignore[arg-type]
+
+    app = LabelsApp()
+    async with app.run_test(size=(60, 10)) as pilot:
+        monkeypatch.setattr(Widget, "refresh", counting)
+        top = app.query_one("#top", SteadyLabel)
+        top.keep_height = True
+        top.update("a label that wraps onto a second line here")
+        await pilot.pause()
+        assert layouts and set(layouts) == {"top"} and top.size.height == 2
+        layouts.clear()
+        for text in ("short", "[b]also short[/b]", "a label that wraps onto a second line too"):
+            top.update(text)
+            await pilot.pause()
+            assert layouts == [] and top.size.height == 2, text
+        assert shown(app)[:3] == ["a label that wraps onto a", "second line too", "below"]
+        top.update("one")
+        await pilot.pause()
+        assert layouts == [] and shown(app)[:3] == ["one", "", "below"]
+        top.update("three lines: a label that wraps onto a second line and a third one")
+        await pilot.pause()
+        assert layouts and set(layouts) == {"top"} and top.size.height == 3
+
+
 class FooterApp(App[None]):
     """Two buttons over a footer: focus moves between them without changing the keys shown; x adds a key."""
 

@@ -34,6 +34,7 @@ from k25trace.tui.widgets import (
     LineTable,
     SteadyFooter,
     SteadyLabel,
+    SteadyStatic,
     Timeline,
     category_text,
     one_cell_rows,
@@ -195,12 +196,15 @@ class StepScreen(BrowseScreen):
                     yield SteadyLabel("", id="kernel-count")
                     yield LineTable(id="kernels")
                 with Vertical(id="category-pane"):
-                    yield LineTable(id="categories")
+                    # its size only grows: a step move lays the screen out again only for a larger one
+                    yield LineTable(id="categories", keep_rows=True)
                     yield CategoryBars(id="category-bar")
                     yield SteadyLabel("", id="ranks")
         yield SteadyFooter()
 
     def on_mount(self) -> None:
+        for steady in ("#timeline", "#category-bar", "#ranks"):  # their heights only grow, as the category table's
+            self.query_one(steady, SteadyStatic).keep_height = True
         self.load()
 
     def load(self) -> None:

@@ -152,9 +152,14 @@ class LineTable(ScrollView, can_focus=True):
         def control(self) -> LineTable:
             return self.table
 
-    def __init__(self, **kwargs: Any) -> None:
-        """``name``, ``id``, ``classes`` and ``disabled`` as for any widget."""
+    def __init__(self, *, keep_rows: bool = False, **kwargs: Any) -> None:
+        """``keep_rows``: the table stays as tall as the most rows it has held (blank rows below fewer), so that
+        refills of fewer rows do not lay the screen out again; ``name``, ``id``, ``classes`` and ``disabled`` as
+        for any widget."""
         super().__init__(**kwargs)
+        self.keep_rows = keep_rows
+        self._most_rows = 0
+        """The most rows the table has held."""
         self._header = Text()
         self._lines: list[Text] = []
         self._keys: list[str | None] = []
@@ -219,8 +224,27 @@ class LineTable(ScrollView, can_focus=True):
         if width != self._width:  # a wider line widens every row
             self._width, self._strips, self._header_strip = width, {}, None
             self._painted, self._painted_for = {}, None
-        self.virtual_size = Size(self._width, len(self._lines) + 1)  # a new size lays the screen out again
+        self._most_rows = max(self._most_rows, len(self._lines))
+        rows = self._most_rows if self.keep_rows else len(self._lines)
+        self._resize(Size(self._width, rows + 1))
         self.refresh()
+
+    def _resize(self, size: Size) -> None:
+        """Set the virtual size. Textual lays the whole screen out again on any change of it; a change of width
+        alone that shows or hides no scroll bar changes nothing outside the table, and only its scroll bars are
+        updated (the kernel table's width follows its longest name, a new one on most step moves)."""
+        old = self.virtual_size
+        if size == old:
+            return
+        if old.height == size.height and self.container_size:
+            room = self.container_size.width
+            if self.show_vertical_scrollbar:
+                room -= self.styles.scrollbar_size_vertical
+            if (size.width > room) == self.show_horizontal_scrollbar:
+                self.set_reactive(LineTable.virtual_size, size)
+                self._scroll_update(size)
+                return
+        self.virtual_size = size
 
     # drawing
 

@@ -27,6 +27,12 @@ class SteadyStatic(Static):
     _shown: Any = None
     """The content last given to :meth:`update` (None before the first)."""
 
+    keep_height = False
+    """Whether the widget keeps the tallest height its content has had (it does not shrink for shorter content):
+    set per widget (``widget.keep_height = True``) where contents of varying height follow each other, as on every
+    step move, so that the screen is not laid out again, nor the widgets below moved, each time the height
+    changes."""
+
     def update(self, content: VisualType = "", *, layout: bool | None = None) -> None:
         """Show ``content``; ``layout``: None (the default) lays the screen out only when the height changes."""
         if layout is not None:
@@ -45,7 +51,13 @@ class SteadyStatic(Static):
         width, height = self.content_size
         if not width or not height:
             return True
-        return visual.get_height(self.styles, width) != height  # type: ignore[arg-type]  # as Textual passes them
+        lines = visual.get_height(self.styles, width)  # type: ignore[arg-type]  # as Textual passes them
+        if not self.keep_height:
+            return lines != height
+        if lines > height:
+            self.styles.min_height = lines  # from now on (this widget has no padding or border)
+            return True
+        return False
 
 
 class SteadyLabel(SteadyStatic, Label):
