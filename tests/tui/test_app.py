@@ -201,6 +201,37 @@ async def test_step_screen_moves_between_steps_and_ranks(trace_db: Path) -> None
         assert screen.trace_id == 6 and "rank 1" in text_of(app, "#title")
 
 
+async def test_every_step_read_is_drawn_off_the_ui_thread_and_shown_as_drawn(
+    trace_db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The read-ahead worker draws each step's tables: those it reads, and those read already but not drawn (the
+    step opened first, fetched). Moving back to the first step then paints what the worker drew, the same lines
+    and keys as drawn on the screen."""
+    from k25trace.tui.screens import step as step_screen
+
+    app = K25TraceApp(trace_db)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for_workers(pilot)
+        await navigate(pilot, OpenStep(5, 1))
+        screen = app.screen
+        assert isinstance(screen, StepScreen)
+        await wait_for_workers(pilot)
+        assert {(5, 1), (5, 2), (5, 3), (5, 0), (6, 1)} <= set(screen.drawn)  # the first, ahead, behind, next rank
+        on_screen = [lines_of(app, "#kernels").line(i).plain for i in range(lines_of(app, "#kernels").row_count)]
+        drawn = screen.drawn[(5, 1)]
+        assert [line.plain for line in drawn.kernel_lines] == on_screen
+        await pilot.press("n")
+        await wait_for_workers(pilot)
+        drawn_here: list[object] = []
+        monkeypatch.setattr(step_screen, "kernel_lines", lambda page: drawn_here.append(page) or [])
+        await pilot.press("p")  # back to the first step: nothing drawn on the UI thread
+        await wait_for_workers(pilot)
+        assert screen.step_index == 1 and drawn_here == []
+        table = lines_of(app, "#kernels")
+        assert [table.line(i).plain for i in range(table.row_count)] == on_screen
+        assert [table.key(i) for i in range(table.row_count)] == drawn.kernel_keys
+
+
 async def test_big_step_shows_a_page_and_loads_more(trace_db: Path) -> None:
     app = K25TraceApp(trace_db)
     async with app.run_test(size=SIZE) as pilot:

@@ -255,12 +255,22 @@ class StepScreen(BrowseScreen):
         plan = self.read_ahead_plan(self.detail)
         known = {key: (None if detail is None else detail.header) for key, detail in self.steps.items()}
         self.reading_ahead = first_unknown(plan, known)
+        undrawn = [  # read already (fetched while the user moved faster than the reading ahead), not drawn yet
+            (key, detail)
+            for key in [self.wanted, *known_on_the_way(plan, known)]
+            if (detail := self.steps.get(key)) is not None and key not in self.drawn
+        ]
+        self.reading_ahead |= {key for key, _ in undrawn}  # what the worker is on: read_ahead waits for it
         if self.reading_ahead:
             paint_for = (
                 self.query_one("#kernels", LineTable).paint_key(),
                 self.query_one("#categories", LineTable).paint_key(),
             )
-            self.fetch(StepsPrefetched, read_steps(plan, known, self.app.console, paint_for), group="read-ahead")
+            self.fetch(
+                StepsPrefetched,
+                read_steps(plan, known, self.app.console, paint_for, list(dict(undrawn).items())),
+                group="read-ahead",
+            )
 
     def read_ahead_plan(self, detail: browse.StepDetail) -> list[tuple[StepKey, int]]:
         """Steps to read, in order, each as (a step already known, how far to walk from it: +k next, -k previous)."""
@@ -554,21 +564,43 @@ def first_unknown(plan: list[tuple[StepKey, int]], known: dict[StepKey, dict[str
     return found
 
 
+def known_on_the_way(plan: list[tuple[StepKey, int]], known: dict[StepKey, dict[str, Any] | None]) -> list[StepKey]:
+    """The steps a read-ahead of ``plan`` walks through that are in ``known`` already (each walk stops at the
+    first that is not)."""
+    seen: list[StepKey] = []
+
+    def header_of(key: StepKey) -> dict[str, Any] | None:
+        if key not in known:
+            raise KeyError(key)
+        seen.append(key)
+        return known[key]
+
+    for key, offset in plan:
+        try:
+            walk(key, offset, header_of)
+        except KeyError:
+            pass
+    return list(dict.fromkeys(seen))
+
+
 def read_steps(
     plan: list[tuple[StepKey, int]],
     known: dict[StepKey, dict[str, Any] | None],
     console: Console,
     paint_for: tuple[PaintFor, PaintFor] = (None, None),
+    undrawn: list[tuple[StepKey, browse.StepDetail]] | None = None,
 ) -> Callable[[duckdb.DuckDBPyConnection], list[tuple[StepKey, browse.StepDetail | None, DrawnStep | None]]]:
     """The read-ahead worker's call: from each plan's step (read first when not known), walk ``offset`` steps
     through the headers' next/previous step indexes and read every step not known yet, with its tables drawn
-    (off the UI thread, for ``console``; painted for the kernel and category tables' ``paint_for``). A failure
-    (ctrl+g, a query error) ends the reading quietly: a step that was not read is fetched, with its error, when
-    the user asks for it."""
+    (off the UI thread, for ``console``; painted for the kernel and category tables' ``paint_for``); first, the
+    tables of the steps read already but not drawn (``undrawn``). A failure (ctrl+g, a query error) ends the
+    reading quietly: a step that was not read is fetched, with its error, when the user asks for it."""
 
     def call(cursor: duckdb.DuckDBPyConnection) -> list[tuple[StepKey, browse.StepDetail | None, DrawnStep | None]]:
         headers = dict(known)
-        read: list[tuple[StepKey, browse.StepDetail | None, DrawnStep | None]] = []
+        read: list[tuple[StepKey, browse.StepDetail | None, DrawnStep | None]] = [
+            (key, detail, draw_step(console, detail, *paint_for)) for key, detail in undrawn or []
+        ]
 
         def header_of(key: StepKey) -> dict[str, Any] | None:
             if key not in headers:
