@@ -171,7 +171,9 @@ def findings(
     ``phase`` None: decode steps; when the database has none, every phase (a note says so), and the steps
     inferred from idle gaps when no trace has step markers (:func:`.report.resolve_phase`). ``db`` is the
     database path written into the evidence commands; ``peaks_file`` as ``report --by roofline --peaks``.
-    Findings with a saving below ``min_pct`` % of the step are left out (counted in ``left_out``)."""
+    Findings with a saving below ``min_pct`` % of the step are left out (counted in ``left_out``). The roofline
+    part is read through a cursor of ``con``'s own in a thread: it sees committed rows only, so call this outside
+    an open transaction of ``con``."""
     notes = []
     if phase is None:
         phase, note = report.resolve_phase(con, None)
