@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from textual.message import Message
 from textual.pilot import Pilot
+from textual.widget import Widget
 from textual.widgets import DataTable, Label, Static
 from textual.worker import Worker, WorkerCancelled, WorkerFailed, WorkerState
 
@@ -161,3 +162,18 @@ def rows_of(app: Any, selector: str) -> list[dict[str, str]]:
         dict(zip(columns, (str(getattr(v, "plain", v)) for v in t.get_row_at(i)), strict=True))
         for i in range(t.row_count)
     ]
+
+
+def count_layouts(monkeypatch: pytest.MonkeyPatch, kind: type[Widget]) -> list[str | None]:
+    """From now on, the id of each widget of ``kind`` that asks Textual for a layout, once per request (the list
+    returned grows as they come)."""
+    layouts: list[str | None] = []
+    refresh = Widget.refresh
+
+    def counting(self: Widget, *regions: Any, layout: bool = False, **kwargs: Any) -> Any:
+        if layout and isinstance(self, kind):
+            layouts.append(self.id)
+        return refresh(self, *regions, layout=layout, **kwargs)
+
+    monkeypatch.setattr(Widget, "refresh", counting)
+    return layouts

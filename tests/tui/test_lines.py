@@ -8,6 +8,8 @@ from textual.app import App, ComposeResult
 
 from k25trace.tui.widgets import LineTable
 
+from .conftest import count_layouts
+
 pytestmark = pytest.mark.asyncio
 
 ROWS = 50
@@ -171,21 +173,11 @@ async def test_a_table_is_laid_out_again_only_when_its_rows_or_scroll_bars_chang
 ) -> None:
     """A refill lays the screen out again when the table's rows (with keep_rows: its most rows) or its scroll bars
     change; a change of width alone repaints it, its horizontal scroll bar updated to the new width."""
-    from textual.widget import Widget
-
-    layouts: list[str] = []
-    refresh = Widget.refresh
-
-    def counting(self: Widget, *regions: object, layout: bool = False, **kwargs: object) -> object:
-        if layout and isinstance(self, LineTable):
-            layouts.append("table")
-        return refresh(self, *regions, layout=layout, **kwargs)  # type: ignore[arg-type]
-
     app = LinesApp()
     async with app.run_test(size=(60, 12)) as pilot:
         table = app.query_one(LineTable)
         table.keep_rows = True
-        monkeypatch.setattr(Widget, "refresh", counting)
+        layouts = count_layouts(monkeypatch, LineTable)
         header = Text("row   name")
         wide = [Text(f"{i:>3}   " + "w" * (40 + i)) for i in range(5)]  # wider than the table: a scroll bar
         table.set_lines(header, wide)

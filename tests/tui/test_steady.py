@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 from textual.app import App, ComposeResult
 from textual.containers import Vertical
-from textual.widget import Widget
 
 from k25trace.tui.widgets import SteadyFooter, SteadyLabel
+
+from .conftest import count_layouts
 
 pytestmark = pytest.mark.asyncio
 
@@ -30,17 +31,9 @@ def shown(app: App[None]) -> list[str]:
 
 
 async def test_layout_only_when_the_height_changes(monkeypatch: pytest.MonkeyPatch) -> None:
-    layouts: list[str | None] = []
-    refresh = Widget.refresh
-
-    def counting(self: Widget, *regions: object, layout: bool = False, **kwargs: object) -> object:
-        if layout and isinstance(self, SteadyLabel):
-            layouts.append(self.id)
-        return refresh(self, *regions, layout=layout, **kwargs)  # type: ignore[arg-type]
-
     app = LabelsApp()
     async with app.run_test(size=(60, 10)) as pilot:
-        monkeypatch.setattr(Widget, "refresh", counting)
+        layouts = count_layouts(monkeypatch, SteadyLabel)
         top = app.query_one("#top", SteadyLabel)
         assert shown(app)[:2] == ["first", "below"]
 
@@ -67,17 +60,9 @@ async def test_layout_only_when_the_height_changes(monkeypatch: pytest.MonkeyPat
 async def test_a_label_that_keeps_its_height_grows_but_never_shrinks(monkeypatch: pytest.MonkeyPatch) -> None:
     """With keep_height (the step screen's timeline, category bar and ranks line) a taller content lays the screen
     out once; shorter ones after it are painted in place, blank lines below them, the label below staying put."""
-    layouts: list[str | None] = []
-    refresh = Widget.refresh
-
-    def counting(self: Widget, *regions: object, layout: bool = False, **kwargs: object) -> object:
-        if layout and isinstance(self, SteadyLabel):
-            layouts.append(self.id)
-        return refresh(self, *regions, layout=layout, **kwargs)  # type: ignore[arg-type]
-
     app = LabelsApp()
     async with app.run_test(size=(60, 10)) as pilot:
-        monkeypatch.setattr(Widget, "refresh", counting)
+        layouts = count_layouts(monkeypatch, SteadyLabel)
         top = app.query_one("#top", SteadyLabel)
         top.keep_height = True
         top.update("a label that wraps onto a second line here")

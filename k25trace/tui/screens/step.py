@@ -254,10 +254,10 @@ class StepScreen(BrowseScreen):
             return
         plan = self.read_ahead_plan(self.detail)
         known = {key: (None if detail is None else detail.header) for key, detail in self.steps.items()}
-        self.reading_ahead = first_unknown(plan, known)
+        self.reading_ahead, passed = plan_walk(plan, known)
         undrawn = [  # read already (fetched while the user moved faster than the reading ahead), not drawn yet
             (key, detail)
-            for key in [self.wanted, *known_on_the_way(plan, known)]
+            for key in dict.fromkeys([self.wanted, *passed])
             if (detail := self.steps.get(key)) is not None and key not in self.drawn
         ]
         self.reading_ahead |= {key for key, _ in undrawn}  # what the worker is on: read_ahead waits for it
@@ -268,7 +268,7 @@ class StepScreen(BrowseScreen):
             )
             self.fetch(
                 StepsPrefetched,
-                read_steps(plan, known, self.app.console, paint_for, list(dict(undrawn).items())),
+                read_steps(plan, known, self.app.console, paint_for, undrawn),
                 group="read-ahead",
             )
 
@@ -546,14 +546,19 @@ def walk(key: StepKey, offset: int, header_of: Callable[[StepKey], dict[str, Any
         header = header_of(key)
 
 
-def first_unknown(plan: list[tuple[StepKey, int]], known: dict[StepKey, dict[str, Any] | None]) -> set[StepKey]:
-    """The steps a read-ahead of ``plan`` is sure to read: on each walk, the first step not in ``known``."""
-    found: set[StepKey] = set()
+def plan_walk(
+    plan: list[tuple[StepKey, int]], known: dict[StepKey, dict[str, Any] | None]
+) -> tuple[set[StepKey], list[StepKey]]:
+    """What a read-ahead of ``plan`` walks through, as far as ``known`` goes: the steps it is sure to read (on each
+    walk, the first step not in ``known``, where the walk stops) and the known steps it passes, in order."""
+    unknown: set[StepKey] = set()
+    passed: dict[StepKey, None] = {}
 
     def header_of(key: StepKey) -> dict[str, Any] | None:
         if key not in known:
-            found.add(key)
+            unknown.add(key)
             raise KeyError(key)
+        passed[key] = None
         return known[key]
 
     for key, offset in plan:
@@ -561,26 +566,7 @@ def first_unknown(plan: list[tuple[StepKey, int]], known: dict[StepKey, dict[str
             walk(key, offset, header_of)
         except KeyError:
             pass
-    return found
-
-
-def known_on_the_way(plan: list[tuple[StepKey, int]], known: dict[StepKey, dict[str, Any] | None]) -> list[StepKey]:
-    """The steps a read-ahead of ``plan`` walks through that are in ``known`` already (each walk stops at the
-    first that is not)."""
-    seen: list[StepKey] = []
-
-    def header_of(key: StepKey) -> dict[str, Any] | None:
-        if key not in known:
-            raise KeyError(key)
-        seen.append(key)
-        return known[key]
-
-    for key, offset in plan:
-        try:
-            walk(key, offset, header_of)
-        except KeyError:
-            pass
-    return list(dict.fromkeys(seen))
+    return unknown, list(passed)
 
 
 def read_steps(
