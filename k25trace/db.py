@@ -103,7 +103,7 @@ def reading(what: str | Path) -> Iterator[None]:
         raise K25Error(f"{what}: {describe_error(exc)}") from exc
 
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 """The schema this k25trace writes (``meta.schema_version``). 1: the first release; 2: gpu_gaps, comm_alignment,
 trace_runs sessions, traces.rank_source, collectives' caused wait / wait kind, allreduce_bench kernel times; 3: the
 allreduce_bench table in every database (it was made by the first `bench allreduce`), the phase_steps and
@@ -113,15 +113,21 @@ phase_collectives table macro; 5: collective_causes (why the late rank was late)
 trace_runs.session_label (in the run_labels view), step_layers and step_layer_categories (layer segments), the
 categories all2all, quantize and embedding (the built-in rules re-installed and every name re-classified); 6: the
 step filters' table macros (phase_steps, selected_steps, phase_collectives) take a batch size and a run; 7: op_calls
-(each trace's CPU-op calls per phase and batch size, built with its steps)."""
+(each trace's CPU-op calls per phase and batch size, built with its steps); 8: graph_kernels and step_idle (each
+step's kernels replayed from a CUDA graph, and its gaps added up by cause, built with its steps)."""
 
 REBUILT_BELOW = 5
 """An upgrade from a version below this one rebuilds the derived tables; from it on, the stored rows stay as they
-are: the upgrade re-runs the schema and builds the tables that version lacks (:data:`OP_CALLS_FROM`)."""
+are: the upgrade re-runs the schema and builds the tables that version lacks (:data:`OP_CALLS_FROM`,
+:data:`STEP_SUMMARIES_FROM`)."""
 
 OP_CALLS_FROM = 7
 """The first version with ``op_calls``: an upgrade from an older one (and from :data:`REBUILT_BELOW` on) builds it
 for every trace."""
+
+STEP_SUMMARIES_FROM = 8
+"""The first version with ``graph_kernels`` and ``step_idle``: an upgrade from an older one (and from
+:data:`REBUILT_BELOW` on) builds them for every trace."""
 
 
 def check_database(con: duckdb.DuckDBPyConnection, path: Path | str, *, read_only: bool) -> int | None:

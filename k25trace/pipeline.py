@@ -208,8 +208,8 @@ def upgrade(con: duckdb.DuckDBPyConnection, version: int) -> None:
     """Bring an older k25trace database to the current schema in one transaction: new tables and columns; below
     :data:`~k25trace.db.REBUILT_BELOW`, this k25trace's built-in classification rules (a user's rules kept, first)
     and every name re-classified, then every trace's derived tables (steps, gaps, op calls, layer segments) rebuilt
-    from the stored events; from it on, the stored rows kept and only the tables the version lacks built (op calls);
-    then the cross-rank tables."""
+    from the stored events; from it on, the stored rows kept and only the tables the version lacks built (op calls,
+    graph kernels, step idle); then the cross-rank tables."""
 
     def rebuild_every_trace(old_version: int) -> None:
         if old_version < db.REBUILT_BELOW:
@@ -217,9 +217,12 @@ def upgrade(con: duckdb.DuckDBPyConnection, version: int) -> None:
             for trace_id in steps.trace_ids(con):
                 steps.build_steps(con, trace_id)
                 layers.build_layers(con, trace_id)
-        elif old_version < db.OP_CALLS_FROM:
-            for trace_id in steps.trace_ids(con):
+            return
+        for trace_id in steps.trace_ids(con):
+            if old_version < db.OP_CALLS_FROM:
                 steps.build_op_calls(con, trace_id)
+            if old_version < db.STEP_SUMMARIES_FROM:
+                steps.build_step_summaries(con, trace_id)
 
     db.upgrade_schema(con, version, rebuild=rebuild_every_trace)
     build_runs(con)

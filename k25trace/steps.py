@@ -1,8 +1,9 @@
 """Steps: split each trace's timeline into engine steps and compute per-step and per-category time.
 
 All logic is SQL (``queries/step_markers.sql``, ``step_assign.sql``, ``steps_build.sql``, ``gaps_build.sql``: the
-GPU idle gaps, classified; ``op_calls_build.sql``: the steps' CPU-op calls, for the speed-of-light views); this
-module only runs the files in order for one trace. The temporary tables live
+GPU idle gaps, classified; ``op_calls_build.sql``: the steps' CPU-op calls, for the speed-of-light views;
+``graph_kernels_build.sql``, ``step_idle_build.sql``: per-step sums the views read); this module only runs the
+files in order for one trace. The temporary tables live
 and die inside those files (``steps_build.sql`` drops them). Called by the loader inside the file's transaction,
 and by :func:`rebuild` (``k25trace steps``) after a classification change.
 """
@@ -29,12 +30,20 @@ def build_steps(con: duckdb.DuckDBPyConnection, trace_id: int, *, gap_ns: int = 
     run_query(con, "steps_build", {"trace_id": trace_id})
     run_query(con, "gaps_build", {"trace_id": trace_id})
     build_op_calls(con, trace_id)
+    build_step_summaries(con, trace_id)
 
 
 def build_op_calls(con: duckdb.DuckDBPyConnection, trace_id: int) -> None:
     """(Re)build one trace's ``op_calls`` from its steps, kernels, launches and CPU ops."""
     run_query(con, "sol_steps")  # the kernel_signature macro (temporary, idempotent)
     run_query(con, "op_calls_build", {"trace_id": trace_id})
+
+
+def build_step_summaries(con: duckdb.DuckDBPyConnection, trace_id: int) -> None:
+    """(Re)build one trace's per-step sums: ``graph_kernels`` (kernels replayed from a CUDA graph) and
+    ``step_idle`` (its gaps added up by cause)."""
+    run_query(con, "graph_kernels_build", {"trace_id": trace_id})
+    run_query(con, "step_idle_build", {"trace_id": trace_id})
 
 
 def trace_ids(con: duckdb.DuckDBPyConnection) -> list[int]:

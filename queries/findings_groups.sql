@@ -3,10 +3,10 @@
 -- (distinct step indexes) and rank-steps (one per rank per engine step), the ranks seen against the run's world
 -- size, how many rank-steps were inferred from idle gaps (no step markers) and how many ran eagerly (no
 -- cudaGraphLaunch/hipGraphLaunch in the step: steps.graph_launches = 0), the mean wall time, and the in-step launch
--- overhead and host-bound idle of the eager rank-steps and of the others (gpu_gaps, gaps_build.sql), per rank-step
+-- overhead and host-bound idle of the eager rank-steps and of the others (step_idle, gaps_build.sql), per rank-step
 -- of the whole group: the part of the idle that CUDA graphs would remove (launch overhead) is measured on the
 -- eager steps only. Empty steps are left out (selected_steps).
--- reads: selected_steps (macro), gpu_gaps, trace_runs, traces
+-- reads: selected_steps (macro), step_idle, trace_runs, traces
 -- params: $phase, $batch_size, $run_id
 -- optional: $batch_size, $run_id
 -- grain: one row per (run_id, batch_size)
@@ -21,10 +21,8 @@ with selected as (
 ),
 
 in_step as (
-    select trace_id, step_index, sum(launch_ns) as launch_ns, sum(host_ns) as host_ns
-    from gpu_gaps
-    where not between_steps
-    group by all
+    select trace_id, step_index, launch_ns, host_ns
+    from step_idle
 ),
 
 run_ranks as (  -- the ranks of each run that were loaded (any phase)

@@ -20,6 +20,14 @@ with steps_of_run as (
     group by all
 ),
 
+with_args as (
+    -- the GPU activities that carry collective args (a few in a million): the rest would add only NULLs below
+    select trace_id, event_id, collective_name, msg_in_nelems, msg_out_nelems, msg_dtype, group_size
+    from gpu_events
+    where collective_name is not null or msg_in_nelems is not null or msg_out_nelems is not null
+        or msg_dtype is not null or group_size is not null
+),
+
 calls as (
     select
         collectives.run_id, collectives.pair_step, collectives.category, collectives.ordinal,
@@ -33,7 +41,8 @@ calls as (
         min(gpu_events.group_size) as group_size
     from collectives
     join steps_of_run using (run_id, step_index)
-    join gpu_events on gpu_events.trace_id = collectives.trace_id and gpu_events.event_id = collectives.event_id
+    left join with_args as gpu_events
+        on gpu_events.trace_id = collectives.trace_id and gpu_events.event_id = collectives.event_id
     group by all
 ),
 

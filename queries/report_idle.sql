@@ -1,12 +1,13 @@
 -- name: report_idle
 -- Why the GPU is idle, per run and batch size (and capture level): per step, the GPU wall = busy + idle, the idle
--- split by cause (host-bound, after a host sync, launch overhead, device-bound, unknown: queries/gaps_build.sql),
--- and the time between steps (from the previous step's last GPU activity to this step's first), split into GPU
--- idle by the same causes and GPU work of no step. Per rank and batch size, span = wall + between exactly (when
--- steps do not overlap); span_pct_between says how much of the GPU span is between steps. Means over the steps
--- of all ranks of the run (of one rank with $rank, one trace with $trace_id; NULL: all); a step with no previous
--- step contributes no between-step time (the previous step is the trace's, whatever the filters).
--- reads: steps, selected_steps (macro), gpu_gaps, trace_runs
+-- split by cause (host-bound, after a host sync, launch overhead, device-bound, unknown: queries/gaps_build.sql;
+-- step_idle adds them up per step), and the time between steps (from the previous step's last GPU activity to this
+-- step's first), split into GPU idle by the same causes and GPU work of no step. Per rank and batch size, span =
+-- wall + between exactly (when steps do not overlap); span_pct_between says how much of the GPU span is between
+-- steps. Means over the steps of all ranks of the run (of one rank with $rank, one trace with $trace_id; NULL: all);
+-- a step with no previous step contributes no between-step time (the previous step is the trace's, whatever the
+-- filters).
+-- reads: steps, selected_steps (macro), step_idle, trace_runs
 -- params: $phase, $rank, $trace_id, $batch_size, $run_id
 -- optional: $batch_size, $run_id
 -- grain: one row per (run, batch_size)
@@ -23,19 +24,9 @@ with per_step as (
 ),
 
 gap_sums as (
-    select trace_id, step_index,
-        sum(host_ns) filter (where not between_steps) as host_ns,
-        sum(sync_ns) filter (where not between_steps) as sync_ns,
-        sum(launch_ns) filter (where not between_steps) as launch_ns,
-        sum(device_ns) filter (where not between_steps) as device_ns,
-        sum(unknown_ns) filter (where not between_steps) as unknown_ns,
-        sum(dur_ns) filter (where between_steps) as between_idle_ns,
-        sum(host_ns) filter (where between_steps) as between_host_ns,
-        sum(sync_ns) filter (where between_steps) as between_sync_ns,
-        sum(launch_ns) filter (where between_steps) as between_launch_ns,
-        sum(device_ns + unknown_ns) filter (where between_steps) as between_device_ns
-    from gpu_gaps
-    group by all
+    select trace_id, step_index, host_ns, sync_ns, launch_ns, device_ns, unknown_ns, between_idle_ns,
+        between_host_ns, between_sync_ns, between_launch_ns, between_device_ns + between_unknown_ns as between_device_ns
+    from step_idle
 ),
 
 selected as (

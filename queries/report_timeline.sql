@@ -5,7 +5,7 @@
 -- and this one: its idle split into host side (host + sync + launch) and device side (device + unknown);
 -- between_busy = GPU work between the two steps that belongs to neither), the
 -- launch overhead per gap (p50 / max µs), and a flag when one gap or one copy dominates the step.
--- reads: selected_steps (macro), gpu_gaps, gpu_events, trace_runs
+-- reads: selected_steps (macro), step_idle, gpu_gaps, gpu_events, trace_runs
 -- params: $phase, $rank, $trace_id, $batch_size, $run_id
 -- optional: $batch_size, $run_id
 -- grain: one row per non-empty step of the selected traces
@@ -23,22 +23,11 @@ chosen as (
 ),
 
 gap_sums as (
-    select trace_id, step_index,
-        sum(host_ns) filter (where not between_steps) as host_ns,
-        sum(sync_ns) filter (where not between_steps) as sync_ns,
-        sum(launch_ns) filter (where not between_steps) as launch_ns,
-        sum(device_ns) filter (where not between_steps) as device_ns,
-        sum(unknown_ns) filter (where not between_steps) as unknown_ns,
-        max(dur_ns) filter (where not between_steps) as longest_gap_ns,
-        quantile_cont(launch_ns, 0.5) filter (where not between_steps and cause in ('host', 'sync')) as launch_p50_ns,
-        max(launch_ns) filter (where not between_steps and cause in ('host', 'sync')) as launch_max_ns,
-        count(*) filter (where not between_steps) as gaps,
-        sum(dur_ns) filter (where between_steps) as between_idle_ns,
-        sum(host_ns + sync_ns + launch_ns) filter (where between_steps) as between_host_ns,
-        sum(device_ns + unknown_ns) filter (where between_steps) as between_device_ns
-    from gpu_gaps
+    select trace_id, step_index, host_ns, sync_ns, launch_ns, device_ns, unknown_ns, longest_gap_ns, launch_p50_ns,
+        launch_max_ns, gaps, between_idle_ns, between_host_ns + between_sync_ns + between_launch_ns as between_host_ns,
+        between_device_ns + between_unknown_ns as between_device_ns
+    from step_idle
     semi join chosen using (trace_id, step_index)
-    group by all
 ),
 
 longest_copy as (

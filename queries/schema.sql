@@ -1,6 +1,6 @@
 -- name: schema
 -- The public schema of a k25trace database (see README "Schema"). Idempotent: creates what is missing.
--- creates: meta, dtype_bytes (macro), traces, kernel_names, kernel_rules, kernel_classes, gpu_events, launches, annotations, cpu_ops, python_functions, captures, capture_levels, steps, step_categories, phase_steps (table macro), selected_steps (table macro), gpu_gaps, trace_runs, run_labels (view), rank_offsets, collectives, phase_collectives (table macro), comm_alignment, collective_causes, allreduce_bench, kernels (view), step_layers, step_layer_categories, op_calls
+-- creates: meta, dtype_bytes (macro), traces, kernel_names, kernel_rules, kernel_classes, gpu_events, launches, annotations, cpu_ops, python_functions, captures, capture_levels, steps, step_categories, phase_steps (table macro), selected_steps (table macro), gpu_gaps, trace_runs, run_labels (view), rank_offsets, collectives, phase_collectives (table macro), comm_alignment, collective_causes, allreduce_bench, kernels (view), step_layers, step_layer_categories, op_calls, graph_kernels, step_idle
 -- reads: none
 -- params: none
 -- grain: traces = one row per loaded trace file; gpu_events = one row per GPU activity; launches = one row per CUDA runtime/driver call; annotations = one row per user annotation; cpu_ops = one row per CPU operator
@@ -9,7 +9,7 @@ create table if not exists meta (
     value varchar
 );
 
-insert or ignore into meta by name select 'schema_version' as key, '7' as value;  -- k25trace.db.SCHEMA_VERSION
+insert or ignore into meta by name select 'schema_version' as key, '8' as value;  -- k25trace.db.SCHEMA_VERSION
 
 -- bytes per element of a collective's `dtype` arg (NCCL/torch spellings); NULL when unknown
 create or replace macro dtype_bytes(dtype) as
@@ -406,6 +406,30 @@ create table if not exists gpu_gaps (
     sync_end_ns bigint                -- the host sync that explains a 'sync' gap
 );
 
+-- Per step: its GPU idle gaps (gpu_gaps) added up by cause, in the step and before it (queries/step_idle_build.sql),
+-- so the idle views do not add up every gap at each read. A step without gaps has no row.
+create table if not exists step_idle (
+    trace_id integer not null,
+    step_index integer not null,      -- -> steps
+    gaps bigint not null,             -- in-step gaps
+    host_ns bigint not null,         -- Σ of the in-step gaps' columns of the same name
+    sync_ns bigint not null,
+    launch_ns bigint not null,
+    device_ns bigint not null,
+    unknown_ns bigint not null,
+    longest_gap_ns bigint,            -- the longest in-step gap (NULL: none)
+    launch_p50_ns double,             -- launch_ns of the in-step host and sync gaps: median (interpolated), max
+    launch_max_ns bigint,
+    between_gaps bigint not null,     -- the gaps between the previous step and this one
+    between_idle_ns bigint not null, -- Σ of their dur_ns, host_ns, …
+    between_host_ns bigint not null,
+    between_sync_ns bigint not null,
+    between_launch_ns bigint not null,
+    between_device_ns bigint not null,
+    between_unknown_ns bigint not null,
+    primary key (trace_id, step_index)
+);
+
 -- `k25trace bench allreduce` results (k25trace/floor.py writes them; report --by floor / comm-bw / sol read them):
 -- empty until a bench run is stored or imported.
 create table if not exists allreduce_bench (
@@ -495,4 +519,19 @@ create table if not exists op_calls (
     kernel_ns bigint not null,        -- the kernels' summed durations
     categories varchar[],             -- the kernels' categories (distinct, sorted)
     name_ids integer[]                -- the kernels' names (distinct, sorted; -> kernel_names)
+);
+
+-- Per trace: the kernels of its steps that were replayed from a CUDA/HIP graph (their launch is a cudaGraphLaunch),
+-- grouped per step and kernel configuration (queries/graph_kernels_build.sql; read by sol_graph_kernels.sql).
+-- Built with the steps, so the speed-of-light views and the findings do not join every kernel with its launch at
+-- each read.
+create table if not exists graph_kernels (
+    trace_id integer not null,
+    step_index integer not null,      -- -> steps
+    name_id integer not null,         -- -> kernel_names
+    grid_x integer, grid_y integer, grid_z integer,     -- as gpu_events (NULL when the trace records none)
+    block_x integer, block_y integer, block_z integer,
+    kernels bigint not null,          -- the step's replayed kernels of that name, grid and block
+    kernel_ns bigint not null,        -- their summed durations
+    category varchar                  -- their category (gpu_events.category)
 );

@@ -9,6 +9,7 @@ from __future__ import annotations
 import bisect
 import gzip
 import json
+import statistics
 from decimal import Decimal
 from pathlib import Path
 
@@ -98,11 +99,9 @@ def test_gaps_add_up_to_the_idle_and_the_span_exactly(con, path: Path) -> None:
     assert span == walls + between + unassigned
 
 
-@pytest.mark.parametrize("path", [EAGER, GRAPH], ids=["eager", "graph"])
-def test_every_gap_matches_an_independent_reading(con, path: Path) -> None:
-    """Idle gaps of the union of all GPU activity, their cause and their parts in ns, computed here from the raw
-    JSON: a gap after a host sync is sync up to the moment the sync returned (its CPU event's end), host-bound from
-    then to the launch call, launch overhead from the call to the GPU start."""
+def _expected_gaps(con, path: Path) -> dict[tuple[int, int], tuple]:
+    """Idle gaps of the union of all GPU activity from the first step's start to the last step's end, on the
+    absolute clock, each with (cause, host_ns, sync_ns, launch_ns), computed from the raw JSON alone."""
     raw = _raw(path)
     tid = _trace_id(con, path)
     first, last = con.execute(
@@ -135,6 +134,16 @@ def test_every_gap_matches_an_independent_reading(con, path: Path) -> None:
                         parts = ("sync" if sync >= host else "host", host, sync, g1 - cut)
                 expected[(g0 + base, g1 + base)] = parts
         prev_end = end if prev_end is None else max(prev_end, end)
+    return expected
+
+
+@pytest.mark.parametrize("path", [EAGER, GRAPH], ids=["eager", "graph"])
+def test_every_gap_matches_an_independent_reading(con, path: Path) -> None:
+    """Idle gaps of the union of all GPU activity, their cause and their parts in ns, computed here from the raw
+    JSON: a gap after a host sync is sync up to the moment the sync returned (its CPU event's end), host-bound from
+    then to the launch call, launch overhead from the call to the GPU start."""
+    tid = _trace_id(con, path)
+    expected = _expected_gaps(con, path)
     # k25trace's in-step gaps are per step's own activities; here the steps hold all the GPU work, so they are
     # the same gaps as the whole trace's
     got = {
@@ -147,6 +156,61 @@ def test_every_gap_matches_an_independent_reading(con, path: Path) -> None:
     # the sync-split gaps exist on these traces (the host sync returned inside the gap, then the host was late)
     split = [p for p in expected.values() if p[1] > 0 and p[2] > 0]
     assert split and any(p[0] == "host" for p in split)
+
+
+@pytest.mark.parametrize("path", [EAGER, GRAPH], ids=["eager", "graph"])
+def test_step_idle_adds_up_the_independent_gaps_per_step(con, path: Path) -> None:
+    """step_idle (built at load) per step = the raw JSON's gaps (read here) added up by cause: a gap inside a step's
+    GPU window is the step's; one between two windows is counted before the step that follows."""
+    tid = _trace_id(con, path)
+    windows = con.execute(
+        "select step_index, gpu_start_ns, gpu_end_ns from steps where trace_id = ? and gpu_start_ns is not null "
+        "order by gpu_start_ns",
+        [tid],
+    ).fetchall()
+    starts = [w[1] for w in windows]
+    want: dict[int, dict] = {}
+    for (g0, g1), (cause, host, sync, launch) in _expected_gaps(con, path).items():
+        k = bisect.bisect_right(starts, g0) - 1
+        inside = k >= 0 and g1 <= windows[k][2]
+        step = windows[k][0] if inside else windows[bisect.bisect_left(starts, g1)][0]
+        row = want.setdefault(step, {"in": [], "between": []})
+        parts = {
+            "dur": g1 - g0,
+            "host": host,
+            "sync": sync,
+            "launch": launch,
+            "device": g1 - g0 if cause == "device" else 0,
+            "unknown": g1 - g0 if cause == "unknown" else 0,
+            "cause": cause,
+        }
+        row["in" if inside else "between"].append(parts)
+    expected = {}
+    for step, row in want.items():
+        gaps, between = row["in"], row["between"]
+        launches = [g["launch"] for g in gaps if g["cause"] in ("host", "sync")]
+        expected[step] = (
+            len(gaps),
+            *(sum(g[k] for g in gaps) for k in ("host", "sync", "launch", "device", "unknown")),
+            max((g["dur"] for g in gaps), default=None),
+            statistics.median(launches) if launches else None,
+            max(launches, default=None),
+            len(between),
+            *(sum(g[k] for g in between) for k in ("dur", "host", "sync", "launch", "device", "unknown")),
+        )
+    got = {
+        r[0]: tuple(r[1:])
+        for r in con.execute(
+            """
+            select step_index, gaps, host_ns, sync_ns, launch_ns, device_ns, unknown_ns, longest_gap_ns,
+                launch_p50_ns, launch_max_ns, between_gaps, between_idle_ns, between_host_ns, between_sync_ns,
+                between_launch_ns, between_device_ns, between_unknown_ns
+            from step_idle where trace_id = ?""",
+            [tid],
+        ).fetchall()
+    }
+    assert len(got) > 10 and any(v[10] for v in got.values()) and any(v[1] for v in got.values())
+    assert got == expected
 
 
 BLOCKING = SYNCS + (

@@ -519,8 +519,50 @@ def test_graph_kernels_carry_shapes_only_where_unambiguous(gaps) -> None:
     assert (graph["us_per_call"] * graph["calls"]).sum() * 1e3 == pytest.approx(total, rel=1e-5)
 
 
+def _raw_graph_kernels(path: Path) -> dict[tuple, list[int]]:
+    """From the raw JSON alone: per (kernel name, grid, block) the kernels whose launch (by correlation id) is a
+    cudaGraphLaunch / hipGraphLaunch, and their summed durations in ns."""
+    events = _raw(path)["traceEvents"]
+    launch = {
+        e["args"]["correlation"]: e["name"]
+        for e in events
+        if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})
+    }
+    out: dict[tuple, list[int]] = {}
+    for e in events:
+        if e.get("cat") != "kernel" or "graphlaunch" not in launch.get(e["args"].get("correlation"), "").lower():
+            continue
+        a = e["args"]
+        key = (e["name"], *(a.get("grid") or [None] * 3), *(a.get("block") or [None] * 3))
+        entry = out.setdefault(key, [0, 0])
+        entry[0] += 1
+        entry[1] += round(e["dur"] * 1000)
+    return out
+
+
+@pytest.mark.parametrize("which", ["h200-graph", "mi300x-fullgraph"])
+def test_graph_kernels_hold_every_graph_replayed_kernel_of_the_raw_json(gaps, vllm, which: str) -> None:
+    """graph_kernels (built at load) per kernel name, grid and block = the raw JSON's kernels launched by a
+    cudaGraphLaunch / hipGraphLaunch, counted and summed here (every one of them lies in a step on these traces)."""
+    con, path = (gaps, GAPS_GRAPH) if which == "h200-graph" else (vllm, MI300X_FULL)
+    want = _raw_graph_kernels(path)
+    assert sum(n for n, _ in want.values()) > 100
+    file = (sorted(path.glob("*.json.gz"))[0] if path.is_dir() else path).resolve()
+    rows = con.execute(
+        """
+        select kernel_names.name, grid_x, grid_y, grid_z, block_x, block_y, block_z,
+            sum(kernels)::bigint, sum(kernel_ns)::bigint
+        from graph_kernels join kernel_names using (name_id) join traces using (trace_id)
+        where traces.path = ?
+        group by all""",
+        [str(file)],
+    ).fetchall()
+    assert {r[:7]: [r[7], r[8]] for r in rows} == want
+
+
 def test_graph_rows_sum_the_per_step_rows(gaps) -> None:
-    """The one-pass sum the roofline uses equals the per-step carried rows summed here, group by group."""
+    """The one-pass sum the roofline uses equals the per-step carried rows summed here, group by group: fed the
+    per-step rows (sol_graph_kernels) and fed the groups of alike steps (sol_graph_step_groups, what it reads)."""
     from k25trace.analysis import roofline as rl
     from k25trace.db import query_frame, run_query
 
@@ -538,11 +580,14 @@ def test_graph_rows_sum_the_per_step_rows(gaps) -> None:
         have[0] += r.calls
         have[1] += r.kernels
         have[2] += r.kernel_ns
-    got = rl.graph_rows(graph, eager, {})
-    assert len(got) == len(want)
-    for r in got:
-        key = (r.run_id, r.phase, r.batch_size, r.op, r.input_dims, r.kernel_set, r.kernel_names, r.reason)
-        assert [r.calls, r.kernels, r.kernel_ns, r.categories, r.note] == want[key], key
+    groups = query_frame(gaps, "sol_graph_step_groups", params)
+    assert groups["steps"].sum() == graph.height and groups.height < graph.height / 2  # alike steps taken together
+    for frame in (graph, groups):
+        got = rl.graph_rows(frame, eager, {})
+        assert len(got) == len(want)
+        for r in got:
+            key = (r.run_id, r.phase, r.batch_size, r.op, r.input_dims, r.kernel_set, r.kernel_names, r.reason)
+            assert [r.calls, r.kernels, r.kernel_ns, r.categories, r.note] == want[key], key
 
 
 def test_graph_kernels_without_grid_or_block_stay_one_row_per_kernel_name(vllm) -> None:

@@ -9,6 +9,9 @@ by re-running the schema, every stored row kept as it was, and its macros then t
 Schema version 7 (op_calls): the upgrade from 4 builds it with the rest; from 5, every stored row is kept and
 op_calls is built, row for row what a fresh load gives.
 
+Schema version 8 (graph_kernels, step_idle): likewise; from 7 (95048a7, the last revision of version 7, with a
+CUDA-graph trace loaded beside the pair), every stored row is kept and only those two are built.
+
 The version-4 and version-5 databases are made by those revisions' own code (``git archive fcdb562`` / ``0e8cc2b``,
 run in a subprocess with PYTHONPATH pointing at it), from the real eager TP2 pair of two H200s."""
 
@@ -32,6 +35,7 @@ from k25trace.errors import K25Error
 
 REPO = Path(__file__).resolve().parents[1]
 EAGER = REPO / "tests" / "data" / "h200x2-decode-loop" / "eager"
+GRAPH = REPO / "tests" / "data" / "h200-gaps" / "graph"
 OLD = "fcdb562"
 USER_RULES = "category,kind,name_pattern,collective_pattern,note\nmy_gemm,kernel,nvjet,,the cuBLAS GEMMs\n"
 
@@ -49,6 +53,7 @@ TABLES = [
     "step_layers",
     "step_layer_categories",
     "op_calls",
+    "step_idle",
 ]
 
 
@@ -56,19 +61,24 @@ def digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-@pytest.fixture(scope="module")
-def old_code(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The previous revision's source tree (git archive: no worktree, nothing changed in the repository)."""
+def _old_revision(tmp_path_factory: pytest.TempPathFactory, rev: str) -> Path:
+    """A previous revision's source tree (git archive: no worktree, nothing changed in the repository)."""
     if shutil.which("git") is None:
-        pytest.fail("git is needed to check out the previous revision")
-    base = tmp_path_factory.mktemp("rev-" + OLD)
+        pytest.fail("git is needed to check out a previous revision")
+    base = tmp_path_factory.mktemp("rev-" + rev)
     archive = base / "src.tar"
     with archive.open("wb") as fh:
-        subprocess.run(["git", "-C", str(REPO), "archive", OLD], stdout=fh, check=True, timeout=60)
+        subprocess.run(["git", "-C", str(REPO), "archive", rev], stdout=fh, check=True, timeout=60)
     src = base / "src"
     with tarfile.open(archive) as tar:
         tar.extractall(src, filter="tar")
     return src
+
+
+@pytest.fixture(scope="module")
+def old_code(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The previous revision's source tree (git archive: no worktree, nothing changed in the repository)."""
+    return _old_revision(tmp_path_factory, OLD)
 
 
 def old_k25(old_code: Path, script: str, schema: int = 4) -> None:
@@ -141,12 +151,12 @@ def report_comm(path: Path) -> str:
 
 def test_the_old_database_is_version_4_without_the_new_tables(databases: dict[str, Path]) -> None:
     v4 = databases["v4"]
-    assert version(v4) == "4" and db.SCHEMA_VERSION == 7 and version(databases["fresh"]) == "7"
+    assert version(v4) == "4" and db.SCHEMA_VERSION == 8 and version(databases["fresh"]) == "8"
     con = duckdb.connect(str(v4), read_only=True)
     tables = {name for (name,) in con.execute("select table_name from duckdb_tables()").fetchall()}
     columns = {(t, c) for t, c in con.execute("select table_name, column_name from duckdb_columns()").fetchall()}
     con.close()
-    assert not {"collective_causes", "step_layers", "step_layer_categories", "op_calls"} & tables
+    assert not {"collective_causes", "step_layers", "step_layer_categories", "op_calls", "step_idle"} & tables
     assert ("steps", "far_activities") not in columns and ("trace_runs", "session_label") not in columns
     assert {"traces", "gpu_events", "steps", "trace_runs", "collectives"} <= tables
 
@@ -159,7 +169,7 @@ def test_a_read_only_open_of_a_version_4_database_says_how_to_upgrade_and_change
     before = digest(path)
     with pytest.raises(
         K25Error,
-        match=r"schema version 4 is older than this k25trace's \(7\): run `k25trace steps "
+        match=r"schema version 4 is older than this k25trace's \(8\): run `k25trace steps "
         r"--db .*v4.duckdb` once to upgrade it",
     ):
         pipeline.connect(path, read_only=True)
@@ -187,8 +197,8 @@ def test_the_upgrade_gives_what_a_fresh_load_gives(databases: dict[str, Path], t
     fresh = databases["fresh" + kind]
     result = CliRunner().invoke(cli, ["steps", "--db", str(path)])  # the command the error names
     assert result.exit_code == 0, result.output
-    assert "upgrading the database from schema version 4 to 7" in result.stderr
-    assert version(path) == "7"
+    assert "upgrading the database from schema version 4 to 8" in result.stderr
+    assert version(path) == "8"
     assert report_comm(path) == report_comm(fresh)
     for table in TABLES:
         got, want = rows(path, table), rows(fresh, table)
@@ -226,14 +236,8 @@ OLD5 = "0e8cc2b"  # the last revision of schema version 5
 @pytest.fixture(scope="module")
 def v5_database(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The eager pair loaded by the version-5 revision's own code."""
-    base = tmp_path_factory.mktemp("rev-" + OLD5)
-    archive = base / "src.tar"
-    with archive.open("wb") as fh:
-        subprocess.run(["git", "-C", str(REPO), "archive", OLD5], stdout=fh, check=True, timeout=60)
-    src = base / "src"
-    with tarfile.open(archive) as tar:
-        tar.extractall(src, filter="tar")
-    path = base / "v5.duckdb"
+    src = _old_revision(tmp_path_factory, OLD5)
+    path = src.parent / "v5.duckdb"
     old_k25(
         src,
         f"""
@@ -265,18 +269,72 @@ def test_the_upgrade_from_version_5_keeps_every_stored_row(
     shutil.copy(v5_database, path)
     assert version(path) == "5"
     before = every_table(path)
-    with pytest.raises(K25Error, match=r"schema version 5 is older than this k25trace's \(7\)"):
+    with pytest.raises(K25Error, match=r"schema version 5 is older than this k25trace's \(8\)"):
         pipeline.connect(path, read_only=True)
     result = CliRunner().invoke(cli, ["report", "--db", str(path), "--format", "csv"])
     assert result.exit_code == 1 and "k25trace steps --db" in result.stderr
     pipeline.connect(path).close()  # the first write connection upgrades
-    assert version(path) == "7"
+    assert version(path) == "8"
     after = every_table(path)
-    assert sorted(after) == sorted([*before, "op_calls"]) and all(before[t] == after[t] for t in before), [
+    new = ["op_calls", "graph_kernels", "step_idle"]
+    assert sorted(after) == sorted([*before, *new]) and all(before[t] == after[t] for t in before), [
         t for t in before if before[t] != after[t]
     ]
-    assert after["op_calls"] and after["op_calls"] == rows(databases["fresh"], "op_calls")
+    for table in new:
+        assert after[table] == rows(databases["fresh"], table), table
+    assert after["op_calls"] and after["step_idle"]
     assert sum(map(len, before.values())) > 1000  # the tables compared hold the pair's events
     result = CliRunner().invoke(cli, ["report", "--db", str(path), "--by", "comm", "--batch", "8", "--format", "csv"])
     assert result.exit_code == 0, result.output
     assert {line.split(",")[2] for line in result.stdout.splitlines()[1:]} == {"8"}
+
+
+OLD7 = "95048a7"  # the last revision of schema version 7
+
+
+@pytest.fixture(scope="module")
+def v7_and_fresh(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The eager pair and a CUDA-graph trace, loaded by the version-7 revision's own code and by this one."""
+    src = _old_revision(tmp_path_factory, OLD7)
+    base = tmp_path_factory.mktemp("v7")
+    old, fresh = base / "v7.duckdb", base / "fresh.duckdb"
+    script = f"""
+from pathlib import Path
+from k25trace import pipeline
+con = pipeline.connect({str(old)!r})
+results, _ = pipeline.load_paths(con, [Path({str(EAGER)!r}), Path({str(GRAPH)!r})])
+assert [r.status for r in results] == ['loaded'] * 3, results
+con.close()
+"""
+    old_k25(src, script, schema=7)
+    con = pipeline.connect(fresh)
+    results, _ = pipeline.load_paths(con, [EAGER, GRAPH])
+    assert [r.status for r in results] == ["loaded"] * 3
+    con.close()
+    return old, fresh
+
+
+def test_the_upgrade_from_version_7_keeps_every_stored_row_and_builds_the_step_sums(
+    v7_and_fresh: tuple[Path, Path], tmp_path: Path
+) -> None:
+    old, fresh = v7_and_fresh
+    path = tmp_path / "v7.duckdb"
+    shutil.copy(old, path)
+    assert version(path) == "7"
+    before = every_table(path)
+    pipeline.connect(path).close()  # the first write connection upgrades
+    assert version(path) == "8"
+    after = every_table(path)
+    new = ["graph_kernels", "step_idle"]
+    assert sorted(after) == sorted([*before, *new]) and all(before[t] == after[t] for t in before), [
+        t for t in before if before[t] != after[t]
+    ]
+    for table in new:
+        assert after[table] and after[table] == rows(fresh, table), table
+    # the views that read them give what a fresh load gives
+    for view in ("idle", "timeline", "roofline", "findings"):
+        argv = ["report", "--by", view, "--phase", "all", "--format", "csv"]
+        got = CliRunner().invoke(cli, [*argv, "--db", str(path)])
+        want = CliRunner().invoke(cli, [*argv, "--db", str(fresh)])
+        assert got.exit_code == want.exit_code == 0, got.output
+        assert got.stdout.replace(str(path), "DB") == want.stdout.replace(str(fresh), "DB"), view

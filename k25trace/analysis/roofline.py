@@ -163,8 +163,9 @@ def carry_graph_kernels(graph: pl.DataFrame, eager: pl.DataFrame) -> list[_Row]:
 
 def graph_rows(graph: pl.DataFrame, eager: pl.DataFrame, steps: dict[tuple, int]) -> list[_Row]:
     """:func:`carry_graph_kernels`' rows summed per (run, phase, batch, op, dims, kernel set / signature, kernel
-    names, reason), in one pass: no row per graph step is made (64 ranks have ~100,000). A sum takes its other
-    fields from the first row of its group; ``steps``: steps per (run, phase, batch)."""
+    names, reason), in one pass: no row per graph step is made (64 ranks have ~8,000 graph steps). ``graph`` is
+    per step or per group of alike steps (queries/sol_graph_step_groups.sql). A sum takes its other fields from
+    the first row of its group; ``steps``: steps per (run, phase, batch)."""
     merged: dict[tuple, _Row] = {}
 
     def emit(first: dict[str, Any], part: _GraphPart) -> None:
@@ -202,25 +203,33 @@ def _walk_graph_steps(
 ) -> None:
     """Call ``emit(first, part)`` for each row :func:`carry_graph_kernels` makes, in its order (``first``: the
     step's context, :data:`_STEP_COLUMNS`). A step's decisions depend only on its context and its signatures'
-    counts, so they are worked out once per distinct (context, counts)."""
+    counts, so they are worked out once per distinct (context, counts). ``graph`` holds one step per
+    (trace_id, step_index) (queries/sol_graph_kernels.sql), or with a ``steps`` column, groups of that many steps
+    whose signatures ran the same number of times each (queries/sol_graph_step_groups.sql): one group's rows are
+    its steps' rows summed, and its calls are one step's times ``steps``."""
     owners, shapes = _eager_owners(eager)
     if graph.is_empty():
         return
     steps = zip(*(graph.get_column(c).to_list() for c in _STEP_COLUMNS), strict=True)
     kernels = zip(*(graph.get_column(c).to_list() for c in _KERNEL_COLUMNS), strict=True)
+    sizes = graph.get_column("steps").to_list() if "steps" in graph.columns else [1] * graph.height
     groups: dict[tuple, list[tuple]] = {}
-    for step, kernel in zip(steps, kernels, strict=True):
+    group_steps: dict[tuple, int] = {}
+    for step, kernel, size in zip(steps, kernels, sizes, strict=True):
         groups.setdefault(step, []).append(kernel)
+        group_steps[step] = size
     plans: dict[tuple, tuple[list[tuple[str, str | None, str, int, list[str]]], set[str]]] = {}
     reasons: dict[tuple, str] = {}
     for step, group in groups.items():
         first = dict(zip(_STEP_COLUMNS, step, strict=True))
+        size = group_steps[step]
         ctx_key = (first["device_name"], first["world_size"], first["phase"], first["batch_size"])
         by_sig = {g[_SIG]: g for g in group if g[_SIG] is not None}
-        plan_key = (ctx_key, tuple((sig, g[_KERNELS]) for sig, g in by_sig.items()))
+        counts = {sig: g[_KERNELS] // size for sig, g in by_sig.items()}  # one step's
+        plan_key = (ctx_key, tuple(counts.items()))
         plan = plans.get(plan_key)
         if plan is None:
-            plan = plans[plan_key] = _carry_plan(ctx_key, {sig: g[_KERNELS] for sig, g in by_sig.items()}, owners)
+            plan = plans[plan_key] = _carry_plan(ctx_key, counts, owners)
         carried, used = plan
         for op, dims, kernel_set, calls, need in carried:
             info = shapes[ctx_key + (op, dims, kernel_set)]
@@ -232,7 +241,7 @@ def _walk_graph_steps(
                     kernel_set,
                     tuple(sorted(info["names"])),
                     "",
-                    calls,
+                    calls * size,
                     sum(by_sig[s][_KERNELS] for s in need),
                     sum(by_sig[s][_NS] for s in need),
                     sorted(info["categories"]),
@@ -454,7 +463,7 @@ def roofline(
     params = {"phase": phase, "rank": rank, "trace_id": trace_id}
     run_query(con, "sol_steps")  # the macros the sol_* queries below share (temporary, idempotent)
     eager = query_frame(con, "sol_op_calls", params)
-    graph = query_frame(con, "sol_graph_kernels", params)
+    graph = query_frame(con, "sol_graph_step_groups", params)  # the graph steps, alike ones taken together
     rows = eager_rows(eager)
     if not graph.is_empty():
         source = (
