@@ -19,6 +19,7 @@ import textwrap
 import time
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import pytest
@@ -649,37 +650,82 @@ def test_a_file_name_that_is_not_utf8_loads(tmp_path: Path) -> None:
 # ------------------------------------------------------------------------------------------ 7: a file still growing
 
 
+TINY_TRACE = (
+    b'{"traceEvents": [{"ph":"X","cat":"kernel","name":"k","pid":0,"tid":7,"ts":1,"dur":2,"args":{"correlation":1}}]}'
+)
+
+
+def _hash_spy(monkeypatch: pytest.MonkeyPatch, then: Any = None) -> list[Path]:
+    """The files the loader hashes before reading them (``then(path)`` runs after each hash)."""
+    real = ingest.loader._sha256
+    hashed: list[Path] = []
+
+    def spy(p: Path) -> str:
+        hashed.append(p)
+        digest = real(p)
+        if then is not None:
+            then(p)
+        return digest
+
+    monkeypatch.setattr(ingest.loader, "_sha256", spy)
+    return hashed
+
+
 def test_the_stored_hash_is_of_the_bytes_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The profiler is still writing when the load starts: the hash is taken of the first part, then the writer
     finishes before the read. Stored must be the hash of what was read, so loading the finished file again is a
-    no-op, not a second copy of the same trace."""
+    no-op, not a second copy of the same trace. (A file is hashed before its read when a stored trace has its size:
+    a trace of the first part's size is loaded first.)"""
     import hashlib
 
     whole = (DATA / "no-distributed-info.json").read_bytes()
+    half = len(whole) // 2
     path = tmp_path / "growing.pt.trace.json"
-    path.write_bytes(whole[: len(whole) // 2])
-    real = ingest.loader._sha256
+    path.write_bytes(whole[:half])
+    same_size = tmp_path / "other.pt.trace.json"  # another trace, of the first part's size (spaces after the JSON)
+    same_size.write_bytes(TINY_TRACE.ljust(half, b" "))
 
-    def hash_then_writer_finishes(p: Path) -> str:
-        digest = real(p)
+    def writer_finishes(p: Path) -> None:
         if p == path and len(path.read_bytes()) < len(whole):
             with open(path, "ab") as fh:
-                fh.write(whole[len(whole) // 2 :])
-        return digest
+                fh.write(whole[half:])
 
-    monkeypatch.setattr(ingest.loader, "_sha256", hash_then_writer_finishes)
+    hashed = _hash_spy(monkeypatch, writer_finishes)
     con = _connect(tmp_path)
+    (other,), _ = pipeline.load_paths(con, [same_size])
+    assert other.status == "loaded", other.message
     loader = ingest.Loader(con)
-    first = loader.load(ingest.TraceFile(path))  # hash (of the first half), then read (the whole file)
+    first = loader.load(ingest.TraceFile(path))  # hash (of the first part), then read (the whole file)
     loader.close()
+    assert hashed == [path]
     assert first.status == "loaded", first.message
     assert any("changed while it was read" in w for w in first.warnings)
-    assert con.execute("select sha256, file_size from traces").fetchall() == [
+    assert con.execute("select sha256, file_size from traces where trace_id = ?", [first.trace_id]).fetchall() == [
         (hashlib.sha256(whole).hexdigest(), len(whole))
     ]
     (again,), _ = pipeline.load_paths(con, [path])
     assert again.status == "skipped", again.message
-    assert con.execute("select count(*) from traces").fetchall() == [(1,)]
+    assert con.execute("select count(*) from traces").fetchall() == [(2,)]
+
+
+def test_a_file_no_stored_trace_has_the_size_of_is_read_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file can be loaded already only if a stored trace has its size; any other file is not hashed before its
+    read: its sha256 is taken of the bytes the read decodes. Its copy, loaded next, is hashed first and skipped."""
+    import hashlib
+
+    src = (DATA / "no-distributed-info.json").read_bytes()
+    path, copy = tmp_path / "a.pt.trace.json", tmp_path / "b.pt.trace.json"
+    path.write_bytes(src)
+    copy.write_bytes(src)
+    hashed = _hash_spy(monkeypatch)
+    con = _connect(tmp_path)
+    results, _ = pipeline.load_paths(con, [path, copy])
+    assert [r.status for r in results] == ["loaded", "skipped"], [r.message for r in results]
+    assert hashed == [copy]  # the first file: never hashed apart from its read
+    assert results[1].message.endswith(f"already loaded as trace {results[0].trace_id} ({path.resolve()})")
+    assert con.execute("select sha256, file_size from traces").fetchall() == [
+        (hashlib.sha256(src).hexdigest(), len(src))
+    ]
 
 
 def test_a_file_read_while_half_written_is_not_stored(tmp_path: Path) -> None:

@@ -90,9 +90,14 @@ class Loader:
             self._hashes[key] = _sha256(path)
         return self._hashes[key]
 
+    def _size_known(self, path: Path) -> bool:
+        """Whether a stored trace has this file's size: only such a file can be loaded already, and is hashed before
+        it is read (any other's sha256 comes from its read, :meth:`_stream`)."""
+        return bool(run_query(self.con, "ingest_size_known", {"file_size": path.stat().st_size}).fetchall()[0][0])
+
     def already_loaded(self, path: Path) -> bool:
         try:
-            return self._known(self._hash(path)) is not None
+            return self._size_known(path) and self._known(self._hash(path)) is not None
         except (OSError, duckdb.Error):
             return False
 
@@ -101,15 +106,20 @@ class Loader:
         shown = _shown(path)
         started = _dt.datetime.now()
         result = FileResult(shown, "failed")
+        sha: str | None = None  # hashed first only when the file may be loaded already (its size is stored)
         try:
             with open(path, "rb"):
                 pass
-            sha = self._hash(path)
+            if self._size_known(path):
+                sha = self._hash(path)
         except OSError as exc:
             result.message = f"{shown}: cannot read: {exc.strerror}"
             return result
+        except duckdb.Error as exc:
+            result.message = f"{shown}: {db_problem(exc)}"
+            return result
         try:
-            row = self._known(sha)
+            row = self._known(sha) if sha is not None else None
         except duckdb.Error as exc:
             result.message = f"{shown}: {db_problem(exc)}"
             return result
@@ -131,18 +141,19 @@ class Loader:
             meta, counts, cols, read_sha, read_bytes = self._stream(path, names)
             if self.workers_until is not None and path == self.workers_until:
                 self.close()
-            if read_sha != sha:  # the file changed between the hash and the read (still being written?)
+            changed = sha is not None and read_sha != sha  # between the hash and the read (still being written?)
+            if read_sha != sha:  # not hashed first, or changed: is what was read loaded already?
                 row = self._known(read_sha)
                 if row:
                     con.execute("rollback")
                     result.status = "skipped"
                     result.trace_id = row[0]
-                    result.message = (
-                        f"{shown}: already loaded as trace {row[0]} ({row[1]}) (it changed while it was read)"
+                    result.message = f"{shown}: already loaded as trace {row[0]} ({row[1]})" + (
+                        " (it changed while it was read)" if changed else ""
                     )
                     return result
             trace_id, warnings = self._commit_file(tf, path, read_sha, read_bytes, meta, counts, cols, names.new)
-            if read_sha != sha:
+            if changed:
                 warnings.append(
                     f"{shown}: the file changed while it was read (still being written?); stored what was "
                     f"read ({read_bytes:,} bytes, sha256 {read_sha[:12]}…)"
