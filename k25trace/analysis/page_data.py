@@ -4,7 +4,9 @@ the few figures derived from them (bars per run and batch size, a run's main bat
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -202,7 +204,21 @@ def step_timeline(
     start = int(cast(int, lanes_frame["aligned_start_ns"].min()))
     end = int(cast(int, lanes_frame["aligned_end_ns"].max()))
     timeline.start_ns, timeline.end_ns = start, end
-    for row in lanes_frame.iter_rows(named=True):
+    rows = list(lanes_frame.iter_rows(named=True))
+    strips = _lane_strips(
+        con,
+        [
+            {
+                "trace_id": row["trace_id"],
+                "step_index": rep["step_index"],
+                "start_ns": start + row["offset_ns"],
+                "end_ns": end + row["offset_ns"],
+                "buckets": buckets,
+            }
+            for row in rows
+        ],
+    )
+    for row, slices in zip(rows, strips, strict=True):
         lane = Lane(
             rank=row["rank"],
             trace_id=row["trace_id"],
@@ -217,17 +233,6 @@ def step_timeline(
             caused_wait_ns=row["caused_wait_ns"],
             marker=row["marker"],
         )
-        slices = query_frame(
-            con,
-            "browse_step_timeline",
-            {
-                "trace_id": lane.trace_id,
-                "step_index": rep["step_index"],
-                "start_ns": start + lane.offset_ns,
-                "end_ns": end + lane.offset_ns,
-                "buckets": buckets,
-            },
-        )["category"].to_list()
         for i in range(len(slices)):  # slices wholly outside this rank's own step are not drawn
             s0, s1 = start + (end - start) * i // buckets, start + (end - start) * (i + 1) // buckets
             if s1 <= lane.start_ns or s0 >= lane.end_ns:
@@ -235,6 +240,34 @@ def step_timeline(
         lane.segments = run_lengths(slices)
         timeline.lanes.append(lane)
     return timeline
+
+
+LANE_THREADS = 4
+"""The lanes' strips are read this many at a time, each thread through a cursor of its own (64 ranks: 64 lanes
+a step)."""
+
+
+def _lane_strips(con: duckdb.DuckDBPyConnection, lanes: list[dict[str, Any]]) -> list[list[str | None]]:
+    """Each lane's strip (``browse_step_timeline`` with that lane's parameters), in the order of ``lanes``."""
+
+    def strips(cursor: duckdb.DuckDBPyConnection, part: list[dict[str, Any]]) -> list[list[str | None]]:
+        return [query_frame(cursor, "browse_step_timeline", params)["category"].to_list() for params in part]
+
+    threads = min(LANE_THREADS, os.cpu_count() or 1, len(lanes))
+    if threads <= 1:
+        return strips(con, lanes)
+    parts = [lanes[i::threads] for i in range(threads)]  # one thread, one cursor, one part
+    cursors = [con.cursor() for _ in parts]
+    try:
+        with ThreadPoolExecutor(threads) as pool:
+            done = list(pool.map(strips, cursors, parts))
+    finally:
+        for cursor in cursors:
+            cursor.close()
+    out: list[list[str | None]] = [[] for _ in lanes]
+    for i, part in enumerate(done):
+        out[i::threads] = part
+    return out
 
 
 def run_lengths(values: list[str | None]) -> list[tuple[int, int, str]]:
