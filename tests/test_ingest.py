@@ -446,19 +446,33 @@ def test_several_big_files_leave_a_cpu_to_the_store(monkeypatch: pytest.MonkeyPa
 
 
 @pytest.mark.parametrize(
-    "many,warm,workers",
-    [(False, False, 2), (False, True, 2), (True, False, 2), (True, False, 1)],
-    ids=["one-file-shared", "one-file-warm-start", "many-files-prefetched", "many-files-one-worker"],
+    "many,warm,workers,bad_first",
+    [
+        (False, False, 2, False),
+        (False, True, 2, False),
+        (True, False, 2, False),
+        (True, False, 1, False),
+        (True, False, 1, True),
+    ],
+    ids=[
+        "one-file-shared",
+        "one-file-warm-start",
+        "many-files-prefetched",
+        "many-files-one-worker",
+        "many-files-the-first-bad",
+    ],
 )
 def test_worker_processes_give_the_same_rows_and_isolate_bad_files(
-    tmp_path: Path, many: bool, warm: bool, workers: int, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, many: bool, warm: bool, workers: int, bad_first: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The multi-process decode path (used for big files) stores exactly what the in-process path stores. One
     file: through the ring from the first block, or (warm start) with its first blocks decoded in this process
     while the workers start: here the workers count as started after the parent has decoded 3 blocks of 1 MiB
-    (the rest go through the ring). Many files: each worker may have only 2 messages unread, so the workers streaming
-    ahead wait for the parent (a bounded queue) many times, across the bad file's failure; two workers, or one (a
-    2-CPU machine leaves the other CPU to the store: one worker streams every file)."""
+    (the rest go through the ring). Many files: the first through the ring, the others streamed ahead from the
+    moment it is read (also when it fails, and then the others are still loaded); each worker may have only 2
+    messages unread, so the workers streaming ahead wait for the parent (a bounded queue) many times, across the
+    bad file's failure; two workers, or one (a 2-CPU machine leaves the other CPU to the store: one worker streams
+    every file)."""
     from k25trace.ingest import loader as loader_module
     from k25trace.ingest import workers as workers_module
 
@@ -488,7 +502,7 @@ def test_worker_processes_give_the_same_rows_and_isolate_bad_files(
         monkeypatch.setattr(workers_module._Workers, "feed", counting_feed)
     bad = tmp_path / "bad.json.gz"
     bad.write_bytes(B200.read_bytes()[:300_000])
-    files = [B200, bad, HTA_NCCL] if many else [B200]
+    files = ([bad, B200, HTA_NCCL] if bad_first else [B200, bad, HTA_NCCL]) if many else [B200]
     serial = db.connect(tmp_path / "serial.duckdb")
     pipeline.load_paths(serial, files, ingest.LoadOptions(workers=1))
     parallel = db.connect(tmp_path / "parallel.duckdb")
@@ -500,13 +514,33 @@ def test_worker_processes_give_the_same_rows_and_isolate_bad_files(
             started.append(count)
             super().__init__(count)
 
+    fed: list[Path] = []
+    planned: list[str] = []
+    feed, prefetch = real_workers.feed, real_workers.prefetch
+
+    def recording_feed(self: Any, path: Path, *args: Any) -> Any:
+        fed.append(path)
+        return feed(self, path, *args)
+
+    def recording_prefetch(self: Any, paths: list[Path], *args: Any) -> None:
+        planned.extend(map(str, paths))
+        prefetch(self, paths, *args)
+
+    if many:
+        monkeypatch.setattr(real_workers, "feed", recording_feed)
+        monkeypatch.setattr(real_workers, "prefetch", recording_prefetch)
     monkeypatch.setattr(workers_module, "_Workers", Counted)
     monkeypatch.setattr(loader_module, "_Workers", Counted)
     results, _ = pipeline.load_paths(parallel, files, ingest.LoadOptions(workers=2, parallel_min_bytes=1))
     assert started == [workers if many else 2]
     if many:
-        assert [r.status for r in results] == ["loaded", "failed", "loaded"]
-        assert "truncated gzip" in results[1].message and str(bad) in results[1].message
+        where = 0 if bad_first else 1
+        assert [r.status for r in results] == ["failed" if i == where else "loaded" for i in range(3)]
+        assert "truncated gzip" in results[where].message and str(bad) in results[where].message
+    if many:  # the first through the ring (where /dev/shm allows one), the others streamed whole
+        shm = Path("/dev/shm")
+        want = ([files[0]], files[1:]) if shm.is_dir() and os.access(shm, os.W_OK) else ([], files)
+        assert (fed, [Path(p) for p in planned]) == want
     query = (
         "select t.file_name, g.event_id, g.kind, n.name, g.start_ns, g.dur_ns, g.correlation, g.grid_x, "
         "g.category, g.step_index "

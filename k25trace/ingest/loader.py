@@ -77,6 +77,8 @@ class Loader:
         # measured); not under a memory limit of one's own
         self.release_cache = has_default_memory_limit(con)
         self.last_file: Path | None = None
+        # (the first of several big files, the others): the others are streamed ahead once the first is read
+        self.prefetch_after: tuple[Path, list[Path]] | None = None
 
     def _known(self, sha: str) -> tuple[int, str] | None:
         rows = run_query(self.con, "ingest_known", {"sha256": sha}).fetchall()
@@ -139,6 +141,7 @@ class Loader:
         try:
             run_query(con, "ingest_stage")
             meta, counts, cols, read_sha, read_bytes = self._stream(path, names)
+            self._prefetch_after(path)
             if self.workers_until is not None and path == self.workers_until:
                 self.close()
             changed = sha is not None and read_sha != sha  # between the hash and the read (still being written?)
@@ -165,6 +168,7 @@ class Loader:
             message = _failure(exc, shown, committing)
             if message is None:
                 raise
+            self._prefetch_after(path)  # the first file failed: the others are still loaded
             result.message = message
             return result
         finally:
@@ -224,12 +228,29 @@ class Loader:
 
     def prefetch(self, big: list[Path]) -> None:
         """With several big files (not loaded yet, in load order), start decoding them in the worker processes ahead
-        of loading."""
+        of loading. The first is shared out among the workers and this process through the shared-memory ring
+        (:meth:`_Workers.feed`): it is read sooner than one worker decodes it whole, while this process would only
+        wait. The others are streamed whole by the workers from the moment the first is read
+        (:meth:`_prefetch_after`), ahead of its commit."""
         if len(big) < 2:
             return
         workers = self._workers()
-        if workers is not None:
+        if workers is None:
+            return
+        if workers.ring_ok():
+            self.prefetch_after = (big[0], big[1:])
+        else:
             workers.prefetch(big, self.options.keep_python)
+
+    def _prefetch_after(self, path: Path) -> None:
+        """Once the first of several big files is read (or failed), start streaming the others."""
+        if self.prefetch_after is None or path != self.prefetch_after[0]:
+            return
+        rest = self.prefetch_after[1]
+        self.prefetch_after = None
+        workers = self._workers()
+        if workers is not None:
+            workers.prefetch(rest, self.options.keep_python)
 
     def _workers(self) -> "_Workers | None":
         if self.options.workers <= 1:
