@@ -798,6 +798,28 @@ def _shm_mapped(pid: int) -> set[str]:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_the_ring_of_the_first_file_is_unmapped_once_it_is_read(tmp_path: Path) -> None:
+    """Several big files: the first goes through the shared-memory ring, then every process unmaps it (the others
+    stream whole). When the second file is stored, the worker has streamed it (so taken the unmap before it) and
+    is on the third: no process of the load maps a ring buffer."""
+    from k25trace.ingest.workers import SHM_PREFIX
+
+    mapped: list[set[str]] = []
+    workers: list[int] = []
+
+    def check(result: ingest.FileResult) -> None:
+        pids = [os.getpid(), *_children(os.getpid())]
+        workers.append(len(pids) - 1)
+        mapped.append({name for pid in pids for name in _shm_mapped(pid) if name.startswith(SHM_PREFIX)})
+
+    con = _connect(tmp_path)
+    options = ingest.LoadOptions(workers=2, parallel_min_bytes=1, reserved_cpus=0)
+    results, _ = pipeline.load_paths(con, [B200, HTA_NCCL, HTA_RANK0], options, on_result=check)
+    assert [r.status for r in results] == ["loaded"] * 3, [r.message for r in results]
+    assert workers[1] >= 2 and mapped[1] == set(), (workers, mapped)  # the workers (and the tracker) are still up
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["kill-9", "sigterm"])
 @pytest.mark.parametrize("files", ["one-file-ring", "several-files-prefetched"])
 def test_killing_a_load_leaves_no_process_and_no_shared_memory(tmp_path: Path, sig: signal.Signals, files: str) -> None:

@@ -250,6 +250,7 @@ class Loader:
         self.prefetch_after = None
         workers = self._workers()
         if workers is not None:
+            workers.release_ring()  # its 16 MB buffers, mapped by every process, until the workers end
             workers.prefetch(rest, self.options.keep_python)
 
     def _workers(self) -> "_Workers | None":

@@ -96,8 +96,9 @@ def lean_allocation() -> None:
 def _worker_main(index: int, tasks: Any, results: Any, pdeathsig: bool = False) -> None:
     """A decode process. Tasks: ``(task_id, path, keep_python)`` streams a whole file (decompress, cut, decode);
     ``("attach", task_id, names)`` maps the parent's shared-memory ring (the parent unlinks the names once every
-    worker answered, so nothing is left in /dev/shm whatever happens next); ``("chunk", task_id, path, index,
-    size, keep_python)`` decodes one chunk the parent put in ring buffer ``index``. Every message it puts
+    worker answered, so nothing is left in /dev/shm whatever happens next); ``("detach",)`` unmaps it;
+    ``("chunk", task_id, path, index, size, keep_python)`` decodes one chunk the parent put in ring buffer
+    ``index``. Every message it puts
     (:mod:`k25trace.ingest.messages`) is paired with the task id; a failure is reported as :class:`Failed`, a guessed
     cut that does not hold as :class:`Resplit`, and the worker goes on."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle (it ends the workers)
@@ -123,6 +124,11 @@ def _worker_main(index: int, tasks: Any, results: Any, pdeathsig: bool = False) 
                 shm.close()
             ring = [shared_memory.SharedMemory(name=name) for name in task[2]]
             results.put((task[1], Attached()))
+            continue
+        if task[0] == "detach":  # the ring is no longer used (several files: the others stream whole)
+            for shm in ring:
+                shm.close()
+            ring = []
             continue
         if task[0] == "chunk":  # one chunk the parent decompressed into a shared-memory buffer
             _, task_id, chunk_path, buffer_index, size, keep_python = task
@@ -256,6 +262,20 @@ class _Workers:
         self.ring: list[Any] = []  # shared-memory chunk buffers for feed()
         self._attaching: tuple[int, list[Any], set[int]] | None = None  # (task id, segments, workers that mapped them)
         self.ring_failed = False
+
+    def release_ring(self) -> None:
+        """Unmap the shared-memory ring here and in every worker (tasks are taken in order: after the chunks sent
+        before), once no file will go through it again."""
+        if not self.ring:
+            return
+        for worker in range(self.count):
+            self.tasks[worker].put(("detach",))
+        for shm in self.ring:  # the names were unlinked when the workers mapped them
+            try:
+                shm.close()
+            except BufferError:  # a view of it still held by an unfinished generator: freed with it
+                pass
+        self.ring = []
 
     def prefetch(self, paths: list[Path], keep_python: bool) -> None:
         """Start streaming these files, one whole file per worker in turn."""
