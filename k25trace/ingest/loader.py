@@ -141,7 +141,7 @@ class Loader:
         try:
             run_query(con, "ingest_stage")
             meta, counts, cols, read_sha, read_bytes = self._stream(path, names)
-            self._prefetch_after(path)
+            self.prefetch_rest(path)
             if self.workers_until is not None and path == self.workers_until:
                 self.close()
             changed = sha is not None and read_sha != sha  # between the hash and the read (still being written?)
@@ -168,7 +168,7 @@ class Loader:
             message = _failure(exc, shown, committing)
             if message is None:
                 raise
-            self._prefetch_after(path)  # the first file failed: the others are still loaded
+            self.prefetch_rest(path)  # the first file failed: the others are still loaded
             result.message = message
             return result
         finally:
@@ -231,7 +231,7 @@ class Loader:
         of loading. The first is shared out among the workers and this process through the shared-memory ring
         (:meth:`_Workers.feed`): it is read sooner than one worker decodes it whole, while this process would only
         wait. The others are streamed whole by the workers from the moment the first is read
-        (:meth:`_prefetch_after`), ahead of its commit."""
+        (:meth:`prefetch_rest`), ahead of its commit."""
         if len(big) < 2:
             return
         workers = self._workers()
@@ -242,8 +242,8 @@ class Loader:
         else:
             workers.prefetch(big, self.options.keep_python)
 
-    def _prefetch_after(self, path: Path) -> None:
-        """Once the first of several big files is read (or failed), start streaming the others."""
+    def prefetch_rest(self, path: Path) -> None:
+        """Once the first of several big files is read (or failed, or was skipped), start streaming the others."""
         if self.prefetch_after is None or path != self.prefetch_after[0]:
             return
         rest = self.prefetch_after[1]
@@ -622,6 +622,7 @@ def _load_files(
         for tf in files:
             start_file(tf)
             result = loader.load(tf)
+            loader.prefetch_rest(tf.path)  # (done already when the file was read; not when it was not)
             results.append(result)
             if on_result:
                 # said whole, once: Ctrl-C in the middle of Rich's write of a line left it in Rich's buffer, and the
