@@ -5,6 +5,8 @@
 -- kernels of an eager step of the same device, world size, phase and batch size where that match is unambiguous. A
 -- kernel the trace records no grid or block for has a NULL signature: it cannot be matched, and it is kept apart per
 -- kernel name rather than lumped with the step's other such kernels (unsigned_name_id).
+-- The roofline reads the same rows with alike steps taken together (sol_graph_step_groups.sql); this query lists
+-- them step by step (k25trace sql, and the test that checks the groups against it).
 -- reads: sol_selected_steps (macro of sol_steps.sql), kernel_signature (macro of sol_steps.sql), steps, trace_runs, traces, graph_kernels, kernel_names
 -- params: $phase, $rank, $trace_id
 -- grain: one row per (trace, step, kernel signature), per kernel name where the signature is NULL

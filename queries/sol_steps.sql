@@ -1,6 +1,7 @@
 -- name: sol_steps
--- The two pieces the speed-of-light queries share (sol_op_calls.sql, sol_graph_kernels.sql, sol_step_counts.sql),
--- defined once as temporary macros; k25trace/sol.py runs this file before those queries (idempotent):
+-- The two pieces the speed-of-light queries share (sol_op_calls.sql, sol_graph_kernels.sql,
+-- sol_graph_step_groups.sql, sol_step_counts.sql, op_calls_build.sql), defined once as temporary macros;
+-- k25trace/sol.py runs this file before those queries (idempotent):
 --   sol_selected_steps(p_phase, p_rank, p_trace_id): the steps of the schema's selected_steps (non-empty, of a
 --     phase ('all': every phase), a rank and a trace (NULL: all)) with their run, world size and device;
 --   kernel_signature(name_id, grid_x, grid_y, grid_z, block_x, block_y, block_z): 'name_id:GXxGYxGZ:BXxBYxBZ',

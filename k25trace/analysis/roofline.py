@@ -188,7 +188,8 @@ _GraphPart = tuple[str | None, str | None, str | None, tuple[str, ...], str, int
 when modelled), calls, kernels, kernel ns, categories, note."""
 
 _STEP_COLUMNS = ("run_id", "trace_id", "step_index", "phase", "batch_size", "world_size", "device_name")
-"""The columns of queries/sol_graph_kernels.sql that name a graph step and its context."""
+"""The columns of queries/sol_graph_kernels.sql and sol_graph_step_groups.sql that name a graph step (a group's
+first) and its context."""
 
 _KERNEL_COLUMNS = ("sig", "kernels", "kernel_ns", "category", "short_name")
 """Its columns per kernel signature (a tuple in this order: :data:`_SIG` ... :data:`_SHORT`)."""
