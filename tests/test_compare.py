@@ -23,7 +23,7 @@ from k25trace.analysis import report
 from k25trace.analysis.compare import CHANGED, Selection, Side, compare, top_kernels, verdict
 from k25trace.errors import K25Error
 from k25trace.names import kernel_family, template_args
-from k25trace.stats import holm, t_two_sided_p, welch
+from k25trace.stats import holm, t_quantile, t_two_sided_p, welch
 
 DATA = Path(__file__).parent / "data"
 GAPS = DATA / "h200-gaps"
@@ -75,6 +75,10 @@ def test_welch_against_scipy() -> None:
     # the t distribution's tails, far out
     for t, df in [(0.5, 3.0), (4.0, 1.5), (12.0, 30.0), (40.0, 8.0)]:
         assert t_two_sided_p(t, df) == pytest.approx(2 * stats.t.sf(t, df), rel=1e-8)
+    # its quantiles (the confidence intervals' t), from one degree of freedom to a 64-rank run's thousands of steps
+    for p in (0.05, 0.01, 0.5):
+        for df in (1.0, 1.5, 2.0, 3.7, 8.0, 29.3, 100.0, 1e3, 7295.2, 1e5):
+            assert t_quantile(p, df) == pytest.approx(stats.t.isf(p / 2, df), rel=1e-9), (p, df)
 
 
 def test_welch_by_hand_and_degenerate_cases() -> None:
