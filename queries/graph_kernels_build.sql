@@ -1,8 +1,8 @@
 -- name: graph_kernels_build
 -- (Re)build one trace's graph_kernels: the kernels of its steps that were replayed from a CUDA/HIP graph (their
 -- launch, found by correlation id, is a cudaGraphLaunch / hipGraphLaunch), grouped per step, kernel name, grid,
--- block and category. queries/sol_graph_kernels.sql and sol_graph_step_groups.sql read them. Runs after steps_build.sql, inside the trace's
--- transaction.
+-- block and category. queries/sol_graph_kernels.sql and sol_graph_step_groups.sql read them. Runs after
+-- steps_build.sql, inside the trace's transaction.
 -- creates: none (deletes and inserts graph_kernels rows of the trace)
 -- reads: gpu_events, launches
 -- params: $trace_id

@@ -522,9 +522,9 @@ create table if not exists op_calls (
 );
 
 -- Per trace: the kernels of its steps that were replayed from a CUDA/HIP graph (their launch is a cudaGraphLaunch),
--- grouped per step and kernel configuration (queries/graph_kernels_build.sql; read by sol_graph_kernels.sql and sol_graph_step_groups.sql).
--- Built with the steps, so the speed-of-light views and the findings do not join every kernel with its launch at
--- each read.
+-- grouped per step and kernel configuration (queries/graph_kernels_build.sql; read by sol_graph_kernels.sql and
+-- sol_graph_step_groups.sql). Built with the steps, so the speed-of-light views and the findings do not join every
+-- kernel with its launch at each read.
 create table if not exists graph_kernels (
     trace_id integer not null,
     step_index integer not null,      -- -> steps
