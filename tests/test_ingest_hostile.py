@@ -800,8 +800,10 @@ def _shm_mapped(pid: int) -> set[str]:
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_the_ring_of_the_first_file_is_unmapped_once_it_is_read(tmp_path: Path) -> None:
     """Several big files: the first goes through the shared-memory ring, then every process unmaps it (the others
-    stream whole). When the second file is stored, the worker has streamed it (so taken the unmap before it) and
-    is on the third: no process of the load maps a ring buffer."""
+    stream whole). The workers take the other files in turn (one or two workers: the second and fourth file, and
+    the third), each after the unmap. When the third file is stored, every worker has streamed a file of its own,
+    so taken the unmap before it, and they are still up for the fourth: no process of the load maps a ring
+    buffer."""
     from k25trace.ingest.workers import SHM_PREFIX
 
     mapped: list[set[str]] = []
@@ -814,9 +816,9 @@ def test_the_ring_of_the_first_file_is_unmapped_once_it_is_read(tmp_path: Path) 
 
     con = _connect(tmp_path)
     options = ingest.LoadOptions(workers=2, parallel_min_bytes=1, reserved_cpus=0)
-    results, _ = pipeline.load_paths(con, [B200, HTA_NCCL, HTA_RANK0], options, on_result=check)
-    assert [r.status for r in results] == ["loaded"] * 3, [r.message for r in results]
-    assert workers[1] >= 2 and mapped[1] == set(), (workers, mapped)  # the workers (and the tracker) are still up
+    results, _ = pipeline.load_paths(con, [B200, HTA_NCCL, HTA_RANK0, HTA_RANK1], options, on_result=check)
+    assert [r.status for r in results] == ["loaded"] * 4, [r.message for r in results]
+    assert workers[2] >= 2 and mapped[2] == set(), (workers, mapped)  # the workers (and the tracker) are still up
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
