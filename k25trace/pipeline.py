@@ -207,9 +207,9 @@ def reclassify(con: duckdb.DuckDBPyConnection, rules: Path | None = None, *, rep
 def upgrade(con: duckdb.DuckDBPyConnection, version: int) -> None:
     """Bring an older k25trace database to the current schema in one transaction: new tables and columns; below
     :data:`~k25trace.db.REBUILT_BELOW`, this k25trace's built-in classification rules (a user's rules kept, first)
-    and every name re-classified, then every trace's derived tables (steps, gaps, op calls, layer segments) rebuilt
-    from the stored events; from it on, the stored rows kept and only the tables the version lacks built (op calls,
-    graph kernels, step idle); then the cross-rank tables."""
+    and every name re-classified, then every trace's derived tables (steps, gaps, op calls, graph kernels, step
+    idle, layer segments) rebuilt from the stored events; from it on, the stored rows kept and only the tables the
+    version lacks built (op calls, graph kernels, step idle); then the cross-rank tables."""
 
     def rebuild_every_trace(old_version: int) -> None:
         if old_version < db.REBUILT_BELOW:
