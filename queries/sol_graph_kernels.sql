@@ -7,25 +7,9 @@
 -- kernel name rather than lumped with the step's other such kernels (unsigned_name_id).
 -- The roofline reads the same rows with alike steps taken together (sol_graph_step_groups.sql); this query lists
 -- them step by step (k25trace sql, and the test that checks the groups against it).
--- reads: sol_selected_steps (macro of sol_steps.sql), kernel_signature (macro of sol_steps.sql), steps, trace_runs, traces, graph_kernels, kernel_names
+-- reads: sol_graph_step_kernels (macro of sol_steps.sql), graph_kernels, kernel_names, steps, trace_runs, traces
 -- params: $phase, $rank, $trace_id
 -- grain: one row per (trace, step, kernel signature), per kernel name where the signature is NULL
-with selected as (
-    select * from sol_selected_steps($phase, $rank, $trace_id)
-)
-
-select
-    selected.run_id, selected.phase, selected.batch_size, selected.world_size, selected.device_name,
-    replayed.trace_id, replayed.step_index,
-    kernel_signature(replayed.name_id, replayed.grid_x, replayed.grid_y, replayed.grid_z,
-        replayed.block_x, replayed.block_y, replayed.block_z) as sig,
-    case when sig is null then replayed.name_id end as unsigned_name_id,
-    sum(replayed.kernels)::bigint as kernels,
-    sum(replayed.kernel_ns)::bigint as kernel_ns,
-    any_value(replayed.category) as category,
-    any_value(kernel_names.short_name) as short_name
-from graph_kernels as replayed
-join selected using (trace_id, step_index)
-join kernel_names using (name_id)
-group by all
-order by selected.run_id, replayed.trace_id, replayed.step_index, sig, short_name, unsigned_name_id
+select *
+from sol_graph_step_kernels($phase, $rank, $trace_id)
+order by run_id, trace_id, step_index, sig, short_name, unsigned_name_id

@@ -6,28 +6,11 @@
 -- step_index name the group's first step; groups come in the order of their first steps, as the steps come in
 -- sol_graph_kernels.sql. The roofline (k25trace/analysis/roofline.py) then decides once per group what it would
 -- decide for each of its steps: 64 ranks have ~100,000 (step, signature) rows and a few hundred groups.
--- reads: sol_selected_steps (macro of sol_steps.sql), kernel_signature (macro of sol_steps.sql), steps, trace_runs, traces, graph_kernels, kernel_names
+-- reads: sol_graph_step_kernels (macro of sol_steps.sql), graph_kernels, kernel_names, steps, trace_runs, traces
 -- params: $phase, $rank, $trace_id
 -- grain: one row per (step group, kernel signature), per kernel name where the signature is NULL
-with selected as (
-    select * from sol_selected_steps($phase, $rank, $trace_id)
-),
-
-per_step as (
-    select
-        selected.run_id, selected.phase, selected.batch_size, selected.world_size, selected.device_name,
-        replayed.trace_id, replayed.step_index,
-        kernel_signature(replayed.name_id, replayed.grid_x, replayed.grid_y, replayed.grid_z,
-            replayed.block_x, replayed.block_y, replayed.block_z) as sig,
-        case when sig is null then replayed.name_id end as unsigned_name_id,
-        sum(replayed.kernels)::bigint as kernels,
-        sum(replayed.kernel_ns)::bigint as kernel_ns,
-        any_value(replayed.category) as category,
-        any_value(kernel_names.short_name) as short_name
-    from graph_kernels as replayed
-    join selected using (trace_id, step_index)
-    join kernel_names using (name_id)
-    group by all
+with per_step as (
+    select * from sol_graph_step_kernels($phase, $rank, $trace_id)
 ),
 
 fingerprints as (
