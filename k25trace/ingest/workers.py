@@ -270,7 +270,11 @@ class _Workers:
             return
         for worker in range(self.count):
             self.tasks[worker].put(("detach",))
-        for shm in self.ring:  # the names were unlinked when the workers mapped them
+        self._unmap_ring()
+
+    def _unmap_ring(self) -> None:
+        """Unmap the ring here (the names were unlinked when the workers mapped them)."""
+        for shm in self.ring:
             try:
                 shm.close()
             except BufferError:  # a view of it still held by an unfinished generator: freed with it
@@ -530,9 +534,4 @@ class _Workers:
         if self._attaching is not None:  # workers never all mapped it: the names are still there
             self._drop_segments(self._attaching[1])
             self._attaching = None
-        for shm in self.ring:  # the names were unlinked when the workers mapped them
-            try:
-                shm.close()
-            except BufferError:  # a view of it still held by an unfinished generator: freed with it
-                pass
-        self.ring = []
+        self._unmap_ring()
