@@ -484,6 +484,7 @@ def bench_input(label: str, traces: Path, args: argparse.Namespace) -> None:
         versions: dict[str, dict[str, str]] = {
             "new": {"PYTHONPATH": os.pathsep.join(filter(None, [str(HERE.parent), os.environ.get("PYTHONPATH")]))}
         }
+        build_scanner(HERE.parent)  # gitignored: a copy of the tree (the device machine's) has none until built
         if args.compare_tree:
             build_scanner(args.compare_tree)
             args.compare_rev = args.compare_rev or args.compare_tree.name
