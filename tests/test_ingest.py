@@ -18,6 +18,7 @@ from helpers import (
     HTA_RANK0,
     HTA_RANK1,
     MI300X_FULL,
+    MI300X_PIECEWISE,
     expected_counts,
     expected_ns,
     read_exact,
@@ -387,6 +388,49 @@ def test_starting_the_workers_imports_nothing_heavy() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_files_received_ahead_give_the_same_rows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With ``receive_ahead`` (4 CPUs or more) a thread takes the next file's chunks off its worker's queue while
+    the file before is stored; the rows are the in-process path's. One worker streams every file and may have 2
+    messages unread (it waits on the thread many times); a bad file is received ahead and fails alone; a copy of a
+    loaded file, received ahead and then skipped, is dropped without taking the next file's messages off the same
+    queue; no receiving thread outlives the load."""
+    import threading
+
+    from k25trace.ingest import workers as workers_module
+
+    monkeypatch.setattr(workers_module, "cpus", lambda: 2)  # one decode worker: every file on the same queue
+    monkeypatch.setattr(ingest.limits, "RESULTS_IN_FLIGHT", 2)
+    monkeypatch.setattr(ingest.limits, "BLOCK_SIZE", 1 << 20)
+    bad = tmp_path / "bad.json.gz"
+    bad.write_bytes(B200.read_bytes()[:300_000])
+    copy = tmp_path / "copy.json.gz"
+    shutil.copyfile(HTA_NCCL, copy)
+    files = [B200, bad, HTA_NCCL, copy, MI300X_PIECEWISE]
+    serial = db.connect(tmp_path / "serial.duckdb")
+    want, _ = pipeline.load_paths(serial, files, ingest.LoadOptions(workers=1))
+    received: list[str] = []
+    receive_next = workers_module._Workers.receive_next
+
+    def recording(self: Any) -> None:
+        receive_next(self)
+        received.extend(self.received)
+
+    monkeypatch.setattr(workers_module._Workers, "receive_next", recording)
+    parallel = db.connect(tmp_path / "parallel.duckdb")
+    options = ingest.LoadOptions(workers=2, parallel_min_bytes=1, receive_ahead=True)
+    results, _ = pipeline.load_paths(parallel, files, options)
+    statuses = ["loaded", "failed", "loaded", "skipped", "loaded"]
+    assert [r.status for r in results] == [r.status for r in want] == statuses, [r.message for r in results]
+    assert "truncated gzip" in results[1].message
+    assert received == [str(bad), str(copy)]  # after B200, after HTA (the skipped copy's is dropped, not taken)
+    assert not [t for t in threading.enumerate() if t.name.startswith("k25trace-receive")]
+    for table in ("gpu_events", "launches", "annotations", "cpu_ops"):
+        q = f"select t.file_name, x.* exclude (trace_id) from {table} x join traces t using (trace_id) order by all"
+        assert serial.execute(q).fetchall() == parallel.execute(q).fetchall(), table
+    q = "select file_name, event_count, skipped from traces order by 1"
+    assert serial.execute(q).fetchall() == parallel.execute(q).fetchall()
 
 
 def test_workers_started_before_the_load_are_used_and_closed(tmp_path: Path) -> None:

@@ -90,10 +90,10 @@ def _segments(pid: int) -> list[str]:
     return [p.name for p in Path("/dev/shm").glob(f"k25trace_{pid}_*")]
 
 
-def _interrupt(files: list[Path], dbfile: Path, when: str, target: str) -> tuple[int, str, float]:
+def _interrupt(files: list[Path], dbfile: Path, when: str, target: str, receive: str) -> tuple[int, str, float]:
     """Run `k25trace load FILES --db DBFILE` with stderr on a pty; send SIGINT once the output shows ``when``
     (``started``: the progress display; ``reading``: bytes of the first file read; ``committed``: the first file
-    loaded) to the process group or the parent. Returns (exit status, output, seconds from the signal to the exit)."""
+    loaded) to the process group or the parent; ``receive``: ``K25TRACE_RECEIVE_AHEAD`` ("": by the CPUs). Returns (exit status, output, seconds from the signal to the exit)."""
     master, slave = os.openpty()
     proc = subprocess.Popen(
         [sys.executable, "-m", "k25trace", "load", *map(str, files), "--db", str(dbfile)],
@@ -102,7 +102,7 @@ def _interrupt(files: list[Path], dbfile: Path, when: str, target: str) -> tuple
         stderr=slave,
         cwd=ROOT,
         start_new_session=True,
-        env={**os.environ, "COLUMNS": "200", "TERM": "xterm"},
+        env={**os.environ, "COLUMNS": "200", "TERM": "xterm", "K25TRACE_RECEIVE_AHEAD": receive},
     )
     os.close(slave)
     pattern = {
@@ -153,14 +153,16 @@ def _interrupt(files: list[Path], dbfile: Path, when: str, target: str) -> tuple
 
 @pytest.mark.parametrize("target", ["group", "parent"])
 @pytest.mark.parametrize(
-    ("nfiles", "when"),
-    [(1, "started"), (1, "reading"), (3, "reading"), (3, "committed")],
-    ids=["ring-started", "ring-reading", "prefetch-reading", "prefetch-committed"],
+    ("nfiles", "when", "receive"),
+    [(1, "started", ""), (1, "reading", ""), (3, "reading", "0"), (3, "committed", "0"), (3, "committed", "1")],
+    ids=["ring-started", "ring-reading", "prefetch-reading", "prefetch-committed", "received-ahead-committed"],
 )
-def test_ctrl_c_during_a_big_load(tmp_path: Path, big_ranks: list[Path], nfiles: int, when: str, target: str) -> None:
+def test_ctrl_c_during_a_big_load(
+    tmp_path: Path, big_ranks: list[Path], nfiles: int, when: str, receive: str, target: str
+) -> None:
     files = big_ranks[:nfiles]
     dbfile = tmp_path / "run.duckdb"
-    rc, output, took = _interrupt(files, dbfile, when, target)
+    rc, output, took = _interrupt(files, dbfile, when, target, receive)
     assert rc == 130, output[-3000:]
     assert took < 20, f"{took:.1f} s from Ctrl-C to the exit"
     assert "Traceback" not in output and "KeyboardInterrupt" not in output and "Aborted" not in output, output

@@ -17,3 +17,8 @@ FAST_MISSES = 3  # guessed cuts that failed before a file is cut exactly to its 
 # so more workers only hold decoded files waiting (8 real ranks on 16 CPUs: 23.3 and 23.2 s with 8 workers and
 # 3.75 GB, 24.0 and 22.6 s with 3 and 2.15 GB, measured)
 FILES_AHEAD_WORKERS = 3
+# CPUs from which a load of several big files takes the next file's chunks off its worker's queue in a thread while
+# it stores the file before (:meth:`k25trace.ingest.workers._Workers.receive_next`). 8 real ranks on the 16-CPU
+# device: 18.8-19.4 s against 20.1-21.9 s; taskset 4 CPUs 21.1 s against 26.1 s; 2 CPUs 34.6 s against 32.3 s,
+# and on this project's 2 cores 1.07 GB against 0.89 GB peak (measured, 2026-12-05)
+RECEIVE_AHEAD_MIN_CPUS = 4

@@ -142,6 +142,8 @@ class Loader:
             run_query(con, "ingest_stage")
             meta, counts, cols, read_sha, read_bytes = self._stream(path, names)
             self.prefetch_rest(path)
+            if self.options.receive_ahead and self._executor is not None:
+                self._executor.receive_next()  # the next file's tables come in while this one is stored
             if self.workers_until is not None and path == self.workers_until:
                 self.close()
             changed = sha is not None and read_sha != sha  # between the hash and the read (still being written?)
@@ -196,7 +198,7 @@ class Loader:
         the bytes read, bytes read)."""
         cols = _Columns(self.options.keep_python)
         workers = self._workers() if file_size(path) >= self.options.parallel_min_bytes else None
-        if workers is not None and str(path) in workers.planned:
+        if workers is not None and workers.streams(path):
             chunks = workers.run(path, self.options.keep_python)
         elif workers is not None and workers.ring_ok():
             chunks = workers.feed(path, self.options.keep_python, self.progress)

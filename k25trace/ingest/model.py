@@ -34,6 +34,8 @@ class LoadOptions:
     # CPUs that a load of several big files leaves to this process, which stores one file while the workers decode
     # the next ones (:func:`k25trace.ingest.workers.decode_workers`); 0: as many workers as ``workers`` allows
     reserved_cpus: int = 1
+    # take the next big file's chunks off its worker's queue in a thread while this one is stored (on 4 CPUs or more)
+    receive_ahead: bool = field(default_factory=lambda: _default_receive_ahead())
 
 
 @dataclass
@@ -52,6 +54,15 @@ def _default_workers() -> int:
         return max(1, int(os.environ["K25TRACE_DECODE_WORKERS"]))
     except (KeyError, ValueError):
         return max(1, min(8, cpus()))
+
+
+def _default_receive_ahead() -> bool:
+    """Whether a load of several big files receives the next one ahead (:attr:`LoadOptions.receive_ahead`): with
+    ``limits.RECEIVE_AHEAD_MIN_CPUS`` CPUs or more, or as ``K25TRACE_RECEIVE_AHEAD`` (1 or 0) says (benchmarks)."""
+    setting = os.environ.get("K25TRACE_RECEIVE_AHEAD", "")
+    if setting in ("0", "1"):
+        return setting == "1"
+    return cpus() >= limits.RECEIVE_AHEAD_MIN_CPUS
 
 
 def cpus() -> int:

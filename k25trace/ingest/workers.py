@@ -174,6 +174,59 @@ def start_workers(paths: list[Path], options: LoadOptions | None = None) -> "_Wo
     return _Workers(decode_workers(options, big))
 
 
+class _Receiver:
+    """One prefetched file's messages, taken off its worker's queue by a thread of this process (its chunk tables
+    unpickled there) and handed to :meth:`take` in order; the thread ends at the file's End or Failed message."""
+
+    def __init__(self, workers: "_Workers", worker: int, task_id: int) -> None:
+        import queue
+        import threading
+
+        self.worker, self.task_id = worker, task_id
+        self.items: queue.SimpleQueue[Message | BaseException] = queue.SimpleQueue()
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(
+            target=self._receive, args=(workers,), name=f"k25trace-receive-{task_id}", daemon=True
+        )
+        self.thread.start()
+
+    def _receive(self, workers: "_Workers") -> None:
+        try:
+            while not self.stopping.is_set():
+                item = workers._poll(self.worker, self.task_id, 0.1)
+                if item is not None:
+                    self.items.put(item)
+                    if isinstance(item, (End, Failed)):
+                        return
+        except BaseException as exc:  # a dead worker: raised where the file is taken
+            self.items.put(exc)
+
+    def done(self) -> bool:
+        return not self.thread.is_alive()
+
+    def take(self) -> Message:
+        """The file's next message, as :meth:`_Workers._take` gives it (a Failed one raises TraceError)."""
+        import queue
+
+        while True:
+            try:
+                item = self.items.get(timeout=1.0)
+                break
+            except queue.Empty:
+                if self.done() and self.items.empty():
+                    raise K25Error(f"decode worker {self.worker}: its messages stopped before the file's end") from None
+        if isinstance(item, BaseException):
+            raise item
+        if isinstance(item, Failed):
+            raise TraceError(item.path, item.problem)
+        return item
+
+    def stop(self) -> None:
+        """End the thread (within its 0.1 s poll); what it received is dropped."""
+        self.stopping.set()
+        self.thread.join()
+
+
 def decode_workers(options: LoadOptions, big_files: int) -> int:
     """The decode processes of a load with ``big_files`` big files: one per file (each streams whole files), and at
     least 4 (one file's chunks are shared out among them), never more than ``options.workers``. One real rank on 16
@@ -259,6 +312,8 @@ class _Workers:
         _start_ignoring_sigint(self.procs)
         self.next_task = 0
         self.planned: dict[str, tuple[int, int]] = {}  # path -> (task id, worker) of a whole-file prefetch
+        self.ahead: deque[str] = deque()  # the prefetched files in load order, for receive_next
+        self.received: dict[str, _Receiver] = {}  # path -> its messages taken off the queue ahead (receive_next)
         self.ring: list[Any] = []  # shared-memory chunk buffers for feed()
         self._attaching: tuple[int, list[Any], set[int]] | None = None  # (task id, segments, workers that mapped them)
         self.ring_failed = False
@@ -287,7 +342,27 @@ class _Workers:
             worker = n % self.count
             task_id = self._task_id()
             self.planned[str(path)] = (task_id, worker)
+            self.ahead.append(str(path))
             self.tasks[worker].put((task_id, str(path), keep_python))
+
+    def streams(self, path: Path) -> bool:
+        """Whether this file was given to :meth:`prefetch` and not taken yet (:meth:`run` streams it)."""
+        return str(path) in self.planned or str(path) in self.received
+
+    def receive_next(self) -> None:
+        """Start taking the next prefetched file's messages off its worker's queue, in a thread of this process,
+        while this process stores the file before it: the unpickling of its chunk tables is then done when the
+        store ends (``limits.RECEIVE_AHEAD_MIN_CPUS``). One file at a time, so at most one file's tables wait here;
+        a file received and never run (skipped) is dropped when the next one starts."""
+        while self.ahead:
+            path = self.ahead.popleft()
+            if path in self.planned:
+                break
+        else:
+            return
+        self._drop_received()
+        task_id, worker = self.planned.pop(path)
+        self.received[path] = _Receiver(self, worker, task_id)
 
     def _task_id(self) -> int:
         self.next_task += 1
@@ -502,10 +577,13 @@ class _Workers:
 
     def run(self, path: Path, keep_python: bool) -> Iterator[Message]:
         """The items of a file given to :meth:`prefetch`, as its worker streams them."""
-        task_id, worker = self.planned.pop(str(path))
+        receiver = self.received.pop(str(path), None)
+        if receiver is None:  # one received ahead for a file that was skipped: it must not take this file's items
+            self._drop_received()
+        task_id, worker = self.planned.pop(str(path)) if receiver is None else (receiver.task_id, receiver.worker)
         try:
             while True:
-                item = self._take(worker, task_id)
+                item = self._take(worker, task_id) if receiver is None else receiver.take()
                 yield item
                 if isinstance(item, End):
                     return
@@ -515,7 +593,15 @@ class _Workers:
             self.close()
             raise
 
+    def _drop_received(self) -> None:
+        """Stop the threads receiving files ahead and drop what they took (files never run: skipped)."""
+        for receiver in self.received.values():
+            receiver.stop()
+        self.received.clear()
+
     def close(self) -> None:
+        self._drop_received()  # the threads read the queues closed below
+        self.ahead.clear()
         for proc in self.procs:
             if proc.is_alive():
                 proc.terminate()
