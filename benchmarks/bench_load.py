@@ -60,8 +60,9 @@ def json_bytes(path: Path) -> int:
     return n
 
 
-# `k25trace load -q` through its own function (k25trace.cli.run_load), with the warnings it asks the report module
-# for after the load left out: where polars is missing (the device machine: its wheel does not fit the transfer)
+# `k25trace load -q` through its own function (k25trace.cli.run_load), where polars is missing (the device machine:
+# its wheel does not fit the transfer). A load asks k25trace.analysis.load_warnings for its warnings, without polars;
+# revisions before it asked the report module (polars): the stub leaves their warnings out
 NO_POLARS_LOAD = """
 import sys, types
 from pathlib import Path

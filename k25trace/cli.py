@@ -216,9 +216,9 @@ def _load(db_path: Path | None, paths: list[Path], options: Any, quiet: bool, co
         err.print(f"[dim]note:[/] {esc(note)}", soft_wrap=True)
     loaded_ids = {r.trace_id for r in results if r.status == "loaded" and r.trace_id is not None}
     if loaded_ids:  # said at load time: far timestamps of the files just loaded, sessions that share a rank
-        from k25trace.analysis import report  # deferred: start-up time
+        from k25trace.analysis import load_warnings  # deferred: start-up time
 
-        for line in [*report.far_activity_warnings(con, loaded_ids), *report.run_warnings(con)]:
+        for line in [*load_warnings.far_activity_warnings(con, loaded_ids), *load_warnings.run_warnings(con)]:
             err.print(f"[yellow]warning:[/] {esc(line)}", soft_wrap=True)
     failed = sum(r.status == "failed" for r in results)
     loaded = sum(r.status == "loaded" for r in results)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import duckdb
 import polars as pl
 
+from k25trace.analysis.load_warnings import far_activity_warnings, run_warnings
 from k25trace.db import query_frame
 from k25trace.errors import K25Error
 from k25trace.vocab import ALL, CROSS_RANK_VIEWS, PHASES, VIEWS, check_phase, check_view
@@ -364,30 +365,6 @@ def alignment_warnings(con: duckdb.DuckDBPyConnection) -> list[str]:
             f"{r['run_label']}: cross-rank wait and straggler figures are approximate: "
             + "; ".join(what or ["nothing could be paired"])
         )
-    return lines
-
-
-def run_warnings(con: duckdb.DuckDBPyConnection) -> list[str]:
-    """One line per rank that two or more files of one run claim (kept apart as sessions; ``trace_runs``)."""
-    return [
-        f"{r['run']}: {r['files']} files claim rank {r['rank']} ({r['sessions']}); kept apart as sessions (the "
-        "k-th file of each rank, by first event, is session k)"
-        for r in query_frame(con, "report_run_duplicates").iter_rows(named=True)
-    ]
-
-
-def far_activity_warnings(con: duckdb.DuckDBPyConnection, trace_ids: set[int] | None = None) -> list[str]:
-    """One line per trace (of ``trace_ids``; None: all) whose steps kept GPU activities timestamped far outside the
-    trace out of their walls (``steps.far_activities``), naming its file and the count."""
-    lines = []
-    for r in query_frame(con, "report_far_activities").iter_rows(named=True):
-        if trace_ids is None or r["trace_id"] in trace_ids:
-            n = r["far_activities"]
-            lines.append(
-                f"{r['path']}: {n:,} GPU {'activity' if n == 1 else 'activities'} timestamped far outside "
-                "the trace (more than 1 s past its CPU span and the GPU work after it) "
-                f"{'was' if n == 1 else 'were'} kept out of its steps"
-            )
     return lines
 
 
