@@ -14,8 +14,8 @@ WARM_START = True  # a big file's first blocks are decoded in the parent while t
 RESULTS_IN_FLIGHT = 160
 FAST_MISSES = 3  # guessed cuts that failed before a file is cut exactly to its end
 # decode workers for a load of several big files: the parent stores a file in about the time a worker decodes one,
-# so more workers only hold decoded files waiting (8 real ranks on 16 CPUs: 23.3 and 23.2 s with 8 workers and
-# 3.75 GB, 24.0 and 22.6 s with 3 and 2.15 GB, measured)
+# so more workers only hold decoded files waiting (8 real ranks on the 16-CPU device, with the scanner: 25.1 and
+# 23.5 s with 8 workers and 2.8 GB, 21.4 and 22.5 s with 5 and 2.2 GB, 25.2 and 21.9 s with 3 and 1.7 GB, measured)
 FILES_AHEAD_WORKERS = 3
 # CPUs from which a load of several big files takes the next file's chunks off its worker's queue in a thread while
 # it stores the file before (:meth:`k25trace.ingest.workers._Workers.receive_next`). 8 real ranks on the 16-CPU
