@@ -1,5 +1,6 @@
 """Decode worker processes: big files are decoded in parallel, chunk tables handed back through a shared-memory
-ring (or a pipe), in order; the parent is the single DuckDB writer.
+ring (or a pipe), in order; the parent is the single DuckDB writer. On 4 CPUs or more a thread of the parent
+takes the next file's tables off its worker's queue while the parent stores the file before (:class:`_Receiver`).
 
 Importing this module is cheap (no numpy, pyarrow, msgspec or DuckDB: the decode modules are imported where they
 are used), so a load can start its decode processes first and let them boot while it imports the rest
@@ -202,6 +203,7 @@ class _Receiver:
             self.items.put(exc)
 
     def done(self) -> bool:
+        """Whether the thread has ended (the file's last message taken off the queue, a dead worker, or stopped)."""
         return not self.thread.is_alive()
 
     def take(self) -> Message:
