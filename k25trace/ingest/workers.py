@@ -353,9 +353,9 @@ class _Workers:
 
     def receive_next(self) -> None:
         """Start taking the next prefetched file's messages off its worker's queue, in a thread of this process,
-        while this process stores the file before it: the unpickling of its chunk tables is then done when the
-        store ends (``limits.RECEIVE_AHEAD_MIN_CPUS``). One file at a time, so at most one file's tables wait here;
-        a file received and never run (skipped) is dropped when the next one starts."""
+        while this process stores the file before it: its chunk tables are unpickled by the time the store ends
+        (``limits.RECEIVE_AHEAD_MIN_CPUS``). One file at a time, so at most one file's tables wait here; a file
+        received and never run (skipped, unreadable) is dropped when the next one is run or received."""
         while self.ahead:
             path = self.ahead.popleft()
             if path in self.planned:
