@@ -352,6 +352,12 @@ def connect(
         except BaseException:
             con.close()
             raise
+        if version is None and read_only:  # a DuckDB file with no tables at all (made by another tool): left as it is
+            con.close()
+            raise K25Error(
+                f"{path}: an empty DuckDB file (no k25trace tables, no traces): load some into it first "
+                f"(`k25trace load TRACE... --db {path}`)"
+            )
         if version is not None and version < SCHEMA_VERSION:
             if upgrade is None:
                 con.close()

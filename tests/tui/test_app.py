@@ -7,10 +7,13 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from click.testing import CliRunner
 from textual.pilot import Pilot
 from textual.worker import WorkerState
 
 from k25trace.analysis import browse
+from k25trace.cli import cli
+from k25trace.errors import K25Error
 from k25trace.tui.app import K25TraceApp
 from k25trace.tui.messages import OpenKernel, OpenStep, OpenSteps, StepLoaded, StepsLoaded
 from k25trace.tui.screens import base as base_screen
@@ -392,14 +395,15 @@ async def test_empty_database_says_so(empty_db: Path) -> None:
         assert "has no steps" in text_of(app, "#status")
 
 
-async def test_not_a_k25trace_database_is_a_message(tmp_path: Path) -> None:
+async def test_an_empty_duckdb_file_is_said_before_the_tui_starts(tmp_path: Path) -> None:
+    """A DuckDB file with no tables: `k25trace tui` says so and how to fill it, and starts no app (its first query
+    would only fail on the missing tables)."""
     path = tmp_path / "plain.duckdb"
     duckdb.connect(str(path)).close()
-    app = K25TraceApp(path)
-    async with app.run_test(size=SIZE) as pilot:
-        await wait_for_workers(pilot)
-        assert "query failed" in text_of(app, "#status")
-        assert "traces" in text_of(app, "#status")
+    with pytest.raises(K25Error, match="an empty DuckDB file .no k25trace tables, no traces.: load some"):
+        K25TraceApp(path)
+    result = CliRunner().invoke(cli, ["tui", "--db", str(path)])
+    assert result.exit_code == 1 and "k25trace load TRACE... --db" in result.output, result.output
 
 
 # ------------------------------------------------------------------------------- the cross-rank split (overview)
