@@ -290,8 +290,19 @@ def cases(work: Path) -> list[Outcome]:
         for fmt in ("json", "csv", "table", "markdown"):
             p = run(K25 + ["sql", "--db", str(ok_db), "--format", fmt, sql])
             out.append(judge(f"sql --format {fmt}: {sql[:40]!r}", expect, p))
-    empty = work / "empty.duckdb"
-    run(K25 + ["load", str(work / "nothing-here"), "--db", str(empty)])
+    empty = work / "empty.duckdb"  # k25trace's tables, no traces (a load creates none when it has no file)
+    run([sys.executable, "-c", f"from k25trace import db; db.connect({str(empty)!r}).close()"])
+    blank = work / "blank.duckdb"  # a DuckDB file with no tables at all (another tool made it)
+    run([sys.executable, "-c", f"import duckdb; duckdb.connect({str(blank)!r}).close()"])
+    for command in (["report"], ["sql", "select 1"], ["tui"]):
+        out.append(
+            judge(
+                f"{command[0]} on an empty DuckDB file",
+                "error",
+                run(K25 + [command[0], "--db", str(blank), *command[1:]]),
+                names="an empty DuckDB file",
+            )
+        )
     for by in (
         "batch",
         "step",
@@ -308,8 +319,9 @@ def cases(work: Path) -> list[Outcome]:
         out.append(
             judge(
                 f"report --by {by} on a database with no traces",
-                "ok",
-                run(K25 + ["report", "--db", str(ok_db if by == "x" else empty), "--by", by]),
+                "error",  # it says there is nothing to report and how to load some (tests/test_filters_everywhere.py)
+                run(K25 + ["report", "--db", str(empty), "--by", by]),
+                names="no traces in the database",
             )
         )
     out.append(judge("steps --gap-us nan", "error", run(K25 + ["steps", "--db", str(ok_db), "--gap-us", "nan"])))
