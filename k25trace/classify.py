@@ -20,7 +20,7 @@ from pathlib import Path
 import duckdb
 
 from k25trace.csvfile import read_commented_csv
-from k25trace.db import ensure_schema, queries_dir, run_query
+from k25trace.db import ensure_schema, queries_dir, query_dicts, run_query
 from k25trace.errors import K25Error, QueryError
 from k25trace.names import short_name
 
@@ -180,11 +180,9 @@ def classify_names(
             },
         )
         classify(con, user_rules, replace=replace)
-        cursor = run_query(con, "kernel_rule_matches")
-        columns = [d[0] for d in cursor.description]
         got = {
             (r["name"], r["kind"], r["collective_name"]): (r["category"], r["rule_id"])
-            for r in (dict(zip(columns, row, strict=True)) for row in cursor.fetchall())
+            for r in query_dicts(con, "kernel_rule_matches")
         }
     finally:
         con.close()

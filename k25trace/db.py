@@ -435,6 +435,15 @@ def _arrow_table(result: duckdb.DuckDBPyConnection | duckdb.DuckDBPyRelation) ->
     raise K25Error("this DuckDB version cannot return Arrow results")
 
 
+def query_dicts(
+    con: duckdb.DuckDBPyConnection, name: str, params: dict[str, Any] | None = None
+) -> list[dict[str, Any]]:
+    """Run a named query and return its rows as dicts by column name (no polars: for start-up paths)."""
+    cursor = run_query(con, name, params)
+    columns = [column[0] for column in cursor.description or []]
+    return [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
+
+
 def query_frame(con: duckdb.DuckDBPyConnection, name: str, params: dict[str, Any] | None = None) -> "pl.DataFrame":
     """Run a named query and return its rows as a polars DataFrame.
 

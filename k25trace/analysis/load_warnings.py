@@ -3,18 +3,9 @@ files that claim the same rank of one run. Plain rows, no polars: its import is 
 
 from __future__ import annotations
 
-from typing import Any
-
 import duckdb
 
-from k25trace.db import run_query
-
-
-def _rows(con: duckdb.DuckDBPyConnection, name: str) -> list[dict[str, Any]]:
-    """A named query's rows as dicts by column name."""
-    cursor = run_query(con, name)
-    columns = [column[0] for column in cursor.description or []]
-    return [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
+from k25trace.db import query_dicts
 
 
 def run_warnings(con: duckdb.DuckDBPyConnection) -> list[str]:
@@ -22,7 +13,7 @@ def run_warnings(con: duckdb.DuckDBPyConnection) -> list[str]:
     return [
         f"{r['run']}: {r['files']} files claim rank {r['rank']} ({r['sessions']}); kept apart as sessions (the "
         "k-th file of each rank, by first event, is session k)"
-        for r in _rows(con, "report_run_duplicates")
+        for r in query_dicts(con, "report_run_duplicates")
     ]
 
 
@@ -30,7 +21,7 @@ def far_activity_warnings(con: duckdb.DuckDBPyConnection, trace_ids: set[int] | 
     """One line per trace (of ``trace_ids``; None: all) whose steps kept GPU activities timestamped far outside the
     trace out of their walls (``steps.far_activities``), naming its file and the count."""
     lines = []
-    for r in _rows(con, "report_far_activities"):
+    for r in query_dicts(con, "report_far_activities"):
         if trace_ids is None or r["trace_id"] in trace_ids:
             n = r["far_activities"]
             lines.append(

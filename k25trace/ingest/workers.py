@@ -175,6 +175,13 @@ def start_workers(paths: list[Path], options: LoadOptions | None = None) -> "_Wo
     return _Workers(decode_workers(options, big))
 
 
+def _unless_failed(item: Message) -> Message:
+    """A worker's message, or the TraceError its Failed message stands for (the file's problem, named)."""
+    if isinstance(item, Failed):
+        raise TraceError(item.path, item.problem)
+    return item
+
+
 class _Receiver:
     """One prefetched file's messages, taken off its worker's queue by a thread of this process (its chunk tables
     unpickled there) and handed to :meth:`take` in order; the thread ends at the file's End or Failed message."""
@@ -219,9 +226,7 @@ class _Receiver:
                     raise K25Error(f"decode worker {self.worker}: its messages stopped before the file's end") from None
         if isinstance(item, BaseException):
             raise item
-        if isinstance(item, Failed):
-            raise TraceError(item.path, item.problem)
-        return item
+        return _unless_failed(item)
 
     def stop(self) -> None:
         """End the thread (within its 0.1 s poll); what it received is dropped."""
@@ -572,10 +577,7 @@ class _Workers:
             yield from _decoded(splitter, chunk, keep_python)
 
     def _take(self, worker: int, task_id: int) -> Message:
-        item = self._get(worker, task_id)
-        if isinstance(item, Failed):
-            raise TraceError(item.path, item.problem)
-        return item
+        return _unless_failed(self._get(worker, task_id))
 
     def run(self, path: Path, keep_python: bool) -> Iterator[Message]:
         """The items of a file given to :meth:`prefetch`, as its worker streams them."""
