@@ -50,7 +50,7 @@ def _instrument() -> None:
             module.run_query = run_query  # type: ignore[attr-defined]
     loader.Loader._stream = _timed("@stream", loader.Loader._stream)  # type: ignore[method-assign]
     loader.Loader._commit_file = _timed("@commit_file", loader.Loader._commit_file)  # type: ignore[method-assign]
-    pipeline.steps.analyze_trace = _timed("@steps", pipeline.steps.analyze_trace)
+    pipeline.steps.build_steps = _timed("@steps", pipeline.steps.build_steps)
     pipeline.layers.build_layers = _timed("@layers", pipeline.layers.build_layers)
     pipeline.build_runs = _timed("@build_runs", pipeline.build_runs)
 

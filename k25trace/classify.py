@@ -138,7 +138,22 @@ def classify(con: duckdb.DuckDBPyConnection, user_rules: Path | None = None, *, 
     """Classify every GPU activity in the database (idempotent; re-run after changing rules)."""
     install_rules(con, load_rules(user_rules, replace=replace))
     run_query(con, "kernel_classes_reset")
-    run_query(con, "kernel_classes", {"trace_id": None})
+    classify_trace(con, None)
+
+
+def classify_trace(con: duckdb.DuckDBPyConnection, trace_id: int | None) -> None:
+    """Classify the kernel keys of one trace (None: every trace) that are not classified yet, then write its GPU
+    activities' categories."""
+    run_query(con, "kernel_class_keys", {"trace_id": trace_id})
+    run_query(con, "kernel_classes")
+    run_query(con, "kernel_categories_set", {"trace_id": trace_id})
+
+
+def classify_staged(con: duckdb.DuckDBPyConnection) -> None:
+    """Classify the kernel keys of a file's staged GPU activities (``_stage_gpu``) that are not classified yet: a
+    file stored beside others writes its classes first, in a transaction of its own (:mod:`k25trace.ingest`)."""
+    run_query(con, "kernel_class_keys_staged")
+    run_query(con, "kernel_classes")
 
 
 def classify_names(

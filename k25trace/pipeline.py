@@ -81,8 +81,16 @@ def analyze_file(con: duckdb.DuckDBPyConnection, trace_id: int) -> None:
     """The stages after ingest for one freshly loaded trace: classify its new kernel names, build its steps; and
     mark the cross-rank tables stale (they do not hold this trace until :func:`build_runs`), in the same
     transaction."""
-    steps.analyze_trace(con, trace_id)
+    classify.classify_trace(con, trace_id)
+    steps.build_steps(con, trace_id)
     layers.build_layers(con, trace_id)
+    _mark_runs(con, stale=True)
+
+
+def share_file(con: duckdb.DuckDBPyConnection) -> None:
+    """What a file stored beside others writes first, in a transaction of its own (the loader's ``after_shared``):
+    the classes of its staged kernel keys, and the cross-rank tables marked stale."""
+    classify.classify_staged(con)
     _mark_runs(con, stale=True)
 
 
@@ -149,6 +157,7 @@ def load_paths(
                 progress_factory=progress_factory,
                 after_file=analyze_file if analyze else None,
                 workers=workers,
+                after_shared=share_file if analyze else None,
             )
         except BaseException:  # Ctrl-C, SIGTERM (or a bug): the files that committed get their cross-rank tables
             if analyze:
@@ -244,7 +253,7 @@ def _reinstall_builtin_rules(con: duckdb.DuckDBPyConnection) -> None:
     builtin = classify.read_rules(classify.builtin_rules_path(), first_id=len(user) + 1, source="builtin")
     classify.install_rules(con, user + builtin)
     db.run_query(con, "kernel_classes_reset")
-    db.run_query(con, "kernel_classes", {"trace_id": None})
+    classify.classify_trace(con, None)
 
 
 def connect(path: str | Path | None, *, read_only: bool = False, create: bool = True) -> duckdb.DuckDBPyConnection:

@@ -17,12 +17,6 @@ from k25trace.db import run_query, transaction
 DEFAULT_GAP_NS = 1_000_000  # idle gap that separates inferred steps (traces without step markers)
 
 
-def analyze_trace(con: duckdb.DuckDBPyConnection, trace_id: int, *, gap_ns: int = DEFAULT_GAP_NS) -> None:
-    """Classify a freshly loaded trace's new kernel names, then build its steps and step categories."""
-    run_query(con, "kernel_classes", {"trace_id": trace_id})
-    build_steps(con, trace_id, gap_ns=gap_ns)
-
-
 def build_steps(con: duckdb.DuckDBPyConnection, trace_id: int, *, gap_ns: int = DEFAULT_GAP_NS) -> None:
     """(Re)build the steps of one trace from the classified GPU activities."""
     run_query(con, "step_markers", {"trace_id": trace_id, "gap_ns": gap_ns})

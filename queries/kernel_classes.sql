@@ -1,17 +1,15 @@
 -- name: kernel_classes
--- Classify the (name, kind, collective) keys of one trace ($trace_id; NULL = every trace) that kernel_classes
--- does not know yet, with the ordered rules in kernel_rules (first match wins, no match = 'other'); matching runs
--- on distinct keys, never per event. Then write gpu_events.category for that trace (or all). A full
--- re-classification empties kernel_classes first (kernel_classes_reset.sql, k25trace.classify.classify).
--- creates: kernel_classes (rows added), gpu_events.category (updated)
--- reads: gpu_events, kernel_names, kernel_rules, kernel_classes
--- params: $trace_id
+-- Classify the (name, kind, collective) keys in the temporary table _class_keys (kernel_class_keys.sql: one trace's,
+-- or every trace's; kernel_class_keys_staged.sql: a file's staged GPU activities) that kernel_classes does not know
+-- yet, with the ordered rules in kernel_rules (first match wins, no match = 'other'); matching runs on distinct
+-- keys, never per event. kernel_categories_set.sql then writes gpu_events.category. A full re-classification
+-- empties kernel_classes first (kernel_classes_reset.sql, k25trace.classify.classify).
+-- creates: kernel_classes (rows added); drops _class_keys
+-- reads: _class_keys, kernel_names, kernel_rules, kernel_classes
 -- grain: one row per new distinct (name_id, kind, collective_name)
 insert into kernel_classes by name
 with keys as (
-    select distinct name_id, kind, collective_name
-    from gpu_events
-    where $trace_id is null or trace_id = $trace_id
+    select name_id, kind, collective_name from _class_keys
 ),
 
 new_keys as (
@@ -62,11 +60,4 @@ left join matched on
     and matched.kind = new_keys.kind
     and matched.collective_name is not distinct from new_keys.collective_name;
 
-update gpu_events
-set category = kernel_classes.category
-from kernel_classes
-where ($trace_id is null or gpu_events.trace_id = $trace_id)
-    and gpu_events.name_id = kernel_classes.name_id
-    and gpu_events.kind = kernel_classes.kind
-    and gpu_events.collective_name is not distinct from kernel_classes.collective_name
-    and gpu_events.category is distinct from kernel_classes.category
+drop table _class_keys

@@ -603,3 +603,96 @@ def test_worker_processes_give_the_same_rows_and_isolate_bad_files(
     )
     if warm:
         assert len(asked) == 4 and chunk_tasks == [6]  # 3 blocks here, then the ring (6 buffers) for the rest
+
+
+def _tables(con: Any) -> dict[str, list[tuple[Any, ...]]]:
+    """Every table of a k25trace database, rows sorted, trace ids read as file names, load times left out."""
+    q = "select table_name from duckdb_tables() where schema_name = 'main'"
+    names = [r[0] for r in con.execute(q).fetchall()]
+    rows = {}
+    for table in names:
+        q = f"select column_name from duckdb_columns() where schema_name = 'main' and table_name = '{table}'"
+        cols = [r[0] for r in con.execute(q).fetchall()]
+        keep = ", ".join(f"x.{c}" for c in cols if c not in ("trace_id", "loaded_at"))
+        if "trace_id" in cols and table != "traces":
+            q = f"select t.file_name, {keep} from {table} x join traces t using (trace_id) order by all"
+        else:
+            q = f"select {keep} from {table} x order by all"
+        rows[table] = con.execute(q).fetchall()
+    return rows
+
+
+def test_files_stored_at_once_give_the_same_tables(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With ``store_threads`` (8 CPUs or more) big files are stored at once, each in a transaction of its own on a
+    cursor of its own: every table is the one-after-another load's, row for row, ids included. A bad file fails
+    alone; a copy of a file still being stored waits for it and is then skipped; no store thread outlives the
+    load."""
+    import threading
+
+    bad = tmp_path / "bad.json.gz"
+    bad.write_bytes(B200.read_bytes()[:300_000])
+    copy = tmp_path / "copy.json.gz"
+    shutil.copyfile(HTA_NCCL, copy)
+    files = [B200, bad, HTA_NCCL, copy, MI300X_PIECEWISE, HTA_RANK0, HTA_RANK1]
+    serial = db.connect(tmp_path / "serial.duckdb")
+    want, _ = pipeline.load_paths(serial, files, ingest.LoadOptions(workers=2, parallel_min_bytes=1, store_threads=1))
+    stored_by: list[str] = []
+    store = ingest.loader.Loader.store
+
+    def recording(self: Any, read: Any, cursors: Any) -> Any:
+        stored_by.append(threading.current_thread().name)
+        return store(self, read, cursors)
+
+    monkeypatch.setattr(ingest.loader.Loader, "store", recording)
+    at_once = db.connect(tmp_path / "at_once.duckdb")
+    options = ingest.LoadOptions(workers=2, parallel_min_bytes=1, store_threads=3)
+    results, _ = pipeline.load_paths(at_once, files, options)
+    assert len(stored_by) == 5 and all(name.startswith("k25trace-store") for name in stored_by)
+    statuses = ["loaded", "failed", "loaded", "skipped", "loaded", "loaded", "loaded"]
+    assert [r.status for r in results] == [r.status for r in want] == statuses, [r.message for r in results]
+    assert [r.trace_id for r in results] == [r.trace_id for r in want]
+    assert [r.message for r in results] == [r.message for r in want]
+    assert not [t for t in threading.enumerate() if t.name.startswith("k25trace-store")]
+    got, expected = _tables(at_once), _tables(serial)
+    assert got.keys() == expected.keys()
+    for table in expected:
+        assert got[table] == expected[table], table
+    assert at_once.execute("select count(*) from gpu_events").fetchall()[0][0] > 0
+
+
+def test_a_file_whose_store_fails_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file stored beside others that fails in its own transaction (here its layers) is rolled back, and the rows
+    it wrote first for every file (its new kernel names and their classes) go when no other trace uses them: the
+    database holds what a load of the other files alone holds (ids aside: the failed file's trace id is not given
+    again)."""
+    from k25trace import layers
+
+    build_layers = layers.build_layers
+    failing = {"trace": -1}
+
+    def fail_one(con: Any, trace_id: int) -> None:
+        name = con.execute("select file_name from traces where trace_id = ?", [trace_id]).fetchall()
+        if name and name[0][0] == HTA_NCCL.name:
+            raise K25Error("layers failed on purpose")
+        build_layers(con, trace_id)
+
+    monkeypatch.setattr(layers, "build_layers", fail_one)
+    files = [B200, HTA_NCCL, MI300X_PIECEWISE]
+    at_once = db.connect(tmp_path / "at_once.duckdb")
+    options = ingest.LoadOptions(workers=2, parallel_min_bytes=1, store_threads=3)
+    results, _ = pipeline.load_paths(at_once, files, options)
+    assert [r.status for r in results] == ["loaded", "failed", "loaded"], [r.message for r in results]
+    assert "layers failed on purpose" in results[1].message
+    others = db.connect(tmp_path / "others.duckdb")
+    pipeline.load_paths(others, [B200, MI300X_PIECEWISE], ingest.LoadOptions(workers=1))
+    for q in (
+        "select name, short_name from kernel_names order by all",
+        "select n.name, kind, collective_name, category, rule_id from kernel_classes join kernel_names n"
+        " using (name_id) order by all",
+        "select t.file_name, n.name, g.category, count(*) from gpu_events g join traces t using (trace_id)"
+        " join kernel_names n using (name_id) group by all order by all",
+        "select file_name, sha256 from traces order by all",
+        "select count(*) from steps",
+    ):
+        assert at_once.execute(q).fetchall() == others.execute(q).fetchall(), q
+    assert failing["trace"] == -1

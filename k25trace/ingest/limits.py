@@ -22,3 +22,9 @@ FILES_AHEAD_WORKERS = 3
 # device: 18.8-19.4 s against 20.1-21.9 s; taskset 4 CPUs 21.1 s against 26.1 s; 2 CPUs 34.6 s against 32.3 s,
 # and on this project's 2 cores 1.07 GB against 0.89 GB peak (measured, 2026-12-05)
 RECEIVE_AHEAD_MIN_CPUS = 4
+# CPUs from which a load of several big files stores up to STORE_THREADS of them at once, each in a transaction of
+# its own (:class:`k25trace.ingest.loader.StoreThreads`): on 16 CPUs the stores, one after another, were ~15 s of 8
+# real ranks' 19 s; on 2 CPUs storing several at once cost 16 s more CPU (measured 2026-12-03)
+STORE_THREADS_MIN_CPUS = 8
+STORE_THREADS = 3
+STORES_PER_RELEASE = 8  # files stored at once between two drops of DuckDB's cached blocks (db.release_cached_blocks)

@@ -8,7 +8,6 @@ import datetime as _dt
 import os
 import signal
 import threading
-from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -22,7 +21,7 @@ from k25trace.capture.files import sha256_file
 from k25trace.db import has_default_memory_limit, release_cached_blocks, run_query
 from k25trace.errors import K25Error, TraceError
 from k25trace.ingest.chunks import _chunks
-from k25trace.ingest.columns import TABLE_ORDER, _Columns, empty_table
+from k25trace.ingest.columns import _Columns
 from k25trace.ingest.discover import discover, file_size, is_frontend_name
 from k25trace.ingest.events import _dumps
 from k25trace.ingest.file_meta import (
@@ -37,13 +36,13 @@ from k25trace.ingest.file_meta import (
 from k25trace.ingest.messages import Chunk, End, Progress
 from k25trace.ingest.model import FileResult, LoadOptions, TraceFile
 from k25trace.ingest.scan import scanner_note
+from k25trace.ingest.stores import ReadFile, Staging, StoreThreads, _with_name_ids
 from k25trace.ingest.workers import _Workers, decode_workers
 from k25trace.names import short_name
 
 # ---------------------------------------------------------------------------------------------------------------
 # Loading one file
 
-_NO_NAMES: dict[str, int] = {}  # the name ids of a table without rows
 LONG_GPU_NS = 3_600 * 10**9  # a GPU activity longer than an hour is reported
 
 
@@ -57,17 +56,21 @@ class Loader:
         progress: Callable[[int], None] | None = None,
         after_file: Callable[[duckdb.DuckDBPyConnection, int], None] | None = None,
         workers: _Workers | None = None,
+        after_shared: Callable[[duckdb.DuckDBPyConnection], None] | None = None,
     ) -> None:
         self.con = con
         self.options = options or LoadOptions()
         self._executor: _Workers | None = workers  # decode processes started before (start_workers); closed here
         self._hashes: dict[tuple[str, int, int], str] = {}
         self._chunks: dict[str, list[pa.Table]] = {}  # this file's chunk tables per staging table, in file order
-        self._staged: dict[str, pa.Table] = {}  # the tables registered as the _stage_* views
+        self.staging = Staging(con)  # the tables registered as the _stage_* views
         self.progress = progress or (lambda n: None)
         self.names: dict[str, int] = dict(run_query(con, "ingest_names").fetchall())
         self.next_name_id = max(self.names.values(), default=0) + 1
         self.after_file = after_file  # the later stages (k25trace.pipeline), inside the file's transaction
+        # what the later stages share between files (their classes), for a file stored beside others (read())
+        self.after_shared = after_shared
+        self.last_counts = (0, 0, 0)  # (rank, events, GPU activities) of the last file committed by _commit_file
         # the last file the decode workers stream: once it is read they end, before its commit and analysis (their
         # memory is not held through the tail of the load: ~400 MB of a real 80 MB rank's peak, measured)
         self.workers_until: Path | None = None
@@ -103,12 +106,11 @@ class Loader:
         except (OSError, duckdb.Error):
             return False
 
-    def load(self, tf: TraceFile) -> FileResult:
-        path = tf.path
-        shown = _shown(path)
-        started = _dt.datetime.now()
-        result = FileResult(shown, "failed")
-        sha: str | None = None  # hashed first only when the file may be loaded already (its size is stored)
+    def _precheck(self, path: Path, result: FileResult) -> tuple[bool, str | None]:
+        """Before a file is read: whether it is to be read (else ``result`` says why not: unreadable, or loaded
+        already), and its sha256 where it was hashed first (only a file whose size is stored may be loaded)."""
+        shown = result.path
+        sha: str | None = None
         try:
             with open(path, "rb"):
                 pass
@@ -116,19 +118,29 @@ class Loader:
                 sha = self._hash(path)
         except OSError as exc:
             result.message = f"{shown}: cannot read: {exc.strerror}"
-            return result
+            return False, None
         except duckdb.Error as exc:
             result.message = f"{shown}: {db_problem(exc)}"
-            return result
+            return False, None
         try:
             row = self._known(sha) if sha is not None else None
         except duckdb.Error as exc:
             result.message = f"{shown}: {db_problem(exc)}"
-            return result
+            return False, None
         if row:
             result.status = "skipped"
             result.trace_id = row[0]
             result.message = f"{shown}: already loaded as trace {row[0]} ({row[1]})"
+            return False, None
+        return True, sha
+
+    def load(self, tf: TraceFile) -> FileResult:
+        path = tf.path
+        shown = _shown(path)
+        started = _dt.datetime.now()
+        result = FileResult(shown, "failed")
+        go_on, sha = self._precheck(path, result)
+        if not go_on:
             return result
         names = _NameIds(self.names, self.next_name_id)
         con = self.con
@@ -141,11 +153,7 @@ class Loader:
         try:
             run_query(con, "ingest_stage")
             meta, counts, cols, read_sha, read_bytes = self._stream(path, names)
-            self.prefetch_rest(path)
-            if self.options.receive_ahead and self._executor is not None:
-                self._executor.receive_next()  # the next file's tables come in while this one is stored
-            if self.workers_until is not None and path == self.workers_until:
-                self.close()
+            self._after_read(path)
             changed = sha is not None and read_sha != sha  # between the hash and the read (still being written?)
             if read_sha != sha:  # not hashed first, or changed: is what was read loaded already?
                 row = self._known(read_sha)
@@ -159,10 +167,7 @@ class Loader:
                     return result
             trace_id, warnings = self._commit_file(tf, path, read_sha, read_bytes, meta, counts, cols, names.new)
             if changed:
-                warnings.append(
-                    f"{shown}: the file changed while it was read (still being written?); stored what was "
-                    f"read ({read_bytes:,} bytes, sha256 {read_sha[:12]}…)"
-                )
+                warnings.append(_changed_warning(shown, read_bytes, read_sha))
             committing = True
             con.execute("commit")
         except BaseException as exc:
@@ -184,6 +189,122 @@ class Loader:
         result.warnings = warnings
         result.rank, result.events, result.gpu_events = self.last_counts
         result.seconds = (_dt.datetime.now() - started).total_seconds()
+        return result
+
+    def _after_read(self, path: Path) -> None:
+        """Once a file's chunks are all taken: the other big files streamed, the next one received ahead, the
+        decode workers ended after the last."""
+        self.prefetch_rest(path)
+        if self.options.receive_ahead and self._executor is not None:
+            self._executor.receive_next()  # the next file's tables come in while this one is stored
+        if self.workers_until is not None and path == self.workers_until:
+            self.close()
+
+    def read(self, tf: TraceFile, wait_for: Callable[[str], bool]) -> "FileResult | ReadFile":
+        """A file to be stored beside others (:class:`StoreThreads`): read, staged and cleaned here, and what it
+        shares with other files (:meth:`shared_rows`, ``after_shared``) committed in a short transaction of its
+        own. Returns the file ready for :meth:`store`, or its result (skipped, failed). ``wait_for(sha256)`` waits
+        for a file of the same content being stored, and says whether there was one."""
+        path = tf.path
+        shown = _shown(path)
+        started = _dt.datetime.now()
+        result = FileResult(shown, "failed")
+        go_on, sha = self._precheck(path, result)
+        if not go_on:
+            return result
+        names = _NameIds(self.names, self.next_name_id)
+        con = self.con
+        try:
+            run_query(con, "ingest_stage")
+            meta, counts, cols, read_sha, read_bytes = self._stream(path, names)
+            self._after_read(path)
+            changed = sha is not None and read_sha != sha
+            if wait_for(read_sha) or read_sha != sha:
+                row = self._known(read_sha)
+                if row:
+                    result.status = "skipped"
+                    result.trace_id = row[0]
+                    result.message = f"{shown}: already loaded as trace {row[0]} ({row[1]})" + (
+                        " (it changed while it was read)" if changed else ""
+                    )
+                    return result
+            self._register_staged()
+            self.staging.clean(base_time(meta, path), cols.problems)
+            tables = self.staging.tables
+            name_ids = pc.unique(tables["gpu"].column("name_id")).to_pylist()
+            con.execute("begin transaction")
+            trace_id = self.shared_rows(con, tf, names.new)
+            if self.after_shared is not None:
+                self.after_shared(con)
+            con.execute("commit")
+        except BaseException as exc:
+            self._rollback()
+            message = _failure(exc, shown, False)
+            if message is None:
+                raise
+            self.prefetch_rest(path)  # the first file failed: the others are still loaded
+            result.message = message
+            return result
+        finally:
+            self._unstage()
+        self.names.update(names.new)
+        self.next_name_id = names.next_id
+        return ReadFile(
+            tf,
+            shown,
+            started,
+            read_sha,
+            read_bytes,
+            meta,
+            counts,
+            cols,
+            tables,
+            trace_id,
+            changed,
+            name_ids,
+            list(names.new.values()),
+            _capture_keys(tf),
+        )
+
+    def store(self, read: "ReadFile", cursors: set[duckdb.DuckDBPyConnection]) -> FileResult:
+        """Store a file :meth:`read` before, in a transaction of its own on a cursor of its own (in a thread of
+        :class:`StoreThreads`; the cursor is in ``cursors`` while it is used, for an interrupt)."""
+        path = read.tf.path
+        result = FileResult(read.shown, "failed", trace_id=None)
+        cur = self.con.cursor()
+        cursors.add(cur)
+        staging = Staging(cur)
+        committing = False
+        try:
+            cur.execute("begin transaction")
+            staging.register_tables(read.tables)
+            read.tables = {}
+            warnings, counts = self.file_rows(
+                cur, read.tf, path, read.sha, read.read_bytes, read.meta, read.counts, read.cols, read.trace_id
+            )
+            if read.changed:
+                warnings.append(_changed_warning(read.shown, read.read_bytes, read.sha))
+            committing = True
+            cur.execute("commit")
+        except BaseException as exc:
+            try:
+                cur.execute("rollback")
+            except duckdb.Error:
+                pass
+            message = _failure(exc, read.shown, committing)
+            if message is None:
+                raise
+            result.message = message
+            return result
+        finally:
+            staging.drop()
+            cursors.discard(cur)
+            cur.close()
+        result.status = "loaded"
+        result.trace_id = read.trace_id
+        result.warnings = warnings
+        result.rank, result.events, result.gpu_events = counts
+        result.seconds = (_dt.datetime.now() - read.started).total_seconds()
         return result
 
     def _rollback(self) -> None:
@@ -273,49 +394,16 @@ class Loader:
                 table = table.set_column(0, "event_id", pc.add(table.column("event_id"), first_event_id))
             self._chunks.setdefault(key, []).append(_with_name_ids(table, name_id) if key == "gpu" else table)
 
-    def _stage(self, key: str, table: pa.Table) -> None:
-        """Register ``table`` as the view ``_stage_<key>`` that the ingest queries read (replacing the last one)."""
-        self.con.unregister(f"_stage_{key}")
-        self.con.register(f"_stage_{key}", table)
-        self._staged[key] = table  # referenced here while DuckDB may read it
-
     def _register_staged(self) -> None:
         """The file's staged events, one Arrow table per staging table (the chunks' tables concatenated, no copy;
         an empty one where there is none), registered for ingest_clean.sql, ingest_stage_summary.sql and
         ingest_commit.sql. Nothing is copied into DuckDB before the move into the final tables."""
-        for key in TABLE_ORDER:
-            tables = self._chunks.get(key)
-            if tables:
-                self._stage(key, pa.concat_tables(tables, promote_options="permissive"))
-            else:
-                empty = empty_table(key)
-                self._stage(key, _with_name_ids(empty, _NO_NAMES.__getitem__) if key == "gpu" else empty)
+        self.staging.register_chunks(self._chunks)
         self._chunks = {}
 
     def _unstage(self) -> None:
-        self._chunks, self._staged = {}, {}
-        for key in TABLE_ORDER:
-            try:
-                self.con.unregister(f"_stage_{key}")
-            except duckdb.Error:
-                pass
-        try:
-            run_query(self.con, "ingest_stage_drop")
-        except K25Error:
-            pass
-
-    def _clean_staged(self, base: int, problems: Counter[str]) -> None:
-        """Before the move into the final tables: drop rows whose absolute times would not fit in 64 bits (the
-        decoder already dropped what is no time on its own), and exact duplicate events (``ingest_clean.sql``
-        lists them, they are filtered out of the staged tables here)."""
-        run_query(self.con, "ingest_clean", {"base": base})
-        for staged, problem, n in run_query(self.con, "ingest_dropped").fetchall():
-            problems[f"{problem}:{staged}"] += n
-            table = self._staged[staged]
-            ids = pa.array(
-                [i for (i,) in run_query(self.con, "ingest_dropped_ids", {"staged": staged}).fetchall()], pa.int64()
-            )
-            self._stage(staged, table.filter(pc.invert(pc.is_in(table.column("event_id"), ids))))
+        self._chunks = {}
+        self.staging.drop()
 
     def _commit_file(
         self,
@@ -330,26 +418,51 @@ class Loader:
     ) -> tuple[int, list[str]]:
         """Clean the staged events, move them into the final tables, write the traces row, record the capture, run
         the later stages (``after_file``); all inside the file's transaction. Returns (trace id, warnings)."""
-        con = self.con
-        shown = _shown(path)
-        dist = meta.get("distributedInfo") if isinstance(meta.get("distributedInfo"), dict) else None
-        rank, world, rank_source = rank_of(dist, path.name)
-        base = base_time(meta, path)
-        devices = meta.get("deviceProperties") if isinstance(meta.get("deviceProperties"), list) else None
         self._register_staged()
-        self._clean_staged(base, cols.problems)
-        gpu_n, main_device, long_n, longest = run_query(
-            con, "ingest_stage_summary", {"long_ns": LONG_GPU_NS}
-        ).fetchall()[0]
-        frontend = is_frontend_name(path.name)
-        warnings = _file_warnings(path, cols, gpu_n, frontend, long_n, longest)
-        trace_id = run_query(con, "ingest_next_trace_id").fetchall()[0][0]
+        self.staging.clean(base_time(meta, path), cols.problems)
+        trace_id = self.shared_rows(self.con, tf, new_names)
+        warnings, self.last_counts = self.file_rows(self.con, tf, path, sha, read_bytes, meta, counts, cols, trace_id)
+        return trace_id, warnings
+
+    def shared_rows(self, con: duckdb.DuckDBPyConnection, tf: TraceFile, new_names: dict[str, int]) -> int:
+        """The rows a file shares with the files loaded beside it: its trace id (from the sequence), its new kernel
+        names, its capture's manifest. Returns the trace id."""
+        trace_id = int(run_query(con, "ingest_next_trace_id").fetchall()[0][0])
         if new_names:
             run_query(
                 con,
                 "ingest_names_add",
                 {"names": [{"name_id": i, "name": n, "short_name": short_name(n)} for n, i in new_names.items()]},
             )
+        if tf.capture_dir is not None:
+            _record_capture(con, tf.capture_dir)
+        return trace_id
+
+    def file_rows(
+        self,
+        con: duckdb.DuckDBPyConnection,
+        tf: TraceFile,
+        path: Path,
+        sha: str,
+        read_bytes: int,
+        meta: dict[str, Any],
+        counts: int,
+        cols: _Columns,
+        trace_id: int,
+    ) -> tuple[list[str], tuple[int, int, int]]:
+        """Move the staged (cleaned) events of ``con`` into the final tables as trace ``trace_id``, write its traces
+        row, run the later stages (``after_file``). Returns the file's warnings and (rank, events, GPU
+        activities)."""
+        shown = _shown(path)
+        dist = meta.get("distributedInfo") if isinstance(meta.get("distributedInfo"), dict) else None
+        rank, world, rank_source = rank_of(dist, path.name)
+        base = base_time(meta, path)
+        devices = meta.get("deviceProperties") if isinstance(meta.get("deviceProperties"), list) else None
+        gpu_n, main_device, long_n, longest = run_query(
+            con, "ingest_stage_summary", {"long_ns": LONG_GPU_NS}
+        ).fetchall()[0]
+        frontend = is_frontend_name(path.name)
+        warnings = _file_warnings(path, cols, gpu_n, frontend, long_n, longest)
         run_query(con, "ingest_commit", {"trace_id": trace_id, "rank": rank, "base": base})
         metadata_json = metadata_text(meta, shown, warnings)
         vllm_version = meta.get("vllm_version")
@@ -385,12 +498,23 @@ class Loader:
                 "rank_source": rank_source,
             },
         )
-        self.last_counts = (rank, counts, gpu_n)
-        if tf.capture_dir is not None:
-            _record_capture(con, tf.capture_dir)
         if self.after_file is not None:
             self.after_file(con, trace_id)
-        return trace_id, warnings
+        return warnings, (rank, counts, gpu_n)
+
+
+def _capture_keys(tf: TraceFile) -> tuple[str | None, str | None]:
+    """A file's capture as the captures table keys it (resolved) and as its traces row holds it."""
+    if tf.capture_dir is None:
+        return None, None
+    return _shown(tf.capture_dir.resolve()), _shown(tf.capture_dir)
+
+
+def _changed_warning(shown: str, read_bytes: int, read_sha: str) -> str:
+    return (
+        f"{shown}: the file changed while it was read (still being written?); stored what was "
+        f"read ({read_bytes:,} bytes, sha256 {read_sha[:12]}…)"
+    )
 
 
 def _file_warnings(path: Path, cols: _Columns, gpu_n: int, frontend: bool, long_n: int, longest: int) -> list[str]:
@@ -466,13 +590,6 @@ def _interrupted(exc: BaseException) -> bool:
     return False
 
 
-def _with_name_ids(table: pa.Table, name_id: Callable[[str], int]) -> pa.Table:
-    """A GPU chunk table as staged: its ``name`` column swapped for ``name_id`` (the database's name ids)."""
-    names = table.column("name").combine_chunks().dictionary_encode()
-    ids = pa.array([name_id(v) for v in names.dictionary.to_pylist()], pa.int32())
-    return table.drop_columns(["name"]).append_column("name_id", pc.take(ids, names.indices))
-
-
 def _shown(path: Path | str) -> str:
     """The path as text that any database or terminal takes: bytes of a file name that are not UTF-8 become
     U+FFFD (the file itself is opened by its real name)."""
@@ -530,10 +647,12 @@ def load_paths(
     progress_factory: Callable[[list[TraceFile]], Any] | None = None,
     after_file: Callable[[duckdb.DuckDBPyConnection, int], None] | None = None,
     workers: _Workers | None = None,
+    after_shared: Callable[[duckdb.DuckDBPyConnection], None] | None = None,
 ) -> tuple[list[FileResult], list[str]]:
     """Load every trace under ``paths`` into the event tables; returns (per-file results, notes). Never raises
     for a bad file. ``after_file(con, trace_id)`` runs inside each file's transaction (the pipeline's later
-    stages: a failure there rolls the file back like a bad event would). ``workers``: decode processes started
+    stages: a failure there rolls the file back like a bad event would); ``after_shared(con)``, what they share
+    between files, for big files stored at once (:class:`StoreThreads`). ``workers``: decode processes started
     earlier for this load (:func:`~k25trace.ingest.workers.start_workers`); they are closed when it ends.
 
     Past a file-size limit (``ulimit -f``; CPython ignores SIGXFSZ) a write to the database fails and the file's
@@ -553,7 +672,7 @@ def load_paths(
         if progress_factory is not None:
             with _interrupts_deferred():  # a display started is one this function closes, whenever Ctrl-C comes
                 progress_ctx = progress_factory(files)
-        _load_files(con, files, big, options, results, on_result, progress_ctx, after_file, workers)
+        _load_files(con, files, big, options, results, on_result, progress_ctx, (after_file, after_shared), workers)
     finally:
         if workers is not None:
             workers.close()  # closed by the loader already, unless it stopped before it took them (idempotent)
@@ -598,22 +717,41 @@ def _load_files(
     results: list[FileResult],
     on_result: Callable[[FileResult], None] | None,
     progress_ctx: Any,
-    after_file: Callable[[duckdb.DuckDBPyConnection, int], None] | None,
+    stages: tuple[
+        Callable[[duckdb.DuckDBPyConnection, int], None] | None, Callable[[duckdb.DuckDBPyConnection], None] | None
+    ],
     workers: _Workers | None,
 ) -> None:
-    """:func:`load_paths`'s loop over the files, appending to ``results``; the decode workers are closed at its end,
-    however it ends."""
+    """:func:`load_paths`'s loop over the files, appending to ``results``; ``stages``: (after_file, after_shared).
+    The decode workers are closed at its end, however it ends."""
 
     def _nothing(_: object) -> None:
         return None
+
+    def report(result: FileResult) -> None:
+        results.append(result)
+        if on_result:
+            # said whole, once: Ctrl-C in the middle of Rich's write of a line left it in Rich's buffer, and the
+            # progress display's last refresh wrote it a second time (Rich deletes its buffer after the write)
+            with _interrupts_deferred():
+                on_result(result)
 
     advance: Callable[[int], None] = _nothing
     start_file: Callable[[TraceFile], None] = _nothing
     if progress_ctx is not None:
         advance, start_file = progress_ctx.advance, progress_ctx.start_file
     loader: Loader | None = None
+    stores: StoreThreads | None = None
+    after_file, after_shared = stages
     try:
-        loader = Loader(con, options, progress=lambda n: advance(n), after_file=after_file, workers=workers)
+        loader = Loader(
+            con,
+            options,
+            progress=lambda n: advance(n),
+            after_file=after_file,
+            workers=workers,
+            after_shared=after_shared,
+        )
         loader.big_files = len(big)
         loader.last_file = files[-1].path if files else None
         if big:
@@ -621,16 +759,30 @@ def _load_files(
         big = [path for path in big if not loader.already_loaded(path)]
         loader.workers_until = big[-1] if big else None
         loader.prefetch(big)
+        if options.store_threads > 1 and len(big) >= 2:
+            stores = StoreThreads(loader, options.store_threads, report)
+        stored_at_once = set(big) if stores is not None else set()
         for tf in files:
             start_file(tf)
+            if stores is not None and tf.path in stored_at_once:
+                read = loader.read(tf, stores.wait_for)
+                loader.prefetch_rest(tf.path)
+                if isinstance(read, ReadFile):
+                    stores.submit(read)
+                else:
+                    stores.drain()  # the results in file order
+                    report(read)
+                stores.report_done()
+                continue
+            if stores is not None:
+                stores.drain()
             result = loader.load(tf)
             loader.prefetch_rest(tf.path)  # (done already when the file was read; not when it was not)
-            results.append(result)
-            if on_result:
-                # said whole, once: Ctrl-C in the middle of Rich's write of a line left it in Rich's buffer, and the
-                # progress display's last refresh wrote it a second time (Rich deletes its buffer after the write)
-                with _interrupts_deferred():
-                    on_result(result)
+            report(result)
+        if stores is not None:
+            stores.drain()
     finally:
+        if stores is not None:
+            stores.close()
         if loader is not None:
             loader.close()

@@ -36,6 +36,8 @@ class LoadOptions:
     reserved_cpus: int = 1
     # take the next big file's chunks off its worker's queue in a thread while this one is stored (on 4 CPUs or more)
     receive_ahead: bool = field(default_factory=lambda: _default_receive_ahead())
+    # big files stored at once, each in a transaction of its own (1: one after another)
+    store_threads: int = field(default_factory=lambda: _default_store_threads())
 
 
 @dataclass
@@ -63,6 +65,15 @@ def _default_receive_ahead() -> bool:
     if setting in ("0", "1"):
         return setting == "1"
     return cpus() >= limits.RECEIVE_AHEAD_MIN_CPUS
+
+
+def _default_store_threads() -> int:
+    """How many big files a load stores at once (:attr:`LoadOptions.store_threads`): ``limits.STORE_THREADS`` with
+    ``limits.STORE_THREADS_MIN_CPUS`` CPUs or more, else 1; or ``K25TRACE_STORE_THREADS`` where it is set."""
+    try:
+        return max(1, int(os.environ["K25TRACE_STORE_THREADS"]))
+    except (KeyError, ValueError):
+        return limits.STORE_THREADS if cpus() >= limits.STORE_THREADS_MIN_CPUS else 1
 
 
 def cpus() -> int:

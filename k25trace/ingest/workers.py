@@ -246,7 +246,8 @@ def decode_workers(options: LoadOptions, big_files: int) -> int:
     held ~0.45 GB of decoded files waiting (measured). ``reserved_cpus=0``: as many as ``options.workers``."""
     count = min(options.workers, max(4, big_files))
     if big_files >= 2 and options.reserved_cpus:
-        count = min(count, limits.FILES_AHEAD_WORKERS, max(1, cpus() - options.reserved_cpus))
+        ahead = limits.FILES_AHEAD_WORKERS + options.store_threads - 1  # one more per file stored at once
+        count = min(count, ahead, max(1, cpus() - options.reserved_cpus * options.store_threads))
     return count
 
 
