@@ -29,7 +29,7 @@ def main() -> None:
     parser.add_argument("--env", action="append", default=[], help="NAME=VALUE for every load (e.g. a worker count)")
     args = parser.parse_args()
     bench_load.NO_POLARS = args.no_polars
-    paths = sorted(p for p in args.input.iterdir() if p.is_file())
+    paths = sorted(p for p in args.input.iterdir() if p.is_file() and not p.name.startswith("."))
     settings = [s.strip() for s in args.threads.split(",")]
     env = dict(item.split("=", 1) for item in args.env)
     with tempfile.TemporaryDirectory(prefix="bench-stores-") as tmp_name:

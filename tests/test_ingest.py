@@ -419,7 +419,7 @@ def test_files_received_ahead_give_the_same_rows(tmp_path: Path, monkeypatch: py
 
     monkeypatch.setattr(workers_module._Workers, "receive_next", recording)
     parallel = db.connect(tmp_path / "parallel.duckdb")
-    options = ingest.LoadOptions(workers=2, parallel_min_bytes=1, receive_ahead=True)
+    options = ingest.LoadOptions(workers=2, parallel_min_bytes=1, receive_ahead=True, store_threads=1)
     results, _ = pipeline.load_paths(parallel, files, options)
     statuses = ["loaded", "failed", "loaded", "skipped", "loaded"]
     assert [r.status for r in results] == [r.status for r in want] == statuses, [r.message for r in results]
@@ -466,27 +466,34 @@ def test_workers_started_before_the_load_are_used_and_closed(tmp_path: Path) -> 
 def test_several_big_files_leave_a_cpu_to_the_store(monkeypatch: pytest.MonkeyPatch) -> None:
     """One big file is shared out among the workers; several big files get at most FILES_AHEAD_WORKERS and leave
     ``reserved_cpus`` CPUs to the parent, which stores one file while the workers decode the next ones (one worker
-    on 2 CPUs, never fewer than one)."""
+    on 2 CPUs, never fewer than one). Files stored at once (``store_threads``): one worker more per file stored at
+    once, and ``reserved_cpus`` left to each store."""
     from k25trace.ingest import workers
 
     def on(count: int) -> None:
         monkeypatch.setattr(workers, "cpus", lambda: count)
 
+    def options(**kwargs: Any) -> ingest.LoadOptions:
+        return ingest.LoadOptions(**{"store_threads": 1, **kwargs})
+
     on(2)
-    two = ingest.LoadOptions(workers=2)
+    two = options(workers=2)
     assert workers.decode_workers(two, 1) == 2
     assert workers.decode_workers(two, 8) == 1
-    assert workers.decode_workers(ingest.LoadOptions(workers=2, reserved_cpus=0), 8) == 2
+    assert workers.decode_workers(options(workers=2, reserved_cpus=0), 8) == 2
     on(1)
-    assert workers.decode_workers(ingest.LoadOptions(workers=4), 8) == 1
+    assert workers.decode_workers(options(workers=4), 8) == 1
     on(4)
-    assert workers.decode_workers(ingest.LoadOptions(workers=4), 8) == 3
+    assert workers.decode_workers(options(workers=4), 8) == 3
+    assert workers.decode_workers(options(workers=4, store_threads=2), 8) == 2
     on(16)
-    assert workers.decode_workers(ingest.LoadOptions(workers=8), 1) == 4  # one file: its chunks, shared out
-    assert workers.decode_workers(ingest.LoadOptions(workers=8), 8) == 3 == ingest.limits.FILES_AHEAD_WORKERS
-    assert workers.decode_workers(ingest.LoadOptions(workers=8), 64) == 3
-    assert workers.decode_workers(ingest.LoadOptions(workers=2), 64) == 2
-    assert workers.decode_workers(ingest.LoadOptions(workers=8, reserved_cpus=0), 8) == 8
+    assert workers.decode_workers(options(workers=8), 1) == 4  # one file: its chunks, shared out
+    assert workers.decode_workers(options(workers=8), 8) == 3 == ingest.limits.FILES_AHEAD_WORKERS
+    assert workers.decode_workers(options(workers=8), 64) == 3
+    assert workers.decode_workers(options(workers=2), 64) == 2
+    assert workers.decode_workers(options(workers=8, reserved_cpus=0), 8) == 8
+    assert workers.decode_workers(options(workers=8, store_threads=2), 8) == 4
+    assert workers.decode_workers(options(workers=8, store_threads=2), 1) == 4
 
 
 @pytest.mark.parametrize(
@@ -575,7 +582,9 @@ def test_worker_processes_give_the_same_rows_and_isolate_bad_files(
         monkeypatch.setattr(real_workers, "prefetch", recording_prefetch)
     monkeypatch.setattr(workers_module, "_Workers", Counted)
     monkeypatch.setattr(loader_module, "_Workers", Counted)
-    results, _ = pipeline.load_paths(parallel, files, ingest.LoadOptions(workers=2, parallel_min_bytes=1))
+    results, _ = pipeline.load_paths(
+        parallel, files, ingest.LoadOptions(workers=2, parallel_min_bytes=1, store_threads=1)
+    )
     assert started == [workers if many else 2]
     if many:
         where = 0 if bad_first else 1

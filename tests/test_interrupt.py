@@ -93,7 +93,8 @@ def _segments(pid: int) -> list[str]:
 def _interrupt(files: list[Path], dbfile: Path, when: str, target: str, receive: str) -> tuple[int, str, float]:
     """Run `k25trace load FILES --db DBFILE` with stderr on a pty; send SIGINT once the output shows ``when``
     (``started``: the progress display; ``reading``: bytes of the first file read; ``committed``: the first file
-    loaded) to the process group or the parent; ``receive``: ``K25TRACE_RECEIVE_AHEAD`` ("": by the CPUs). Returns (exit status, output, seconds from the signal to the exit)."""
+    loaded) to the process group or the parent; ``receive``: ``K25TRACE_RECEIVE_AHEAD`` ("": by the CPUs), and
+    ``K25TRACE_STORE_THREADS`` after a comma. Returns (exit status, output, seconds from the signal to the exit)."""
     master, slave = os.openpty()
     proc = subprocess.Popen(
         [sys.executable, "-m", "k25trace", "load", *map(str, files), "--db", str(dbfile)],
@@ -102,7 +103,13 @@ def _interrupt(files: list[Path], dbfile: Path, when: str, target: str, receive:
         stderr=slave,
         cwd=ROOT,
         start_new_session=True,
-        env={**os.environ, "COLUMNS": "200", "TERM": "xterm", "K25TRACE_RECEIVE_AHEAD": receive},
+        env={
+            **os.environ,
+            "COLUMNS": "200",
+            "TERM": "xterm",
+            "K25TRACE_RECEIVE_AHEAD": receive.split(",")[0],
+            "K25TRACE_STORE_THREADS": (receive.split(",") + [""])[1],
+        },
     )
     os.close(slave)
     pattern = {
@@ -154,12 +161,29 @@ def _interrupt(files: list[Path], dbfile: Path, when: str, target: str, receive:
 @pytest.mark.parametrize("target", ["group", "parent"])
 @pytest.mark.parametrize(
     ("nfiles", "when", "receive"),
-    [(1, "started", ""), (1, "reading", ""), (3, "reading", "0"), (3, "committed", "0"), (3, "committed", "1")],
-    ids=["ring-started", "ring-reading", "prefetch-reading", "prefetch-committed", "received-ahead-committed"],
+    [
+        (1, "started", ""),
+        (1, "reading", ""),
+        (3, "reading", "0"),
+        (3, "committed", "0"),
+        (3, "committed", "1"),
+        (3, "reading", "0,3"),
+        (3, "committed", "1,3"),
+    ],
+    ids=[
+        "ring-started",
+        "ring-reading",
+        "prefetch-reading",
+        "prefetch-committed",
+        "received-ahead-committed",
+        "stored-at-once-reading",
+        "stored-at-once-committed",
+    ],
 )
 def test_ctrl_c_during_a_big_load(
     tmp_path: Path, big_ranks: list[Path], nfiles: int, when: str, receive: str, target: str
 ) -> None:
+    """``receive``: K25TRACE_RECEIVE_AHEAD, then K25TRACE_STORE_THREADS after a comma (files stored at once)."""
     files = big_ranks[:nfiles]
     dbfile = tmp_path / "run.duckdb"
     rc, output, took = _interrupt(files, dbfile, when, target, receive)

@@ -23,8 +23,10 @@ FILES_AHEAD_WORKERS = 3
 # and on this project's 2 cores 1.07 GB against 0.89 GB peak (measured, 2026-12-05)
 RECEIVE_AHEAD_MIN_CPUS = 4
 # CPUs from which a load of several big files stores up to STORE_THREADS of them at once, each in a transaction of
-# its own (:class:`k25trace.ingest.loader.StoreThreads`): on 16 CPUs the stores, one after another, were ~15 s of 8
-# real ranks' 19 s; on 2 CPUs storing several at once cost 16 s more CPU (measured 2026-12-03)
-STORE_THREADS_MIN_CPUS = 8
-STORE_THREADS = 3
+# its own (:class:`k25trace.ingest.stores.StoreThreads`). 8 real ranks on the 16-CPU device (2026-12-05, 2 runs
+# each): 18.4 s one after another, 11.3 s two at once (2.6 GB), 11.2 s three (2.9 GB), 10.3 s four (3.3 GB); on 4
+# CPUs 23.6 s against 18.9 s two at once (1.85 against 2.15 GB); on this project's 2 cores no faster (26.3 against
+# 26.9 s, three at once) with 4.6 s more CPU and 280 MB more
+STORE_THREADS_MIN_CPUS = 4
+STORE_THREADS = 2
 STORES_PER_RELEASE = 8  # files stored at once between two drops of DuckDB's cached blocks (db.release_cached_blocks)

@@ -157,8 +157,8 @@ class StoreThreads:
         self.report(result)
 
     def close(self) -> None:
-        """Interrupt the stores still running (Ctrl-C, a bug), wait for their threads, then remove the shared rows
-        of the files that failed."""
+        """Interrupt the stores still running (Ctrl-C, a bug), wait for their threads, report those that committed
+        meanwhile (each is in the database), then remove the shared rows of the files that failed."""
         for cur in list(self.cursors):
             try:
                 cur.interrupt()
@@ -168,6 +168,8 @@ class StoreThreads:
         for read, future in self.pending:
             if future.cancelled() or future.exception() is not None or future.result().status != "loaded":
                 self.failed.append(read)
+            else:  # committed before the stop (maybe after a file before it failed): said, in file order
+                self.report(future.result())
         self.pending.clear()
         for read in self.failed:
             _drop_orphans(self.loader.con, read)
