@@ -21,6 +21,7 @@ import duckdb
 import polars as pl
 
 from k25trace.analysis import report
+from k25trace.analysis.overview import Overview, overview  # noqa: F401 - the overview, without polars
 from k25trace.db import NamedQuery, get_query, named_queries, parse_param, query_frame
 from k25trace.vocab import PHASES, check_phase
 
@@ -35,15 +36,6 @@ SQL_ROW_CAP = 1000
 
 PHASE_FILTERS = PHASES
 """The TUI's phase filter cycles through these (:data:`k25trace.vocab.PHASES`)."""
-
-
-@dataclass(frozen=True)
-class Overview:
-    """What the first screen shows first: traces (ranks) by run, capture levels, step counts."""
-
-    traces: pl.DataFrame
-    levels: pl.DataFrame
-    step_counts: pl.DataFrame
 
 
 @dataclass(frozen=True)
@@ -72,15 +64,6 @@ class KernelDetail:
 
     row: dict[str, Any]
     per_step: pl.DataFrame
-
-
-def overview(con: duckdb.DuckDBPyConnection) -> Overview:
-    """The overview's tables; they read only the small per-trace and per-step tables."""
-    return Overview(
-        traces=query_frame(con, "browse_traces"),
-        levels=query_frame(con, "browse_levels"),
-        step_counts=query_frame(con, "browse_step_counts", {"trace_id": None}),
-    )
 
 
 def decode_breakdown(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:

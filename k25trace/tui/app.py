@@ -27,14 +27,11 @@ from textual.worker import Worker, WorkerState
 
 from k25trace.pipeline import connect
 from k25trace.tui.messages import OpenKernel, OpenStep, OpenSteps
-from k25trace.tui.screens.comm import CommScreen
 from k25trace.tui.screens.help import HelpScreen
-from k25trace.tui.screens.kernel import KernelScreen
 from k25trace.tui.screens.overview import OverviewScreen
-from k25trace.tui.screens.search import SearchScreen
-from k25trace.tui.screens.sql import SqlScreen
-from k25trace.tui.screens.step import StepScreen
-from k25trace.tui.screens.steps import StepsScreen
+
+# The other screens import polars and the analysis modules (~0.2 s): each is imported when first opened, so that
+# the overview paints without them (k25trace.analysis.overview).
 
 YOUNG_OBJECTS_PER_COLLECTION = 10_000
 """Python's cyclic garbage collector runs a young collection every 700 new objects by default; a Textual paint
@@ -88,19 +85,31 @@ class K25TraceApp(App[None]):
             cursor.close()
 
     def on_open_steps(self, message: OpenSteps) -> None:
+        from k25trace.tui.screens.steps import StepsScreen
+
         self.push_screen(StepsScreen(message.trace_id, steps=message.steps))
 
     def on_open_step(self, message: OpenStep) -> None:
+        from k25trace.tui.screens.step import StepScreen
+
         self.push_screen(StepScreen(message.trace_id, message.step_index, detail=message.detail))
 
     def on_open_kernel(self, message: OpenKernel) -> None:
+        from k25trace.tui.screens.kernel import KernelScreen
+
         self.push_screen(KernelScreen(message.trace_id, message.event_id, message.start_ns))
 
     def current_trace(self) -> int | None:
         return getattr(self.screen, "trace_id", None)
 
     def action_help(self) -> None:
+        from k25trace.tui.screens.comm import CommScreen
         from k25trace.tui.screens.compare import CompareScreen
+        from k25trace.tui.screens.kernel import KernelScreen
+        from k25trace.tui.screens.search import SearchScreen
+        from k25trace.tui.screens.sql import SqlScreen
+        from k25trace.tui.screens.step import StepScreen
+        from k25trace.tui.screens.steps import StepsScreen
 
         sections: list[tuple[str, list[BindingType]]] = [
             ("Everywhere", list(self.BINDINGS)),
@@ -124,10 +133,14 @@ class K25TraceApp(App[None]):
             self.push_screen(HelpScreen(sections))
 
     def action_search(self) -> None:
+        from k25trace.tui.screens.search import SearchScreen
+
         if not isinstance(self.screen, SearchScreen):
             self.push_screen(SearchScreen(self.current_trace()))
 
     def action_collectives(self) -> None:
+        from k25trace.tui.screens.comm import CommScreen
+
         if not isinstance(self.screen, CommScreen):
             self.push_screen(CommScreen())
 
@@ -138,6 +151,8 @@ class K25TraceApp(App[None]):
             self.push_screen(CompareScreen(self.db_path.name))
 
     def action_sql(self) -> None:
+        from k25trace.tui.screens.sql import SqlScreen
+
         if not isinstance(self.screen, SqlScreen):
             self.push_screen(SqlScreen())
 

@@ -11,15 +11,15 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-import polars as pl
 from textual.message import Message
 
-from k25trace import db
-from k25trace.analysis import browse, findings
-
 if TYPE_CHECKING:
-    # imported with the compare screen: it and numpy are ~0.1 s of start-up; named in a string below
-    from k25trace.analysis import compare  # noqa: F401
+    # polars and the analysis modules load after the overview is painted (it is read without them:
+    # k25trace.analysis.overview), the compare screen's with that screen; the types are named in strings below
+    import polars as pl  # noqa: F401
+
+    from k25trace import db  # noqa: F401
+    from k25trace.analysis import browse, compare, findings, overview  # noqa: F401
 
 T = TypeVar("T")
 
@@ -81,15 +81,15 @@ class FetchFailed(Message, bubble=False):
     request: Hashable = None
 
 
-class OverviewLoaded(Loaded[browse.Overview]):
+class OverviewLoaded(Loaded["overview.Overview"]):
     """The overview's traces, capture levels and step counts."""
 
 
-class BreakdownLoaded(Loaded[tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, dict[str, str]]]):
+class BreakdownLoaded(Loaded["tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, dict[str, str]]"]):
     """The overview's slower part: the decode breakdown, the collectives split and the idle split."""
 
 
-class FindingsLoaded(Loaded[findings.Findings]):
+class FindingsLoaded(Loaded["findings.Findings"]):
     """The overview's findings panel: the ranked findings per run and batch size (:mod:`k25trace.analysis.findings`)."""
 
 
@@ -98,64 +98,64 @@ class Prefetched(Loaded[T]):
     to the next one in its navigation message. A prefetch that fails is not shown (the open itself reports it)."""
 
 
-class TraceStepsPrefetched(Prefetched[browse.TraceSteps]):
+class TraceStepsPrefetched(Prefetched["browse.TraceSteps"]):
     """The steps of the trace under the overview's cursor; ``request`` is its trace id."""
 
 
-class StepPrefetched(Prefetched[browse.StepDetail | None]):
+class StepPrefetched(Prefetched["browse.StepDetail | None"]):
     """The step under the steps screen's cursor; ``request`` is ``(trace_id, step_index)``."""
 
 
-class StepsLoaded(Loaded[browse.TraceSteps]):
+class StepsLoaded(Loaded["browse.TraceSteps"]):
     """The steps of one trace, with its rank and the next rank of its run."""
 
 
-class StepLoaded(Loaded[browse.StepDetail | None]):
+class StepLoaded(Loaded["browse.StepDetail | None"]):
     """One step (None: the trace has no such step); ``request`` is ``(trace_id, step_index)``."""
 
 
-class StepsPrefetched(Loaded[list[tuple[tuple[int, int], browse.StepDetail | None, Any]]]):
+class StepsPrefetched(Loaded["list[tuple[tuple[int, int], browse.StepDetail | None, Any]]"]):
     """Steps read ahead of the user (the neighbours of the step on screen), keyed ``(trace_id, step_index)``, each
     with its tables drawn (a ``k25trace.tui.screens.step.DrawnStep``, None for a step that does not exist)."""
 
 
-class KernelPageLoaded(Loaded[pl.DataFrame]):
+class KernelPageLoaded(Loaded["pl.DataFrame"]):
     """The next page of a step's kernels; ``request`` is ``(trace_id, step_index, offset)``."""
 
 
-class KernelLoaded(Loaded[browse.KernelDetail | None]):
+class KernelLoaded(Loaded["browse.KernelDetail | None"]):
     """One GPU activity with its variation over steps (None: no such activity)."""
 
 
-class KernelRanksLoaded(Loaded[pl.DataFrame]):
+class KernelRanksLoaded(Loaded["pl.DataFrame"]):
     """A kernel's calls and times on every rank of the run."""
 
 
-class SearchLoaded(Loaded[pl.DataFrame]):
+class SearchLoaded(Loaded["pl.DataFrame"]):
     """Kernel names matching the search text."""
 
 
-class FirstRunLoaded(Loaded[dict[str, Any] | None]):
+class FirstRunLoaded(Loaded["dict[str, Any] | None"]):
     """Where a kernel picked in the search results first ran (None: never)."""
 
 
-class SchemaLoaded(Loaded[pl.DataFrame]):
+class SchemaLoaded(Loaded["pl.DataFrame"]):
     """Tables and views with their columns, for the SQL screen's tree."""
 
 
-class SqlLoaded(Loaded[db.SqlResult]):
+class SqlLoaded(Loaded["db.SqlResult"]):
     """The rows of the user's SQL."""
 
 
-class CollectivesLoaded(Loaded[browse.Collectives]):
+class CollectivesLoaded(Loaded["browse.Collectives"]):
     """The collectives screen's tables."""
 
 
-class CallSitesLoaded(Loaded[tuple[tuple[str, int | None, str], pl.DataFrame]]):
+class CallSitesLoaded(Loaded["tuple[tuple[str, int | None, str], pl.DataFrame]"]):
     """The call sites of one (run label, batch size, category)."""
 
 
-class RunsLoaded(Loaded[pl.DataFrame]):
+class RunsLoaded(Loaded["pl.DataFrame"]):
     """The runs a comparison can pick from."""
 
 

@@ -427,3 +427,45 @@ async def test_overview_collectives_table_names_the_straggler(kimi_db: Path) -> 
         # the sample's rank 1 is made late before every 9th collective
         assert {r["straggler_rank"] for r in allreduce} == {"1"}
         assert all(float(r["wait_ms_per_step"]) > 0 for r in allreduce)
+
+
+OVERVIEW_FIRST = """
+import asyncio, sys
+from pathlib import Path
+from k25trace.tui.app import K25TraceApp
+
+async def main():
+    app = K25TraceApp(Path(sys.argv[1]))
+    seen = {}
+
+    def hook(message):
+        name = type(message).__name__
+        if name in ("OverviewLoaded", "FindingsLoaded") and name not in seen:
+            app.call_after_refresh(lambda: seen.setdefault(name, "polars" in sys.modules))
+
+    async with app.run_test(size=(150, 48), message_hook=hook) as pilot:
+        while "FindingsLoaded" not in seen:
+            await asyncio.sleep(0.01)
+        traces = app.screen.query_one("#traces")
+        findings = str(app.screen.query_one("#findings").text)
+        await pilot.press("enter")
+        while type(app.screen).__name__ != "StepsScreen":
+            await asyncio.sleep(0.01)
+    print(seen["OverviewLoaded"], seen["FindingsLoaded"], traces.row_count, "computing" not in findings)
+
+asyncio.run(main())
+"""
+
+
+async def test_the_overview_paints_before_polars_is_imported(trace_db: Path) -> None:
+    """The first screen is read without polars (~0.1-0.2 s of start-up): its traces are painted before polars is
+    imported; the findings, read after that paint, bring it; the steps screen then opens from the overview (the
+    other screens are imported once the overview is painted). A new process: this one has polars already."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", OVERVIEW_FIRST, str(trace_db)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["False", "True", "6", "True"], done.stdout

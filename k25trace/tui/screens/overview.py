@@ -3,9 +3,8 @@ the database, capture levels, step counts and the decode breakdown."""
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
-import polars as pl
 from rich.text import Text
 from textual import events, on
 from textual.app import ComposeResult
@@ -14,8 +13,7 @@ from textual.containers import VerticalScroll
 from textual.markup import escape
 from textual.widgets import DataTable, Header, Label, Static
 
-from k25trace.analysis import browse, findings
-from k25trace.render.findings import all_command, findings_text
+from k25trace.analysis import overview as overview_rows
 from k25trace.tui.messages import (
     BreakdownLoaded,
     FetchFailed,
@@ -26,6 +24,12 @@ from k25trace.tui.messages import (
 )
 from k25trace.tui.screens.base import BrowseScreen
 from k25trace.tui.widgets import CategoryBars, SteadyFooter, fill_table
+
+if TYPE_CHECKING:
+    import duckdb
+    import polars as pl
+
+    from k25trace.analysis import browse, findings
 
 
 class FindingsPanel(Static):
@@ -45,6 +49,8 @@ class FindingsPanel(Static):
 
     def _lay_out(self, width: int) -> None:
         if self.result is not None:
+            from k25trace.render.findings import findings_text
+
             self.text = findings_text(self.result, width or 120, more=self.more)
             self.update(self.text)
 
@@ -106,13 +112,25 @@ class OverviewScreen(BrowseScreen):
         self.action_reload()
 
     def action_reload(self) -> None:
-        """Query the overview again (after a load in another terminal), and the findings beside it."""
+        """Query the overview again (after a load in another terminal); the findings once it is painted."""
         self.prefetched.clear()
-        self.fetch(OverviewLoaded, browse.overview)
-        self.fetch(FindingsLoaded, lambda cursor: findings.findings(cursor, db=self.db_name), group="findings")
+        self.fetch(OverviewLoaded, overview_rows.overview)
+
+    def fetch_findings(self) -> None:
+        """The findings (and with them polars and the analysis modules, ~0.2 s to import: after the overview's
+        first paint, which does without them)."""
+
+        def read(cursor: duckdb.DuckDBPyConnection) -> findings.Findings:
+            from k25trace.analysis import findings
+
+            return findings.findings(cursor, db=self.db_name)
+
+        self.fetch(FindingsLoaded, read, group="findings")
 
     @on(FindingsLoaded)
     def show_findings(self, message: FindingsLoaded) -> None:
+        from k25trace.render.findings import all_command
+
         self.query_one("#findings", FindingsPanel).show_findings(
             message.result, all_command(self.db_name, message.result.phase)
         )
@@ -121,6 +139,8 @@ class OverviewScreen(BrowseScreen):
     def show_findings_failure(self, message: FetchFailed) -> None:
         if message.kind is FindingsLoaded:
             self.query_one("#findings", FindingsPanel).update(f"[b]Findings[/b]: none ({escape(message.error)})")
+        elif message.kind is OverviewLoaded:
+            self.fetch_findings()
 
     @on(BreakdownLoaded)
     def show_breakdown(self, message: BreakdownLoaded) -> None:
@@ -144,9 +164,9 @@ class OverviewScreen(BrowseScreen):
         if traces.is_empty():
             self.set_status("This database has no traces yet. Load some with [b]k25trace load TRACE… --db FILE[/b].")
         else:
-            ranks = traces["rank"].drop_nulls().n_unique()
-            runs = traces["run_key"].n_unique()
-            total_steps = int(traces["steps"].sum())
+            ranks = len({rank for rank in traces.column("rank") if rank is not None})
+            runs = len(set(traces.column("run_key")))
+            total_steps = int(sum(steps or 0 for steps in traces.column("steps")))
             self.set_status(
                 f"{_plural(traces.height, 'trace')}, {_plural(ranks, 'rank')}, {_plural(runs, 'run')}, "
                 f"{_plural(total_steps, 'rank-step')}"
@@ -183,16 +203,36 @@ class OverviewScreen(BrowseScreen):
         )
         fill_table(self.query_one("#step-counts", DataTable), overview.step_counts)
         self.query_one("#breakdown", CategoryBars).update("computing…")
-        self.fetch_side(
-            BreakdownLoaded,
-            lambda cursor: (
+        self.query_one("#traces", DataTable).focus()
+        self.call_after_refresh(self.fetch_after_paint)
+
+    def fetch_after_paint(self) -> None:
+        """Once the overview is painted: the other screens imported (so that the first open of each does not wait
+        for its imports), then the findings, the decode breakdown, the collectives and idle splits."""
+
+        def imports() -> None:
+            try:
+                import_screens()
+            finally:
+                self.app.call_from_thread(self.fetch_analysis)
+
+        self.run_worker(imports, thread=True, group="imports", exit_on_error=False)
+
+    def fetch_analysis(self) -> None:
+        """The findings, then the decode breakdown, the collectives and idle splits (polars frames)."""
+        self.fetch_findings()
+
+        def read(cursor: duckdb.DuckDBPyConnection) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, dict[str, str]]:
+            from k25trace.analysis import browse
+
+            return (
                 browse.decode_breakdown(cursor),
                 browse.collective_split(cursor),
                 browse.idle_split(cursor),
                 browse.run_labels(cursor),
-            ),
-        )
-        self.query_one("#traces", DataTable).focus()
+            )
+
+        self.fetch_side(BreakdownLoaded, read)
 
     @on(DataTable.RowHighlighted, "#traces")
     def trace_highlighted(self, event: DataTable.RowHighlighted) -> None:
@@ -201,9 +241,13 @@ class OverviewScreen(BrowseScreen):
             self.stop_prefetch()
             return
         trace_id = int(event.row_key.value)
-        self.prefetch_on_rest(
-            self.prefetched, TraceStepsPrefetched, lambda cursor: browse.trace_steps(cursor, trace_id), trace_id
-        )
+
+        def read(cursor: duckdb.DuckDBPyConnection) -> browse.TraceSteps:
+            from k25trace.analysis import browse  # in the worker: not before the overview's first paint
+
+            return browse.trace_steps(cursor, trace_id)
+
+        self.prefetch_on_rest(self.prefetched, TraceStepsPrefetched, read, trace_id)
 
     @on(TraceStepsPrefetched)
     def keep_steps(self, message: TraceStepsPrefetched) -> None:
@@ -223,6 +267,19 @@ class OverviewScreen(BrowseScreen):
             row_key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key
             if row_key.value is not None:
                 self.open_steps(int(row_key.value))
+
+
+SCREEN_MODULES = ("steps", "step", "kernel", "comm", "search", "sql")
+"""The screens the app imports when first opened (:mod:`k25trace.tui.app`), imported here once the overview is
+painted."""
+
+
+def import_screens() -> None:
+    """Import the other screens' modules (polars and the analysis modules with them), in a worker thread."""
+    import importlib
+
+    for name in SCREEN_MODULES:
+        importlib.import_module(f"k25trace.tui.screens.{name}")
 
 
 def _plural(count: int, noun: str) -> str:

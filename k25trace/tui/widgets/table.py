@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
-import polars as pl
+from typing import TYPE_CHECKING
+
 from rich.text import Text
 from textual.widgets import DataTable
 
 from k25trace.tui.cells import LineText, cell
 
+if TYPE_CHECKING:
+    import polars as pl
+
+    from k25trace.analysis.overview import Rows
+
 
 def fill_table(
-    table: DataTable, frame: pl.DataFrame, *, key_column: str | None = None, columns: list[str] | None = None
+    table: DataTable, frame: pl.DataFrame | Rows, *, key_column: str | None = None, columns: list[str] | None = None
 ) -> None:
-    """Replace a DataTable's contents with a frame's rows (NULLs as blanks), keyed by ``key_column``."""
+    """Replace a DataTable's contents with a frame's rows (NULLs as blanks), keyed by ``key_column``; a polars frame,
+    or the overview's plain rows (read without polars)."""
     table.clear(columns=True)
     columns = columns or frame.columns
     table.add_columns(*columns)
