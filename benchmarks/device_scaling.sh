@@ -11,14 +11,7 @@ set -uo pipefail
 OUT=${1:?output directory}
 POINTS=${2:?points: CPUSET:RANKS ...}
 mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-  --find-links .whl duckdb orjson msgspec isal || exit 1
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
-# the compiled scanner (gitignored: it does not travel) as an install builds it; without it every load here took
-# the slow path (the scaling curve of 2026-12-04 was measured so)
-python3 -c 'import sys; from pathlib import Path; sys.path.insert(0, "benchmarks"); import bench_load as b
-b.build_scanner(Path("."))' || exit 1
-test -f k25trace/ingest/_scan.so || { echo "the scanner did not build"; exit 1; }
+source benchmarks/device_setup.sh  # the carried wheels installed, the scanner built
 IN=/tmp/k25trace-bench/real-dense-64x80mb
 IN8=/tmp/k25trace-bench/real-dense-8of64
 if [ ! -d "$IN8" ]; then

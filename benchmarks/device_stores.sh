@@ -7,12 +7,7 @@ set -uo pipefail
 OUT=${1:?output directory}
 POINTS=${2:?points: CPUSET:THREADS,THREADS ...}
 mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-  --find-links .whl duckdb orjson msgspec isal || exit 1
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
-python3 -c 'import sys; from pathlib import Path; sys.path.insert(0, "benchmarks"); import bench_load as b
-b.build_scanner(Path("."))' || exit 1
-test -f k25trace/ingest/_scan.so || { echo "the scanner did not build"; exit 1; }
+source benchmarks/device_setup.sh  # the carried wheels installed, the scanner built
 { date -u +%FT%TZ; nproc; lscpu | grep -E 'Model name|^CPU\(s\)'; free -g | head -2; git log -1 --oneline 2>/dev/null; } \
   > "$OUT/provenance.txt" 2>&1
 IN8=/tmp/k25trace-bench/real-dense-8x80mb

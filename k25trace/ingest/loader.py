@@ -128,9 +128,7 @@ class Loader:
             result.message = f"{shown}: {db_problem(exc)}"
             return False, None
         if row:
-            result.status = "skipped"
-            result.trace_id = row[0]
-            result.message = f"{shown}: already loaded as trace {row[0]} ({row[1]})"
+            _skipped(result, row)
             return False, None
         return True, sha
 
@@ -159,19 +157,14 @@ class Loader:
                 row = self._known(read_sha)
                 if row:
                     con.execute("rollback")
-                    result.status = "skipped"
-                    result.trace_id = row[0]
-                    result.message = f"{shown}: already loaded as trace {row[0]} ({row[1]})" + (
-                        " (it changed while it was read)" if changed else ""
-                    )
-                    return result
+                    return _skipped(result, row, changed)
             trace_id, warnings = self._commit_file(tf, path, read_sha, read_bytes, meta, counts, cols, names.new)
             if changed:
                 warnings.append(_changed_warning(shown, read_bytes, read_sha))
             committing = True
             con.execute("commit")
         except BaseException as exc:
-            self._rollback()
+            _rollback(self.con)
             message = _failure(exc, shown, committing)
             if message is None:
                 raise
@@ -222,12 +215,7 @@ class Loader:
             if wait_for(read_sha) or read_sha != sha:
                 row = self._known(read_sha)
                 if row:
-                    result.status = "skipped"
-                    result.trace_id = row[0]
-                    result.message = f"{shown}: already loaded as trace {row[0]} ({row[1]})" + (
-                        " (it changed while it was read)" if changed else ""
-                    )
-                    return result
+                    return _skipped(result, row, changed)
             self._register_staged()
             self.staging.clean(base_time(meta, path), cols.problems)
             tables = self.staging.tables
@@ -238,7 +226,7 @@ class Loader:
                 self.after_shared(con)
             con.execute("commit")
         except BaseException as exc:
-            self._rollback()
+            _rollback(self.con)
             message = _failure(exc, shown, False)
             if message is None:
                 raise
@@ -287,10 +275,7 @@ class Loader:
             committing = True
             cur.execute("commit")
         except BaseException as exc:
-            try:
-                cur.execute("rollback")
-            except duckdb.Error:
-                pass
+            _rollback(cur)
             message = _failure(exc, read.shown, committing)
             if message is None:
                 raise
@@ -306,13 +291,6 @@ class Loader:
         result.rank, result.events, result.gpu_events = counts
         result.seconds = (_dt.datetime.now() - read.started).total_seconds()
         return result
-
-    def _rollback(self) -> None:
-        """Roll back the file's transaction; after a failed commit DuckDB has already ended it."""
-        try:
-            self.con.execute("rollback")
-        except duckdb.Error:
-            pass
 
     def _stream(self, path: Path, name_id: Callable[[str], int]) -> tuple[dict[str, Any], int, _Columns, str, int]:
         """Read, decode and stage one file's events; returns (top-level metadata, event count, counters, sha256 of
@@ -508,6 +486,24 @@ def _capture_keys(tf: TraceFile) -> tuple[str | None, str | None]:
     if tf.capture_dir is None:
         return None, None
     return _shown(tf.capture_dir.resolve()), _shown(tf.capture_dir)
+
+
+def _rollback(con: duckdb.DuckDBPyConnection) -> None:
+    """Roll back a file's transaction; after a failed commit DuckDB has already ended it."""
+    try:
+        con.execute("rollback")
+    except duckdb.Error:
+        pass
+
+
+def _skipped(result: FileResult, row: tuple[int, str], changed: bool = False) -> FileResult:
+    """``result`` as a file already loaded as trace ``row`` (id, path) says it."""
+    result.status = "skipped"
+    result.trace_id = row[0]
+    result.message = f"{result.path}: already loaded as trace {row[0]} ({row[1]})" + (
+        " (it changed while it was read)" if changed else ""
+    )
+    return result
 
 
 def _changed_warning(shown: str, read_bytes: int, read_sha: str) -> str:
