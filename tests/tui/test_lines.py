@@ -200,3 +200,38 @@ async def test_a_table_is_laid_out_again_only_when_its_rows_or_scroll_bars_chang
         await pilot.pause()
         assert layouts == [] and table.virtual_size.height == ROWS + 1
         assert not LineTable().keep_rows
+
+
+async def test_a_scroll_bar_is_painted_again_when_a_refill_changes_it_and_only_then() -> None:
+    """The table repaints its scroll bars through their sizes (reactive), not on every refill: a step move that
+    keeps the rows and the width asks no scroll bar to repaint (a scroll bar's repaint was a tenth of a step
+    move); one that changes either repaints that bar, with the new sizes."""
+    app = LinesApp()
+    async with app.run_test(size=(60, 12)) as pilot:
+        table = app.query_one(LineTable)
+        table.set_lines(Text("header"), [Text("x" * 60)] * ROWS)
+        await pilot.pause()
+        bars = {"vertical": table.vertical_scrollbar, "horizontal": table.horizontal_scrollbar}
+        asked = {name: 0 for name in bars}
+        for name, bar in bars.items():
+            refresh = bar.refresh
+
+            def counted(*args, name=name, refresh=refresh, **kwargs):  # type: ignore[no-untyped-def]
+                asked[name] += 1
+                return refresh(*args, **kwargs)
+
+            bar.refresh = counted  # type: ignore[method-assign]
+
+        async def refill(width: int, rows: int) -> dict[str, int]:
+            before = dict(asked)
+            table.set_lines(Text("header"), [Text("y" * width)] * rows)
+            await pilot.pause()
+            return {name: asked[name] - before[name] for name in bars}
+
+        assert await refill(60, ROWS) == {"vertical": 0, "horizontal": 0}  # new lines, same sizes
+        changed = await refill(90, ROWS)
+        assert changed["horizontal"] > 0 and changed["vertical"] == 0
+        assert table.horizontal_scrollbar.window_virtual_size == 92
+        changed = await refill(90, 2 * ROWS)
+        assert changed["vertical"] > 0 and changed["horizontal"] == 0
+        assert table.vertical_scrollbar.window_virtual_size == 2 * ROWS + 1

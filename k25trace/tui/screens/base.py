@@ -12,6 +12,7 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 from textual import on
+from textual.css.query import NoMatches
 from textual.markup import escape
 from textual.screen import Screen
 from textual.timer import Timer
@@ -155,6 +156,9 @@ class BrowseScreen(Screen[None]):
 
     def set_status(self, markup: str, *, error: bool = False) -> None:
         """Put a line in the screen's ``#status`` label (screens without one ignore it)."""
-        for label in self.query("#status").results(Label):
-            label.update(markup)
-            label.set_class(error, "-error")
+        try:  # query_one stops at the label (a query walked the whole screen: a step move's tenth)
+            label = self.query_one("#status", Label)
+        except NoMatches:
+            return
+        label.update(markup)
+        label.set_class(error, "-error")

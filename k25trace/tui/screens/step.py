@@ -10,6 +10,7 @@ painted by one handler, which drops any step but the one asked for last.
 
 from __future__ import annotations
 
+import statistics
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -26,7 +27,7 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Header, Label
 
 from k25trace.analysis import browse
-from k25trace.tui.cells import LineText, cell, name_cell
+from k25trace.tui.cells import LineText, cell, flow, name_cell
 from k25trace.tui.messages import KernelPageLoaded, OpenKernel, StepLoaded, StepsPrefetched
 from k25trace.tui.screens.base import BrowseScreen
 from k25trace.tui.widgets import (
@@ -59,6 +60,9 @@ StepKey = tuple[int, int]
 CACHE_STEPS = 64
 """Steps kept in memory per step screen (a step is its header, one page of kernels and a few small tables)."""
 
+RANKS_LISTED = 8
+"""Up to this many ranks the ranks line gives each one's wall time; beyond, the fastest, median and slowest."""
+
 READ_AHEAD = 2
 """Steps read ahead in the direction of travel (plus one behind and the same step on the next rank)."""
 
@@ -80,6 +84,11 @@ def kernel_lines(page: pl.DataFrame) -> list[Text]:
     return [kernel_line(row) for row in page.iter_rows(named=True)]
 
 
+def pct_cell(value: float | None) -> Text:
+    """A percent with one decimal (``78.3``), blank for NULL."""
+    return LineText("" if value is None else f"{value:.1f}", justify="right")
+
+
 def category_lines(rows: list[dict[str, Any]]) -> tuple[Text, Sequence[Text]]:
     """The category table's header and lines (``rows``: browse_step_categories' columns)."""
     return one_cell_rows(
@@ -88,13 +97,54 @@ def category_lines(rows: list[dict[str, Any]]) -> tuple[Text, Sequence[Text]]:
             [
                 category_text(row["category"]),
                 cell(row["busy_ms"]),
-                cell(row["pct_of_step"]),
+                pct_cell(row["pct_of_step"]),
                 cell(row["kernel_ms"]),
                 cell(row["calls"]),
             ]
             for row in rows
         ],
     )
+
+
+def rank_items(ranks: pl.DataFrame, trace_id: int, step_index: int) -> list[Text]:
+    """The ranks line's items: this rank's wall time and every other rank's (``2: 12.9 ms``), or beyond
+    :data:`RANKS_LISTED` ranks the fastest, the median and the slowest of them; the ranks without the step."""
+    rows = list(ranks.iter_rows(named=True))
+
+    def name(row: dict[str, Any]) -> str:
+        return "?" if row["rank"] is None else str(row["rank"])
+
+    if len(rows) < 2:
+        return [Text("no other rank in this run", style="italic")]
+    items = [Text(f"same step on {len(rows)} ranks:")]
+    timed = [row for row in rows if row["has_step"] and row["wall_ms"] is not None]
+    missing = [name(row) for row in rows if not row["has_step"]]
+    if len(rows) <= RANKS_LISTED:
+        for row in rows:
+            if row["trace_id"] == trace_id:
+                wall = "" if row["wall_ms"] is None else f" {row['wall_ms']:.3f} ms"
+                items.append(Text(f"{name(row)} (this){wall}", style="bold"))
+            elif row["has_step"]:
+                items.append(Text(f"{name(row)}: {row['wall_ms']:.3f} ms"))
+            else:
+                items.append(Text(f"{name(row)}: no step {step_index}", style="italic"))
+    else:
+        this = next((row for row in timed if row["trace_id"] == trace_id), None)
+        if this is not None:
+            items.append(Text(f"this rank {name(this)} {this['wall_ms']:.3f} ms", style="bold"))
+        fastest = min(timed, key=lambda row: row["wall_ms"], default=None)
+        slowest = max(timed, key=lambda row: row["wall_ms"], default=None)
+        if fastest is not None and slowest is not None and fastest["wall_ms"] == slowest["wall_ms"]:
+            items.append(Text(f"all {len(timed)} with the step: {fastest['wall_ms']:.3f} ms"))
+        elif fastest is not None and slowest is not None:
+            items.append(Text(f"fastest rank {name(fastest)} {fastest['wall_ms']:.3f} ms"))
+            items.append(Text(f"median {statistics.median(row['wall_ms'] for row in timed):.3f} ms"))
+            items.append(Text(f"slowest rank {name(slowest)} {slowest['wall_ms']:.3f} ms"))
+        if missing:
+            shown = ", ".join(missing[:6]) + (f" and {len(missing) - 6} more" if len(missing) > 6 else "")
+            items.append(Text(f"no step {step_index} on rank{'s' if len(missing) > 1 else ''} {shown}", style="italic"))
+    items.append(Text("(r: next rank)", style="dim"))
+    return items
 
 
 @dataclass
@@ -416,18 +466,10 @@ class StepScreen(BrowseScreen):
         self.segment_label = None if segment is None else segment["label"]
         self.show_segment()
 
-    def ranks_line(self, ranks: pl.DataFrame) -> str:
-        """``ranks: 0 (this) 12.3 ms · 1 12.9 ms · 2 missing``."""
-        parts = []
-        for row in ranks.iter_rows(named=True):
-            rank = "?" if row["rank"] is None else row["rank"]
-            if row["trace_id"] == self.trace_id:
-                parts.append(f"[b]{rank} (this)[/b]")
-            elif row["has_step"]:
-                parts.append(f"{rank}: {row['wall_ms']:.3f} ms")
-            else:
-                parts.append(f"{rank}: [i]no step {self.step_index}[/i]")
-        return "same step on ranks — " + " · ".join(parts) + ("   (r: next rank)" if len(parts) > 1 else "")
+    def ranks_line(self, ranks: pl.DataFrame) -> Text:
+        """The same step on the run's ranks (:func:`rank_items`), laid out for the ranks label's width."""
+        width = self.query_one("#ranks", Label).content_region.width
+        return flow(rank_items(ranks, self.trace_id, self.step_index), width, " · ")
 
     def clear_kernels(self) -> None:
         """Empty the kernel table."""

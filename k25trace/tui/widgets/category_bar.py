@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from rich.text import Text
 
 from k25trace.render.colors import category_color
-from k25trace.tui.cells import LineText
+from k25trace.tui.cells import LineText, flow
 from k25trace.tui.widgets.steady import SteadyStatic
 
 BLOCK = "█"
@@ -47,19 +47,21 @@ def stacked_bar(shares: Sequence[tuple[str, float]], width: int) -> Text:
     return bar
 
 
-def legend(categories: Sequence[str]) -> Text:
-    """``■ gemm  ■ attention …`` for the categories given."""
-    text = Text()
+def legend(categories: Sequence[str], width: int = 0) -> Text:
+    """``■ gemm  ■ attention …`` for the categories given, on lines of ``width`` cells at most (0: one line), no
+    item cut in two."""
+    items = []
     for category in categories:
         if category == "idle":
-            text.append(IDLE + " idle  ", style="dim")
+            items.append(Text(IDLE + " idle", style="dim"))
         elif category in IDLE_CAUSES:
             glyph, meaning = IDLE_CAUSES[category]
-            text.append(f"{glyph} {meaning}  ", style="dim")
+            items.append(Text(f"{glyph} {meaning}", style="dim"))
         else:
-            text.append("■ ", style=category_color(category))
-            text.append(category + "  ")
-    return text
+            item = Text("■ ", style=category_color(category))
+            item.append(category)
+            items.append(item)
+    return flow(items, width)
 
 
 class CategoryBars(SteadyStatic):
@@ -92,7 +94,7 @@ class CategoryBars(SteadyStatic):
             text.append_text(stacked_bar(shares, width))
             text.append(" " + note + "\n")
             seen.extend(c for c, share in shares if c not in seen and (share or 0) > 0)
-        text.append_text(legend(seen))
+        text.append_text(legend(seen, room))
         self.update(text)
 
 
@@ -120,5 +122,5 @@ class Timeline(SteadyStatic):
         if caption:
             text.append("\n" + caption, style="dim")
         text.append("\n")
-        text.append_text(legend(list(dict.fromkeys(slices))))
+        text.append_text(legend(list(dict.fromkeys(slices)), self.content_region.width))
         self.update(text)

@@ -246,6 +246,20 @@ class LineTable(ScrollView, can_focus=True):
                 return
         self.virtual_size = size
 
+    def _scroll_update(self, virtual_size: Size) -> None:
+        """Textual's, less its repaint of each scroll bar: a scroll bar repaints itself when its sizes or position
+        change (they are reactive), and a step move that keeps them (same rows, same width) repaints none."""
+        self._refresh_scrollbars()
+        width, height = self.container_size
+        if self.show_vertical_scrollbar and self.styles.scrollbar_size_vertical:
+            self.vertical_scrollbar.window_virtual_size = virtual_size.height
+            self.vertical_scrollbar.window_size = height - self.scrollbar_size_horizontal
+        if self.show_horizontal_scrollbar and self.styles.scrollbar_size_horizontal:
+            self.horizontal_scrollbar.window_virtual_size = virtual_size.width
+            self.horizontal_scrollbar.window_size = width - self.scrollbar_size_vertical
+        self.scroll_x = self.validate_scroll_x(self.scroll_x)
+        self.scroll_y = self.validate_scroll_y(self.scroll_y)
+
     # drawing
 
     def _strip(self, text: Text) -> Strip:
