@@ -182,7 +182,6 @@ class OverviewScreen(BrowseScreen):
                 "level",
                 "rank",
                 "device_name",
-                "file_name",
                 "gpu_event_count",
                 "steps",
                 "decode",
@@ -190,6 +189,7 @@ class OverviewScreen(BrowseScreen):
                 "mixed",
                 "unknown",
                 "empty",
+                "file_name",  # last: a long name would push the counts off a 120-column screen
             ],
         )
         levels_table = self.query_one("#levels", DataTable)
