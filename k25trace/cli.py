@@ -172,8 +172,9 @@ def run_load(
     con: Any = None,
 ) -> tuple[Any, int]:
     """Load paths into a database, reporting each file on stderr; returns (connection, number of failures)."""
-    from k25trace.ingest import LoadOptions, start_workers  # deferred: start-up time (both light)
+    from k25trace.ingest import LoadOptions, one_blas_thread, start_workers  # deferred: start-up time (all light)
 
+    one_blas_thread()  # this process is ours, and so are the decode workers that inherit it
     options = LoadOptions(keep_python=keep_python, include_frontend=include_frontend)
     early = start_workers(paths, options)  # decode processes boot while this process imports DuckDB and the rest
     try:

@@ -366,3 +366,28 @@ def test_pandas_still_works_after_pyarrow_was_told_it_is_not_there() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.split() == ["False", "DataFrame"]
+
+
+def _threads_after_numpy(setup: str, env: dict[str, str]) -> int:
+    code = f"{setup}; import numpy, os; print(len(os.listdir('/proc/self/task')))"
+    return int(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env).stdout)
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="counts threads in /proc")
+def test_a_process_of_ours_starts_numpy_without_a_blas_thread_pool() -> None:
+    """numpy's OpenBLAS starts a thread per CPU that spins on start; the command line and the decode workers
+    (which do no linear algebra) ask for one thread, and a setting the user made is kept."""
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    ours = _threads_after_numpy("from k25trace.ingest import one_blas_thread; one_blas_thread()", env)
+    assert ours == _threads_after_numpy("pass", {**env, "OPENBLAS_NUM_THREADS": "1"})
+    if len(os.sched_getaffinity(0)) > 1:
+        assert ours < _threads_after_numpy("pass", env)
+    kept = "from k25trace.ingest import one_blas_thread; one_blas_thread(); print(os.environ['OPENBLAS_NUM_THREADS'])"
+    done = subprocess.run(
+        [sys.executable, "-c", f"import os; {kept}"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**env, "OPENBLAS_NUM_THREADS": "3"},
+    )
+    assert done.stdout.strip() == "3"

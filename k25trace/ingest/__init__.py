@@ -31,7 +31,7 @@ from k25trace.ingest.model import FileResult, LoadOptions, TraceFile
 
 if TYPE_CHECKING:
     from k25trace.ingest.loader import Loader, db_problem, load_paths
-    from k25trace.ingest.workers import pyarrow_skips_pandas, start_workers
+    from k25trace.ingest.workers import one_blas_thread, pyarrow_skips_pandas, start_workers
 
 # The package's modules, in pipeline order:
 #   limits (tunables), model (LoadOptions, TraceFile, FileResult), discover (finding files), stream (reading and
@@ -44,6 +44,7 @@ _PUBLIC = {
     "Loader": "loader",
     "db_problem": "loader",
     "load_paths": "loader",
+    "one_blas_thread": "workers",
     "pyarrow_skips_pandas": "workers",
     "start_workers": "workers",
 }
@@ -57,6 +58,7 @@ __all__ = [
     "file_size",
     "is_frontend_name",
     "load_paths",
+    "one_blas_thread",
     "pyarrow_skips_pandas",
     "start_workers",
 ]

@@ -84,6 +84,15 @@ def pyarrow_skips_pandas() -> None:
         sys.meta_path.remove(blocker)
 
 
+def one_blas_thread() -> None:
+    """For a process k25trace runs itself, before numpy is imported: numpy's OpenBLAS starts a thread per CPU that
+    spins for work on start. k25trace does no linear algebra. On 2 cores those threads took ~0.1 s of CPU per
+    process (``import numpy`` and a second's sleep: 0.21 against 0.10 s of user CPU, measured); a real rank's load
+    keeps its wall time within this machine's noise. Nothing changes where numpy is imported or the variable set."""
+    if "numpy" not in sys.modules:
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+
 def lean_allocation() -> None:
     """Make Arrow allocate through the C library in this process, not through mimalloc, which keeps much of what
     it freed. Eight real ranks through one decode worker (2 cores): the worker's peak RSS 0.43-0.44 GB against
@@ -102,6 +111,7 @@ def _worker_main(index: int, tasks: Any, results: Any, pdeathsig: bool = False) 
     ``index``. Every message it puts
     (:mod:`k25trace.ingest.messages`) is paired with the task id; a failure is reported as :class:`Failed`, a guessed
     cut that does not hold as :class:`Resplit`, and the worker goes on."""
+    one_blas_thread()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle (it ends the workers)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # blocked since the start; a pending one is dropped
     _die_with_parent(pdeathsig)
