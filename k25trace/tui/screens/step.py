@@ -132,14 +132,15 @@ def rank_items(ranks: pl.DataFrame, trace_id: int, step_index: int) -> list[Text
         this = next((row for row in timed if row["trace_id"] == trace_id), None)
         if this is not None:
             items.append(Text(f"this rank {name(this)} {this['wall_ms']:.3f} ms", style="bold"))
-        fastest = min(timed, key=lambda row: row["wall_ms"], default=None)
-        slowest = max(timed, key=lambda row: row["wall_ms"], default=None)
-        if fastest is not None and slowest is not None and fastest["wall_ms"] == slowest["wall_ms"]:
-            items.append(Text(f"all {len(timed)} with the step: {fastest['wall_ms']:.3f} ms"))
-        elif fastest is not None and slowest is not None:
-            items.append(Text(f"fastest rank {name(fastest)} {fastest['wall_ms']:.3f} ms"))
-            items.append(Text(f"median {statistics.median(row['wall_ms'] for row in timed):.3f} ms"))
-            items.append(Text(f"slowest rank {name(slowest)} {slowest['wall_ms']:.3f} ms"))
+        if timed:
+            fastest = min(timed, key=lambda row: row["wall_ms"])
+            slowest = max(timed, key=lambda row: row["wall_ms"])
+            if fastest["wall_ms"] == slowest["wall_ms"]:
+                items.append(Text(f"all {len(timed)} with the step: {fastest['wall_ms']:.3f} ms"))
+            else:
+                items.append(Text(f"fastest rank {name(fastest)} {fastest['wall_ms']:.3f} ms"))
+                items.append(Text(f"median {statistics.median(row['wall_ms'] for row in timed):.3f} ms"))
+                items.append(Text(f"slowest rank {name(slowest)} {slowest['wall_ms']:.3f} ms"))
         if missing:
             shown = ", ".join(missing[:6]) + (f" and {len(missing) - 6} more" if len(missing) > 6 else "")
             items.append(Text(f"no step {step_index} on rank{'s' if len(missing) > 1 else ''} {shown}", style="italic"))
