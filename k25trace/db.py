@@ -24,7 +24,6 @@ if TYPE_CHECKING:
 import duckdb
 
 from k25trace.errors import K25Error, QueryError
-from k25trace.host import cpus
 from k25trace.query_files import PARAM_RE, get_query, split_statements, strip_sql_comments
 from k25trace.query_files import NamedQuery as NamedQuery  # re-exported: callers import the query files' names here
 from k25trace.query_files import named_queries as named_queries
@@ -338,7 +337,6 @@ def connect(
     it); without ``upgrade``, or read-only, it is refused with the command that upgrades it."""
     if path is None:
         con = duckdb.connect(":memory:")
-        threads_within_cpus(con)
     else:
         path = Path(path)
         check_database_file(path)
@@ -349,7 +347,6 @@ def connect(
             con = duckdb.connect(str(path), read_only=read_only)
         except duckdb.Error as exc:
             raise K25Error(f"{path}: cannot open as a DuckDB database: {str(exc).splitlines()[0]}") from exc
-        threads_within_cpus(con)
         try:
             version = check_database(con, path, read_only=read_only)
         except BaseException:
@@ -376,19 +373,6 @@ def connect(
         with transaction(con):
             ensure_schema(con)
     return con
-
-
-def threads_within_cpus(con: duckdb.DuckDBPyConnection) -> None:
-    """Lower DuckDB's threads to the CPUs this process may run on (:func:`k25trace.host.cpus`). DuckDB counts the
-    machine's: 16 threads under ``taskset -c 0-1`` on a 16-CPU machine, where a real rank's load took 6.17 s and
-    7.5 s of CPU against 5.92 s and 6.7 s with 2 (medians of 3, measured). Never raised."""
-    allowed = cpus()
-    try:
-        row = con.execute("select current_setting('threads')").fetchone()
-        if row is not None and allowed < int(row[0]):
-            con.execute(f"set threads = {allowed}")
-    except duckdb.Error:  # a setting DuckDB refuses changes nothing: its own default stays
-        pass
 
 
 @functools.lru_cache(maxsize=1)

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -148,24 +145,3 @@ def test_the_wrapped_fields_of_the_query_files() -> None:
     )
     layers_build = queries["layers_build"]
     assert layers_build.grain.endswith("step_layer_categories = one row per segment per category present")
-
-
-@pytest.mark.skipif(
-    not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs to pin to one"
-)
-def test_duckdb_threads_follow_the_cpus_the_process_may_use(tmp_path: Path) -> None:
-    """DuckDB counts the machine's CPUs, not the process's (``taskset``, a container's cpuset): a connection of ours
-    in a process pinned to one CPU runs one thread, file or in memory; a plain DuckDB connection there runs more."""
-    code = (
-        "import os, duckdb\n"
-        "os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})\n"
-        "from k25trace import db\n"
-        "setting = \"select current_setting('threads')\"\n"
-        f"ours = db.connect({str(tmp_path / 'pinned.duckdb')!r})\n"
-        "print(ours.execute(setting).fetchone()[0], db.connect(None).execute(setting).fetchone()[0],"
-        " duckdb.connect().execute(setting).fetchone()[0])\n"
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    file_threads, memory_threads, plain_threads = (int(n) for n in done.stdout.split())
-    assert (file_threads, memory_threads) == (1, 1)
-    assert plain_threads > 1

@@ -6,7 +6,6 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from k25trace.host import cpus as cpus  # re-exported: the loader's modules take it from here
 from k25trace.ingest import limits
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -75,3 +74,11 @@ def _default_store_threads() -> int:
         return max(1, int(os.environ["K25TRACE_STORE_THREADS"]))
     except (KeyError, ValueError):
         return limits.STORE_THREADS if cpus() >= limits.STORE_THREADS_MIN_CPUS else 1
+
+
+def cpus() -> int:
+    """The CPUs this process may run on (``taskset``, a container's cpuset), not the machine's."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not on Linux
+        return os.cpu_count() or 1
