@@ -468,7 +468,6 @@ async def test_overview_collectives_table_names_the_straggler(kimi_db: Path) -> 
 OVERVIEW_FIRST = """
 import asyncio, sys
 from pathlib import Path
-from typing import Any
 from k25trace.tui.app import K25TraceApp
 
 async def main():
