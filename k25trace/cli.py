@@ -497,15 +497,6 @@ def _print_findings_first(
 # --------------------------------------------------------------------------------------------------- interrupts
 
 
-def is_interrupt(exc: BaseException) -> bool:
-    """Ctrl-C, as Python raises it or as DuckDB reports a query it stopped for it."""
-    import duckdb
-
-    if isinstance(exc, (KeyboardInterrupt, duckdb.InterruptException)):
-        return True
-    return isinstance(exc, (RuntimeError, K25Error)) and "interrupted" in str(exc).lower()
-
-
 def interrupted(message: str, exc: BaseException | None = None) -> NoReturn:
     """One line and the shell's status for the signal: 130 for Ctrl-C, 128 + signum for a signal the pipeline
     turned into an interrupt (``pipeline.Stopped``: SIGTERM, 143)."""

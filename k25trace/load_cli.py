@@ -14,8 +14,8 @@ from typing import Any
 import click
 
 # this module is one of the CLI's lazy commands: k25trace.cli is loaded already
-from k25trace.cli import err, esc, interrupted, is_interrupt, run_load
-from k25trace.errors import K25Error
+from k25trace.cli import err, esc, interrupted, run_load
+from k25trace.errors import K25Error, is_interrupt
 from k25trace.options import all_option, database_option, db_option, format_option, model_config_option, wide_option
 
 

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 import duckdb
 
 from k25trace import classify, crossrank, db, ingest, layers, steps
-from k25trace.errors import K25Error
+from k25trace.errors import K25Error, Stopped, is_interrupt
 from k25trace.ingest import FileResult, LoadOptions, TraceFile
 
 if TYPE_CHECKING:
@@ -50,15 +50,6 @@ __all__ = [
 ]
 
 
-class Stopped(KeyboardInterrupt):
-    """SIGTERM during :func:`load_paths`, raised where Ctrl-C's KeyboardInterrupt would be, so that a terminated load
-    ends the same clean way (file rolled back, cross-rank tables rebuilt, workers gone). ``signum``: the signal."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(f"stopped by signal {signum}")
-        self.signum = signum
-
-
 @contextlib.contextmanager
 def _sigterm_raises() -> Iterator[None]:
     """While a load runs in the main thread, SIGTERM raises :class:`Stopped` instead of ending the process on the
@@ -67,12 +58,20 @@ def _sigterm_raises() -> Iterator[None]:
         yield
         return
 
+    received: list[int] = []
+
     def stop(signum: int, _frame: Any) -> None:
+        received.append(signum)
         raise Stopped(signum)
 
     signal.signal(signal.SIGTERM, stop)
     try:
         yield
+    except BaseException as exc:
+        # DuckDB reports a query stopped by the handler's exception as its own interrupt (no signal number left)
+        if received and not isinstance(exc, Stopped) and is_interrupt(exc):
+            raise Stopped(received[0]) from exc
+        raise
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
 

@@ -14,6 +14,7 @@ from typing import Any, Iterator
 import click
 
 from k25trace.cli import err, esc  # this module is one of the CLI's lazy commands: k25trace.cli is loaded already
+from k25trace.errors import is_interrupt
 from k25trace.options import (
     batch_option,
     db_option,
@@ -79,9 +80,7 @@ def _guarded(what: str | Path) -> Iterator[None]:
     except Exception as exc:
         # a signal during a DuckDB query comes out as DuckDB's interrupt (RuntimeError: Query interrupted, or
         # duckdb.InterruptException), whichever exception its handler raised
-        interrupted = type(exc).__name__ == "InterruptException" or (
-            isinstance(exc, RuntimeError) and "interrupted" in str(exc).lower()
-        )
+        interrupted = is_interrupt(exc)
         if was_terminated() and (interrupted or "interrupted" in str(exc).lower()):
             stop("terminated (SIGTERM)", 143)
         if interrupted:

@@ -174,3 +174,46 @@ def test_a_read_only_database_with_stale_run_tables_is_a_clear_error(tmp_path: P
         assert dbfile.read_bytes() == before
     finally:
         dbfile.chmod(0o644)
+
+
+def test_sigterm_during_a_duckdb_query_stops_the_load_with_its_signal() -> None:
+    """DuckDB reports a query stopped by the SIGTERM handler's exception as its own ``Query interrupted``: the load
+    still ends as a stop by signal 15 (exit 143), not as Ctrl-C (130). CI saw 130 once (stop 48)."""
+    import threading
+
+    con = duckdb.connect()
+    timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGTERM))
+    try:
+        with pytest.raises(pipeline.Stopped) as stopped:
+            with pipeline._sigterm_raises():
+                timer.start()
+                con.execute("select count(*) from range(100000000000) t(a) where a % 7 = 3").fetchall()
+    finally:
+        timer.cancel()
+        con.close()
+    assert stopped.value.signum == signal.SIGTERM
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # the handler is taken back
+
+
+@pytest.mark.parametrize(
+    ("raised", "stop"),
+    [(KeyboardInterrupt(), True), (pipeline.Stopped(signal.SIGTERM), True), (ValueError("bad"), False)],
+    ids=["ctrl-c", "sigterm", "a-bug"],
+)
+def test_a_stop_inside_duckdbs_call_into_python_is_an_interrupt(raised: BaseException, stop: bool) -> None:
+    """A signal's exception raised in Python code DuckDB calls (the loader's Arrow tables are counted and scanned
+    so) comes out as DuckDB's InvalidInputException naming it. CI saw a SIGTERM so reported as the file's failure,
+    and the load went on with the next file."""
+    from k25trace.errors import K25Error, is_interrupt
+
+    def udf(_x: int) -> int:
+        raise raised
+
+    con = duckdb.connect()
+    con.create_function("udf", udf, ["BIGINT"], "BIGINT")
+    with pytest.raises(duckdb.Error) as caught:
+        con.execute("select udf(1)").fetchall()
+    con.close()
+    assert is_interrupt(caught.value) is stop
+    assert is_interrupt(K25Error(f"query ingest_commit: {caught.value}")) is stop  # as run_query wraps it
+    assert not is_interrupt(K25Error("/tmp/interrupted/rank0.json: not a trace"))  # a path is no interrupt

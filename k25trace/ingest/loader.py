@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 from k25trace import __version__
 from k25trace.capture.files import sha256_file
 from k25trace.db import has_default_memory_limit, release_cached_blocks, run_query
-from k25trace.errors import K25Error, TraceError
+from k25trace.errors import K25Error, TraceError, is_interrupt
 from k25trace.ingest.chunks import _chunks
 from k25trace.ingest.columns import _Columns
 from k25trace.ingest.discover import discover, file_size, is_frontend_name
@@ -120,11 +120,15 @@ class Loader:
             result.message = f"{shown}: cannot read: {exc.strerror}"
             return False, None
         except duckdb.Error as exc:
+            if is_interrupt(exc):  # Ctrl-C or SIGTERM during the query: no problem of the file
+                raise
             result.message = f"{shown}: {db_problem(exc)}"
             return False, None
         try:
             row = self._known(sha) if sha is not None else None
         except duckdb.Error as exc:
+            if is_interrupt(exc):  # Ctrl-C or SIGTERM during the query: no problem of the file
+                raise
             result.message = f"{shown}: {db_problem(exc)}"
             return False, None
         if row:
@@ -146,6 +150,8 @@ class Loader:
         try:
             con.execute("begin transaction")
         except duckdb.Error as exc:
+            if is_interrupt(exc):
+                raise
             result.message = f"{shown}: not loaded: {db_problem(exc)}"
             return result
         try:
@@ -557,7 +563,7 @@ class _NameIds:
 def _failure(exc: BaseException, shown: str, committing: bool) -> str | None:
     """The one-line message of a file that failed to load with ``exc``; None for what is no problem of the file
     (Ctrl-C, a bug): re-raised. The file's transaction is rolled back in both cases."""
-    if isinstance(exc, duckdb.InterruptException) or _interrupted(exc):  # Ctrl-C while DuckDB or Arrow ran
+    if is_interrupt(exc):  # Ctrl-C or SIGTERM while DuckDB or Arrow ran
         return None
     if isinstance(exc, TraceError):
         return f"{_shown(exc.path)}: {exc.problem}"
@@ -574,16 +580,6 @@ def _failure(exc: BaseException, shown: str, committing: bool) -> str | None:
     if isinstance(exc, (MemoryError, UnicodeError, ValueError, OverflowError)):
         return f"{shown}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
     return None
-
-
-def _interrupted(exc: BaseException) -> bool:
-    """Whether ``exc`` is an interrupt (Ctrl-C, SIGTERM) as a library reports it (DuckDB: "INTERRUPT Error: …",
-    pyarrow: ``ArrowCancelled``), or has one as its cause."""
-    while exc is not None:
-        if isinstance(exc, KeyboardInterrupt) or type(exc).__name__ in ("ArrowCancelled", "InterruptException"):
-            return True
-        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
-    return False
 
 
 def _shown(path: Path | str) -> str:
