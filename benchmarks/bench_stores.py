@@ -1,8 +1,9 @@
 """Files stored at once: a load of several rank files with each ``K25TRACE_STORE_THREADS`` setting, interleaved.
 
-    python3 benchmarks/bench_stores.py DIR --threads 1,3 --runs 2 [--no-polars]
+    python3 benchmarks/bench_stores.py DIR --threads 1,3,4+RECEIVE_AHEAD_FILES=4 --runs 2 [--no-polars]
 
 Loads every rank file of DIR ``--runs`` times per setting (run by run, interleaved, after one uncounted load each),
+a setting's ``+NAME=VALUE`` terms set loader limits too (``K25TRACE_LIMIT_NAME``, :mod:`k25trace.ingest.limits`);
 prints each setting's median wall time, CPU and peak RSS of the process tree with its ratio to the first setting,
 and checks that every table of each setting's database holds the first setting's rows (``bench_load.compare_tables``:
 load times left out). Progress on stderr, figures on stdout.
@@ -35,7 +36,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-stores-") as tmp_name:
         tmp = Path(tmp_name)
         env |= bench_load.bytecode_env(tmp)
-        versions = {f"threads={s}": {"K25TRACE_STORE_THREADS": s} for s in settings}
+        versions = {f"threads={s}": setting_env(s) for s in settings}
         measured, kept = bench_load.measure_load(paths, args.runs, tmp, env=env, versions=versions)
         base = statistics.median(m.wall_s for m in measured[f"threads={settings[0]}"])
         print(f"{len(paths)} files of {args.input}, {args.runs} runs each, interleaved; {' '.join(args.env)}")
@@ -53,6 +54,16 @@ def main() -> None:
             walls = ", ".join(f"{m.wall_s:.1f}" for m in runs)
             ratio = base / wall
             print(f"| {version} | {wall:.2f} s | {walls} | {cpu:.1f} s | {peak / 1024:.2f} GB | {ratio:.2f} | {same} |")
+
+
+def setting_env(setting: str) -> dict[str, str]:
+    """The environment of a setting: ``THREADS[+NAME=VALUE...]`` (store threads, then loader limits)."""
+    threads, *limits = setting.split("+")
+    env = {"K25TRACE_STORE_THREADS": threads}
+    for term in limits:
+        name, _, value = term.partition("=")
+        env[f"K25TRACE_LIMIT_{name}"] = value
+    return env
 
 
 if __name__ == "__main__":

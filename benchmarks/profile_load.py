@@ -2,6 +2,7 @@
 
     python3 benchmarks/profile_load.py DB FILE_OR_DIR...          # the figures on stdout
     python3 benchmarks/profile_load.py DB FILE --json             # one JSON object (bench_load reads it)
+    python3 benchmarks/profile_load.py DB DIR --timeline          # and when each file was read, received, stored
 
 Stages (wall seconds in the parent, ``@`` before the name): ``stream`` (waiting for and receiving the decoded
 chunks), ``commit_file`` (the file's DuckDB work: clean, move into the final tables, then ``after_file``),
@@ -21,6 +22,22 @@ from typing import Any, Callable
 
 TIMES: collections.defaultdict[str, float] = collections.defaultdict(float)
 CALLS: collections.Counter[str] = collections.Counter()
+SPANS: list[tuple[str, str, str, float, float]] = []  # (stage, file, thread, start, end), for --timeline
+T0 = time.perf_counter()
+
+
+def _spanned(stage: str, fn: Callable[..., Any], file_of: Callable[..., str]) -> Callable[..., Any]:
+    import threading
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            name = threading.current_thread().name.removeprefix("k25trace-")
+            SPANS.append((stage, file_of(*args), name, start - T0, time.perf_counter() - T0))
+
+    return wrapper
 
 
 def _timed(key: str, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -53,6 +70,15 @@ def _instrument() -> None:
     pipeline.steps.build_steps = _timed("@steps", pipeline.steps.build_steps)
     pipeline.layers.build_layers = _timed("@layers", pipeline.layers.build_layers)
     pipeline.build_runs = _timed("@build_runs", pipeline.build_runs)
+    from k25trace.ingest import workers
+
+    loader.Loader.read = _spanned("read", loader.Loader.read, lambda _s, tf, *_: tf.path.name)  # type: ignore
+    loader.Loader.load = _spanned("load", loader.Loader.load, lambda _s, tf, *_: tf.path.name)  # type: ignore
+    loader.Loader.store = _spanned("store", loader.Loader.store, lambda _s, r, *_: r.tf.path.name)  # type: ignore
+    loader.Loader._stream = _spanned("stream", loader.Loader._stream, lambda _s, p, *_: p.name)  # type: ignore
+    workers._Receiver._receive = _spanned(  # type: ignore[method-assign]
+        "receive", workers._Receiver._receive, lambda r, *_: f"task {r.task_id}"
+    )
 
 
 def main() -> None:
@@ -60,6 +86,7 @@ def main() -> None:
     parser.add_argument("db", type=Path, help="the DuckDB file to load into (a new file: a load profiles no skip)")
     parser.add_argument("traces", type=Path, nargs="+", help="trace files or folders of them")
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout (bench_load reads it)")
+    parser.add_argument("--timeline", action="store_true", help="each file's read, receive and store, in time")
     args = parser.parse_args()
     if args.db.exists():
         parser.error(f"{args.db}: exists; name a new database file (a profiled load must load every file)")
@@ -67,7 +94,8 @@ def main() -> None:
     from k25trace import pipeline
     from k25trace.ingest import LoadOptions
 
-    start = time.perf_counter()
+    global T0
+    start = T0 = time.perf_counter()
     con = pipeline.connect(args.db)
     results, _notes = pipeline.load_paths(con, args.traces, LoadOptions())
     total = time.perf_counter() - start
@@ -81,6 +109,10 @@ def main() -> None:
     print(f"load: {total:.2f} s wall in this process ({len(results)} files)")
     for key, seconds in sorted(TIMES.items(), key=lambda kv: -kv[1])[:25]:
         print(f"  {key:28s} {seconds:7.2f} s {100 * seconds / total:5.1f} %  x{CALLS[key]}")
+    if args.timeline:
+        print("timeline (s from the start; receive: a thread taking a file off its worker's queue, by task id)")
+        for stage, file, thread, t0, t1 in sorted(SPANS, key=lambda span: span[3]):
+            print(f"  {t0:6.2f} {t1:6.2f} {t1 - t0:5.2f}  {stage:8s} {thread:14s} {file}")
 
 
 if __name__ == "__main__":  # the decode workers are spawned: they import this module, and must not run it

@@ -411,13 +411,13 @@ def test_files_received_ahead_give_the_same_rows(tmp_path: Path, monkeypatch: py
     serial = db.connect(tmp_path / "serial.duckdb")
     want, _ = pipeline.load_paths(serial, files, ingest.LoadOptions(workers=1))
     received: list[str] = []
-    receive_next = workers_module._Workers.receive_next
+    receive_ahead = workers_module._Workers.receive_ahead
 
-    def recording(self: Any) -> None:
-        receive_next(self)
-        received.extend(self.received)
+    def recording(self: Any, files: int) -> None:
+        receive_ahead(self, files)
+        received.extend(p for p in self.received if p not in received)
 
-    monkeypatch.setattr(workers_module._Workers, "receive_next", recording)
+    monkeypatch.setattr(workers_module._Workers, "receive_ahead", recording)
     parallel = db.connect(tmp_path / "parallel.duckdb")
     options = ingest.LoadOptions(workers=2, parallel_min_bytes=1, receive_ahead=True, store_threads=1)
     results, _ = pipeline.load_paths(parallel, files, options)
@@ -425,6 +425,52 @@ def test_files_received_ahead_give_the_same_rows(tmp_path: Path, monkeypatch: py
     assert [r.status for r in results] == [r.status for r in want] == statuses, [r.message for r in results]
     assert "truncated gzip" in results[1].message
     assert received == [str(bad), str(copy)]  # after B200, after HTA (the skipped copy's is dropped, not taken)
+    assert not [t for t in threading.enumerate() if t.name.startswith("k25trace-receive")]
+    for table in ("gpu_events", "launches", "annotations", "cpu_ops"):
+        q = f"select t.file_name, x.* exclude (trace_id) from {table} x join traces t using (trace_id) order by all"
+        assert serial.execute(q).fetchall() == parallel.execute(q).fetchall(), table
+    q = "select file_name, event_count, skipped from traces order by 1"
+    assert serial.execute(q).fetchall() == parallel.execute(q).fetchall()
+
+
+@pytest.mark.parametrize("store_threads", [1, 2])
+def test_several_files_received_ahead_at_once_give_the_same_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, store_threads: int
+) -> None:
+    """With ``limits.RECEIVE_AHEAD_FILES`` at 2, threads take two files' chunks off their workers' queues at once,
+    never two on one queue; a copy skipped and a bad file among them change nothing else: the rows are the
+    in-process path's, and no receiving thread outlives the load."""
+    import threading
+
+    from k25trace.ingest import workers as workers_module
+
+    monkeypatch.setattr(workers_module, "cpus", lambda: 8)  # three decode workers, files dealt round robin
+    monkeypatch.setattr(ingest.limits, "RECEIVE_AHEAD_FILES", 2)
+    monkeypatch.setattr(ingest.limits, "RESULTS_IN_FLIGHT", 2)
+    monkeypatch.setattr(ingest.limits, "BLOCK_SIZE", 1 << 20)
+    copy = tmp_path / "copy.json.gz"
+    shutil.copyfile(B200, copy)
+    bad = tmp_path / "bad.json.gz"
+    bad.write_bytes(HTA_NCCL.read_bytes()[:200_000])
+    files = [B200, HTA_NCCL, copy, bad, MI300X_PIECEWISE]
+    serial = db.connect(tmp_path / "serial.duckdb")
+    want, _ = pipeline.load_paths(serial, files, ingest.LoadOptions(workers=1))
+    at_once: list[int] = []
+    receive_ahead = workers_module._Workers.receive_ahead
+
+    def recording(self: Any, files: int) -> None:
+        receive_ahead(self, files)
+        live = [r.worker for r in self.receiving if not r.done()]
+        assert len(live) == len(set(live)), live  # one reader per queue
+        at_once.append(len(self.received))
+
+    monkeypatch.setattr(workers_module._Workers, "receive_ahead", recording)
+    parallel = db.connect(tmp_path / "parallel.duckdb")
+    options = ingest.LoadOptions(workers=3, parallel_min_bytes=1, receive_ahead=True, store_threads=store_threads)
+    results, _ = pipeline.load_paths(parallel, files, options)
+    statuses = ["loaded", "loaded", "skipped", "failed", "loaded"]
+    assert [r.status for r in results] == [r.status for r in want] == statuses, [r.message for r in results]
+    assert max(at_once) == 2
     assert not [t for t in threading.enumerate() if t.name.startswith("k25trace-receive")]
     for table in ("gpu_events", "launches", "annotations", "cpu_ops"):
         q = f"select t.file_name, x.* exclude (trace_id) from {table} x join traces t using (trace_id) order by all"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 BLOCK_SIZE = 8 << 20  # decompressed bytes per read
 PARALLEL_MIN_BYTES = 16 << 20  # files at least this large (on disk) are decoded by worker processes
 RING_BUFFER_BYTES = 16 << 20  # shared-memory buffer per chunk in flight (a chunk is one block plus a remainder)
@@ -18,7 +20,7 @@ FAST_MISSES = 3  # guessed cuts that failed before a file is cut exactly to its 
 # 23.5 s with 8 workers and 2.8 GB, 21.4 and 22.5 s with 5 and 2.2 GB, 25.2 and 21.9 s with 3 and 1.7 GB, measured)
 FILES_AHEAD_WORKERS = 3
 # CPUs from which a load of several big files takes the next file's chunks off its worker's queue in a thread while
-# it stores the file before (:meth:`k25trace.ingest.workers._Workers.receive_next`). 8 real ranks on the 16-CPU
+# it stores the file before (:meth:`k25trace.ingest.workers._Workers.receive_ahead`). 8 real ranks on the 16-CPU
 # device: 18.8-19.4 s against 20.1-21.9 s; taskset 4 CPUs 21.1 s against 26.1 s; 2 CPUs 34.6 s against 32.3 s,
 # and on this project's 2 cores 1.07 GB against 0.89 GB peak (measured, 2026-12-05)
 RECEIVE_AHEAD_MIN_CPUS = 4
@@ -29,4 +31,25 @@ RECEIVE_AHEAD_MIN_CPUS = 4
 # 26.9 s, three at once) with 4.6 s more CPU and 280 MB more
 STORE_THREADS_MIN_CPUS = 4
 STORE_THREADS = 2
+# prefetched files whose messages threads of the parent take off their workers' queues at once, ahead of their
+# reads (:meth:`k25trace.ingest.workers._Workers.receive_ahead`), where files are received ahead at all
+RECEIVE_AHEAD_FILES = 1
+# a load of several big files shares the first one's chunks out among its decode workers (the shared-memory ring),
+# which reads it sooner; 0: every file is decoded whole by one worker from the start
+SHARE_FIRST_FILE = 1
 STORES_PER_RELEASE = 8  # files stored at once between two drops of DuckDB's cached blocks (db.release_cached_blocks)
+
+
+def _from_environment() -> None:
+    """For benchmarks: ``K25TRACE_LIMIT_<NAME>=<integer>`` sets the limit ``NAME`` above for this process (and its
+    decode workers, which inherit the environment)."""
+    for key, value in os.environ.items():
+        name = key.removeprefix("K25TRACE_LIMIT_")
+        if name != key and isinstance(globals().get(name), int):
+            try:
+                globals()[name] = int(value)
+            except ValueError:
+                raise ValueError(f"{key}={value!r}: not an integer") from None
+
+
+_from_environment()

@@ -20,6 +20,7 @@ from k25trace import __version__
 from k25trace.capture.files import sha256_file
 from k25trace.db import has_default_memory_limit, release_cached_blocks, run_query
 from k25trace.errors import K25Error, TraceError, is_interrupt
+from k25trace.ingest import limits
 from k25trace.ingest.chunks import _chunks
 from k25trace.ingest.columns import _Columns
 from k25trace.ingest.discover import discover, file_size, is_frontend_name
@@ -195,7 +196,7 @@ class Loader:
         decode workers ended after the last."""
         self.prefetch_rest(path)
         if self.options.receive_ahead and self._executor is not None:
-            self._executor.receive_next()  # the next file's tables come in while this one is stored
+            self._executor.receive_ahead(limits.RECEIVE_AHEAD_FILES)  # come in while this one is stored
         if self.workers_until is not None and path == self.workers_until:
             self.close()
 
@@ -344,7 +345,7 @@ class Loader:
         workers = self._workers()
         if workers is None:
             return
-        if workers.ring_ok():
+        if limits.SHARE_FIRST_FILE and workers.ring_ok():
             self.prefetch_after = (big[0], big[1:])
         else:
             workers.prefetch(big, self.options.keep_python)

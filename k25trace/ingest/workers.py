@@ -330,8 +330,10 @@ class _Workers:
         _start_ignoring_sigint(self.procs)
         self.next_task = 0
         self.planned: dict[str, tuple[int, int]] = {}  # path -> (task id, worker) of a whole-file prefetch
-        self.ahead: deque[str] = deque()  # the prefetched files in load order, for receive_next
-        self.received: dict[str, _Receiver] = {}  # path -> its messages taken off the queue ahead (receive_next)
+        self.ahead: deque[str] = deque()  # the prefetched files in load order, for receive_ahead
+        self.order: dict[str, int] = {}  # path -> its place in load order, of the prefetched files
+        self.received: dict[str, _Receiver] = {}  # path -> its messages taken off the queue ahead (receive_ahead)
+        self.receiving: list[_Receiver] = []  # every receiver whose thread may still read its worker's queue
         self.ring: list[Any] = []  # shared-memory chunk buffers for feed()
         self._attaching: tuple[int, list[Any], set[int]] | None = None  # (task id, segments, workers that mapped them)
         self.ring_failed = False
@@ -360,6 +362,7 @@ class _Workers:
             worker = n % self.count
             task_id = self._task_id()
             self.planned[str(path)] = (task_id, worker)
+            self.order[str(path)] = len(self.order)
             self.ahead.append(str(path))
             self.tasks[worker].put((task_id, str(path), keep_python))
 
@@ -367,20 +370,25 @@ class _Workers:
         """Whether this file was given to :meth:`prefetch` and not taken yet (:meth:`run` streams it)."""
         return str(path) in self.planned or str(path) in self.received
 
-    def receive_next(self) -> None:
-        """Start taking the next prefetched file's messages off its worker's queue, in a thread of this process,
-        while this process stores the file before it: its chunk tables are unpickled by the time the store ends
-        (``limits.RECEIVE_AHEAD_MIN_CPUS``). One file at a time, so at most one file's tables wait here; a file
-        received and never run (skipped, unreadable) is dropped when the next one is run or received."""
-        while self.ahead:
-            path = self.ahead.popleft()
-            if path in self.planned:
-                break
-        else:
-            return
-        self._drop_received()
-        task_id, worker = self.planned.pop(path)
-        self.received[path] = _Receiver(self, worker, task_id)
+    def receive_ahead(self, files: int) -> None:
+        """Keep the next ``files`` prefetched files' messages being taken off their workers' queues, each in a thread
+        of this process, while this process reads or stores the files before: their chunk tables are unpickled by
+        the time they are read (``limits.RECEIVE_AHEAD_MIN_CPUS``, ``limits.RECEIVE_AHEAD_FILES``). Each waits here
+        whole; a file received and never run (skipped, unreadable) is dropped when a file after it is run. A file
+        whose worker is still read for an earlier file waits (one reader per queue), and so do the files after it."""
+        self.receiving = [r for r in self.receiving if not r.done()]
+        while len(self.received) < files and self.ahead:
+            path = self.ahead[0]
+            if path not in self.planned:
+                self.ahead.popleft()
+                continue
+            task_id, worker = self.planned[path]
+            if any(r.worker == worker for r in self.receiving):
+                return
+            self.ahead.popleft()
+            del self.planned[path]
+            self.received[path] = receiver = _Receiver(self, worker, task_id)
+            self.receiving.append(receiver)
 
     def _task_id(self) -> int:
         self.next_task += 1
@@ -592,9 +600,8 @@ class _Workers:
 
     def run(self, path: Path, keep_python: bool) -> Iterator[Message]:
         """The items of a file given to :meth:`prefetch`, as its worker streams them."""
+        self._drop_received(before=self.order.get(str(path)))  # files skipped: not to take this file's items
         receiver = self.received.pop(str(path), None)
-        if receiver is None:  # one received ahead for a file that was skipped: it must not take this file's items
-            self._drop_received()
         task_id, worker = self.planned.pop(str(path)) if receiver is None else (receiver.task_id, receiver.worker)
         try:
             while True:
@@ -608,11 +615,12 @@ class _Workers:
             self.close()
             raise
 
-    def _drop_received(self) -> None:
-        """Stop the threads receiving files ahead and drop what they took (files never run: skipped)."""
-        for receiver in self.received.values():
-            receiver.stop()
-        self.received.clear()
+    def _drop_received(self, before: int | None = None) -> None:
+        """Stop the threads receiving files ahead and drop what they took (files never run: skipped); with
+        ``before``, only those of the files before that place in load order."""
+        for path in list(self.received):
+            if before is None or self.order.get(path, -1) < before:
+                self.received.pop(path).stop()
 
     def close(self) -> None:
         self._drop_received()  # the threads read the queues closed below
