@@ -390,6 +390,15 @@ def test_starting_the_workers_imports_nothing_heavy() -> None:
     assert done.stdout.strip() == "[]"
 
 
+def _assert_same_rows(serial: Any, parallel: Any) -> None:
+    """Both databases hold the same events of each file (trace ids aside) and the same traces rows."""
+    for table in ("gpu_events", "launches", "annotations", "cpu_ops"):
+        q = f"select t.file_name, x.* exclude (trace_id) from {table} x join traces t using (trace_id) order by all"
+        assert serial.execute(q).fetchall() == parallel.execute(q).fetchall(), table
+    q = "select file_name, event_count, skipped from traces order by 1"
+    assert serial.execute(q).fetchall() == parallel.execute(q).fetchall()
+
+
 def test_files_received_ahead_give_the_same_rows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """With ``receive_ahead`` (4 CPUs or more) a thread takes the next file's chunks off its worker's queue while
     the file before is stored; the rows are the in-process path's. One worker streams every file and may have 2
@@ -426,11 +435,7 @@ def test_files_received_ahead_give_the_same_rows(tmp_path: Path, monkeypatch: py
     assert "truncated gzip" in results[1].message
     assert received == [str(bad), str(copy)]  # after B200, after HTA (the skipped copy's is dropped, not taken)
     assert not [t for t in threading.enumerate() if t.name.startswith("k25trace-receive")]
-    for table in ("gpu_events", "launches", "annotations", "cpu_ops"):
-        q = f"select t.file_name, x.* exclude (trace_id) from {table} x join traces t using (trace_id) order by all"
-        assert serial.execute(q).fetchall() == parallel.execute(q).fetchall(), table
-    q = "select file_name, event_count, skipped from traces order by 1"
-    assert serial.execute(q).fetchall() == parallel.execute(q).fetchall()
+    _assert_same_rows(serial, parallel)
 
 
 @pytest.mark.parametrize("store_threads", [1, 2])
@@ -472,11 +477,7 @@ def test_several_files_received_ahead_at_once_give_the_same_rows(
     assert [r.status for r in results] == [r.status for r in want] == statuses, [r.message for r in results]
     assert max(at_once) == 2
     assert not [t for t in threading.enumerate() if t.name.startswith("k25trace-receive")]
-    for table in ("gpu_events", "launches", "annotations", "cpu_ops"):
-        q = f"select t.file_name, x.* exclude (trace_id) from {table} x join traces t using (trace_id) order by all"
-        assert serial.execute(q).fetchall() == parallel.execute(q).fetchall(), table
-    q = "select file_name, event_count, skipped from traces order by 1"
-    assert serial.execute(q).fetchall() == parallel.execute(q).fetchall()
+    _assert_same_rows(serial, parallel)
 
 
 def test_workers_started_before_the_load_are_used_and_closed(tmp_path: Path) -> None:
