@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import resource
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -107,6 +108,11 @@ def main() -> None:
         print(json.dumps({"total": total, "times": dict(TIMES), "calls": dict(CALLS)}))
         return
     print(f"load: {total:.2f} s wall in this process ({len(results)} files)")
+    own, children = (resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+    print(
+        f"  CPU: this process {own.ru_utime + own.ru_stime:.2f} s (its DuckDB threads included), "
+        f"decode workers {children.ru_utime + children.ru_stime:.2f} s"
+    )
     for key, seconds in sorted(TIMES.items(), key=lambda kv: -kv[1])[:25]:
         print(f"  {key:28s} {seconds:7.2f} s {100 * seconds / total:5.1f} %  x{CALLS[key]}")
     if args.timeline:

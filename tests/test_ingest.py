@@ -438,19 +438,21 @@ def test_files_received_ahead_give_the_same_rows(tmp_path: Path, monkeypatch: py
     _assert_same_rows(serial, parallel)
 
 
-@pytest.mark.parametrize("store_threads", [1, 2])
+@pytest.mark.parametrize(("store_threads", "share_first_file"), [(1, 1), (2, 1), (2, 0)])
 def test_several_files_received_ahead_at_once_give_the_same_rows(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, store_threads: int
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, store_threads: int, share_first_file: int
 ) -> None:
     """With ``limits.RECEIVE_AHEAD_FILES`` at 2, threads take two files' chunks off their workers' queues at once,
     never two on one queue; a copy skipped and a bad file among them change nothing else: the rows are the
-    in-process path's, and no receiving thread outlives the load."""
+    in-process path's, and no receiving thread outlives the load. When the first file is not shared out, the first
+    two files are received from the start (their workers never wait on a full queue), the first included."""
     import threading
 
     from k25trace.ingest import workers as workers_module
 
     monkeypatch.setattr(workers_module, "cpus", lambda: 8)  # three decode workers, files dealt round robin
     monkeypatch.setattr(ingest.limits, "RECEIVE_AHEAD_FILES", 2)
+    monkeypatch.setattr(ingest.limits, "SHARE_FIRST_FILE", share_first_file)
     monkeypatch.setattr(ingest.limits, "RESULTS_IN_FLIGHT", 2)
     monkeypatch.setattr(ingest.limits, "BLOCK_SIZE", 1 << 20)
     copy = tmp_path / "copy.json.gz"
@@ -461,6 +463,7 @@ def test_several_files_received_ahead_at_once_give_the_same_rows(
     serial = db.connect(tmp_path / "serial.duckdb")
     want, _ = pipeline.load_paths(serial, files, ingest.LoadOptions(workers=1))
     at_once: list[int] = []
+    first_received: list[set[str]] = []
     receive_ahead = workers_module._Workers.receive_ahead
 
     def recording(self: Any, files: int) -> None:
@@ -468,6 +471,7 @@ def test_several_files_received_ahead_at_once_give_the_same_rows(
         live = [r.worker for r in self.receiving if not r.done()]
         assert len(live) == len(set(live)), live  # one reader per queue
         at_once.append(len(self.received))
+        first_received.append(set(self.received))
 
     monkeypatch.setattr(workers_module._Workers, "receive_ahead", recording)
     parallel = db.connect(tmp_path / "parallel.duckdb")
@@ -476,6 +480,8 @@ def test_several_files_received_ahead_at_once_give_the_same_rows(
     statuses = ["loaded", "loaded", "skipped", "failed", "loaded"]
     assert [r.status for r in results] == [r.status for r in want] == statuses, [r.message for r in results]
     assert max(at_once) == 2
+    # shared out, the first file is read from the ring, never received; else it is received from the start
+    assert first_received[0] == ({str(HTA_NCCL), str(copy)} if share_first_file else {str(B200), str(HTA_NCCL)})
     assert not [t for t in threading.enumerate() if t.name.startswith("k25trace-receive")]
     _assert_same_rows(serial, parallel)
 

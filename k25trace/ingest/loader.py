@@ -349,6 +349,8 @@ class Loader:
             self.prefetch_after = (big[0], big[1:])
         else:
             workers.prefetch(big, self.options.keep_python)
+            if self.options.receive_ahead:  # from the start: a worker waits once its file fills its queue
+                workers.receive_ahead(limits.RECEIVE_AHEAD_FILES)
 
     def prefetch_rest(self, path: Path) -> None:
         """Once the first of several big files is read (or failed, or was skipped), start streaming the others."""
