@@ -1,8 +1,9 @@
 """Files stored at once: a load of several rank files with each ``K25TRACE_STORE_THREADS`` setting, interleaved.
 
-    python3 benchmarks/bench_stores.py DIR --threads 1,3,4+RECEIVE_AHEAD_FILES=4 --runs 2 [--no-polars]
+    python3 benchmarks/bench_stores.py DIR --threads 1,3,4+RECEIVE_AHEAD_FILES=4 --runs 2 [--no-polars] [--no-warm]
 
-Loads every rank file of DIR ``--runs`` times per setting (run by run, interleaved, after one uncounted load each),
+Loads every rank file of DIR ``--runs`` times per setting (run by run, interleaved, after one uncounted load each
+unless ``--no-warm``),
 a setting's ``+NAME=VALUE`` terms set loader limits too (``K25TRACE_LIMIT_NAME``, :mod:`k25trace.ingest.limits`);
 prints each setting's median wall time, CPU and peak RSS of the process tree with its ratio to the first setting,
 and checks that every table of each setting's database holds the first setting's rows (``bench_load.compare_tables``:
@@ -28,6 +29,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--no-polars", action="store_true", help="load through cli.run_load (bench_load --no-polars)")
     parser.add_argument("--env", action="append", default=[], help="NAME=VALUE for every load (e.g. a worker count)")
+    parser.add_argument("--no-warm", action="store_true", help="no uncounted load first (64 ranks: minutes each)")
     args = parser.parse_args()
     bench_load.NO_POLARS = args.no_polars
     paths = sorted(p for p in args.input.iterdir() if p.is_file() and not p.name.startswith("."))
@@ -37,7 +39,9 @@ def main() -> None:
         tmp = Path(tmp_name)
         env |= bench_load.bytecode_env(tmp)
         versions = {f"threads={s}": setting_env(s) for s in settings}
-        measured, kept = bench_load.measure_load(paths, args.runs, tmp, env=env, versions=versions)
+        measured, kept = bench_load.measure_load(
+            paths, args.runs, tmp, env=env, versions=versions, warm=not args.no_warm
+        )
         base = statistics.median(m.wall_s for m in measured[f"threads={settings[0]}"])
         print(f"{len(paths)} files of {args.input}, {args.runs} runs each, interleaved; {' '.join(args.env)}")
         print("| setting | wall (median) | runs | CPU | peak RSS | baseline / this | tables |")
