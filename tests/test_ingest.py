@@ -442,7 +442,7 @@ def test_files_received_ahead_give_the_same_rows(tmp_path: Path, monkeypatch: py
 def test_several_files_received_ahead_at_once_give_the_same_rows(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, store_threads: int, share_first_file: int
 ) -> None:
-    """With ``limits.RECEIVE_AHEAD_FILES`` at 2, threads take two files' chunks off their workers' queues at once,
+    """With ``receive_ahead_files`` at 2, threads take two files' chunks off their workers' queues at once,
     never two on one queue; a copy skipped and a bad file among them change nothing else: the rows are the
     in-process path's, and no receiving thread outlives the load. When the first file is not shared out, the first
     two files are received from the start (their workers never wait on a full queue), the first included."""
@@ -451,8 +451,6 @@ def test_several_files_received_ahead_at_once_give_the_same_rows(
     from k25trace.ingest import workers as workers_module
 
     monkeypatch.setattr(workers_module, "cpus", lambda: 8)  # three decode workers, files dealt round robin
-    monkeypatch.setattr(ingest.limits, "RECEIVE_AHEAD_FILES", 2)
-    monkeypatch.setattr(ingest.limits, "SHARE_FIRST_FILE", share_first_file)
     monkeypatch.setattr(ingest.limits, "RESULTS_IN_FLIGHT", 2)
     monkeypatch.setattr(ingest.limits, "BLOCK_SIZE", 1 << 20)
     copy = tmp_path / "copy.json.gz"
@@ -473,7 +471,14 @@ def test_several_files_received_ahead_at_once_give_the_same_rows(
 
     monkeypatch.setattr(workers_module._Workers, "receive_ahead", recording)
     parallel = db.connect(tmp_path / "parallel.duckdb")
-    options = ingest.LoadOptions(workers=3, parallel_min_bytes=1, receive_ahead=True, store_threads=store_threads)
+    options = ingest.LoadOptions(
+        workers=3,
+        parallel_min_bytes=1,
+        receive_ahead=True,
+        store_threads=store_threads,
+        receive_ahead_files=2,
+        share_first_file=bool(share_first_file),
+    )
     results, _ = pipeline.load_paths(parallel, files, options)
     statuses = ["loaded", "loaded", "skipped", "failed", "loaded"]
     assert [r.status for r in results] == [r.status for r in want] == statuses, [r.message for r in results]
@@ -482,6 +487,76 @@ def test_several_files_received_ahead_at_once_give_the_same_rows(
     assert received[0] == ({str(HTA_NCCL), str(copy)} if share_first_file else {str(B200), str(HTA_NCCL)})
     assert not [t for t in threading.enumerate() if t.name.startswith("k25trace-receive")]
     _assert_same_rows(serial, parallel)
+
+
+def test_a_file_decompressed_in_a_thread_gives_the_same_chunks_hash_and_errors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Decompressed ahead in a thread (``threaded_read``, isal's ``igzip_threaded``), a real trace streams the same
+    chunk tables, the same metadata, the sha256 and size of the file's bytes (hashlib over the file: the truth) and
+    the same progress; a gzip cut short or failing its checksum fails with the file named, as without the thread;
+    no reading thread outlives its file."""
+    import threading
+
+    from k25trace.errors import TraceError
+    from k25trace.ingest.chunks import _chunks
+    from k25trace.ingest.messages import Chunk, End
+
+    monkeypatch.setattr(ingest.limits, "BLOCK_SIZE", 1 << 16)  # many blocks through the thread's queue
+    blob = B200.read_bytes()
+
+    def stream(path: Path, threaded: bool) -> tuple[list[Any], int]:
+        read: list[int] = []
+
+        def progress(n: int) -> None:  # the decompressing thread runs while the file is read, only then
+            read.append(n)
+            assert threaded == any("_decompress" in t.name for t in threading.enumerate())
+
+        return list(_chunks(path, False, progress, threaded)), sum(read)
+
+    before = threading.active_count()
+    plain, plain_read = stream(B200, False)
+    threaded, threaded_read = stream(B200, True)
+    assert threading.active_count() == before
+    assert plain_read == threaded_read == len(blob)
+    end = threaded[-1]
+    assert isinstance(end, End) and end == plain[-1]
+    assert (end.sha256, end.read_bytes) == (hashlib.sha256(blob).hexdigest(), len(blob))
+    chunks = [m for m in threaded if isinstance(m, Chunk)]
+    assert len(chunks) == len(plain) - 1 > 3
+    for mine, theirs in zip(chunks, plain[:-1], strict=True):
+        assert mine.events == theirs.events and mine.tables.keys() == theirs.tables.keys()
+        assert all(mine.tables[key].equals(theirs.tables[key]) for key in mine.tables)
+
+    truncated = tmp_path / "truncated.json.gz"
+    truncated.write_bytes(blob[: len(blob) // 2])
+    corrupt = tmp_path / "corrupt.json.gz"
+    corrupt.write_bytes(blob[:-8] + bytes([blob[-8] ^ 0xFF]) + blob[-7:])  # its CRC-32 wrong: found at the end
+    for bad, words in ((truncated, "truncated gzip"), (corrupt, "corrupt gzip data")):
+        for threaded_mode in (False, True):
+            with pytest.raises(TraceError) as caught:
+                stream(bad, threaded_mode)
+            assert caught.value.path == str(bad) and words in caught.value.problem, caught.value.problem
+    assert threading.active_count() == before
+
+
+def test_several_files_decompressed_in_threads_give_the_same_rows(tmp_path: Path) -> None:
+    """A load of several big files whose workers decompress each file in a thread (``threaded_read``) holds the
+    in-process load's rows and sha256s; a truncated file among them fails alone, named."""
+    bad = tmp_path / "truncated.json.gz"
+    blob = HTA_NCCL.read_bytes()
+    bad.write_bytes(blob[: len(blob) * 2 // 3])
+    files = [B200, bad, HTA_NCCL, MI300X_PIECEWISE]
+    serial = db.connect(tmp_path / "serial.duckdb")
+    want, _ = pipeline.load_paths(serial, files, ingest.LoadOptions(workers=1))
+    parallel = db.connect(tmp_path / "parallel.duckdb")
+    options = ingest.LoadOptions(workers=2, parallel_min_bytes=1, threaded_read=True)
+    results, _ = pipeline.load_paths(parallel, files, options)
+    assert [r.status for r in results] == [r.status for r in want] == ["loaded", "failed", "loaded", "loaded"]
+    assert str(bad) in results[1].message and "truncated gzip" in results[1].message
+    _assert_same_rows(serial, parallel)
+    hashes = dict(parallel.execute("select file_name, sha256 from traces").fetchall())
+    assert hashes == {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in (B200, HTA_NCCL, MI300X_PIECEWISE)}
 
 
 def test_workers_started_before_the_load_are_used_and_closed(tmp_path: Path) -> None:
@@ -545,6 +620,67 @@ def test_several_big_files_leave_a_cpu_to_the_store(monkeypatch: pytest.MonkeyPa
     assert workers.decode_workers(options(workers=8, reserved_cpus=0), 8) == 8
     assert workers.decode_workers(options(workers=8, store_threads=2), 8) == 4
     assert workers.decode_workers(options(workers=8, store_threads=2), 1) == 4
+
+
+def test_many_cpus_decode_receive_and_store_files_all_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """From ``limits.ALL_AT_ONCE_MIN_CPUS`` CPUs and ``limits.ALL_AT_ONCE_MIN_GB`` of memory, a load of several big
+    files decodes, receives and stores up to ``limits.ALL_AT_ONCE_FILES`` at once (one per two CPUs), none shared
+    out: each file has a worker of its own. Fewer CPUs or less memory: the defaults of before."""
+    from k25trace.ingest import model, workers
+
+    def machine(cpus: int, gib: int) -> ingest.LoadOptions:
+        for module in (model, workers):
+            monkeypatch.setattr(module, "cpus", lambda: cpus)
+        monkeypatch.setattr(model, "memory_bytes", lambda: gib << 30)
+        return ingest.LoadOptions()
+
+    monkeypatch.delenv("K25TRACE_STORE_THREADS", raising=False)
+    monkeypatch.delenv("K25TRACE_DECODE_WORKERS", raising=False)
+    many = machine(16, 64)
+    assert (many.store_threads, many.receive_ahead_files, many.share_first_file, many.receive_ahead) == (
+        8,
+        8,
+        False,
+        True,
+    )
+    assert workers.decode_workers(many, 8) == 8 and workers.decode_workers(many, 64) == 8
+    assert workers.decode_workers(many, 1) == 4  # one file: its chunks, shared out, as before
+    twelve = machine(12, 64)
+    assert (twelve.store_threads, twelve.receive_ahead_files, twelve.share_first_file) == (6, 6, False)
+    assert workers.decode_workers(twelve, 8) == 6
+    for before in (machine(16, 31), machine(8, 64)):  # too little memory; too few CPUs
+        assert (before.store_threads, before.receive_ahead_files, before.share_first_file) == (2, 1, True)
+    small = machine(2, 64)
+    assert (small.store_threads, small.receive_ahead_files, small.share_first_file) == (1, 1, True)
+    # a worker decompresses in a thread of its own from 4 CPUs: on 2 every CPU is busy already
+    assert [machine(n, 64).threaded_read for n in (2, 3, 4, 16)] == [False, False, True, True]
+    monkeypatch.setenv("K25TRACE_STORE_THREADS", "3")  # a benchmark's setting still wins
+    assert machine(16, 64).store_threads == 3
+
+
+def test_memory_bytes_is_the_machines_or_its_containers(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The memory a load may use: the machine's, or the container's cgroup limit where that is lower."""
+    from k25trace.ingest import model
+
+    machine = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    limit = tmp_path / "memory.max"
+    real_path = model.Path
+
+    def cgroup(text: str | None) -> None:
+        if text is None:
+            limit.unlink(missing_ok=True)
+        else:
+            limit.write_text(text)
+        monkeypatch.setattr(model, "Path", lambda p: limit if p == "/sys/fs/cgroup/memory.max" else real_path(p))
+
+    cgroup(None)
+    assert model.memory_bytes() == machine
+    cgroup("max\n")
+    assert model.memory_bytes() == machine
+    cgroup(f"{4 << 30}\n")
+    assert model.memory_bytes() == 4 << 30
+    cgroup(f"{machine * 2}\n")
+    assert model.memory_bytes() == machine
 
 
 @pytest.mark.parametrize(
@@ -633,9 +769,8 @@ def test_worker_processes_give_the_same_rows_and_isolate_bad_files(
         monkeypatch.setattr(real_workers, "prefetch", recording_prefetch)
     monkeypatch.setattr(workers_module, "_Workers", Counted)
     monkeypatch.setattr(loader_module, "_Workers", Counted)
-    results, _ = pipeline.load_paths(
-        parallel, files, ingest.LoadOptions(workers=2, parallel_min_bytes=1, store_threads=1)
-    )
+    options = ingest.LoadOptions(workers=2, parallel_min_bytes=1, store_threads=1, share_first_file=True)
+    results, _ = pipeline.load_paths(parallel, files, options)
     assert started == [workers if many else 2]
     if many:
         where = 0 if bad_first else 1

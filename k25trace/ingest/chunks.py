@@ -88,10 +88,13 @@ def _reused_block(
     return True
 
 
-def _chunks(path: Path, keep_python: bool, progress: Callable[[int], None]) -> Iterator[Chunk | End]:
-    """Stream a file in this process: a :class:`Chunk` per chunk, then its :class:`End`."""
+def _chunks(
+    path: Path, keep_python: bool, progress: Callable[[int], None], threaded_read: bool = False
+) -> Iterator[Chunk | End]:
+    """Stream a file in this process: a :class:`Chunk` per chunk, then its :class:`End`; with ``threaded_read``,
+    decompressed ahead in a thread (:func:`k25trace.ingest.stream._threaded_gzip`)."""
     splitter = _Splitter(path)
-    reader = _Reader(path)
+    reader = _Reader(path, threaded_read)
     buf: mmap.mmap | None = None  # anonymous memory: a page is zero-filled when first written, not before
     try:
         while True:

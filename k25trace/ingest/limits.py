@@ -37,6 +37,18 @@ RECEIVE_AHEAD_FILES = 1
 # a load of several big files shares the first one's chunks out among its decode workers (the shared-memory ring),
 # which reads it sooner; 0: every file is decoded whole by one worker from the start
 SHARE_FIRST_FILE = 1
+# a machine of many CPUs and enough memory decodes, receives and stores up to ALL_AT_ONCE_FILES big files at once,
+# each decoded whole from the start by a worker of its own, none shared out (model.files_at_once). 8 real ranks on
+# the 16-CPU device (2026-12-07): 10.24 s against 13.89 s for 2 stores at once (3 runs each), 5.0 GB against 2.7 GB;
+# 64 ranks 65.8 s against 81.4 s, 7.8 GB against 3.1 GB (one load each): hence 32 GiB of memory at least
+ALL_AT_ONCE_MIN_CPUS = 12
+ALL_AT_ONCE_FILES = 8
+ALL_AT_ONCE_MIN_GB = 32  # memory of the machine (or of its container), in GiB
+# CPUs from which a decode worker streaming a whole file decompresses it in a thread of its own while it decodes
+# (isal's igzip_threaded). One real rank's stream in one process on 2 idle cores: 2.84 s against 3.37 s (3 runs
+# each), with 0.1-0.5 s more CPU for the copies between the threads; 8 real ranks on the 16-CPU device: 12.83 s
+# against 13.89 s (3 runs each); on this project's 2 cores 44.4 s against 43.3 s (the CPUs are all busy already)
+THREADED_READ_MIN_CPUS = 4
 STORES_PER_RELEASE = 8  # files stored at once between two drops of DuckDB's cached blocks (db.release_cached_blocks)
 
 

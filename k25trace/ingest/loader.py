@@ -20,7 +20,6 @@ from k25trace import __version__
 from k25trace.capture.files import sha256_file
 from k25trace.db import has_default_memory_limit, release_cached_blocks, run_query
 from k25trace.errors import K25Error, TraceError, is_interrupt
-from k25trace.ingest import limits
 from k25trace.ingest.chunks import _chunks
 from k25trace.ingest.columns import _Columns
 from k25trace.ingest.discover import discover, file_size, is_frontend_name
@@ -196,7 +195,7 @@ class Loader:
         decode workers ended after the last."""
         self.prefetch_rest(path)
         if self.options.receive_ahead and self._executor is not None:
-            self._executor.receive_ahead(limits.RECEIVE_AHEAD_FILES)  # come in while this one is stored
+            self._executor.receive_ahead(self.options.receive_ahead_files)  # come in while this one is stored
         if self.workers_until is not None and path == self.workers_until:
             self.close()
 
@@ -345,12 +344,12 @@ class Loader:
         workers = self._workers()
         if workers is None:
             return
-        if limits.SHARE_FIRST_FILE and workers.ring_ok():
+        if self.options.share_first_file and workers.ring_ok():
             self.prefetch_after = (big[0], big[1:])
         else:
-            workers.prefetch(big, self.options.keep_python)
+            workers.prefetch(big, self.options.keep_python, self.options.threaded_read)
             if self.options.receive_ahead:  # from the start: a worker waits once its file fills its queue
-                workers.receive_ahead(limits.RECEIVE_AHEAD_FILES)
+                workers.receive_ahead(self.options.receive_ahead_files)
 
     def prefetch_rest(self, path: Path) -> None:
         """Once the first of several big files is read (or failed, or was skipped), start streaming the others."""
@@ -361,7 +360,7 @@ class Loader:
         workers = self._workers()
         if workers is not None:
             workers.release_ring()  # its 16 MB buffers, mapped by every process, until the workers end
-            workers.prefetch(rest, self.options.keep_python)
+            workers.prefetch(rest, self.options.keep_python, self.options.threaded_read)
 
     def _workers(self) -> "_Workers | None":
         if self.options.workers <= 1:

@@ -38,6 +38,12 @@ class LoadOptions:
     receive_ahead: bool = field(default_factory=lambda: _default_receive_ahead())
     # big files stored at once, each in a transaction of its own (1: one after another)
     store_threads: int = field(default_factory=lambda: _default_store_threads())
+    # big files whose chunks threads take off their workers' queues at once, ahead of their reads (receive_ahead)
+    receive_ahead_files: int = field(default_factory=lambda: files_at_once() or limits.RECEIVE_AHEAD_FILES)
+    # the first of several big files shared out among the decode workers: read sooner, the others start after it
+    share_first_file: bool = field(default_factory=lambda: not files_at_once() and bool(limits.SHARE_FIRST_FILE))
+    # a decode worker streaming a whole file decompresses it in a thread while it decodes (on 4 CPUs or more)
+    threaded_read: bool = field(default_factory=lambda: cpus() >= limits.THREADED_READ_MIN_CPUS)
 
 
 @dataclass
@@ -73,7 +79,29 @@ def _default_store_threads() -> int:
     try:
         return max(1, int(os.environ["K25TRACE_STORE_THREADS"]))
     except (KeyError, ValueError):
-        return limits.STORE_THREADS if cpus() >= limits.STORE_THREADS_MIN_CPUS else 1
+        return files_at_once() or (limits.STORE_THREADS if cpus() >= limits.STORE_THREADS_MIN_CPUS else 1)
+
+
+def files_at_once() -> int:
+    """How many big files a load decodes, receives and stores at once on a machine of many CPUs
+    (``limits.ALL_AT_ONCE_MIN_CPUS``) and enough memory (``limits.ALL_AT_ONCE_MIN_GB``): at most
+    ``limits.ALL_AT_ONCE_FILES``, one per two CPUs; 0 elsewhere (the loader's other defaults hold)."""
+    if cpus() < limits.ALL_AT_ONCE_MIN_CPUS or memory_bytes() < limits.ALL_AT_ONCE_MIN_GB << 30:
+        return 0
+    return min(limits.ALL_AT_ONCE_FILES, cpus() // 2)
+
+
+def memory_bytes() -> int:
+    """The memory this process may use: the machine's, or its container's limit (cgroup v2) where lower."""
+    try:
+        total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):  # not on Linux
+        return 0
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+    except OSError:
+        return total
+    return min(total, int(limit)) if limit.isdigit() else total
 
 
 def cpus() -> int:

@@ -22,8 +22,11 @@ from k25trace.ingest.events import _byte_of, _reason
 
 try:  # isal: ~4x faster gzip decompression than zlib
     from isal import igzip as _gzip
+    from isal import igzip_threaded as _gzip_threaded
 except ImportError:  # pragma: no cover - isal is a dependency, zlib is the fallback
     import gzip as _gzip  # type: ignore[no-redef]
+
+    _gzip_threaded = None  # type: ignore[assignment]
 
 _PLAIN_RE = re.compile(rb'[^"\[\]{}]*+')  # text up to the next string or bracket
 _STRING_RE = re.compile(rb'"(?:[^"\\]++|\\.)*+"', re.DOTALL)  # one whole string, escapes included
@@ -58,6 +61,15 @@ def last_event_boundary(buf: bytes | bytearray | memoryview | mmap.mmap, end: in
         start = max(1, end - size)
 
 
+def _threaded_gzip(raw: Any) -> Any:
+    """A reader of ``raw``'s gzip data decompressed ahead, in a thread of its own, one block at a time (isal's
+    ``igzip_threaded``; its decompression lets the thread that decodes run meanwhile); gzip's own reader without
+    isal."""
+    if _gzip_threaded is None:  # pragma: no cover - isal is a dependency
+        return _gzip.open(raw, "rb")
+    return _gzip_threaded.open(raw, "rb", threads=1, block_size=limits.BLOCK_SIZE)
+
+
 class _HashingFile(io.RawIOBase):
     """The trace file as it is read: every byte handed to the decompressor also goes into a sha256, so the hash
     stored for a trace is the hash of exactly what was decoded (a file still growing while it is read cannot be
@@ -88,14 +100,14 @@ class _Reader:
     """Decompresses a trace, translating gzip failures into one-line TraceErrors naming the file, and hashes the
     bytes it reads (:attr:`sha256`, :attr:`count`)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, threaded: bool = False) -> None:
         self.path = path
         self.raw = _HashingFile(path)
         self.reported = 0  # compressed bytes already passed to a progress callback (:meth:`report`)
         try:
             magic = os.pread(self.raw.fh.fileno(), 2, 0)
             if magic == b"\x1f\x8b":
-                self.fh: Any = _gzip.open(self.raw, "rb")
+                self.fh: Any = _threaded_gzip(self.raw) if threaded else _gzip.open(self.raw, "rb")
             elif path.name.endswith(".gz"):
                 raise TraceError(str(path), "named .gz but is not gzip data")
             else:

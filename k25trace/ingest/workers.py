@@ -104,7 +104,8 @@ def lean_allocation() -> None:
 
 
 def _worker_main(index: int, tasks: Any, results: Any, pdeathsig: bool = False) -> None:
-    """A decode process. Tasks: ``(task_id, path, keep_python)`` streams a whole file (decompress, cut, decode);
+    """A decode process. Tasks: ``(task_id, path, keep_python, threaded_read)`` streams a whole file (decompress,
+    cut, decode; with ``threaded_read``, decompressed in a thread meanwhile);
     ``("attach", task_id, names)`` maps the parent's shared-memory ring (the parent unlinks the names once every
     worker answered, so nothing is left in /dev/shm whatever happens next); ``("detach",)`` unmaps it;
     ``("chunk", task_id, path, index, size, keep_python)`` decodes one chunk the parent put in ring buffer
@@ -157,13 +158,13 @@ def _worker_main(index: int, tasks: Any, results: Any, pdeathsig: bool = False) 
             except Exception as exc:  # noqa: BLE001 - reported to the parent as this file's failure
                 results.put((task_id, Failed(chunk_path, f"{type(exc).__name__}: {exc}")))
             continue
-        task_id, path, keep_python = task
+        task_id, path, keep_python, threaded_read = task
 
         def progress(n: int, task_id: Any = task_id) -> None:  # this task's id, bound now (B023)
             results.put((task_id, Progress(n)))
 
         try:
-            for message in _chunks(Path(path), keep_python, progress):
+            for message in _chunks(Path(path), keep_python, progress, threaded_read):
                 results.put((task_id, message))
         except TraceError as exc:
             results.put((task_id, Failed(exc.path, exc.problem)))
@@ -356,15 +357,16 @@ class _Workers:
                 pass
         self.ring = []
 
-    def prefetch(self, paths: list[Path], keep_python: bool) -> None:
-        """Start streaming these files, one whole file per worker in turn."""
+    def prefetch(self, paths: list[Path], keep_python: bool, threaded_read: bool = False) -> None:
+        """Start streaming these files, one whole file per worker in turn (``threaded_read``: each decompressed in
+        a thread of its worker while the worker decodes)."""
         for n, path in enumerate(paths):
             worker = n % self.count
             task_id = self._task_id()
             self.planned[str(path)] = (task_id, worker)
             self.order[str(path)] = len(self.order)
             self.ahead.append(str(path))
-            self.tasks[worker].put((task_id, str(path), keep_python))
+            self.tasks[worker].put((task_id, str(path), keep_python, threaded_read))
 
     def streams(self, path: Path) -> bool:
         """Whether this file was given to :meth:`prefetch` and not taken yet (:meth:`run` streams it)."""
