@@ -4,7 +4,8 @@
 # the default settings (bench_load), or once with each setting of SETTINGS64 (bench_stores, tables compared).
 # Run from the repository root, carrying .whl (duckdb, orjson, msgspec, isal):
 #   bash benchmarks/device_stores.sh OUTDIR "0-15:1,2,3,4 0-3:1,2" [64]
-#   SETTINGS64="2,8+RECEIVE_AHEAD_FILES=8+FILES_AHEAD_WORKERS=8" bash benchmarks/device_stores.sh OUTDIR "0-15:2" 64
+#   SETTINGS64="2,8+RECEIVE_AHEAD_FILES=8+SHARE_FIRST_FILE=0" bash benchmarks/device_stores.sh OUTDIR "0-15:2" 64
+# (a K25TRACE_STORE_THREADS setting turns off the all-at-once default of 12 CPUs and more: model.files_at_once)
 set -uo pipefail
 OUT=${1:?output directory}
 POINTS=${2:?points: CPUSET:THREADS,THREADS ...}

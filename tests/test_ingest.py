@@ -654,8 +654,9 @@ def test_many_cpus_decode_receive_and_store_files_all_at_once(monkeypatch: pytes
     assert (small.store_threads, small.receive_ahead_files, small.share_first_file) == (1, 1, True)
     # a worker decompresses in a thread of its own from 4 CPUs: on 2 every CPU is busy already
     assert [machine(n, 64).threaded_read for n in (2, 3, 4, 16)] == [False, False, True, True]
-    monkeypatch.setenv("K25TRACE_STORE_THREADS", "3")  # a benchmark's setting still wins
-    assert machine(16, 64).store_threads == 3
+    monkeypatch.setenv("K25TRACE_STORE_THREADS", "3")  # a setting of how many to store at once wins: no more ahead
+    told = machine(16, 64)
+    assert (told.store_threads, told.receive_ahead_files, told.share_first_file) == (3, 1, True)
 
 
 def test_memory_bytes_is_the_machines_or_its_containers(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

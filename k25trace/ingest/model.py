@@ -85,7 +85,10 @@ def _default_store_threads() -> int:
 def files_at_once() -> int:
     """How many big files a load decodes, receives and stores at once on a machine of many CPUs
     (``limits.ALL_AT_ONCE_MIN_CPUS``) and enough memory (``limits.ALL_AT_ONCE_MIN_GB``): at most
-    ``limits.ALL_AT_ONCE_FILES``, one per two CPUs; 0 elsewhere (the loader's other defaults hold)."""
+    ``limits.ALL_AT_ONCE_FILES``, one per two CPUs; 0 elsewhere, or where ``K25TRACE_STORE_THREADS`` says how many
+    files to store at once (the loader's other defaults hold)."""
+    if "K25TRACE_STORE_THREADS" in os.environ:
+        return 0
     if cpus() < limits.ALL_AT_ONCE_MIN_CPUS or memory_bytes() < limits.ALL_AT_ONCE_MIN_GB << 30:
         return 0
     return min(limits.ALL_AT_ONCE_FILES, cpus() // 2)
