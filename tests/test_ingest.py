@@ -637,12 +637,8 @@ def test_many_cpus_decode_receive_and_store_files_all_at_once(monkeypatch: pytes
     monkeypatch.delenv("K25TRACE_STORE_THREADS", raising=False)
     monkeypatch.delenv("K25TRACE_DECODE_WORKERS", raising=False)
     many = machine(16, 64)
-    assert (many.store_threads, many.receive_ahead_files, many.share_first_file, many.receive_ahead) == (
-        8,
-        8,
-        False,
-        True,
-    )
+    settings = (many.store_threads, many.receive_ahead_files, many.share_first_file, many.receive_ahead)
+    assert settings == (8, 8, False, True)
     assert workers.decode_workers(many, 8) == 8 and workers.decode_workers(many, 64) == 8
     assert workers.decode_workers(many, 1) == 4  # one file: its chunks, shared out, as before
     twelve = machine(12, 64)
@@ -657,6 +653,53 @@ def test_many_cpus_decode_receive_and_store_files_all_at_once(monkeypatch: pytes
     monkeypatch.setenv("K25TRACE_STORE_THREADS", "3")  # a setting of how many to store at once wins: no more ahead
     told = machine(16, 64)
     assert (told.store_threads, told.receive_ahead_files, told.share_first_file) == (3, 1, True)
+
+
+def test_a_load_of_all_files_at_once_gives_the_same_rows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the defaults of a 16-CPU, 64 GiB machine (everything at once), every big file is given to the workers
+    from the start, none through the shared-memory ring, up to 8 received ahead and 8 stored at once: a copy
+    skipped and a truncated file among them change nothing else, the rows are the in-process path's, and no
+    receiving or storing thread outlives the load."""
+    import threading
+
+    from k25trace.ingest import model
+    from k25trace.ingest import workers as workers_module
+
+    for module in (model, workers_module):
+        monkeypatch.setattr(module, "cpus", lambda: 16)
+    monkeypatch.setattr(model, "memory_bytes", lambda: 64 << 30)
+    monkeypatch.delenv("K25TRACE_STORE_THREADS", raising=False)
+    copy = tmp_path / "copy.json.gz"
+    shutil.copyfile(B200, copy)
+    bad = tmp_path / "bad.json.gz"
+    bad.write_bytes(HTA_NCCL.read_bytes()[:200_000])
+    files = [B200, HTA_NCCL, copy, bad, MI300X_PIECEWISE, HTA_RANK0, HTA_RANK1]
+    serial = db.connect(tmp_path / "serial.duckdb")
+    want, _ = pipeline.load_paths(serial, files, ingest.LoadOptions(workers=1))
+    fed: list[Path] = []
+    planned: list[list[str]] = []
+    feed, prefetch = workers_module._Workers.feed, workers_module._Workers.prefetch
+
+    def recording_feed(self: Any, path: Path, *args: Any) -> Any:
+        fed.append(path)
+        return feed(self, path, *args)
+
+    def recording_prefetch(self: Any, paths: list[Path], *args: Any) -> None:
+        planned.append([p.name for p in paths])
+        prefetch(self, paths, *args)
+
+    monkeypatch.setattr(workers_module._Workers, "feed", recording_feed)
+    monkeypatch.setattr(workers_module._Workers, "prefetch", recording_prefetch)
+    options = ingest.LoadOptions(workers=4, parallel_min_bytes=1)  # the rest as on a 16-CPU, 64 GiB machine
+    assert (options.store_threads, options.receive_ahead_files, options.share_first_file) == (8, 8, False)
+    parallel = db.connect(tmp_path / "parallel.duckdb")
+    results, _ = pipeline.load_paths(parallel, files, options)
+    statuses = ["loaded", "loaded", "skipped", "failed", "loaded", "loaded", "loaded"]
+    assert [r.status for r in results] == [r.status for r in want] == statuses, [r.message for r in results]
+    assert str(bad) in results[3].message and "truncated" in results[3].message
+    assert fed == [] and planned == [[p.name for p in files]]  # all given to the workers at once, from the start
+    assert not [t for t in threading.enumerate() if t.name.startswith(("k25trace-receive", "k25trace-store"))]
+    _assert_same_rows(serial, parallel)
 
 
 def test_memory_bytes_is_the_machines_or_its_containers(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
