@@ -703,27 +703,22 @@ def test_a_load_of_all_files_at_once_gives_the_same_rows(tmp_path: Path, monkeyp
 
 
 def test_memory_bytes_is_the_machines_or_its_containers(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """The memory a load may use: the machine's, or the container's cgroup limit where that is lower."""
+    """The memory a load may use: the machine's, or the container's cgroup limit (v2, else v1) where lower."""
     from k25trace.ingest import model
 
     machine = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    limit = tmp_path / "memory.max"
-    real_path = model.Path
-
-    def cgroup(text: str | None) -> None:
-        if text is None:
-            limit.unlink(missing_ok=True)
-        else:
-            limit.write_text(text)
-        monkeypatch.setattr(model, "Path", lambda p: limit if p == "/sys/fs/cgroup/memory.max" else real_path(p))
-
-    cgroup(None)
+    v2, v1 = tmp_path / "memory.max", tmp_path / "memory.limit_in_bytes"
+    monkeypatch.setattr(model, "CGROUP_MEMORY_LIMITS", (str(v2), str(v1)))
+    assert model.memory_bytes() == machine  # no cgroup file
+    for text, want in (("max\n", machine), (f"{4 << 30}\n", 4 << 30), (f"{machine * 2}\n", machine)):
+        v2.write_text(text)
+        assert model.memory_bytes() == want, text
+    v2.unlink()
+    v1.write_text("9223372036854771712\n")  # v1 without a limit
     assert model.memory_bytes() == machine
-    cgroup("max\n")
-    assert model.memory_bytes() == machine
-    cgroup(f"{4 << 30}\n")
-    assert model.memory_bytes() == 4 << 30
-    cgroup(f"{machine * 2}\n")
+    v1.write_text(f"{8 << 30}\n")
+    assert model.memory_bytes() == 8 << 30
+    v2.write_text("max\n")  # v2 first, where both are there
     assert model.memory_bytes() == machine
 
 

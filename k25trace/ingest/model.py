@@ -94,17 +94,23 @@ def files_at_once() -> int:
     return min(limits.ALL_AT_ONCE_FILES, cpus() // 2)
 
 
+# a container's memory limit: cgroup v2, then v1 ("max", or a huge number, where there is none)
+CGROUP_MEMORY_LIMITS = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
+
+
 def memory_bytes() -> int:
-    """The memory this process may use: the machine's, or its container's limit (cgroup v2) where lower."""
+    """The memory this process may use: the machine's, or its container's limit (cgroup v2 or v1) where lower."""
     try:
         total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (AttributeError, ValueError, OSError):  # not on Linux
         return 0
-    try:
-        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
-    except OSError:
-        return total
-    return min(total, int(limit)) if limit.isdigit() else total
+    for name in CGROUP_MEMORY_LIMITS:
+        try:
+            limit = Path(name).read_text().strip()
+        except OSError:
+            continue
+        return min(total, int(limit)) if limit.isdigit() else total
+    return total
 
 
 def cpus() -> int:
