@@ -494,8 +494,8 @@ def test_a_file_decompressed_in_a_thread_gives_the_same_chunks_hash_and_errors(
 ) -> None:
     """Decompressed ahead in a thread (``threaded_read``, isal's ``igzip_threaded``), a real trace streams the same
     chunk tables, the same metadata, the sha256 and size of the file's bytes (hashlib over the file: the truth) and
-    the same progress; a gzip cut short or failing its checksum fails with the file named, as without the thread;
-    no reading thread outlives its file."""
+    the same progress; a gzip cut short or failing its checksum, or invalid JSON before the end of the data, fails
+    with the file named, as without the thread; no reading thread outlives its file."""
     import threading
 
     from k25trace.errors import TraceError
@@ -532,7 +532,11 @@ def test_a_file_decompressed_in_a_thread_gives_the_same_chunks_hash_and_errors(
     truncated.write_bytes(blob[: len(blob) // 2])
     corrupt = tmp_path / "corrupt.json.gz"
     corrupt.write_bytes(blob[:-8] + bytes([blob[-8] ^ 0xFF]) + blob[-7:])  # its CRC-32 wrong: found at the end
-    for bad, words in ((truncated, "truncated gzip"), (corrupt, "corrupt gzip data")):
+    text = gzip.decompress(blob)
+    at = text.index(b'"ph": "X"', len(text) // 4)  # an unquoted value a quarter in: invalid JSON, much data after it
+    invalid = _write_gz(tmp_path / "invalid.json.gz", text[:at] + b'"ph": X' + text[at + 9 :])
+    cases = ((truncated, "truncated gzip"), (corrupt, "corrupt gzip data"), (invalid, "invalid JSON"))
+    for bad, words in cases:  # the last fails while its thread still has blocks to decompress: it is stopped
         for threaded_mode in (False, True):
             with pytest.raises(TraceError) as caught:
                 stream(bad, threaded_mode)
