@@ -338,7 +338,8 @@ class Loader:
         of loading. The first is shared out among the workers and this process through the shared-memory ring
         (:meth:`_Workers.feed`): it is read sooner than one worker decodes it whole, while this process would only
         wait. The others are streamed whole by the workers from the moment the first is read
-        (:meth:`prefetch_rest`), ahead of its commit."""
+        (:meth:`prefetch_rest`), ahead of its commit. Without ``options.share_first_file`` (the default from 12 CPUs:
+        :func:`~k25trace.ingest.model.files_at_once`) every file is given to the workers at once, from the start."""
         if len(big) < 2:
             return
         workers = self._workers()
