@@ -666,6 +666,28 @@ def test_many_cpus_decode_receive_and_store_files_all_at_once(monkeypatch: pytes
     assert (told.store_threads, told.receive_ahead_files, told.share_first_file) == (3, 1, True)
 
 
+def _record_feeds_and_prefetches(
+    monkeypatch: pytest.MonkeyPatch, workers_class: Any
+) -> tuple[list[Path], list[list[Path]]]:
+    """Record the files the workers' class shares out through the ring (``feed``) and the lists of files it is given
+    to stream whole (``prefetch``, one list per call); the methods still run."""
+    fed: list[Path] = []
+    planned: list[list[Path]] = []
+    feed, prefetch = workers_class.feed, workers_class.prefetch
+
+    def recording_feed(self: Any, path: Path, *args: Any) -> Any:
+        fed.append(path)
+        return feed(self, path, *args)
+
+    def recording_prefetch(self: Any, paths: list[Path], *args: Any) -> None:
+        planned.append(list(paths))
+        prefetch(self, paths, *args)
+
+    monkeypatch.setattr(workers_class, "feed", recording_feed)
+    monkeypatch.setattr(workers_class, "prefetch", recording_prefetch)
+    return fed, planned
+
+
 def test_a_load_of_all_files_at_once_gives_the_same_rows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """With the defaults of a 16-CPU, 64 GiB machine (everything at once), every big file is given to the workers
     from the start, none through the shared-memory ring, up to 8 received ahead and 8 stored at once: a copy
@@ -687,20 +709,7 @@ def test_a_load_of_all_files_at_once_gives_the_same_rows(tmp_path: Path, monkeyp
     files = [B200, HTA_NCCL, copy, bad, MI300X_PIECEWISE, HTA_RANK0, HTA_RANK1]
     serial = db.connect(tmp_path / "serial.duckdb")
     want, _ = pipeline.load_paths(serial, files, ingest.LoadOptions(workers=1))
-    fed: list[Path] = []
-    planned: list[list[str]] = []
-    feed, prefetch = workers_module._Workers.feed, workers_module._Workers.prefetch
-
-    def recording_feed(self: Any, path: Path, *args: Any) -> Any:
-        fed.append(path)
-        return feed(self, path, *args)
-
-    def recording_prefetch(self: Any, paths: list[Path], *args: Any) -> None:
-        planned.append([p.name for p in paths])
-        prefetch(self, paths, *args)
-
-    monkeypatch.setattr(workers_module._Workers, "feed", recording_feed)
-    monkeypatch.setattr(workers_module._Workers, "prefetch", recording_prefetch)
+    fed, planned = _record_feeds_and_prefetches(monkeypatch, workers_module._Workers)
     options = ingest.LoadOptions(workers=4, parallel_min_bytes=1)  # the rest as on a 16-CPU, 64 GiB machine
     assert (options.store_threads, options.receive_ahead_files, options.share_first_file) == (8, 8, False)
     parallel = db.connect(tmp_path / "parallel.duckdb")
@@ -708,7 +717,7 @@ def test_a_load_of_all_files_at_once_gives_the_same_rows(tmp_path: Path, monkeyp
     statuses = ["loaded", "loaded", "skipped", "failed", "loaded", "loaded", "loaded"]
     assert [r.status for r in results] == [r.status for r in want] == statuses, [r.message for r in results]
     assert str(bad) in results[3].message and "truncated" in results[3].message
-    assert fed == [] and planned == [[p.name for p in files]]  # all given to the workers at once, from the start
+    assert fed == [] and planned == [files]  # all given to the workers at once, from the start
     assert not [t for t in threading.enumerate() if t.name.startswith(("k25trace-receive", "k25trace-store"))]
     _assert_same_rows(serial, parallel)
 
@@ -802,21 +811,7 @@ def test_worker_processes_give_the_same_rows_and_isolate_bad_files(
             started.append(count)
             super().__init__(count)
 
-    fed: list[Path] = []
-    planned: list[str] = []
-    feed, prefetch = real_workers.feed, real_workers.prefetch
-
-    def recording_feed(self: Any, path: Path, *args: Any) -> Any:
-        fed.append(path)
-        return feed(self, path, *args)
-
-    def recording_prefetch(self: Any, paths: list[Path], *args: Any) -> None:
-        planned.extend(map(str, paths))
-        prefetch(self, paths, *args)
-
-    if many:
-        monkeypatch.setattr(real_workers, "feed", recording_feed)
-        monkeypatch.setattr(real_workers, "prefetch", recording_prefetch)
+    fed, planned = _record_feeds_and_prefetches(monkeypatch, real_workers) if many else ([], [])
     monkeypatch.setattr(workers_module, "_Workers", Counted)
     monkeypatch.setattr(loader_module, "_Workers", Counted)
     options = ingest.LoadOptions(workers=2, parallel_min_bytes=1, store_threads=1, share_first_file=True)
@@ -829,7 +824,7 @@ def test_worker_processes_give_the_same_rows_and_isolate_bad_files(
     if many:  # the first through the ring (where /dev/shm allows one), the others streamed whole
         shm = Path("/dev/shm")
         want = ([files[0]], files[1:]) if shm.is_dir() and os.access(shm, os.W_OK) else ([], files)
-        assert (fed, [Path(p) for p in planned]) == want
+        assert (fed, [path for call in planned for path in call]) == want
     query = (
         "select t.file_name, g.event_id, g.kind, n.name, g.start_ns, g.dur_ns, g.correlation, g.grid_x, "
         "g.category, g.step_index "
