@@ -184,6 +184,14 @@ def run_load(
             early.close()  # already closed by the load, unless it failed before it started
 
 
+def _fit_path(path: str, width: int) -> str:
+    """``path`` in at most ``width`` characters (a terminal's line): its folder cut to "…/", then its name to a "…"."""
+    if len(path) <= width:
+        return path
+    name = "…/" + Path(path).name
+    return name if len(name) <= width else name[: max(width - 1, 8)] + "…"
+
+
 def _load(db_path: Path | None, paths: list[Path], options: Any, quiet: bool, con: Any, early: Any) -> tuple[Any, int]:
     from k25trace import pipeline  # deferred: start-up time
     from k25trace.ingest import pyarrow_skips_pandas
@@ -199,11 +207,12 @@ def _load(db_path: Path | None, paths: list[Path], options: Any, quiet: bool, co
         elif r.status == "skipped":
             err.print(f"[dim]skipped:[/] {esc(r.message)}", soft_wrap=True)
         elif not quiet:
-            err.print(
-                f"loaded {esc(r.path)}: rank {r.rank}, {r.events:,} events, {r.gpu_events:,} GPU activities "
-                f"in {r.seconds:.1f} s (trace {r.trace_id})",
-                soft_wrap=True,
+            facts = (
+                f": rank {r.rank}, {r.events:,} events, {r.gpu_events:,} GPU activities in {r.seconds:.1f} s "
+                f"(trace {r.trace_id})"
             )
+            path = _fit_path(r.path, err.width - len("loaded ") - len(facts)) if err.is_terminal else r.path
+            err.print(f"loaded {esc(path)}{facts}", soft_wrap=True)
 
     results, notes = pipeline.load_paths(
         con,

@@ -49,6 +49,36 @@ def test_load_bad_file_exit_code_and_good_files_loaded(tmp_path: Path) -> None:
     assert out.stdout.splitlines() == ["n", "1"]
 
 
+def test_loaded_lines_fit_a_terminal_and_stay_whole_in_a_pipe(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In a 120-column terminal each `loaded` line of a vLLM file in a deep folder fits one line (the folder cut to
+    "…/", then the name), its figures whole; into a pipe the line keeps the full path, for grep."""
+    from click.testing import CliRunner
+
+    import k25trace.cli
+    from k25trace.cli import _Stderr, cli
+
+    folder = tmp_path / "a" / "deep" / "folder" / "of" / "one" / "vllm_profile_campaign_2026-12-07"
+    folder.mkdir(parents=True)
+    name = "dp0_pp0_tp0_dcp0_ep0_rank0.1767189318814205831.pt.trace.json.gz"
+    shutil.copy(HTA_RANK0, folder / name)
+    expected = json.loads(gzip.decompress(HTA_RANK0.read_bytes()))["traceEvents"]
+    gpu = sum(e.get("ph") == "X" and e.get("cat") in {"kernel", "gpu_memcpy", "gpu_memset"} for e in expected)
+
+    screen = io.StringIO()
+    monkeypatch.setattr(k25trace.cli, "err", _Stderr(file=screen, force_terminal=True, width=120, color_system=None))
+    ran = CliRunner().invoke(cli, ["load", str(folder), "--db", str(tmp_path / "t.duckdb")])
+    assert ran.exit_code == 0, ran.output
+    shown = re.split(r"[\r\n]", re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", screen.getvalue()))  # progress redraws
+    loaded = [line for line in shown if line.startswith("loaded ")]
+    assert len(loaded) == 1 and len(loaded[0]) <= 120, loaded
+    assert (
+        loaded[0].startswith("loaded …/dp0_pp0_tp0_dcp0_ep0_rank0.17671893") and f"{gpu:,} GPU activities" in loaded[0]
+    )
+
+    piped = k25("load", str(folder), "--db", str(tmp_path / "p.duckdb"))
+    assert any(line.startswith(f"loaded {folder / name}: rank 0, ") for line in piped.stderr.splitlines())
+
+
 def test_a_database_named_as_a_trace(dbfile: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A .duckdb file among the trace paths is named as a database at once, not read as JSON (the loader read
     256 MB of it before), and the traces beside it still load; `tui FILE.duckdb` opens that database."""
