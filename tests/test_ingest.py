@@ -652,6 +652,10 @@ def test_many_cpus_decode_receive_and_store_files_all_at_once(monkeypatch: pytes
     assert settings == (8, 8, False, True)
     assert workers.decode_workers(many, 8) == 8 and workers.decode_workers(many, 64) == 8
     assert workers.decode_workers(many, 1) == 4  # one file: its chunks, shared out, as before
+    one = ingest.LoadOptions(store_threads=1)  # a caller's one store at a time: the rest as on a small machine
+    assert (one.store_threads, one.receive_ahead_files, one.share_first_file) == (1, 1, True)
+    eight = ingest.LoadOptions(store_threads=8, share_first_file=True)  # what a caller sets is kept
+    assert (eight.store_threads, eight.receive_ahead_files, eight.share_first_file) == (8, 8, True)
     twelve = machine(12, 64)
     assert (twelve.store_threads, twelve.receive_ahead_files, twelve.share_first_file) == (6, 6, False)
     assert workers.decode_workers(twelve, 8) == 6

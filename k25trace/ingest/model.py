@@ -38,12 +38,24 @@ class LoadOptions:
     receive_ahead: bool = field(default_factory=lambda: _default_receive_ahead())
     # big files stored at once, each in a transaction of its own (1: one after another)
     store_threads: int = field(default_factory=lambda: _default_store_threads())
-    # big files whose chunks threads take off their workers' queues at once, ahead of their reads (receive_ahead)
-    receive_ahead_files: int = field(default_factory=lambda: files_at_once() or limits.RECEIVE_AHEAD_FILES)
-    # the first of several big files shared out among the decode workers: read sooner, the others start after it
-    share_first_file: bool = field(default_factory=lambda: not files_at_once() and bool(limits.SHARE_FIRST_FILE))
+    # big files whose chunks threads take off their workers' queues at once, ahead of their reads (receive_ahead);
+    # left out: as many as are stored at once where the machine stores everything at once (files_at_once), else 1
+    receive_ahead_files: int = -1
+    # the first of several big files shared out among the decode workers: read sooner, the others start after it;
+    # left out: no where the machine stores everything at once, else limits.SHARE_FIRST_FILE
+    share_first_file: bool | None = None
     # a decode worker streaming a whole file decompresses it in a thread while it decodes (on 4 CPUs or more)
     threaded_read: bool = field(default_factory=lambda: cpus() >= limits.THREADED_READ_MIN_CPUS)
+
+    def __post_init__(self) -> None:
+        """Works out the settings left out from ``store_threads``: everything at once only where as many files are
+        stored at once as the machine allows (a caller's ``store_threads=1`` gets the defaults of a small one)."""
+        all_at_once = files_at_once()
+        all_at_once = all_at_once if all_at_once > 1 and self.store_threads == all_at_once else 0
+        if self.receive_ahead_files < 0:
+            self.receive_ahead_files = all_at_once or limits.RECEIVE_AHEAD_FILES
+        if self.share_first_file is None:
+            self.share_first_file = not all_at_once and bool(limits.SHARE_FIRST_FILE)
 
 
 @dataclass
