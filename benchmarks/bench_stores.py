@@ -61,9 +61,10 @@ def main() -> None:
 
 
 def setting_env(setting: str) -> dict[str, str]:
-    """The environment of a setting: ``THREADS[+NAME=VALUE...]`` (store threads, then loader limits)."""
+    """The environment of a setting: ``THREADS[+NAME=VALUE...]`` (store threads, then loader limits); THREADS
+    ``default`` leaves the store threads to the loader (everything at once from 12 CPUs: model.files_at_once)."""
     threads, *limits = setting.split("+")
-    env = {"K25TRACE_STORE_THREADS": threads}
+    env = {} if threads == "default" else {"K25TRACE_STORE_THREADS": threads}
     for term in limits:
         name, _, value = term.partition("=")
         env[f"K25TRACE_LIMIT_{name}"] = value
