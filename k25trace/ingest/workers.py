@@ -303,6 +303,21 @@ def _remove_stale_segments() -> None:
             pass
 
 
+def _widen_pipe(results: Any) -> None:
+    """Give a result queue's pipe ``limits.RESULT_PIPE_BYTES`` (Linux; 64 KiB by default) from
+    ``limits.RECEIVE_AHEAD_MIN_CPUS`` CPUs, where threads of the parent receive files while others store them: a
+    file's tables (~170 MB for a real rank) cross it in fewer reads, each of which gives up the GIL and may wait to
+    take it back. On 2 CPUs the parent reads the queues from one thread, and it did not help."""
+    if not limits.RESULT_PIPE_BYTES or cpus() < limits.RECEIVE_AHEAD_MIN_CPUS:
+        return
+    try:
+        import fcntl
+
+        fcntl.fcntl(results._reader.fileno(), getattr(fcntl, "F_SETPIPE_SZ", 1031), limits.RESULT_PIPE_BYTES)
+    except (OSError, AttributeError, ValueError):  # not Linux, or above /proc/sys/fs/pipe-max-size
+        pass
+
+
 class _Workers:
     """Decode processes. Several big files: each worker streams whole files (round robin), ahead of the parent,
     which takes them in order and writes them to DuckDB (the single writer). One big file: the parent
@@ -324,6 +339,8 @@ class _Workers:
         # next file ready when the parent comes to it, not every later file. 8 real ranks on the 16-CPU device:
         # unbounded 16.4-17.5 s, 256: 17.5 s, 128: 25-27 s (the parent waited on workers held back).
         self.results = [ctx.Queue(maxsize=limits.RESULTS_IN_FLIGHT) for _ in range(count)]
+        for results in self.results:
+            _widen_pipe(results)
         self.procs = [
             ctx.Process(target=_worker_main, args=(i, self.tasks[i], self.results[i], pdeathsig), daemon=True)
             for i in range(count)
