@@ -185,11 +185,13 @@ def run_load(
 
 
 def _fit_path(path: str, width: int) -> str:
-    """``path`` in at most ``width`` characters (a terminal's line): its folder cut to "…/", then its name to a "…"."""
-    if len(path) <= width:
+    """``path`` in at most ``width`` cells (a terminal's line): its folder cut to "…/", then its name to a "…"."""
+    from rich.cells import cell_len, set_cell_size
+
+    if cell_len(path) <= width:
         return path
     name = "…/" + Path(path).name
-    return name if len(name) <= width else name[: max(width - 1, 8)] + "…"
+    return name if cell_len(name) <= width else set_cell_size(name, max(width - 1, 8)) + "…"
 
 
 def _load(db_path: Path | None, paths: list[Path], options: Any, quiet: bool, con: Any, early: Any) -> tuple[Any, int]:

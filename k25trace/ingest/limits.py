@@ -51,8 +51,9 @@ ALL_AT_ONCE_MIN_GB = 32  # memory of the machine (or of its container), in GiB
 THREADED_READ_MIN_CPUS = 4
 # the pipe of each decode worker's result queue from RECEIVE_AHEAD_MIN_CPUS CPUs (0: the system's, 64 KiB on Linux;
 # at most /proc/sys/fs/pipe-max-size, 1 MiB by default). 8 real ranks on the 16-CPU device, everything at once
-# (2026-12-07, 3 runs each): 8.31 s against 9.55 s with 64 KiB, 63.9 s of CPU against 70.6 s; on this project's 2
-# cores 45.1 s against 43.5 s (6 runs each: within its noise), hence not below 4 CPUs
+# (2026-12-07): 8.31 s against 9.55 s with 64 KiB on one host (3 runs each), 7.53 s against 7.67 s on another (5
+# runs each); on its 4 CPUs 14.92 s against 14.79 s; on this project's 2 cores 45.1 s against 43.5 s (6 runs each:
+# within its noise), hence not below 4 CPUs
 RESULT_PIPE_BYTES = 1 << 20
 STORES_PER_RELEASE = 8  # files stored at once between two drops of DuckDB's cached blocks (db.release_cached_blocks)
 
