@@ -54,8 +54,7 @@ def test_loaded_lines_fit_a_terminal_and_stay_whole_in_a_pipe(tmp_path: Path, mo
     "…/", then the name), its figures whole; into a pipe the line keeps the full path, for grep."""
     from click.testing import CliRunner
 
-    import k25trace.cli
-    from k25trace.cli import _Stderr, cli
+    from k25trace.cli import cli, err
 
     folder = tmp_path / "a" / "deep" / "folder" / "of" / "one" / "vllm_profile_campaign_2026-12-07"
     folder.mkdir(parents=True)
@@ -65,7 +64,8 @@ def test_loaded_lines_fit_a_terminal_and_stay_whole_in_a_pipe(tmp_path: Path, mo
     gpu = sum(e.get("ph") == "X" and e.get("cat") in {"kernel", "gpu_memcpy", "gpu_memset"} for e in expected)
 
     screen = io.StringIO()
-    monkeypatch.setattr(k25trace.cli, "err", _Stderr(file=screen, force_terminal=True, width=120, color_system=None))
+    for attribute, value in (("_file", screen), ("_force_terminal", True), ("_width", 120)):  # the shared console
+        monkeypatch.setattr(err, attribute, value)  # as a terminal (modules that import it keep it: patched, kept)
     ran = CliRunner().invoke(cli, ["load", str(folder), "--db", str(tmp_path / "t.duckdb")])
     assert ran.exit_code == 0, ran.output
     shown = re.split(r"[\r\n]", re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", screen.getvalue()))  # progress redraws
