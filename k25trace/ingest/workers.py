@@ -313,8 +313,8 @@ def _widen_pipe(results: Any) -> None:
     try:
         import fcntl
 
-        fcntl.fcntl(results._reader.fileno(), getattr(fcntl, "F_SETPIPE_SZ", 1031), limits.RESULT_PIPE_BYTES)
-    except (OSError, AttributeError, ValueError):  # not Linux, or above /proc/sys/fs/pipe-max-size
+        fcntl.fcntl(results._reader.fileno(), fcntl.F_SETPIPE_SZ, limits.RESULT_PIPE_BYTES)  # Linux's alone
+    except (ImportError, AttributeError, OSError, ValueError):  # not Linux, or above /proc/sys/fs/pipe-max-size
         pass
 
 
