@@ -1,4 +1,6 @@
-"""Run a command and measure its wall time and the peak RSS of its whole process tree (workers included)."""
+"""Run a command and measure its wall time and the peak memory of its whole process tree (workers included): the
+RSS of its processes and its files in /dev/shm that no process maps yet (a decode worker's chunk tables not taken
+by the parent yet, k25trace.ingest.shared_results)."""
 
 from __future__ import annotations
 
@@ -34,10 +36,25 @@ def _rss_kb(pid: int) -> int:
     return 0
 
 
+def _shm_kb(pid: int) -> int:
+    """The memory of the load ``pid``'s files in /dev/shm (k25trace's names start with ``k25trace_<pid>_``)."""
+    total = 0
+    try:
+        paths = [p for p in Path("/dev/shm").iterdir() if p.name.startswith(f"k25trace_{pid}_")]
+    except OSError:
+        return 0
+    for path in paths:
+        try:
+            total += path.stat().st_blocks * 512
+        except OSError:  # taken (unlinked) meanwhile: in the parent's RSS now
+            pass
+    return total // 1024
+
+
 @dataclass
 class Measured:
     wall_s: float
-    peak_mb: float  # peak RSS of the whole process tree (sampled every ``interval``)
+    peak_mb: float  # peak RSS of the whole process tree and its files in /dev/shm (sampled every ``interval``)
     cpu_s: float  # user + system CPU of the process and every descendant it waited for (decode workers included)
     stderr_tail: str
 
@@ -62,7 +79,7 @@ def run(
     while proc.poll() is None:
         if tick % 10 == 0:
             kids = _children(proc.pid)
-        peak = max(peak, _rss_kb(proc.pid) + sum(_rss_kb(k) for k in kids))
+        peak = max(peak, _rss_kb(proc.pid) + sum(_rss_kb(k) for k in kids) + _shm_kb(proc.pid))
         tick += 1
         time.sleep(interval)
     wall = time.perf_counter() - start

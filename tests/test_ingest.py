@@ -428,6 +428,142 @@ def test_each_workers_result_pipe_holds_a_mebibyte(monkeypatch: pytest.MonkeyPat
     assert pipe_sizes(1, 16) == {default}
 
 
+def _result_files(prefix: str | None) -> list[str]:
+    assert prefix is not None
+    return sorted(p.name for p in Path("/dev/shm").iterdir() if p.name.startswith(prefix))
+
+
+def _worker_messages(path: Path, taken: bool = False) -> tuple[list[Any], str | None, list[str]]:
+    """A decode worker process streams ``path``: its raw messages as they come off the queue (``taken``: as the
+    parent turns them back, while the workers are up), its load's result-file prefix, and the result files in
+    /dev/shm once the file's End came."""
+    from k25trace.ingest import workers as workers_module
+    from k25trace.ingest.shared_results import taken as turned_back
+
+    workers = workers_module._Workers(1)
+    try:
+        workers.prefetch([path], keep_python=False)
+        task_id, _ = workers.planned[str(path)]
+        raw: list[Any] = []
+        while not raw or not isinstance(raw[-1], (ingest.messages.End, ingest.messages.Failed)):
+            got_id, item = workers.results[0].get(timeout=120)
+            assert got_id == task_id
+            raw.append(turned_back(item, 0) if taken else item)
+        return raw, workers.shared_prefix, _result_files(workers.shared_prefix)
+    finally:
+        workers.close()
+
+
+@pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="no /dev/shm")
+def test_worker_chunk_tables_cross_dev_shm_equal_and_nothing_stays() -> None:
+    """A decode worker writes each chunk's tables to a file of /dev/shm (Arrow IPC) and sends its name; the parent
+    maps it and gets tables equal, column for column, to the same file decoded in this process. Every file is
+    unlinked when taken; files never taken go when the workers close."""
+    from k25trace.ingest.chunks import _chunks
+
+    raw, prefix, waiting = _worker_messages(B200)
+    shared = [m for m in raw if isinstance(m, ingest.messages.SharedChunk)]
+    assert shared and not [m for m in raw if isinstance(m, ingest.messages.Chunk) and m.tables], raw
+    assert prefix is not None and waiting == sorted(Path(m.path).name for m in shared)
+    assert not _result_files(prefix), "files of a closed load's results stayed in /dev/shm"
+
+    raw, prefix, waiting = _worker_messages(B200, taken=True)
+    got = [m for m in raw if isinstance(m, ingest.messages.Chunk)]
+    assert not waiting and not _result_files(prefix)
+    here = [m for m in _chunks(B200, False, lambda n: None) if isinstance(m, ingest.messages.Chunk)]
+    assert len(got) == len(here)
+    for mine, theirs in zip(got, here, strict=True):
+        assert mine.tables.keys() == theirs.tables.keys()
+        for key, table in theirs.tables.items():
+            assert mine.tables[key].schema == table.schema and mine.tables[key].equals(table), key
+        assert mine[1:] == theirs[1:]  # events and counters
+
+
+def test_chunk_tables_go_through_the_pipe_without_dev_shm(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """``limits.SHARED_RESULTS = 0``, or no /dev/shm: the worker sends its chunks through the pipe. A worker that
+    cannot write a file (a full or read-only /dev/shm) sends that chunk and every later one through the pipe."""
+    from k25trace.ingest import shared_results
+    from k25trace.ingest.chunks import _chunks
+
+    monkeypatch.setattr(ingest.limits, "SHARED_RESULTS", 0)
+    assert shared_results.results_prefix("k25trace_", "t") is None
+    monkeypatch.setattr(ingest.limits, "SHARED_RESULTS", 1)
+    monkeypatch.setattr(shared_results, "SHM_DIR", tmp_path / "none")
+    assert shared_results.results_prefix("k25trace_", "t") is None
+
+    chunks = [m for m in _chunks(B200, False, lambda n: None) if isinstance(m, ingest.messages.Chunk) and m.tables]
+    blocker = tmp_path / "not-a-folder"  # room to spare, but no file can be made in it (root or not)
+    blocker.write_bytes(b"")
+    monkeypatch.setattr(shared_results, "SHM_DIR", blocker)
+    writer = shared_results.ResultWriter("k25trace_0_t_r", 0)  # as if /dev/shm had been there at the start
+    assert [writer.shared(c) for c in chunks] == chunks and writer.prefix is None
+    assert [p.name for p in tmp_path.iterdir()] == [blocker.name] and blocker.read_bytes() == b""
+    blocker.unlink()
+
+    monkeypatch.setattr(shared_results, "SHM_DIR", tmp_path)
+    writer = shared_results.ResultWriter("k25trace_0_t_r", 0)
+    first = writer.shared(chunks[0])
+    assert isinstance(first, ingest.messages.SharedChunk) and Path(first.path).parent == tmp_path
+    back = shared_results.taken(first, 0).tables
+    assert back.keys() == chunks[0].tables.keys() and all(back[k].equals(t) for k, t in chunks[0].tables.items())
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="no /dev/shm")
+def test_dev_shm_short_of_room_sends_chunks_through_the_pipe_and_keeps_no_ring(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A chunk's file must leave ``limits.SHARED_RESULT_RESERVE_BYTES`` of /dev/shm free, else that chunk goes
+    through the pipe (the next one may find room); the ring is not made where /dev/shm cannot hold it whole (its
+    pages come as the parent writes them: short of room, the parent would die of SIGBUS), and a load of one big
+    file then decodes it in its own process, whole."""
+    from k25trace.ingest import shared_results
+    from k25trace.ingest import workers as workers_module
+    from k25trace.ingest.chunks import _chunks
+
+    chunk = next(m for m in _chunks(B200, False, lambda n: None) if isinstance(m, ingest.messages.Chunk) and m.tables)
+    free = shared_results.shm_free_bytes()
+    writer = shared_results.ResultWriter(f"k25trace_{os.getpid()}_t_r", 0)
+    monkeypatch.setattr(ingest.limits, "SHARED_RESULT_RESERVE_BYTES", free)
+    assert writer.shared(chunk) is chunk and writer.prefix is not None  # not for good
+    monkeypatch.setattr(ingest.limits, "SHARED_RESULT_RESERVE_BYTES", 0)
+    back = shared_results.taken(writer.shared(chunk), 0)
+    assert isinstance(back, ingest.messages.Chunk) and back.tables.keys() == chunk.tables.keys()
+
+    monkeypatch.setattr(workers_module, "shm_free_bytes", lambda: 3 * ingest.limits.RING_BUFFER_BYTES)
+    workers = workers_module._Workers(1)  # a ring of 4 buffers
+    try:
+        assert not workers.ring_ok() and workers.ring == []
+    finally:
+        workers.close()
+    con = db.connect(":memory:")
+    options = ingest.LoadOptions(workers=2, parallel_min_bytes=1, reserved_cpus=0)
+    results, _ = pipeline.load_paths(con, [B200], options)
+    assert [r.status for r in results] == ["loaded"], [r.message for r in results]
+    counts = expected_counts(read_exact(B200))  # from the JSON
+    gpu = counts["kernel"] + counts["gpu_memcpy"] + counts["gpu_memset"]
+    assert con.execute("select count(*) from gpu_events").fetchall() == [(gpu,)]
+
+
+@pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="no /dev/shm")
+def test_a_load_through_dev_shm_stores_what_the_pipe_stores(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same real files loaded by decode workers whose tables cross /dev/shm, and through the pipes: every
+    table of the database equal, row for row; nothing of the load left in /dev/shm."""
+    options = ingest.LoadOptions(workers=2, parallel_min_bytes=1, reserved_cpus=0)
+    rows: list[dict[str, Any]] = []
+    for shared in (1, 0):
+        monkeypatch.setattr(ingest.limits, "SHARED_RESULTS", shared)
+        con = db.connect(tmp_path / f"shared{shared}.duckdb")
+        results, _ = pipeline.load_paths(con, [B200, HTA_RANK0, HTA_RANK1], options)
+        assert [r.status for r in results] == ["loaded"] * 3, [r.message for r in results]
+        tables = [t for (t,) in con.execute("select table_name from duckdb_tables() where not temporary").fetchall()]
+        when = {"traces": " exclude (loaded_at)"}  # the load's clock time
+        rows.append({t: con.execute(f'select *{when.get(t, "")} from "{t}" order by all').fetchall() for t in tables})
+        con.close()
+    assert rows[0] == rows[1]
+    assert not [p for p in Path("/dev/shm").iterdir() if p.name.startswith(f"k25trace_{os.getpid()}_")]
+
+
 def _assert_same_rows(serial: Any, parallel: Any) -> None:
     """Both databases hold the same events of each file (trace ids aside) and the same traces rows."""
     for table in ("gpu_events", "launches", "annotations", "cpu_ops"):

@@ -18,7 +18,8 @@ The only module that reads trace JSON. Invariants:
   file. Other files of the same call are unaffected. Trace files are opened read-only.
 * Idempotent. A file whose content hash (sha256) is already in ``traces`` is skipped; the hash stored is of
   the bytes actually read.
-* Nothing outlives a load: decode workers end with their parent, shared memory is unlinked once mapped.
+* Nothing outlives a load: decode workers end with their parent, shared memory is unlinked once mapped (a chunk's
+  result file in /dev/shm as soon as the parent maps it; files never taken when the workers close).
 """
 
 from __future__ import annotations
@@ -36,8 +37,9 @@ if TYPE_CHECKING:
 # The package's modules, in pipeline order:
 #   limits (tunables), model (LoadOptions, TraceFile, FileResult), discover (finding files), stream (reading and
 #   cutting), events (structs and decoding), columns (events -> Arrow tables), scan (the compiled scanner: a chunk
-#   straight into Arrow tables), messages (what decode steps hand back), chunks (one file in this process), workers
-#   (decode processes), loader (DuckDB; the only module that imports it).
+#   straight into Arrow tables), messages (what decode steps hand back), chunks (one file in this process),
+#   shared_results (a worker's chunk tables through /dev/shm), workers (decode processes), loader (DuckDB; the only
+#   module that imports it).
 # The loader's and the workers' names load lazily (PEP 562): a decode worker process imports the decode modules,
 # not DuckDB; importing this package (or start_workers) imports neither numpy nor pyarrow.
 _PUBLIC = {
@@ -64,7 +66,18 @@ __all__ = [
 ]
 
 
-_MODULES = ("limits", "model", "stream", "events", "columns", "messages", "chunks", "workers", "loader")
+_MODULES = (
+    "limits",
+    "model",
+    "stream",
+    "events",
+    "columns",
+    "messages",
+    "chunks",
+    "shared_results",
+    "workers",
+    "loader",
+)
 
 
 def __getattr__(name: str) -> Any:

@@ -55,6 +55,14 @@ THREADED_READ_MIN_CPUS = 4
 # runs each); on its 4 CPUs 14.92 s against 14.79 s; on this project's 2 cores 45.1 s against 43.5 s (6 runs each:
 # within its noise), hence not below 4 CPUs
 RESULT_PIPE_BYTES = 1 << 20
+# a decode worker hands a chunk's tables of at least SHARED_RESULT_MIN_BYTES to the parent through a file of /dev/shm,
+# mapped there without a copy, not through its result pipe (k25trace.ingest.shared_results); 0: the pipe always.
+# One real rank's receive: 0.15-0.17 s of the parent's CPU against 0.44-0.47 s through the pipe (2 cores, measured)
+SHARED_RESULTS = 1
+SHARED_RESULT_MIN_BYTES = 64 << 10
+# what a chunk's file leaves free in /dev/shm at least, else the chunk goes through the pipe: room for the parent's
+# shared-memory ring (2 * workers + 2 buffers of RING_BUFFER_BYTES) and for other programs
+SHARED_RESULT_RESERVE_BYTES = 512 << 20
 STORES_PER_RELEASE = 8  # files stored at once between two drops of DuckDB's cached blocks (db.release_cached_blocks)
 
 

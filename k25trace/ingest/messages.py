@@ -2,7 +2,8 @@
 
 A file's stream is any number of :class:`Chunk` and :class:`Progress`, then one :class:`End`. Between worker
 processes and the parent, :class:`Failed` reports a file's failure (raised as :class:`~k25trace.errors.TraceError`
-in the parent), :class:`Resplit` a guessed cut that did not hold, :class:`Attached` a mapped shared-memory ring.
+in the parent), :class:`Resplit` a guessed cut that did not hold, :class:`Attached` a mapped shared-memory ring,
+:class:`SharedChunk` a chunk whose tables are in a file of /dev/shm (the parent makes it a :class:`Chunk` again).
 They are NamedTuples: they pickle compactly through the result pipes.
 """
 
@@ -16,6 +17,18 @@ class Chunk(NamedTuple):
     """One chunk's staging tables (event ids local to the chunk) and its counters."""
 
     tables: dict[str, Any]  # staging table key -> pyarrow.Table
+    events: int
+    skipped: Counter[str]
+    unknown: Counter[str]
+    problems: Counter[str]
+
+
+class SharedChunk(NamedTuple):
+    """A :class:`Chunk` whose tables a decode worker wrote to a file of /dev/shm, as Arrow IPC streams: each table's
+    key, start and size in the file (:mod:`k25trace.ingest.shared_results`)."""
+
+    path: str
+    spans: tuple[tuple[str, int, int], ...]
     events: int
     skipped: Counter[str]
     unknown: Counter[str]
@@ -49,4 +62,4 @@ class Attached(NamedTuple):
     """A worker mapped the parent's shared-memory ring."""
 
 
-Message = Union[Chunk, Progress, End, Failed, Resplit, Attached]
+Message = Union[Chunk, SharedChunk, Progress, End, Failed, Resplit, Attached]

@@ -1,5 +1,6 @@
-"""Decode worker processes: big files are decoded in parallel, chunk tables handed back through a shared-memory
-ring (or a pipe), in order; the parent is the single DuckDB writer. On 4 CPUs or more a thread of the parent
+"""Decode worker processes: big files are decoded in parallel (one file's chunks handed out through a shared-memory
+ring, or whole files), chunk tables handed back in order through files of /dev/shm (or the result pipes); the
+parent is the single DuckDB writer. On 4 CPUs or more a thread of the parent
 takes the next file's tables off its worker's queue while the parent stores the file before (:class:`_Receiver`).
 
 Importing this module is cheap (no numpy, pyarrow, msgspec or DuckDB: the decode modules are imported where they
@@ -21,6 +22,15 @@ from k25trace.ingest import limits
 from k25trace.ingest.discover import discover, file_size
 from k25trace.ingest.messages import Attached, Chunk, End, Failed, Message, Progress, Resplit
 from k25trace.ingest.model import LoadOptions, cpus
+from k25trace.ingest.shared_results import (
+    SHM_DIR,
+    ResultWriter,
+    dropped,
+    remove_files,
+    results_prefix,
+    shm_free_bytes,
+    taken,
+)
 
 if TYPE_CHECKING:
     from k25trace.ingest.stream import _Splitter
@@ -103,7 +113,9 @@ def lean_allocation() -> None:
     pa.set_memory_pool(pa.system_memory_pool())
 
 
-def _worker_main(index: int, tasks: Any, results: Any, pdeathsig: bool = False) -> None:
+def _worker_main(
+    index: int, tasks: Any, results: Any, pdeathsig: bool = False, shared_prefix: str | None = None
+) -> None:
     """A decode process. Tasks: ``(task_id, path, keep_python, threaded_read)`` streams a whole file (decompress,
     cut, decode; with ``threaded_read``, decompressed in a thread meanwhile);
     ``("attach", task_id, names)`` maps the parent's shared-memory ring (the parent unlinks the names once every
@@ -111,7 +123,8 @@ def _worker_main(index: int, tasks: Any, results: Any, pdeathsig: bool = False) 
     ``("chunk", task_id, path, index, size, keep_python)`` decodes one chunk the parent put in ring buffer
     ``index``. Every message it puts
     (:mod:`k25trace.ingest.messages`) is paired with the task id; a failure is reported as :class:`Failed`, a guessed
-    cut that does not hold as :class:`Resplit`, and the worker goes on."""
+    cut that does not hold as :class:`Resplit`, and the worker goes on. With ``shared_prefix``, a chunk's tables go
+    through a file of /dev/shm named by it (:mod:`k25trace.ingest.shared_results`), not through the pipe."""
     one_blas_thread()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle (it ends the workers)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # blocked since the start; a pending one is dropped
@@ -122,6 +135,7 @@ def _worker_main(index: int, tasks: Any, results: Any, pdeathsig: bool = False) 
 
     lean_allocation()
 
+    shared = ResultWriter(shared_prefix, index).shared
     ring: list[Any] = []
     while True:
         task = tasks.get()
@@ -150,7 +164,7 @@ def _worker_main(index: int, tasks: Any, results: Any, pdeathsig: bool = False) 
                     item = _decode_and_build(chunk_path, view, keep_python)
                 finally:
                     view.release()
-                results.put((task_id, item))
+                results.put((task_id, shared(item)))
             except _GuessedCut:
                 results.put((task_id, Resplit()))
             except TraceError as exc:
@@ -165,7 +179,7 @@ def _worker_main(index: int, tasks: Any, results: Any, pdeathsig: bool = False) 
 
         try:
             for message in _chunks(Path(path), keep_python, progress, threaded_read):
-                results.put((task_id, message))
+                results.put((task_id, shared(message)))
         except TraceError as exc:
             results.put((task_id, Failed(exc.path, exc.problem)))
         except Exception as exc:  # noqa: BLE001 - reported to the parent as this file's failure
@@ -279,7 +293,8 @@ SHM_PREFIX = "k25trace_"
 
 
 def _remove_stale_segments() -> None:
-    """Unlink ring segments in /dev/shm left by a load that died before it unlinked them (its pid is gone)."""
+    """Unlink ring segments and result files in /dev/shm left by a load that died before it unlinked them (its pid
+    is gone)."""
     shm_dir = Path("/dev/shm")
     try:
         names = [p.name for p in shm_dir.iterdir() if p.name.startswith(SHM_PREFIX)]
@@ -341,8 +356,14 @@ class _Workers:
         self.results = [ctx.Queue(maxsize=limits.RESULTS_IN_FLIGHT) for _ in range(count)]
         for results in self.results:
             _widen_pipe(results)
+        _remove_stale_segments()
+        self.shared_prefix = results_prefix(SHM_PREFIX, os.urandom(4).hex())  # chunk tables through /dev/shm
         self.procs = [
-            ctx.Process(target=_worker_main, args=(i, self.tasks[i], self.results[i], pdeathsig), daemon=True)
+            ctx.Process(
+                target=_worker_main,
+                args=(i, self.tasks[i], self.results[i], pdeathsig, self.shared_prefix),
+                daemon=True,
+            )
             for i in range(count)
         ]
         _start_ignoring_sigint(self.procs)
@@ -434,7 +455,8 @@ class _Workers:
                     raise K25Error(f"decode worker {worker} died (exit code {self.procs[worker].exitcode})") from None
                 return None
             if got_id == task_id:
-                return item
+                return taken(item, worker)
+            dropped(item)
 
     def ring_ok(self) -> bool:
         """Whether the shared-memory ring of :meth:`feed` exists or can be made. Not under a file-size limit
@@ -474,6 +496,10 @@ class _Workers:
         from multiprocessing import shared_memory
 
         _remove_stale_segments()
+        needed = (2 * self.count + 2) * limits.RING_BUFFER_BYTES
+        free = shm_free_bytes()
+        if SHM_DIR.is_dir() and free < needed:  # its pages come as they are written: short of room, a SIGBUS then
+            raise OSError(f"/dev/shm has {free >> 20} MiB free, the ring needs {needed >> 20} MiB")
         token = os.urandom(4).hex()
         ring: list[Any] = []
         try:
@@ -659,6 +685,7 @@ class _Workers:
             q.cancel_join_thread()
             q.close()
         self.tasks, self.results = [], []
+        remove_files(self.shared_prefix)  # results the workers wrote and nobody took (a stopped load)
         if self._attaching is not None:  # workers never all mapped it: the names are still there
             self._drop_segments(self._attaching[1])
             self._attaching = None
