@@ -76,7 +76,7 @@ class ResultWriter:
                     with pa.ipc.new_stream(out, table.schema) as writer:
                         writer.write_table(table)
                     spans.append((key, start, out.tell() - start))
-        except OSError:  # full (a container's small /dev/shm), a file-size limit: the pipe, from now on
+        except (OSError, pa.ArrowException):  # full (a small /dev/shm), a file-size limit: the pipe, from now on
             self.prefix = None
             try:
                 os.unlink(path)
