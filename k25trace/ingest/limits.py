@@ -27,8 +27,9 @@ RECEIVE_AHEAD_MIN_CPUS = 4
 # CPUs from which a load of several big files stores up to STORE_THREADS of them at once, each in a transaction of
 # its own (:class:`k25trace.ingest.stores.StoreThreads`). 8 real ranks on the 16-CPU device (2026-12-05, 2 runs
 # each): 18.4 s one after another, 11.3 s two at once (2.6 GB), 11.2 s three (2.9 GB), 10.3 s four (3.3 GB); on 4
-# CPUs 23.6 s against 18.9 s two at once (1.85 against 2.15 GB); on this project's 2 cores no faster (26.3 against
-# 26.9 s, three at once) with 4.6 s more CPU and 280 MB more
+# CPUs 23.6 s against 18.9 s two at once (1.85 against 2.15 GB). On this project's 2 cores two at once is 1.21x
+# faster since chunks cross /dev/shm (35.8 against 43.3 s, 3 runs each, 2026-12-07) but peaks at 1.21 against 0.91
+# GB, past the 1 GB that eight ranks keep to on a small machine: hence not below 4 CPUs
 STORE_THREADS_MIN_CPUS = 4
 STORE_THREADS = 2
 # prefetched files whose messages threads of the parent take off their workers' queues at once, ahead of their
