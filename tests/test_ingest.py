@@ -619,6 +619,102 @@ def test_files_received_ahead_give_the_same_rows(tmp_path: Path, monkeypatch: py
     _assert_same_rows(serial, parallel)
 
 
+def _hostile_rank(rank: int) -> dict:
+    """A small rank whose GPU activities, launches, annotations and CPU ops each hold an exact duplicate, and whose
+    one kernel of a name of its own starts past what 64-bit ns can hold once the base time is added."""
+    base = 4_000_000_000_000_000_000  # a kernel at ts 5.5e15 us (5.5e18 ns) ends up past 2^63 - 1 ns
+    events: list[dict] = []
+    for i in range(40):
+        ts = 100 + 10 * i
+        events += [
+            {
+                "ph": "X",
+                "cat": "cpu_op",
+                "name": f"aten::op{i % 3}",
+                "pid": rank,
+                "tid": 1,
+                "ts": ts,
+                "dur": 4,
+                "args": {"External id": i},
+            },
+            {
+                "ph": "X",
+                "cat": "cuda_runtime",
+                "name": "cudaLaunchKernel",
+                "pid": rank,
+                "tid": 1,
+                "ts": ts + 1,
+                "dur": 2,
+                "args": {"correlation": i, "External id": i},
+            },
+            {
+                "ph": "X",
+                "cat": "kernel",
+                "name": f"kernel_{i % 4}",
+                "pid": 0,
+                "tid": 7,
+                "ts": ts + 3,
+                "dur": 5,
+                "args": {"correlation": i, "External id": i, "device": 0, "stream": 7},
+            },
+        ]
+    annotation = {"ph": "X", "cat": "user_annotation", "name": "execute_model", "pid": rank, "tid": 1, "ts": 90}
+    events += [{**annotation, "dur": 500}, {**annotation, "dur": 500}]  # twice
+    events += [dict(events[3 * 5 + k]) for k in range(3)]  # call 5's op, launch and kernel, twice
+    events.append(
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "kernel_past_the_end_of_time",
+            "pid": 0,
+            "tid": 7,
+            "ts": 5.5e15,
+            "dur": 1,
+            "args": {"correlation": 999, "device": 0, "stream": 7},
+        }
+    )
+    return {"baseTimeNanoseconds": base, "distributedInfo": {"rank": rank, "world_size": 2}, "traceEvents": events}
+
+
+@pytest.mark.parametrize("store_threads", [1, 2])
+def test_files_stored_at_once_drop_the_duplicates_and_bad_times_of_a_serial_load(
+    tmp_path: Path, store_threads: int
+) -> None:
+    """Files stored at once are cleaned as a serial load cleans them (the GPU activities where the file is read,
+    the rest in its store's thread): the same rows, kernel names and classes, warnings and skipped counts; against
+    the JSON, each table loses exactly its duplicate, and the GPU activities the kernel past 2^63 ns too."""
+    import json
+
+    files = []
+    for rank in range(2):
+        path = tmp_path / f"rank{rank}.pt.trace.json"
+        path.write_text(json.dumps(_hostile_rank(rank)))
+        files.append(path)
+    files.append(HTA_NCCL)
+    serial = db.connect(tmp_path / "serial.duckdb")
+    want, _ = pipeline.load_paths(serial, files, ingest.LoadOptions(workers=1))
+    parallel = db.connect(tmp_path / "parallel.duckdb")
+    options = ingest.LoadOptions(workers=2, parallel_min_bytes=1, store_threads=store_threads)
+    got, _ = pipeline.load_paths(parallel, files, options)
+    assert [r.status for r in got] == [r.status for r in want] == ["loaded"] * 3, [r.message for r in got]
+    assert [r.warnings for r in got] == [r.warnings for r in want]
+    _assert_same_rows(serial, parallel)
+    for q in (
+        "select name from kernel_names order by 1",
+        "select n.name, c.* exclude (name_id) from kernel_classes c join kernel_names n using (name_id) order by all",
+    ):
+        assert serial.execute(q).fetchall() == parallel.execute(q).fetchall(), q
+    raw = json.loads(files[0].read_text())["traceEvents"]
+    by_cat = {cat: sum(e["cat"] == cat for e in raw) for cat in ("kernel", "cuda_runtime", "user_annotation", "cpu_op")}
+    q = "select count(*) from {} join traces t using (trace_id) where t.file_name = 'rank0.pt.trace.json'"
+    assert parallel.execute(q.format("gpu_events")).fetchall()[0][0] == by_cat["kernel"] - 2
+    assert parallel.execute(q.format("launches")).fetchall()[0][0] == by_cat["cuda_runtime"] - 1
+    assert parallel.execute(q.format("annotations")).fetchall()[0][0] == by_cat["user_annotation"] - 1
+    assert parallel.execute(q.format("cpu_ops")).fetchall()[0][0] == by_cat["cpu_op"] - 1
+    skipped = json.loads(parallel.execute(q.replace("count(*)", "t.skipped").format("gpu_events")).fetchall()[0][0])
+    assert skipped.get("(duplicate)") == 4, skipped
+
+
 @pytest.mark.parametrize(("store_threads", "share_first_file"), [(1, 1), (2, 1), (2, 0)])
 def test_several_files_received_ahead_at_once_give_the_same_rows(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, store_threads: int, share_first_file: int

@@ -40,7 +40,18 @@ def _decode_and_build(
     finally:
         if paused:
             gc.enable()
+    gpu = tables.get("gpu")
+    if gpu is not None and gpu.num_rows:
+        tables["gpu"] = _names_encoded(gpu)
     return Chunk(tables, count, cols.skipped, cols.unknown, cols.problems)
+
+
+def _names_encoded(gpu: Any) -> Any:
+    """A GPU chunk table with its ``name`` column dictionary-encoded (names in order of first appearance), here in
+    the decode worker: the parent then maps only each distinct name to its id (:func:`stores._with_name_ids`),
+    one after another in file order, where it encoded every row itself before."""
+    at = gpu.schema.get_field_index("name")
+    return gpu.set_column(at, "name", gpu.column(at).dictionary_encode())
 
 
 def _decoded(splitter: _Splitter, chunk: bytearray | memoryview, keep_python: bool) -> Iterator[Chunk]:

@@ -78,13 +78,15 @@ def span_text(ns: int) -> str:
 
 
 def problem_warnings(shown: str, problems: Counter[str], gpu_n: int, frontend: bool) -> list[str]:
-    """One line per kind of event the loader did not store, with counts per table."""
+    """One line per kind of event the loader did not store, with counts per table (most first; ties in the order of
+    the tables' keys, whichever step counted them first)."""
     out = []
 
     def per_table(prefix: str) -> tuple[int, str]:
         parts = {k[len(prefix) :]: v for k, v in problems.items() if k.startswith(prefix) and v}
         text = ", ".join(
-            f"{v:,} {TABLE_WORDS.get(k, (k, k))[v != 1]}" for k, v in sorted(parts.items(), key=lambda kv: -kv[1])
+            f"{v:,} {TABLE_WORDS.get(k, (k, k))[v != 1]}"
+            for k, v in sorted(parts.items(), key=lambda kv: (-kv[1], kv[0]))
         )
         return sum(parts.values()), text
 

@@ -36,7 +36,7 @@ from k25trace.ingest.file_meta import (
 from k25trace.ingest.messages import Chunk, End, Progress
 from k25trace.ingest.model import FileResult, LoadOptions, TraceFile
 from k25trace.ingest.scan import scanner_note
-from k25trace.ingest.stores import ReadFile, Staging, StoreThreads, _with_name_ids
+from k25trace.ingest.stores import ReadFile, Staging, StoreThreads, _with_name_ids, staged_tables
 from k25trace.ingest.workers import _Workers, decode_workers
 from k25trace.names import short_name
 
@@ -200,10 +200,11 @@ class Loader:
             self.close()
 
     def read(self, tf: TraceFile, wait_for: Callable[[str], bool]) -> "FileResult | ReadFile":
-        """A file to be stored beside others (:class:`StoreThreads`): read, staged and cleaned here, and what it
+        """A file to be stored beside others (:class:`StoreThreads`): read here, one file after another, and what it
         shares with other files (:meth:`shared_rows`, ``after_shared``) committed in a short transaction of its
-        own. Returns the file ready for :meth:`store`, or its result (skipped, failed). ``wait_for(sha256)`` waits
-        for a file of the same content being stored, and says whether there was one."""
+        own; its staged GPU activities are cleaned here, the rest by :meth:`store`, in a thread. Returns the file ready for
+        :meth:`store`, or its result (skipped, failed). ``wait_for(sha256)`` waits for a file of the same content
+        being stored, and says whether there was one."""
         path = tf.path
         shown = _shown(path)
         started = _dt.datetime.now()
@@ -222,9 +223,13 @@ class Loader:
                 row = self._known(read_sha)
                 if row:
                     return _skipped(result, row, changed)
-            self._register_staged()
+            tables = staged_tables(self._chunks)
+            self._chunks = {}
+            # cleaned here: the GPU activities only (after_shared classifies their names); the rest by the store,
+            # in its thread, where the GPU activities' second cleaning finds nothing
+            self.staging.register_tables({key: t if key == "gpu" else t.slice(0, 0) for key, t in tables.items()})
             self.staging.clean(base_time(meta, path), cols.problems)
-            tables = self.staging.tables
+            tables["gpu"] = self.staging.tables["gpu"]
             name_ids = pc.unique(tables["gpu"].column("name_id")).to_pylist()
             con.execute("begin transaction")
             trace_id = self.shared_rows(con, tf, names.new)
@@ -262,7 +267,8 @@ class Loader:
 
     def store(self, read: "ReadFile", cursors: set[duckdb.DuckDBPyConnection]) -> FileResult:
         """Store a file :meth:`read` before, in a transaction of its own on a cursor of its own (in a thread of
-        :class:`StoreThreads`; the cursor is in ``cursors`` while it is used, for an interrupt)."""
+        :class:`StoreThreads`; the cursor is in ``cursors`` while it is used, for an interrupt): its staged tables
+        cleaned (``ingest_clean.sql``), moved into the final tables, the later stages run."""
         path = read.tf.path
         result = FileResult(read.shown, "failed", trace_id=None)
         cur = self.con.cursor()
@@ -271,8 +277,10 @@ class Loader:
         committing = False
         try:
             cur.execute("begin transaction")
+            run_query(cur, "ingest_stage")  # the cleaning's temporary table, on this cursor
             staging.register_tables(read.tables)
             read.tables = {}
+            staging.clean(base_time(read.meta, path), read.cols.problems)
             warnings, counts = self.file_rows(
                 cur, read.tf, path, read.sha, read.read_bytes, read.meta, read.counts, read.cols, read.trace_id
             )

@@ -25,6 +25,20 @@ if TYPE_CHECKING:
 _NO_NAMES: dict[str, int] = {}  # the name ids of a table without rows
 
 
+def staged_tables(chunks: dict[str, list[pa.Table]]) -> dict[str, pa.Table]:
+    """One file's staging tables, each from its chunks' tables concatenated (no copy), in ``TABLE_ORDER``; an empty
+    one where there is none."""
+    tables = {}
+    for key in TABLE_ORDER:
+        parts = chunks.get(key)
+        if parts:
+            tables[key] = pa.concat_tables(parts, promote_options="permissive")
+        else:
+            empty = empty_table(key)
+            tables[key] = _with_name_ids(empty, _NO_NAMES.__getitem__) if key == "gpu" else empty
+    return tables
+
+
 class Staging:
     """One file's staged events on one connection: Arrow tables registered as the views ``_stage_<key>`` that the
     ingest queries read."""
@@ -41,16 +55,10 @@ class Staging:
 
     def register_chunks(self, chunks: dict[str, list[pa.Table]]) -> None:
         """Each staging table from its chunks' tables, concatenated (no copy); an empty one where there is none."""
-        for key in TABLE_ORDER:
-            tables = chunks.get(key)
-            if tables:
-                self.stage(key, pa.concat_tables(tables, promote_options="permissive"))
-            else:
-                empty = empty_table(key)
-                self.stage(key, _with_name_ids(empty, _NO_NAMES.__getitem__) if key == "gpu" else empty)
+        self.register_tables(staged_tables(chunks))
 
     def register_tables(self, tables: dict[str, pa.Table]) -> None:
-        """Stage tables staged (and cleaned) on another connection."""
+        """Stage tables made by :func:`staged_tables` (read in another thread)."""
         for key, table in tables.items():
             self.stage(key, table)
 
@@ -93,7 +101,7 @@ class ReadFile:
     meta: dict[str, Any]
     counts: int
     cols: _Columns
-    tables: dict[str, pa.Table]  # its staged tables, cleaned
+    tables: dict[str, pa.Table]  # its staged tables, not cleaned yet (the store cleans them: Staging.clean)
     trace_id: int
     changed: bool  # between its hash and its read
     name_ids: list[int]  # the kernel names of its GPU activities
@@ -199,7 +207,13 @@ def _drop_orphans(con: duckdb.DuckDBPyConnection, read: ReadFile) -> None:
 
 
 def _with_name_ids(table: pa.Table, name_id: Callable[[str], int]) -> pa.Table:
-    """A GPU chunk table as staged: its ``name`` column swapped for ``name_id`` (the database's name ids)."""
-    names = table.column("name").combine_chunks().dictionary_encode()
+    """A GPU chunk table as staged: its ``name`` column swapped for ``name_id`` (the database's name ids). The column
+    comes dictionary-encoded from the decoder (:func:`k25trace.ingest.chunks._names_encoded`), else is encoded here;
+    either way the names meet ``name_id`` in order of first appearance."""
+    column = table.column("name")
+    if pa.types.is_dictionary(column.type) and column.num_chunks == 1:
+        names = column.chunk(0)
+    else:
+        names = column.cast(pa.string()).combine_chunks().dictionary_encode()
     ids = pa.array([name_id(v) for v in names.dictionary.to_pylist()], pa.int32())
     return table.drop_columns(["name"]).append_column("name_id", pc.take(ids, names.indices))
