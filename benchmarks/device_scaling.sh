@@ -7,11 +7,17 @@
 #   the device's Python 3.12): polars does not fit the transfer, so loads go through cli.run_load and the report
 #   timings are left out (bench_load --no-polars). The input: 8 ranks (~24 s there), or 64 when a point asks for
 #   them (~190 s; its first 8 are the 8-rank points' input).
+# COMPARE=DIR (or a .tgz of it: git archive REV k25trace capture queries hatch_build.py): the 8-rank points also
+# load that revision, interleaved, and compare its tables (bench_load --compare-tree).
 set -uo pipefail
 OUT=${1:?output directory}
 POINTS=${2:?points: CPUSET:RANKS ...}
 mkdir -p "$OUT"
 source benchmarks/device_setup.sh  # the carried wheels installed, the scanner built
+COMPARE=${COMPARE:-}
+if [ -n "$COMPARE" ] && [ "${COMPARE%.tgz}" != "$COMPARE" ]; then
+  mkdir -p /tmp/old && tar -xzf "$COMPARE" -C /tmp/old --strip-components=1 && COMPARE=/tmp/old
+fi
 IN=/tmp/k25trace-bench/real-dense-64x80mb
 IN8=/tmp/k25trace-bench/real-dense-8of64
 if [ ! -d "$IN8" ]; then
@@ -41,7 +47,7 @@ for point in $POINTS; do
   if [ "$ranks" = 64 ]; then
     args=(--input "$IN" --runs 1 --runs-all 1 --skip-baselines)
   else
-    args=(--input "$IN8" --runs 3 --runs-all 2 --baselines zlib,isal)
+    args=(--input "$IN8" --runs 3 --runs-all 2 --baselines zlib,isal ${COMPARE:+--compare-tree "$COMPARE"})
   fi
   taskset -c "$cpus" python3 benchmarks/bench_load.py "${args[@]}" --no-polars --skip-stages \
     2>>"$OUT/progress.txt" | tee -a "$OUT/bench.txt"

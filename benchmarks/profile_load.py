@@ -71,12 +71,16 @@ def _instrument() -> None:
     pipeline.steps.build_steps = _timed("@steps", pipeline.steps.build_steps)
     pipeline.layers.build_layers = _timed("@layers", pipeline.layers.build_layers)
     pipeline.build_runs = _timed("@build_runs", pipeline.build_runs)
-    from k25trace.ingest import workers
+    from k25trace.ingest import stores, workers
 
     loader.Loader.read = _spanned("read", loader.Loader.read, lambda _s, tf, *_: tf.path.name)  # type: ignore
     loader.Loader.load = _spanned("load", loader.Loader.load, lambda _s, tf, *_: tf.path.name)  # type: ignore
     loader.Loader.store = _spanned("store", loader.Loader.store, lambda _s, r, *_: r.tf.path.name)  # type: ignore
     loader.Loader._stream = _spanned("stream", loader.Loader._stream, lambda _s, p, *_: p.name)  # type: ignore
+    loader.Loader.shared_rows = _spanned(  # type: ignore[method-assign]
+        "shared", loader.Loader.shared_rows, lambda _s, _c, tf, *_: tf.path.name
+    )
+    stores.Staging.clean = _spanned("clean", stores.Staging.clean, lambda _s, *_: "")  # type: ignore[method-assign]
     workers._Receiver._receive = _spanned(  # type: ignore[method-assign]
         "receive", workers._Receiver._receive, lambda r, *_: f"task {r.task_id}"
     )
