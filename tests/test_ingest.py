@@ -578,7 +578,7 @@ def test_files_received_ahead_give_the_same_rows(tmp_path: Path, monkeypatch: py
     the file before is stored; the rows are the in-process path's. One worker streams every file and may have 2
     messages unread (it waits on the thread many times); a bad file is received ahead and fails alone; a copy of a
     loaded file, received ahead and then skipped, is dropped without taking the next file's messages off the same
-    queue; no receiving thread outlives the load."""
+    queue; no thread of the load (receiving, storing, ending the workers) outlives it."""
     import threading
 
     from k25trace.ingest import workers as workers_module
@@ -615,7 +615,7 @@ def test_files_received_ahead_give_the_same_rows(tmp_path: Path, monkeypatch: py
     assert [r.status for r in results] == [r.status for r in want] == statuses, [r.message for r in results]
     assert "truncated gzip" in results[1].message
     assert received == [str(bad), str(copy)]  # after B200, after HTA (the skipped copy's is dropped, not taken)
-    assert not [t for t in threading.enumerate() if t.name.startswith("k25trace-receive")]
+    assert not [t.name for t in threading.enumerate() if t.name.startswith("k25trace-")]  # receive, store, close
     _assert_same_rows(serial, parallel)
 
 
@@ -721,8 +721,9 @@ def test_several_files_received_ahead_at_once_give_the_same_rows(
 ) -> None:
     """With ``receive_ahead_files`` at 2, threads take two files' chunks off their workers' queues at once,
     never two on one queue; a copy skipped and a bad file among them change nothing else: the rows are the
-    in-process path's, and no receiving thread outlives the load. When the first file is not shared out, the first
-    two files are received from the start (their workers never wait on a full queue), the first included."""
+    in-process path's, and no thread of the load (receiving, storing, ending the workers) outlives it. When the
+    first file is not shared out, the first two files are received from the start (their workers never wait on a
+    full queue), the first included."""
     import threading
 
     from k25trace.ingest import workers as workers_module
@@ -762,7 +763,7 @@ def test_several_files_received_ahead_at_once_give_the_same_rows(
     assert max(len(got) for got in received) == 2
     # shared out, the first file is read from the ring, never received; else it is received from the start
     assert received[0] == ({str(HTA_NCCL), str(copy)} if share_first_file else {str(B200), str(HTA_NCCL)})
-    assert not [t for t in threading.enumerate() if t.name.startswith("k25trace-receive")]
+    assert not [t.name for t in threading.enumerate() if t.name.startswith("k25trace-")]  # receive, store, close
     _assert_same_rows(serial, parallel)
 
 
