@@ -202,7 +202,7 @@ class Loader:
 
     def _close_in_background(self) -> None:
         """End the decode workers in a thread: the last file's store need not wait for their processes to exit
-        (~0.1 s for eight on the 16-CPU device, on the load's critical path); :meth:`close` waits for it."""
+        (eight idle ones: 0.04 s; more after a file), on the load's critical path. :meth:`close` waits for it."""
         executor, self._executor = self._executor, None
         if executor is not None:
             self._closing = threading.Thread(target=executor.close, name="k25trace-close-workers", daemon=True)

@@ -101,7 +101,7 @@ class ReadFile:
     meta: dict[str, Any]
     counts: int
     cols: _Columns
-    tables: dict[str, pa.Table]  # its staged tables, not cleaned yet (the store cleans them: Staging.clean)
+    tables: dict[str, pa.Table]  # its staged tables: the GPU activities cleaned (Loader.read), the rest by its store
     trace_id: int
     changed: bool  # between its hash and its read
     name_ids: list[int]  # the kernel names of its GPU activities
