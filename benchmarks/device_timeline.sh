@@ -26,14 +26,15 @@ fi
 { date -u +%FT%TZ; nproc; lscpu | grep -E 'Model name|^CPU\(s\)'; free -g | head -2; } > "$OUT/provenance.txt" 2>&1
 IN8=${IN8:-/tmp/k25trace-bench/real-dense-8x80mb}  # made here unless it exists
 t0=$(date +%s)
-[ -d "$IN8" ] || python3 benchmarks/realstructure.py "$IN8" --mix dense --gz-mb 80 --ranks 8 > /dev/null 2>>"$OUT/progress.txt"
+[ -d "$IN8" ] ||
+  python3 benchmarks/realstructure.py "$IN8" --mix dense --gz-mb 80 --ranks 8 > /dev/null 2>>"$OUT/progress.txt"
 echo "input: 8 ranks in $(( $(date +%s) - t0 )) s" | tee -a "$OUT/provenance.txt"
 for run in $(seq "${RUNS:-2}"); do
   for tree in new ${OLD:+old}; do
     rm -f /tmp/timeline.duckdb
     path=$PWD; [ "$tree" = old ] && path=$OLD
-    PYTHONPATH=$path${PYTHONPATH:+:$PYTHONPATH} python3 benchmarks/profile_load.py /tmp/timeline.duckdb "$IN8" --timeline \
-      > "$OUT/timeline-$tree-$run.txt" 2>>"$OUT/progress.txt"
+    PYTHONPATH=$path${PYTHONPATH:+:$PYTHONPATH} python3 benchmarks/profile_load.py /tmp/timeline.duckdb "$IN8" \
+      --timeline > "$OUT/timeline-$tree-$run.txt" 2>>"$OUT/progress.txt"
     echo "$tree: $(head -2 "$OUT/timeline-$tree-$run.txt" | tr '\n' ' ')"
   done
 done
@@ -42,6 +43,7 @@ rm -f /tmp/spy.duckdb
   python3 -m k25trace load "$IN8" --db /tmp/spy.duckdb -q 2>>"$OUT/progress.txt" | tail -1
 if [ -n "$OLD" ]; then
   python3 benchmarks/bench_load.py --input "$IN8" --compare-tree "$OLD" --runs "${RUNS_BENCH:-3}" \
-    --runs-all "${RUNS_BENCH:-3}" --no-polars --skip-stages --baselines zlib 2>>"$OUT/progress.txt" | tee "$OUT/bench.txt"
+    --runs-all "${RUNS_BENCH:-3}" --no-polars --skip-stages --baselines zlib 2>>"$OUT/progress.txt" \
+    | tee "$OUT/bench.txt"
 fi
 date -u +%T
