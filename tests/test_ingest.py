@@ -783,28 +783,30 @@ def test_a_file_decompressed_in_a_thread_gives_the_same_chunks_hash_and_errors(
     monkeypatch.setattr(ingest.limits, "BLOCK_SIZE", 1 << 16)  # many blocks through the thread's queue
     blob = B200.read_bytes()
 
-    def stream(path: Path, threaded: bool) -> tuple[list[Any], int]:
+    def stream(path: Path, threaded: bool, decode_threads: int = 1) -> tuple[list[Any], int]:
         read: list[int] = []
 
         def progress(n: int) -> None:  # the decompressing thread runs while the file is read, only then
             read.append(n)
             assert threaded == any("_decompress" in t.name for t in threading.enumerate())
 
-        return list(_chunks(path, False, progress, threaded)), sum(read)
+        return list(_chunks(path, False, progress, threaded, decode_threads)), sum(read)
 
     before = threading.active_count()
     plain, plain_read = stream(B200, False)
-    threaded, threaded_read = stream(B200, True)
-    assert threading.active_count() == before
-    assert plain_read == threaded_read == len(blob)
-    end = threaded[-1]
-    assert isinstance(end, End) and end == plain[-1]
-    assert (end.sha256, end.read_bytes) == (hashlib.sha256(blob).hexdigest(), len(blob))
-    chunks = [m for m in threaded if isinstance(m, Chunk)]
-    assert len(chunks) == len(plain) - 1 > 3
-    for mine, theirs in zip(chunks, plain[:-1], strict=True):
-        assert mine.events == theirs.events and mine.tables.keys() == theirs.tables.keys()
-        assert all(mine.tables[key].equals(theirs.tables[key]) for key in mine.tables)
+    for threaded_mode, decode_threads in ((True, 1), (True, 2), (False, 3)):
+        threaded, threaded_read = stream(B200, threaded_mode, decode_threads)
+        assert threading.active_count() == before
+        assert plain_read == threaded_read == len(blob)
+        end = threaded[-1]
+        assert isinstance(end, End) and end == plain[-1]
+        assert (end.sha256, end.read_bytes) == (hashlib.sha256(blob).hexdigest(), len(blob))
+        chunks = [m for m in threaded if isinstance(m, Chunk)]
+        assert len(chunks) == len(plain) - 1 > 3
+        for mine, theirs in zip(chunks, plain[:-1], strict=True):
+            assert mine.events == theirs.events and mine.tables.keys() == theirs.tables.keys()
+            assert all(mine.tables[key].equals(theirs.tables[key]) for key in mine.tables)
+            assert (mine.skipped, mine.unknown, mine.problems) == (theirs.skipped, theirs.unknown, theirs.problems)
 
     truncated = tmp_path / "truncated.json.gz"
     truncated.write_bytes(blob[: len(blob) // 2])
@@ -815,9 +817,9 @@ def test_a_file_decompressed_in_a_thread_gives_the_same_chunks_hash_and_errors(
     invalid = _write_gz(tmp_path / "invalid.json.gz", text[:at] + b'"ph": X' + text[at + 9 :])
     cases = ((truncated, "truncated gzip"), (corrupt, "corrupt gzip data"), (invalid, "invalid JSON"))
     for bad, words in cases:  # the last fails while its thread still has blocks to decompress: it is stopped
-        for threaded_mode in (False, True):
+        for threaded_mode, decode_threads in ((False, 1), (True, 1), (True, 2)):
             with pytest.raises(TraceError) as caught:
-                stream(bad, threaded_mode)
+                stream(bad, threaded_mode, decode_threads)
             assert caught.value.path == str(bad) and words in caught.value.problem, caught.value.problem
     assert threading.active_count() == before
 

@@ -263,6 +263,34 @@ def test_tricky_trace_at_any_block_size(tmp_path: Path, monkeypatch: pytest.Monk
     assert con.execute("select device_count, event_count from traces").fetchall() == [(2, 300)]
 
 
+@pytest.mark.parametrize("block", [64, 257, 4096])
+@pytest.mark.parametrize("threads", [2, 3])
+def test_tricky_files_decoded_whole_by_threads_of_their_workers_load_exactly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, block: int, threads: int
+) -> None:
+    """Files streamed whole by their workers, each with ``threads`` chunks decoded at once in threads of its own
+    (``decode_threads``), guessing every cut: a cut that did not hold drops the chunks cut after it, in flight, and
+    the text is cut exactly again; every table holds exactly what the JSON holds, read here, for both files."""
+    paths = []
+    for seed in (block, block + 1):
+        trace = _tricky_trace(300, seed=seed)
+        path = tmp_path / f"tricky{seed}.pt.trace.json.gz"
+        with gzip.open(path, "wt", encoding="utf-8") as fh:
+            json.dump(trace, fh, indent=1 if block % 2 else None, ensure_ascii=block == 64)
+        paths.append(path)
+    monkeypatch.setattr(ingest.limits, "BLOCK_SIZE", block)
+    monkeypatch.setattr(ingest.limits, "FAST_MISSES", 10**9)
+    options = ingest.LoadOptions(
+        workers=2, parallel_min_bytes=1, reserved_cpus=0, share_first_file=False, decode_threads=threads
+    )
+    con = _connect(tmp_path)
+    results, _ = pipeline.load_paths(con, paths, options)
+    assert [r.status for r in results] == ["loaded", "loaded"], [r.message for r in results]
+    for path, result in zip(paths, results, strict=True):
+        truth = _expected(json.loads(gzip.decompress(path.read_bytes()), parse_float=Decimal))
+        assert _stored_of(con, result.trace_id) == truth
+
+
 def test_an_event_larger_than_a_ring_buffer_loads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The shared-memory path used to fail a file with an event larger than its buffers; it is decoded in-process."""
     monkeypatch.setattr(ingest.limits, "RING_BUFFER_BYTES", 8192)

@@ -365,7 +365,7 @@ class Loader:
         if self.options.share_first_file and workers.ring_ok():
             self.prefetch_after = (big[0], big[1:])
         else:
-            workers.prefetch(big, self.options.keep_python, self.options.threaded_read)
+            workers.prefetch(big, self.options.keep_python, self.options.threaded_read, self.options.decode_threads)
             if self.options.receive_ahead:  # from the start: a worker waits once its file fills its queue
                 workers.receive_ahead(self.options.receive_ahead_files)
 
@@ -378,7 +378,7 @@ class Loader:
         workers = self._workers()
         if workers is not None:
             workers.release_ring()  # its 16 MB buffers, mapped by every process, until the workers end
-            workers.prefetch(rest, self.options.keep_python, self.options.threaded_read)
+            workers.prefetch(rest, self.options.keep_python, self.options.threaded_read, self.options.decode_threads)
 
     def _workers(self) -> "_Workers | None":
         if self.options.workers <= 1:

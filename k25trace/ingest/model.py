@@ -46,6 +46,8 @@ class LoadOptions:
     share_first_file: bool | None = None
     # a decode worker streaming a whole file decompresses it in a thread while it decodes (on 4 CPUs or more)
     threaded_read: bool = field(default_factory=lambda: cpus() >= limits.THREADED_READ_MIN_CPUS)
+    # threads of a decode worker streaming a whole file that decode its chunks at once (limits.DECODE_THREADS)
+    decode_threads: int = field(default_factory=lambda: _default_decode_threads())
 
     def __post_init__(self) -> None:
         """Works out the settings left out from ``store_threads``: everything at once only where as many files are
@@ -74,6 +76,12 @@ def _default_workers() -> int:
         return max(1, int(os.environ["K25TRACE_DECODE_WORKERS"]))
     except (KeyError, ValueError):
         return max(1, min(8, cpus()))
+
+
+def _default_decode_threads() -> int:
+    """Threads per decode worker streaming a whole file (:attr:`LoadOptions.decode_threads`):
+    ``limits.DECODE_THREADS`` from ``limits.DECODE_THREADS_MIN_CPUS`` CPUs, else 1."""
+    return max(1, limits.DECODE_THREADS) if cpus() >= limits.DECODE_THREADS_MIN_CPUS else 1
 
 
 def _default_receive_ahead() -> bool:

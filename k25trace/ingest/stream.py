@@ -384,6 +384,19 @@ class _Splitter:
         text += memoryview(self.buf)[1:]
         return self.restart(text, self.chunk_offset)
 
+    def recut(self, chunks: list[tuple[Any, bytes]], offset: int) -> bytearray | None:
+        """A guessed cut did not hold, with chunks cut after it (the decode workers' ring, a worker's threads):
+        ``chunks`` are that chunk and the later ones, each ``[`` + events + ``]`` with the text after its cut;
+        ``offset`` is where the first began. The text from there, cut exactly (:meth:`restart`)."""
+        (first, first_gap), *later = chunks
+        text = bytearray(first[:-1])
+        text += first_gap
+        for chunk, gap in later:
+            text += chunk[1:-1]
+            text += gap
+        text += memoryview(self.buf)[1:]
+        return self.restart(text, offset)
+
     def restart(self, text: bytearray, offset: int) -> bytearray | None:
         """Cut ``text`` (``[`` + text from a real event boundary at byte ``offset``) exactly, from scratch."""
         self.misses += 1

@@ -116,8 +116,9 @@ def lean_allocation() -> None:
 def _worker_main(
     index: int, tasks: Any, results: Any, pdeathsig: bool = False, shared_prefix: str | None = None
 ) -> None:
-    """A decode process. Tasks: ``(task_id, path, keep_python, threaded_read)`` streams a whole file (decompress,
-    cut, decode; with ``threaded_read``, decompressed in a thread meanwhile);
+    """A decode process. Tasks: ``(task_id, path, keep_python, threaded_read, decode_threads)`` streams a whole
+    file (decompress, cut, decode; with ``threaded_read``, decompressed in a thread meanwhile; ``decode_threads``
+    chunks decoded at once, in threads);
     ``("attach", task_id, names)`` maps the parent's shared-memory ring (the parent unlinks the names once every
     worker answered, so nothing is left in /dev/shm whatever happens next); ``("detach",)`` unmaps it;
     ``("chunk", task_id, path, index, size, keep_python)`` decodes one chunk the parent put in ring buffer
@@ -172,13 +173,13 @@ def _worker_main(
             except Exception as exc:  # noqa: BLE001 - reported to the parent as this file's failure
                 results.put((task_id, Failed(chunk_path, f"{type(exc).__name__}: {exc}")))
             continue
-        task_id, path, keep_python, threaded_read = task
+        task_id, path, keep_python, threaded_read, decode_threads = task
 
         def progress(n: int, task_id: Any = task_id) -> None:  # this task's id, bound now (B023)
             results.put((task_id, Progress(n)))
 
         try:
-            for message in _chunks(Path(path), keep_python, progress, threaded_read):
+            for message in _chunks(Path(path), keep_python, progress, threaded_read, decode_threads):
                 results.put((task_id, shared(message)))
         except TraceError as exc:
             results.put((task_id, Failed(exc.path, exc.problem)))
@@ -395,16 +396,19 @@ class _Workers:
                 pass
         self.ring = []
 
-    def prefetch(self, paths: list[Path], keep_python: bool, threaded_read: bool = False) -> None:
+    def prefetch(
+        self, paths: list[Path], keep_python: bool, threaded_read: bool = False, decode_threads: int = 1
+    ) -> None:
         """Start streaming these files, one whole file per worker in turn (``threaded_read``: each decompressed in
-        a thread of its worker while the worker decodes)."""
+        a thread of its worker while the worker decodes; ``decode_threads``: that many of its chunks decoded at
+        once, in threads of the worker)."""
         for n, path in enumerate(paths):
             worker = n % self.count
             task_id = self._task_id()
             self.planned[str(path)] = (task_id, worker)
             self.order[str(path)] = len(self.order)
             self.ahead.append(str(path))
-            self.tasks[worker].put((task_id, str(path), keep_python, threaded_read))
+            self.tasks[worker].put((task_id, str(path), keep_python, threaded_read, decode_threads))
 
     def streams(self, path: Path) -> bool:
         """Whether this file was given to :meth:`prefetch` and not taken yet (:meth:`run` streams it)."""
@@ -628,15 +632,12 @@ class _Workers:
                 splitter.events += item.events
             yield item
             return
-        text = bytearray(ring[index].buf[: size - 1])
-        text += gap
-        for w, i, s, g, _ in in_flight:
-            self._get(w, task_id)
-            text += ring[i].buf[1 : s - 1]
-            text += g
+        for w, *_ in in_flight:
+            self._get(w, task_id)  # its buffer is read until its worker answers
+        cut = [(ring[index].buf[:size], gap)] + [(ring[i].buf[:s], g) for _, i, s, g, _ in in_flight]
         in_flight.clear()
-        text += memoryview(splitter.buf)[1:]
-        chunk = splitter.restart(text, offset)
+        chunk = splitter.recut(cut, offset)
+        del cut  # no view of the ring outlives this
         if chunk is not None:
             yield from _decoded(splitter, chunk, keep_python)
 
