@@ -54,7 +54,8 @@ THREADED_READ_MIN_CPUS = 4
 # in threads (chunks.py, _chunks_in_threads): the compiled scanner, numpy and Arrow let the GIL go meanwhile. 8 real
 # ranks on a 16-CPU device host (2026-12-07, bench_stores.py, 3 runs each, interleaved): 7.71 s with 2 threads,
 # 8.32 s with 1, 7.93 s with 3 (0.5 GB more); on its 4 CPUs (taskset) 19.80 s with 2 against 19.72 s with 1 (2 runs
-# each; 0.4 GB more): hence not below 12 CPUs. One rank's stream on this project's 2 cores: 2.24-2.29 s against 3.06-3.29
+# each; 0.4 GB more): hence not below 12 CPUs. One rank streamed on this project's 2 cores: 2.24-2.29 s against
+# 3.06-3.29 s with 1 thread (CPU 4.0 s against 3.7-4.0 s)
 DECODE_THREADS_MIN_CPUS = 12
 DECODE_THREADS = 2
 # the pipe of each decode worker's result queue from RECEIVE_AHEAD_MIN_CPUS CPUs (0: the system's, 64 KiB on Linux;
