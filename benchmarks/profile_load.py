@@ -84,6 +84,28 @@ def _instrument() -> None:
     workers._Receiver._receive = _spanned(  # type: ignore[method-assign]
         "receive", workers._Receiver._receive, lambda r, *_: f"task {r.task_id}"
     )
+    pipeline.build_runs = _spanned("runs", pipeline.build_runs, lambda *_: "cross-rank build")
+    crossrank.build = _spanned("runs", crossrank.build, lambda *_: "its transaction")
+    kdb.memory_bounded = _bounded_spans(kdb.memory_bounded)
+    release = _spanned("release", kdb.release_cached_blocks, lambda *_: "cached blocks dropped")
+    for module in (kdb, loader, stores):  # the stores drop DuckDB's cached blocks every few files
+        module.release_cached_blocks = release  # type: ignore[attr-defined]
+
+
+def _bounded_spans(bounded: Callable[..., Any]) -> Callable[..., Any]:
+    """``db.memory_bounded`` with its start (the limit set: DuckDB evicts down to it) and end as spans."""
+    import contextlib
+
+    @contextlib.contextmanager
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        context = bounded(*args, **kwargs)
+        _spanned("runs", context.__enter__, lambda *_: "memory limit set")()
+        try:
+            yield
+        finally:
+            _spanned("runs", context.__exit__, lambda *_: "memory limit reset")(None, None, None)
+
+    return wrapper
 
 
 def main() -> None:
