@@ -211,7 +211,8 @@ class Loader:
     def read(self, tf: TraceFile, wait_for: Callable[[str], bool]) -> "FileResult | ReadFile":
         """A file to be stored beside others (:class:`StoreThreads`): read here, one file after another, and what it
         shares with other files (:meth:`shared_rows`, ``after_shared``) committed in a short transaction of its
-        own; its staged GPU activities are cleaned here, the rest by :meth:`store`, in a thread. Returns the file
+        own; its staged GPU activities are cleaned here when a key of theirs has no class yet, the rest (and
+        else all) by :meth:`store`, in a thread. Returns the file
         ready for :meth:`store`, or its result (skipped, failed). ``wait_for(sha256)`` waits for a file of the same
         content being stored, and says whether there was one."""
         path = tf.path
@@ -234,11 +235,14 @@ class Loader:
                     return _skipped(result, row, changed)
             tables = staged_tables(self._chunks)
             self._chunks = {}
-            # cleaned here: the GPU activities only (after_shared classifies their names); the rest by the store,
-            # in its thread, where the GPU activities' second cleaning finds nothing
+            # cleaned here: the GPU activities only, and only when a key of theirs has no class yet (after_shared
+            # classifies what is left of them); the rest by the store, in its thread, where a second cleaning of
+            # the GPU activities finds nothing. With every key classified the store cleans them too: removing rows
+            # adds no key, so no class changes (the reads are serial, on the critical path of 8 files on 16 CPUs)
             self.staging.register_tables({key: t if key == "gpu" else t.slice(0, 0) for key, t in tables.items()})
-            self.staging.clean(base_time(meta, path), cols.problems)
-            tables["gpu"] = self.staging.tables["gpu"]
+            if names.new or run_query(con, "ingest_stage_unclassified").fetchall()[0][0]:
+                self.staging.clean(base_time(meta, path), cols.problems)
+                tables["gpu"] = self.staging.tables["gpu"]
             name_ids = pc.unique(tables["gpu"].column("name_id")).to_pylist()
             con.execute("begin transaction")
             trace_id = self.shared_rows(con, tf, names.new)
