@@ -913,7 +913,8 @@ def test_several_big_files_leave_a_cpu_to_the_store(monkeypatch: pytest.MonkeyPa
 def test_many_cpus_decode_receive_and_store_files_all_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """From ``limits.ALL_AT_ONCE_MIN_CPUS`` CPUs and ``limits.ALL_AT_ONCE_MIN_GB`` of memory, a load of several big
     files decodes, receives and stores up to ``limits.ALL_AT_ONCE_FILES`` at once (one per two CPUs), none shared
-    out: each file has a worker of its own. Fewer CPUs or less memory: the defaults of before."""
+    out: each file has a worker of its own, which decodes two chunks at once in threads. Fewer CPUs or less
+    memory: the defaults of before."""
     from k25trace.ingest import model, workers
 
     def machine(cpus: int, gib: int) -> ingest.LoadOptions:
@@ -927,6 +928,7 @@ def test_many_cpus_decode_receive_and_store_files_all_at_once(monkeypatch: pytes
     many = machine(16, 64)
     settings = (many.store_threads, many.receive_ahead_files, many.share_first_file, many.receive_ahead)
     assert settings == (8, 8, False, True)
+    assert many.decode_threads == ingest.limits.DECODE_THREADS == 2
     assert workers.decode_workers(many, 8) == 8 and workers.decode_workers(many, 64) == 8
     assert workers.decode_workers(many, 1) == 4  # one file: its chunks, shared out, as before
     one = ingest.LoadOptions(store_threads=1)  # a caller's one store at a time: the rest as on a small machine
@@ -935,16 +937,19 @@ def test_many_cpus_decode_receive_and_store_files_all_at_once(monkeypatch: pytes
     assert (eight.store_threads, eight.receive_ahead_files, eight.share_first_file) == (8, 8, True)
     twelve = machine(12, 64)
     assert (twelve.store_threads, twelve.receive_ahead_files, twelve.share_first_file) == (6, 6, False)
-    assert workers.decode_workers(twelve, 8) == 6
+    assert workers.decode_workers(twelve, 8) == 6 and twelve.decode_threads == 2
     for before in (machine(16, 31), machine(8, 64)):  # too little memory; too few CPUs
         assert (before.store_threads, before.receive_ahead_files, before.share_first_file) == (2, 1, True)
+        assert before.decode_threads == 1  # faster workers would fill their queues sooner: more memory
     small = machine(2, 64)
     assert (small.store_threads, small.receive_ahead_files, small.share_first_file) == (1, 1, True)
+    assert small.decode_threads == 1
     # a worker decompresses in a thread of its own from 4 CPUs: on 2 every CPU is busy already
     assert [machine(n, 64).threaded_read for n in (2, 3, 4, 16)] == [False, False, True, True]
     monkeypatch.setenv("K25TRACE_STORE_THREADS", "3")  # a setting of how many to store at once wins: no more ahead
     told = machine(16, 64)
     assert (told.store_threads, told.receive_ahead_files, told.share_first_file) == (3, 1, True)
+    assert told.decode_threads == 1
 
 
 def _record_feeds_and_prefetches(
@@ -993,6 +998,7 @@ def test_a_load_of_all_files_at_once_gives_the_same_rows(tmp_path: Path, monkeyp
     fed, planned = _record_feeds_and_prefetches(monkeypatch, workers_module._Workers)
     options = ingest.LoadOptions(workers=4, parallel_min_bytes=1)  # the rest as on a 16-CPU, 64 GiB machine
     assert (options.store_threads, options.receive_ahead_files, options.share_first_file) == (8, 8, False)
+    assert options.decode_threads == 2  # each worker decodes two chunks at once, in threads
     parallel = db.connect(tmp_path / "parallel.duckdb")
     results, _ = pipeline.load_paths(parallel, files, options)
     statuses = ["loaded", "loaded", "skipped", "failed", "loaded", "loaded", "loaded"]

@@ -50,8 +50,10 @@ ALL_AT_ONCE_MIN_GB = 32  # memory of the machine (or of its container), in GiB
 # each), with 0.1-0.5 s more CPU for the copies between the threads; 8 real ranks on the 16-CPU device: 12.83 s
 # against 13.89 s (3 runs each); on this project's 2 cores 44.4 s against 43.3 s (the CPUs are all busy already)
 THREADED_READ_MIN_CPUS = 4
-# from DECODE_THREADS_MIN_CPUS CPUs a decode worker streaming a whole file decodes DECODE_THREADS of its chunks at once,
-# in threads (chunks.py, _chunks_in_threads): the compiled scanner, numpy and Arrow let the GIL go meanwhile. 8 real
+# from DECODE_THREADS_MIN_CPUS CPUs, where everything is stored at once (model.files_at_once: memory enough),
+# a decode worker streaming a whole file decodes DECODE_THREADS of its chunks at once, in threads (chunks.py,
+# _chunks_in_threads): the compiled scanner, numpy and Arrow let the GIL go meanwhile. 64 real ranks there: 55.2 s
+# and 9.2 GB against 59.1 s and 7.5 GB with 1 thread (one load each: the workers fill their queues sooner). 8 real
 # ranks on a 16-CPU device host (2026-12-07, bench_stores.py, 3 runs each, interleaved): 7.71 s with 2 threads,
 # 8.32 s with 1, 7.93 s with 3 (0.5 GB more); on its 4 CPUs (taskset) 19.80 s with 2 against 19.72 s with 1 (2 runs
 # each; 0.4 GB more): hence not below 12 CPUs. One rank streamed on this project's 2 cores: 2.24-2.29 s against

@@ -80,8 +80,12 @@ def _default_workers() -> int:
 
 def _default_decode_threads() -> int:
     """Threads per decode worker streaming a whole file (:attr:`LoadOptions.decode_threads`):
-    ``limits.DECODE_THREADS`` from ``limits.DECODE_THREADS_MIN_CPUS`` CPUs, else 1."""
-    return max(1, limits.DECODE_THREADS) if cpus() >= limits.DECODE_THREADS_MIN_CPUS else 1
+    ``limits.DECODE_THREADS`` from ``limits.DECODE_THREADS_MIN_CPUS`` CPUs where the machine stores everything at
+    once (:func:`files_at_once`: it has the memory), else 1. Faster workers fill their queues sooner: 64 ranks on
+    16 CPUs held 9.2 GB with two threads against 7.5 GB with one (55.2 s against 59.1 s)."""
+    if cpus() < limits.DECODE_THREADS_MIN_CPUS or not files_at_once():
+        return 1
+    return max(1, limits.DECODE_THREADS)
 
 
 def _default_receive_ahead() -> bool:
