@@ -211,10 +211,10 @@ class Loader:
     def read(self, tf: TraceFile, wait_for: Callable[[str], bool]) -> "FileResult | ReadFile":
         """A file to be stored beside others (:class:`StoreThreads`): read here, one file after another, and what it
         shares with other files (:meth:`shared_rows`, ``after_shared``) committed in a short transaction of its
-        own; its staged GPU activities are cleaned here when a key of theirs has no class yet, the rest (and
-        else all) by :meth:`store`, in a thread. Returns the file
-        ready for :meth:`store`, or its result (skipped, failed). ``wait_for(sha256)`` waits for a file of the same
-        content being stored, and says whether there was one."""
+        own. Its staged GPU activities are cleaned here when a key of theirs has no class yet; every other table,
+        and the GPU activities otherwise, by :meth:`store`, in a thread. Returns the file ready for :meth:`store`,
+        or its result (skipped, failed). ``wait_for(sha256)`` waits for a file of the same content being stored,
+        and says whether there was one."""
         path = tf.path
         shown = _shown(path)
         started = _dt.datetime.now()

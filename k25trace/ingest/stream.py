@@ -379,10 +379,7 @@ class _Splitter:
     def resplit(self, failed: bytearray | memoryview) -> bytearray | None:
         """The chunk just returned did not decode: its cut was a guess that may not hold. Go back to where it
         began and cut exactly; returns the exactly cut chunk, or None when no event ends in the text yet."""
-        text = bytearray(failed[:-1])
-        text += self.gap
-        text += memoryview(self.buf)[1:]
-        return self.restart(text, self.chunk_offset)
+        return self.recut([(failed, self.gap)], self.chunk_offset)
 
     def recut(self, chunks: list[tuple[Any, bytes]], offset: int) -> bytearray | None:
         """A guessed cut did not hold, with chunks cut after it (the decode workers' ring, a worker's threads):
