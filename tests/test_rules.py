@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -712,6 +713,54 @@ def test_user_rules_replace(tmp_path):
     )
     assert [g["category"] for g in got] == ["mine", "other", "other"]
     assert len(load_rules(user, replace=True)) == 1
+
+
+def test_patterns_with_quotes_backslashes_and_sql_match_as_the_regex_says(tmp_path):
+    """The rules become SQL text (queries/kernel_classes.sql writes them into one CASE): a pattern with quotes,
+    backslashes, braces or SQL in it still matches exactly the names a regex search finds, first rule first."""
+    user = tmp_path / "quoted.csv"
+    rules = [
+        ("quote", "", "it's", ""),
+        ("backslash", "", r"a\\b", ""),
+        ("ends_int", "kernel", r"\(int\)$", ""),
+        ("injection", "", r"x'\); drop table kernel_names; --", ""),
+        ("digits", "", r"\d{3}x\d+", ""),
+        ("nocase", "", "(?i:nvjet)", ""),
+        ("coll", "", "ncclDevKernel_Generic", "All'Reduce"),
+    ]
+    lines = ["category,kind,name_pattern,collective_pattern,note"]
+    for category, kind, name_pattern, collective_pattern in rules:
+        quoted = '"' + name_pattern.replace('"', '""') + '"'
+        lines.append(f"{category},{kind},{quoted},{collective_pattern},n")
+    user.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    keys = [
+        ("it's a kernel(int)", "kernel", None),
+        ("a\\b", "kernel", None),
+        ("ab", "kernel", None),
+        ("gemm(int)", "kernel", None),
+        ("gemm(int)", "memcpy", None),
+        ("x'); drop table kernel_names; -- here", "kernel", None),
+        ("tile_128x64", "kernel", None),
+        ("tile_12x64", "kernel", None),
+        ("NVJET_tst", "kernel", None),
+        ("ncclDevKernel_Generic_1", "kernel", "All'Reduce"),
+        ("ncclDevKernel_Generic_1", "kernel", "AllReduce"),
+    ]
+
+    def first_match(name, kind, collective):
+        for category, rule_kind, name_pattern, collective_pattern in rules:
+            if rule_kind and rule_kind != kind:
+                continue
+            if name_pattern and not re.search(name_pattern, name):
+                continue
+            if collective_pattern and (collective is None or not re.search(collective_pattern, collective)):
+                continue
+            return category
+        return "other"
+
+    got = classify_names(keys, user, replace=True)
+    assert [g["category"] for g in got] == [first_match(*key) for key in keys]
+    assert {g["category"] for g in got} == {c for c, *_ in rules} | {"other"}
 
 
 @pytest.mark.parametrize(
