@@ -26,14 +26,26 @@ def _children(pid: int) -> list[int]:
     return out
 
 
-def _rss_kb(pid: int) -> int:
+def _rss_kb(pid: int, field: str = "VmRSS") -> int:
+    """A process's resident memory in KiB: ``VmRSS``, or one of its parts ``RssAnon``, ``RssFile``, ``RssShmem``."""
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1])
     except OSError:
         pass
     return 0
+
+
+def _parts_mb(pid: int, kids: list[int], shm_kb: int) -> str:
+    """Where the tree's memory is: the parent's anonymous, file and shared pages, its children's, the files in
+    /dev/shm that no process maps yet."""
+    parent = {field: _rss_kb(pid, field) / 1024 for field in ("RssAnon", "RssFile", "RssShmem")}
+    workers = sum(_rss_kb(k) for k in kids) / 1024
+    return (
+        f"parent anon {parent['RssAnon']:.0f} file {parent['RssFile']:.0f} shmem {parent['RssShmem']:.0f}, "
+        f"workers {workers:.0f}, /dev/shm {shm_kb / 1024:.0f} MB"
+    )
 
 
 def _shm_kb(pid: int) -> int:
@@ -57,6 +69,7 @@ class Measured:
     peak_mb: float  # peak RSS of the whole process tree and its files in /dev/shm (sampled every ``interval``)
     cpu_s: float  # user + system CPU of the process and every descendant it waited for (decode workers included)
     stderr_tail: str
+    peak_parts: str = ""  # where the memory was at the peak (_parts_mb)
 
 
 def run(
@@ -74,18 +87,32 @@ def run(
         cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})}, cwd=cwd
     )
     peak = 0
+    peak_parts = ""
+    # MEASURE_MEMORY_LOG=FILE: the tree's memory and its parts, once a second, appended to FILE
+    trace = open(os.environ["MEASURE_MEMORY_LOG"], "a") if os.environ.get("MEASURE_MEMORY_LOG") else None
     tick = 0
     kids: list[int] = []
     while proc.poll() is None:
         if tick % 10 == 0:
             kids = _children(proc.pid)
-        peak = max(peak, _rss_kb(proc.pid) + sum(_rss_kb(k) for k in kids) + _shm_kb(proc.pid))
+        shm = _shm_kb(proc.pid)
+        now = _rss_kb(proc.pid) + sum(_rss_kb(k) for k in kids) + shm
+        if now > peak:
+            peak, peak_parts = now, _parts_mb(proc.pid, kids, shm)
+        if trace is not None and tick % round(1 / interval) == 0:
+            print(
+                f"{time.perf_counter() - start:7.1f} s {now / 1024:7.0f} MB  {_parts_mb(proc.pid, kids, shm)}",
+                file=trace,
+                flush=True,
+            )
         tick += 1
         time.sleep(interval)
     wall = time.perf_counter() - start
+    if trace is not None:
+        trace.close()
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     err = proc.stderr.read() if proc.stderr else ""
     if proc.returncode != 0:
         raise RuntimeError(f"{cmd} failed ({proc.returncode}): {err[-2000:]}")
-    return Measured(wall, peak / 1024, cpu, err[-500:])
+    return Measured(wall, peak / 1024, cpu, err[-500:], peak_parts)

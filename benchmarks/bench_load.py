@@ -125,7 +125,10 @@ def measure_load(
             # run in tmp: from the checkout, `python -m k25trace` would import the checkout's code whatever PYTHONPATH
             m = _measure.run(load_cmd(paths, db), env={**(env or {}), **extra}, cwd=tmp)
             out[version].append(m)
-            log(f"  {version} run {i + 1}: {m.wall_s:.2f} s wall, {m.cpu_s:.1f} s CPU, peak RSS {m.peak_mb:.0f} MB")
+            log(
+                f"  {version} run {i + 1}: {m.wall_s:.2f} s wall, {m.cpu_s:.1f} s CPU, peak RSS {m.peak_mb:.0f} MB "
+                f"({m.peak_parts})"
+            )
             if i == runs - 1:
                 kept[version] = db
                 continue
