@@ -75,6 +75,10 @@ SHARED_RESULT_MIN_BYTES = 64 << 10
 # what a chunk's file leaves free in /dev/shm at least, else the chunk goes through the pipe: room for the parent's
 # shared-memory ring (2 * workers + 2 buffers of RING_BUFFER_BYTES) and for other programs
 SHARED_RESULT_RESERVE_BYTES = 512 << 20
+# whole files a decode worker is given and that are not run (read) yet, at most (0: every file at once): its next
+# file is given when its file before is read. A worker given every file decodes on while its queue has room
+# (RESULTS_IN_FLIGHT), so files decoded ahead of the stores wait in memory
+FILES_AHEAD_PER_WORKER = 0
 STORES_PER_RELEASE = 8  # files stored at once between two drops of DuckDB's cached blocks (db.release_cached_blocks)
 
 

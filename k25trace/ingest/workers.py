@@ -371,6 +371,9 @@ class _Workers:
         self.next_task = 0
         self.planned: dict[str, tuple[int, int]] = {}  # path -> (task id, worker) of a whole-file prefetch
         self.ahead: deque[str] = deque()  # the prefetched files in load order, for receive_ahead
+        # whole-file tasks not given to their worker yet (limits.FILES_AHEAD_PER_WORKER), per worker, in load order
+        self.held: list[deque[tuple[Any, ...]]] = [deque() for _ in range(count)]
+        self.given: dict[str, int] = {}  # path -> worker, of the whole files given to a worker and not run yet
         self.order: dict[str, int] = {}  # path -> its place in load order, of the prefetched files
         self.received: dict[str, _Receiver] = {}  # path -> its messages taken off the queue ahead (receive_ahead)
         self.receiving: list[_Receiver] = []  # every receiver whose thread may still read its worker's queue
@@ -408,7 +411,30 @@ class _Workers:
             self.planned[str(path)] = (task_id, worker)
             self.order[str(path)] = len(self.order)
             self.ahead.append(str(path))
-            self.tasks[worker].put((task_id, str(path), keep_python, threaded_read, decode_threads))
+            self.held[worker].append((task_id, str(path), keep_python, threaded_read, decode_threads))
+        for worker in range(self.count):
+            self._give(worker)
+
+    def _give(self, worker: int) -> None:
+        """Give the worker its next whole files, as many as ``limits.FILES_AHEAD_PER_WORKER`` lets it have not run
+        yet (0: all of them at once): a worker far ahead of the stores only holds decoded files in memory."""
+        ahead = limits.FILES_AHEAD_PER_WORKER
+        held = self.held[worker]
+        while held and (not ahead or sum(w == worker for w in self.given.values()) < ahead):
+            task = held.popleft()
+            self.given[task[1]] = worker
+            self.tasks[worker].put(task)
+
+    def _ran(self, path: Path) -> None:
+        """This file is run: it and the given files before it in load order (never run: skipped) leave their
+        workers' places free for their next files."""
+        place = self.order.get(str(path))
+        if place is None:
+            return
+        freed = {w for p, w in self.given.items() if self.order.get(p, -1) <= place}
+        self.given = {p: w for p, w in self.given.items() if self.order.get(p, -1) > place}
+        for worker in sorted(freed):
+            self._give(worker)
 
     def streams(self, path: Path) -> bool:
         """Whether this file was given to :meth:`prefetch` and not taken yet (:meth:`run` streams it)."""
@@ -647,6 +673,7 @@ class _Workers:
     def run(self, path: Path, keep_python: bool) -> Iterator[Message]:
         """The items of a file given to :meth:`prefetch`, as its worker streams them."""
         self._drop_received(before=self.order.get(str(path)))  # files skipped: not to take this file's items
+        self._ran(path)
         receiver = self.received.pop(str(path), None)
         task_id, worker = self.planned.pop(str(path)) if receiver is None else (receiver.task_id, receiver.worker)
         try:
@@ -671,6 +698,7 @@ class _Workers:
     def close(self) -> None:
         self._drop_received()  # the threads read the queues closed below
         self.ahead.clear()
+        self.held = [deque() for _ in self.held]
         for proc in self.procs:
             if proc.is_alive():
                 proc.terminate()
