@@ -974,11 +974,15 @@ def _record_feeds_and_prefetches(
     return fed, planned
 
 
-def test_a_load_of_all_files_at_once_gives_the_same_rows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("files_ahead", [0, 1])
+def test_a_load_of_all_files_at_once_gives_the_same_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, files_ahead: int
+) -> None:
     """With the defaults of a 16-CPU, 64 GiB machine (everything at once), every big file is given to the workers
     from the start, none through the shared-memory ring, up to 8 received ahead and 8 stored at once: a copy
     skipped and a truncated file among them change nothing else, the rows are the in-process path's, and no
-    receiving or storing thread outlives the load."""
+    receiving or storing thread outlives the load. With ``limits.FILES_AHEAD_PER_WORKER`` at 1, a worker holds one
+    file not read yet at most: its next file is given when that one is read (7 files on 4 workers)."""
     import threading
 
     from k25trace.ingest import model
@@ -996,6 +1000,16 @@ def test_a_load_of_all_files_at_once_gives_the_same_rows(tmp_path: Path, monkeyp
     serial = db.connect(tmp_path / "serial.duckdb")
     want, _ = pipeline.load_paths(serial, files, ingest.LoadOptions(workers=1))
     fed, planned = _record_feeds_and_prefetches(monkeypatch, workers_module._Workers)
+    monkeypatch.setattr(ingest.limits, "FILES_AHEAD_PER_WORKER", files_ahead)
+    given_at_once: list[int] = []  # after each give: the most files one worker holds that are not read yet
+    give = workers_module._Workers._give
+
+    def recording_give(self: Any, worker: int) -> None:
+        give(self, worker)
+        held = [list(self.given.values()).count(w) for w in range(self.count)]
+        given_at_once.append(max(held))
+
+    monkeypatch.setattr(workers_module._Workers, "_give", recording_give)
     options = ingest.LoadOptions(workers=4, parallel_min_bytes=1)  # the rest as on a 16-CPU, 64 GiB machine
     assert (options.store_threads, options.receive_ahead_files, options.share_first_file) == (8, 8, False)
     assert options.decode_threads == 2  # each worker decodes two chunks at once, in threads
@@ -1005,6 +1019,8 @@ def test_a_load_of_all_files_at_once_gives_the_same_rows(tmp_path: Path, monkeyp
     assert [r.status for r in results] == [r.status for r in want] == statuses, [r.message for r in results]
     assert str(bad) in results[3].message and "truncated" in results[3].message
     assert fed == [] and planned == [files]  # all given to the workers at once, from the start
+    # held back to one a worker, or two (7 files on 4 workers) when every file is given at once
+    assert max(given_at_once) == (files_ahead or 2), given_at_once
     assert not [t for t in threading.enumerate() if t.name.startswith(("k25trace-receive", "k25trace-store"))]
     _assert_same_rows(serial, parallel)
 
