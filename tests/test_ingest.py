@@ -913,8 +913,8 @@ def test_several_big_files_leave_a_cpu_to_the_store(monkeypatch: pytest.MonkeyPa
 def test_many_cpus_decode_receive_and_store_files_all_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """From ``limits.ALL_AT_ONCE_MIN_CPUS`` CPUs and ``limits.ALL_AT_ONCE_MIN_GB`` of memory, a load of several big
     files decodes, receives and stores up to ``limits.ALL_AT_ONCE_FILES`` at once (one per two CPUs), none shared
-    out: each file has a worker of its own, which decodes two chunks at once in threads. Fewer CPUs or less
-    memory: the defaults of before."""
+    out: each file has a worker of its own, which decodes two chunks at once in threads and is given its next file
+    once its file before is read. Fewer CPUs or less memory: the defaults of before."""
     from k25trace.ingest import model, workers
 
     def machine(cpus: int, gib: int) -> ingest.LoadOptions:
@@ -929,6 +929,7 @@ def test_many_cpus_decode_receive_and_store_files_all_at_once(monkeypatch: pytes
     settings = (many.store_threads, many.receive_ahead_files, many.share_first_file, many.receive_ahead)
     assert settings == (8, 8, False, True)
     assert many.decode_threads == ingest.limits.DECODE_THREADS == 2
+    assert many.files_ahead_per_worker == ingest.limits.FILES_AHEAD_PER_WORKER == 1  # its next file once one is read
     assert workers.decode_workers(many, 8) == 8 and workers.decode_workers(many, 64) == 8
     assert workers.decode_workers(many, 1) == 4  # one file: its chunks, shared out, as before
     one = ingest.LoadOptions(store_threads=1)  # a caller's one store at a time: the rest as on a small machine
@@ -941,6 +942,7 @@ def test_many_cpus_decode_receive_and_store_files_all_at_once(monkeypatch: pytes
     for before in (machine(16, 31), machine(8, 64)):  # too little memory; too few CPUs
         assert (before.store_threads, before.receive_ahead_files, before.share_first_file) == (2, 1, True)
         assert before.decode_threads == 1  # faster workers would fill their queues sooner: more memory
+        assert before.files_ahead_per_worker == 0  # a few workers, every file given at once, as before
     small = machine(2, 64)
     assert (small.store_threads, small.receive_ahead_files, small.share_first_file) == (1, 1, True)
     assert small.decode_threads == 1
@@ -949,7 +951,7 @@ def test_many_cpus_decode_receive_and_store_files_all_at_once(monkeypatch: pytes
     monkeypatch.setenv("K25TRACE_STORE_THREADS", "3")  # a setting of how many to store at once wins: no more ahead
     told = machine(16, 64)
     assert (told.store_threads, told.receive_ahead_files, told.share_first_file) == (3, 1, True)
-    assert told.decode_threads == 1
+    assert told.decode_threads == 1 and told.files_ahead_per_worker == 0
 
 
 def _record_feeds_and_prefetches(
@@ -981,8 +983,9 @@ def test_a_load_of_all_files_at_once_gives_the_same_rows(
     """With the defaults of a 16-CPU, 64 GiB machine (everything at once), every big file is given to the workers
     from the start, none through the shared-memory ring, up to 8 received ahead and 8 stored at once: a copy
     skipped and a truncated file among them change nothing else, the rows are the in-process path's, and no
-    receiving or storing thread outlives the load. With ``limits.FILES_AHEAD_PER_WORKER`` at 1, a worker holds one
-    file not read yet at most: its next file is given when that one is read (7 files on 4 workers)."""
+    receiving or storing thread outlives the load. A worker holds one file not read yet at most
+    (``limits.FILES_AHEAD_PER_WORKER``): its next file is given when that one is read (7 files on 4 workers); with
+    that bound off (0) every file is given at once, as before."""
     import threading
 
     from k25trace.ingest import model

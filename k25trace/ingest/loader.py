@@ -369,7 +369,13 @@ class Loader:
         if self.options.share_first_file and workers.ring_ok():
             self.prefetch_after = (big[0], big[1:])
         else:
-            workers.prefetch(big, self.options.keep_python, self.options.threaded_read, self.options.decode_threads)
+            workers.prefetch(
+                big,
+                self.options.keep_python,
+                self.options.threaded_read,
+                self.options.decode_threads,
+                self.options.files_ahead_per_worker,
+            )
             if self.options.receive_ahead:  # from the start: a worker waits once its file fills its queue
                 workers.receive_ahead(self.options.receive_ahead_files)
 
@@ -382,7 +388,13 @@ class Loader:
         workers = self._workers()
         if workers is not None:
             workers.release_ring()  # its 16 MB buffers, mapped by every process, until the workers end
-            workers.prefetch(rest, self.options.keep_python, self.options.threaded_read, self.options.decode_threads)
+            workers.prefetch(
+                rest,
+                self.options.keep_python,
+                self.options.threaded_read,
+                self.options.decode_threads,
+                self.options.files_ahead_per_worker,
+            )
 
     def _workers(self) -> "_Workers | None":
         if self.options.workers <= 1:

@@ -48,6 +48,9 @@ class LoadOptions:
     threaded_read: bool = field(default_factory=lambda: cpus() >= limits.THREADED_READ_MIN_CPUS)
     # threads of a decode worker streaming a whole file that decode its chunks at once (limits.DECODE_THREADS)
     decode_threads: int = field(default_factory=lambda: _default_decode_threads())
+    # whole files a decode worker holds that are not read yet, at most (0: no bound); left out:
+    # limits.FILES_AHEAD_PER_WORKER where the machine stores everything at once (files_at_once), else 0
+    files_ahead_per_worker: int = -1
 
     def __post_init__(self) -> None:
         """Works out the settings left out from ``store_threads``: everything at once only where as many files are
@@ -58,6 +61,8 @@ class LoadOptions:
             self.receive_ahead_files = all_at_once or limits.RECEIVE_AHEAD_FILES
         if self.share_first_file is None:
             self.share_first_file = not all_at_once and bool(limits.SHARE_FIRST_FILE)
+        if self.files_ahead_per_worker < 0:
+            self.files_ahead_per_worker = limits.FILES_AHEAD_PER_WORKER if all_at_once else 0
 
 
 @dataclass

@@ -374,6 +374,7 @@ class _Workers:
         # whole-file tasks not given to their worker yet (limits.FILES_AHEAD_PER_WORKER), per worker, in load order
         self.held: list[deque[tuple[Any, ...]]] = [deque() for _ in range(count)]
         self.given: dict[str, int] = {}  # path -> worker, of the whole files given to a worker and not run yet
+        self.files_ahead = 0  # whole files a worker may hold not run yet (prefetch's files_ahead; 0: no bound)
         self.order: dict[str, int] = {}  # path -> its place in load order, of the prefetched files
         self.received: dict[str, _Receiver] = {}  # path -> its messages taken off the queue ahead (receive_ahead)
         self.receiving: list[_Receiver] = []  # every receiver whose thread may still read its worker's queue
@@ -400,11 +401,18 @@ class _Workers:
         self.ring = []
 
     def prefetch(
-        self, paths: list[Path], keep_python: bool, threaded_read: bool = False, decode_threads: int = 1
+        self,
+        paths: list[Path],
+        keep_python: bool,
+        threaded_read: bool = False,
+        decode_threads: int = 1,
+        files_ahead: int = 0,
     ) -> None:
         """Start streaming these files, one whole file per worker in turn (``threaded_read``: each decompressed in
         a thread of its worker while the worker decodes; ``decode_threads``: that many of its chunks decoded at
-        once, in threads of the worker)."""
+        once, in threads of the worker; ``files_ahead``: a worker is given its next file only when it holds fewer
+        files not read yet, 0: all at once)."""
+        self.files_ahead = files_ahead
         for n, path in enumerate(paths):
             worker = n % self.count
             task_id = self._task_id()
@@ -416,9 +424,9 @@ class _Workers:
             self._give(worker)
 
     def _give(self, worker: int) -> None:
-        """Give the worker its next whole files, as many as ``limits.FILES_AHEAD_PER_WORKER`` lets it have not run
+        """Give the worker its next whole files, as many as :meth:`prefetch`'s ``files_ahead`` lets it hold not run
         yet (0: all of them at once): a worker far ahead of the stores only holds decoded files in memory."""
-        ahead = limits.FILES_AHEAD_PER_WORKER
+        ahead = self.files_ahead
         held = self.held[worker]
         while held and (not ahead or sum(w == worker for w in self.given.values()) < ahead):
             task = held.popleft()
