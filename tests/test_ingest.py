@@ -776,8 +776,9 @@ def test_a_file_decompressed_in_a_thread_gives_the_same_chunks_hash_and_errors(
 ) -> None:
     """Decompressed ahead in a thread (``threaded_read``, isal's ``igzip_threaded``), a real trace streams the same
     chunk tables, the same metadata, the sha256 and size of the file's bytes (hashlib over the file: the truth) and
-    the same progress; a gzip cut short or failing its checksum, or invalid JSON before the end of the data, fails
-    with the file named, as without the thread; no reading thread outlives its file."""
+    the same progress, also when the thread hands over blocks smaller than a read (``THREADED_READ_BLOCK``); a gzip
+    cut short or failing its checksum, or invalid JSON before the end of the data, fails with the file named, as
+    without the thread; no reading thread outlives its file."""
     import threading
 
     from k25trace.errors import TraceError
@@ -798,7 +799,9 @@ def test_a_file_decompressed_in_a_thread_gives_the_same_chunks_hash_and_errors(
 
     before = threading.active_count()
     plain, plain_read = stream(B200, False)
-    for threaded_mode, decode_threads in ((True, 1), (True, 2), (False, 3)):
+    # the thread's blocks as large as a read, then smaller and not dividing it: a read takes several, cut anywhere
+    for threaded_mode, decode_threads, thread_block in ((True, 1, 0), (True, 2, 0), (False, 3, 0), (True, 1, 5000)):
+        monkeypatch.setattr(ingest.limits, "THREADED_READ_BLOCK", thread_block)
         threaded, threaded_read = stream(B200, threaded_mode, decode_threads)
         assert threading.active_count() == before
         assert plain_read == threaded_read == len(blob)

@@ -50,6 +50,11 @@ ALL_AT_ONCE_MIN_GB = 32  # memory of the machine (or of its container), in GiB
 # each), with 0.1-0.5 s more CPU for the copies between the threads; 8 real ranks on the 16-CPU device: 12.83 s
 # against 13.89 s (3 runs each); on this project's 2 cores 44.4 s against 43.3 s (the CPUs are all busy already)
 THREADED_READ_MIN_CPUS = 4
+# the blocks that thread hands over (at most BLOCK_SIZE; 0: BLOCK_SIZE). isal's reader keeps 8 blocks of compressed
+# input and 2 decompressed blocks queued: 64 + 16 MB with 8 MB blocks. One real rank streamed in one process with
+# that thread, here (2 cores, 5 runs each, interleaved): 2 MB blocks 217 MB peak RSS and 3.8 s, against 297 MB and
+# 3.9 s with 8 MB; with two decode threads 239 MB and 3.3 s against 356 MB and 3.5 s (2026-12-07)
+THREADED_READ_BLOCK = 2 << 20
 # from DECODE_THREADS_MIN_CPUS CPUs, where everything is stored at once (model.files_at_once: memory enough),
 # a decode worker streaming a whole file decodes DECODE_THREADS of its chunks at once, in threads (chunks.py,
 # _chunks_in_threads): the compiled scanner, numpy and Arrow let the GIL go meanwhile. 64 real ranks there: 55.2 s

@@ -62,12 +62,13 @@ def last_event_boundary(buf: bytes | bytearray | memoryview | mmap.mmap, end: in
 
 
 def _threaded_gzip(raw: Any) -> Any:
-    """A reader of ``raw``'s gzip data decompressed ahead, in a thread of its own, one block at a time (isal's
-    ``igzip_threaded``; its decompression lets the thread that decodes run meanwhile); gzip's own reader without
-    isal."""
+    """A reader of ``raw``'s gzip data decompressed ahead, in a thread of its own, one block of
+    ``limits.THREADED_READ_BLOCK`` at a time (isal's ``igzip_threaded``; its decompression lets the thread that
+    decodes run meanwhile; a read of ``limits.BLOCK_SIZE`` takes several blocks); gzip's own reader without isal."""
     if _gzip_threaded is None:  # pragma: no cover - isal is a dependency
         return _gzip.open(raw, "rb")
-    return _gzip_threaded.open(raw, "rb", threads=1, block_size=limits.BLOCK_SIZE)
+    block = min(limits.THREADED_READ_BLOCK, limits.BLOCK_SIZE) or limits.BLOCK_SIZE
+    return _gzip_threaded.open(raw, "rb", threads=1, block_size=block)
 
 
 class _HashingFile(io.RawIOBase):
