@@ -1031,6 +1031,53 @@ def test_a_load_of_all_files_at_once_gives_the_same_rows(
     _assert_same_rows(serial, parallel)
 
 
+def test_files_skipped_before_their_read_do_not_hold_back_the_next_files_of_their_workers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With one file ahead per worker (the 16-CPU defaults), files given to the workers or still held back for them
+    that vanish before they are read are skipped, never read: the next file of each worker is still given to it.
+    Six files on two workers (0, 2, 4 and 1, 3, 5), the middle four removed once the load has given out the first
+    two: the first and last load, the four fail with their names, and the load ends (a file held back behind two
+    skipped ones of its worker once waited forever)."""
+    import threading
+
+    from k25trace.ingest import model
+    from k25trace.ingest import workers as workers_module
+
+    for module in (model, workers_module):
+        monkeypatch.setattr(module, "cpus", lambda: 16)
+    monkeypatch.setattr(model, "memory_bytes", lambda: 64 << 30)
+    monkeypatch.delenv("K25TRACE_STORE_THREADS", raising=False)
+    middle = [tmp_path / f"gone{i}.json.gz" for i in range(4)]
+    for path, source in zip(middle, (HTA_NCCL, HTA_RANK0, HTA_RANK1, B200), strict=True):
+        shutil.copyfile(source, path)
+    files = [B200, *middle, MI300X_PIECEWISE]
+    prefetch = workers_module._Workers.prefetch
+
+    def prefetch_then_remove(self: Any, paths: list[Path], *args: Any) -> None:
+        prefetch(self, paths, *args)
+        assert len(self.given) == 2 and self.files_ahead == 1  # one file a worker, the rest held back
+        for path in middle:
+            path.unlink()
+
+    monkeypatch.setattr(workers_module._Workers, "prefetch", prefetch_then_remove)
+    options = ingest.LoadOptions(workers=2, parallel_min_bytes=1)
+    assert options.files_ahead_per_worker == 1
+    con = db.connect(tmp_path / "parallel.duckdb")
+    done: list[Any] = []
+    load = threading.Thread(target=lambda: done.append(pipeline.load_paths(con, files, options)), daemon=True)
+    load.start()
+    load.join(timeout=300)
+    assert not load.is_alive(), "the load waits for a file no worker was given"
+    results, _ = done[0]
+    assert [r.status for r in results] == ["loaded", "failed", "failed", "failed", "failed", "loaded"]
+    for result, path in zip(results[1:5], middle, strict=True):
+        assert path.name in result.message and "cannot read" in result.message, result.message
+    serial = db.connect(tmp_path / "serial.duckdb")
+    pipeline.load_paths(serial, [B200, MI300X_PIECEWISE], ingest.LoadOptions(workers=1))
+    _assert_same_rows(serial, con)
+
+
 def test_memory_bytes_is_the_machines_or_its_containers(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """The memory a load may use: the machine's, or the container's cgroup limit (v2, else v1) where lower."""
     from k25trace.ingest import model

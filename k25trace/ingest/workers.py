@@ -435,12 +435,17 @@ class _Workers:
 
     def _ran(self, path: Path) -> None:
         """This file is run: it and the given files before it in load order (never run: skipped) leave their
-        workers' places free for their next files."""
+        workers' places free for their next files. Files before it not given yet never will be: files are run in
+        load order, so a skipped one is dropped, and the next file of its worker is given in its place."""
         place = self.order.get(str(path))
         if place is None:
             return
         freed = {w for p, w in self.given.items() if self.order.get(p, -1) <= place}
         self.given = {p: w for p, w in self.given.items() if self.order.get(p, -1) > place}
+        for worker, held in enumerate(self.held):
+            while held and self.order.get(held[0][1], -1) < place:
+                self.planned.pop(held.popleft()[1], None)
+                freed.add(worker)
         for worker in sorted(freed):
             self._give(worker)
 
