@@ -369,13 +369,7 @@ class Loader:
         if self.options.share_first_file and workers.ring_ok():
             self.prefetch_after = (big[0], big[1:])
         else:
-            workers.prefetch(
-                big,
-                self.options.keep_python,
-                self.options.threaded_read,
-                self.options.decode_threads,
-                self.options.files_ahead_per_worker,
-            )
+            self._stream_whole(workers, big)
             if self.options.receive_ahead:  # from the start: a worker waits once its file fills its queue
                 workers.receive_ahead(self.options.receive_ahead_files)
 
@@ -388,13 +382,12 @@ class Loader:
         workers = self._workers()
         if workers is not None:
             workers.release_ring()  # its 16 MB buffers, mapped by every process, until the workers end
-            workers.prefetch(
-                rest,
-                self.options.keep_python,
-                self.options.threaded_read,
-                self.options.decode_threads,
-                self.options.files_ahead_per_worker,
-            )
+            self._stream_whole(workers, rest)
+
+    def _stream_whole(self, workers: "_Workers", paths: list[Path]) -> None:
+        """Give these files to the workers to stream whole, with this load's options."""
+        o = self.options
+        workers.prefetch(paths, o.keep_python, o.threaded_read, o.decode_threads, o.files_ahead_per_worker)
 
     def _workers(self) -> "_Workers | None":
         if self.options.workers <= 1:
