@@ -979,6 +979,17 @@ def _record_feeds_and_prefetches(
     return fed, planned
 
 
+def _as_on_16_cpus_and_64_gib(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The loader's defaults as on a machine of 16 CPUs and 64 GiB (everything at once), whatever this one has."""
+    from k25trace.ingest import model
+    from k25trace.ingest import workers as workers_module
+
+    for module in (model, workers_module):
+        monkeypatch.setattr(module, "cpus", lambda: 16)
+    monkeypatch.setattr(model, "memory_bytes", lambda: 64 << 30)
+    monkeypatch.delenv("K25TRACE_STORE_THREADS", raising=False)
+
+
 @pytest.mark.parametrize("files_ahead", [0, 1])
 def test_a_load_of_all_files_at_once_gives_the_same_rows(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, files_ahead: int
@@ -991,13 +1002,9 @@ def test_a_load_of_all_files_at_once_gives_the_same_rows(
     that bound off (0) every file is given at once, as before."""
     import threading
 
-    from k25trace.ingest import model
     from k25trace.ingest import workers as workers_module
 
-    for module in (model, workers_module):
-        monkeypatch.setattr(module, "cpus", lambda: 16)
-    monkeypatch.setattr(model, "memory_bytes", lambda: 64 << 30)
-    monkeypatch.delenv("K25TRACE_STORE_THREADS", raising=False)
+    _as_on_16_cpus_and_64_gib(monkeypatch)
     copy = tmp_path / "copy.json.gz"
     shutil.copyfile(B200, copy)
     bad = tmp_path / "bad.json.gz"
@@ -1041,13 +1048,9 @@ def test_files_skipped_before_their_read_do_not_hold_back_the_next_files_of_thei
     skipped ones of its worker once waited forever)."""
     import threading
 
-    from k25trace.ingest import model
     from k25trace.ingest import workers as workers_module
 
-    for module in (model, workers_module):
-        monkeypatch.setattr(module, "cpus", lambda: 16)
-    monkeypatch.setattr(model, "memory_bytes", lambda: 64 << 30)
-    monkeypatch.delenv("K25TRACE_STORE_THREADS", raising=False)
+    _as_on_16_cpus_and_64_gib(monkeypatch)
     middle = [tmp_path / f"gone{i}.json.gz" for i in range(4)]
     for path, source in zip(middle, (HTA_NCCL, HTA_RANK0, HTA_RANK1, B200), strict=True):
         shutil.copyfile(source, path)
