@@ -53,7 +53,8 @@ THREADED_READ_MIN_CPUS = 4
 # the blocks that thread hands over (at most BLOCK_SIZE; 0: BLOCK_SIZE). isal's reader keeps 8 blocks of compressed
 # input and 2 decompressed blocks queued: 64 + 16 MB with 8 MB blocks. One real rank streamed in one process with
 # that thread, here (2 cores, 5 runs each, interleaved): 2 MB blocks 217 MB peak RSS and 3.8 s, against 297 MB and
-# 3.9 s with 8 MB; with two decode threads 239 MB and 3.3 s against 356 MB and 3.5 s (2026-12-07)
+# 3.9 s with 8 MB; with two decode threads 239 MB and 3.3 s against 356 MB and 3.5 s (2026-12-07). 64 real ranks on
+# a 16-CPU device host: the eight workers 2.73 GB at the peak against 3.26 GB, in the same time (one load each)
 THREADED_READ_BLOCK = 2 << 20
 # from DECODE_THREADS_MIN_CPUS CPUs, where everything is stored at once (model.files_at_once: memory enough),
 # a decode worker streaming a whole file decodes DECODE_THREADS of its chunks at once, in threads (chunks.py,
