@@ -26,25 +26,29 @@ def _children(pid: int) -> list[int]:
     return out
 
 
-def _rss_kb(pid: int, field: str = "VmRSS") -> int:
-    """A process's resident memory in KiB: ``VmRSS``, or one of its parts ``RssAnon``, ``RssFile``, ``RssShmem``."""
+_FIELDS = ("VmRSS", "RssAnon", "RssFile", "RssShmem")
+
+
+def _memory_kb(pid: int) -> dict[str, int]:
+    """A process's resident memory in KiB, from one read of its status: ``VmRSS`` and its parts ``RssAnon``,
+    ``RssFile``, ``RssShmem`` (0 for a process gone)."""
+    found = dict.fromkeys(_FIELDS, 0)
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
+            field, _, rest = line.partition(":")
+            if field in found:
+                found[field] = int(rest.split()[0])
     except OSError:
         pass
-    return 0
+    return found
 
 
-def _parts_mb(pid: int, kids: list[int], shm_kb: int) -> str:
-    """Where the tree's memory is: the parent's anonymous, file and shared pages, its children's, the files in
-    /dev/shm that no process maps yet."""
-    parent = {field: _rss_kb(pid, field) / 1024 for field in ("RssAnon", "RssFile", "RssShmem")}
-    workers = sum(_rss_kb(k) for k in kids) / 1024
+def _parts_mb(parent: dict[str, int], workers_kb: int, shm_kb: int) -> str:
+    """Where the tree's memory is, in one sample: the parent's anonymous, file and shared pages, its children's,
+    the files in /dev/shm that no process maps yet."""
     return (
-        f"parent anon {parent['RssAnon']:.0f} file {parent['RssFile']:.0f} shmem {parent['RssShmem']:.0f}, "
-        f"workers {workers:.0f}, /dev/shm {shm_kb / 1024:.0f} MB"
+        f"parent anon {parent['RssAnon'] / 1024:.0f} file {parent['RssFile'] / 1024:.0f} "
+        f"shmem {parent['RssShmem'] / 1024:.0f}, workers {workers_kb / 1024:.0f}, /dev/shm {shm_kb / 1024:.0f} MB"
     )
 
 
@@ -96,15 +100,14 @@ def run(
         if tick % 10 == 0:
             kids = _children(proc.pid)
         shm = _shm_kb(proc.pid)
-        now = _rss_kb(proc.pid) + sum(_rss_kb(k) for k in kids) + shm
+        parent = _memory_kb(proc.pid)
+        workers = sum(_memory_kb(k)["VmRSS"] for k in kids)
+        now = parent["VmRSS"] + workers + shm
+        parts = _parts_mb(parent, workers, shm)
         if now > peak:
-            peak, peak_parts = now, _parts_mb(proc.pid, kids, shm)
+            peak, peak_parts = now, parts
         if trace is not None and tick % round(1 / interval) == 0:
-            print(
-                f"{time.perf_counter() - start:7.1f} s {now / 1024:7.0f} MB  {_parts_mb(proc.pid, kids, shm)}",
-                file=trace,
-                flush=True,
-            )
+            print(f"{time.perf_counter() - start:7.1f} s {now / 1024:7.0f} MB  {parts}", file=trace, flush=True)
         tick += 1
         time.sleep(interval)
     wall = time.perf_counter() - start
