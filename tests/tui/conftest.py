@@ -6,6 +6,9 @@ Paths are relative to this file (``tests/data``); databases are loaded through :
 from __future__ import annotations
 
 import asyncio
+import difflib
+import html
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -82,6 +85,46 @@ def no_cursor_blink(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(TextArea, "cursor_blink", False, raising=False)
 
 
+SVG_TEXT = re.compile(r'<text class="[^"]*" x="([\d.]+)" y="([\d.]+)"[^>]*>(.*?)</text>')
+
+
+def svg_lines(svg: str) -> list[str]:
+    """The text of a Textual SVG screenshot, one string per terminal row (styles dropped)."""
+    rows: dict[float, list[tuple[float, str]]] = {}
+    for match in SVG_TEXT.finditer(svg):
+        rows.setdefault(float(match[2]), []).append((float(match[1]), html.unescape(match[3])))
+    return ["".join(text for _, text in sorted(row)).replace("\xa0", " ").rstrip() for _, row in sorted(rows.items())]
+
+
+@pytest.fixture
+def snap_compare(snap_compare, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch):  # noqa: ANN001, ANN201
+    """The plugin's ``snap_compare``, which on a mismatch also prints the rows whose text differs, so that a failure
+    on CI (where the HTML report is out of reach) says what changed; a difference in colour alone prints no rows."""
+    import textual._doc
+
+    screenshots: list[str] = []
+    take = textual._doc.take_svg_screenshot
+
+    def take_and_keep(*args: Any, **kwargs: Any) -> str:
+        screenshots.append(take(*args, **kwargs))
+        return screenshots[-1]
+
+    monkeypatch.setattr(textual._doc, "take_svg_screenshot", take_and_keep)
+    node = request.node
+    name = ".".join(part for part in (getattr(node.cls, "__name__", None), node.originalname) if part)
+    expected_path = Path(node.path).parent / "__snapshots__" / Path(node.path).stem / f"{name}.svg"
+
+    def compare(*args: Any, **kwargs: Any) -> bool:
+        matched = snap_compare(*args, **kwargs)
+        if not matched and screenshots and expected_path.exists():
+            expected = svg_lines(expected_path.read_text())
+            diff = difflib.unified_diff(expected, svg_lines(screenshots[-1]), "expected", "actual", lineterm="", n=1)
+            print(f"text rows that differ from {expected_path.name} (none: colours only):", *diff, sep="\n")
+        return matched
+
+    return compare
+
+
 # ------------------------------------------------------------------------------------------- waiting for the app
 
 
@@ -89,10 +132,21 @@ def busy_workers(pilot: Pilot) -> list[Worker[Any]]:
     return [w for w in pilot.app.workers if w.state in (WorkerState.PENDING, WorkerState.RUNNING)]
 
 
+def queued_messages(pilot: Pilot) -> int:
+    """Messages waiting in the app's, the screens' and the active screen's widgets' queues (a worker's result posted
+    but not handled yet)."""
+    app = pilot.app
+    widgets = app.screen.walk_children(Widget)
+    return sum(pump.message_queue_size for pump in (app, *app.screen_stack, *widgets))
+
+
 async def wait_for_workers(pilot: Pilot) -> None:
     """Wait until every worker has finished and the messages it posted are handled, including workers that those
     handlers start (the overview's second part, the step screen's read-ahead, which starts after a refresh): done
-    when a whole pause starts none."""
+    when a whole pause starts none and leaves no message queued.
+
+    Textual's own pause waits for the process to look idle by its CPU time, which a busy machine fools (the process
+    waits for a core, not for work); so the queues are checked, not only paused on."""
     while True:
         for worker in busy_workers(pilot):
             try:
@@ -100,10 +154,10 @@ async def wait_for_workers(pilot: Pilot) -> None:
             except (WorkerCancelled, WorkerFailed):  # superseded, or failed: the app shows the error
                 pass
         await pilot.pause()
-        if busy_workers(pilot):
+        if busy_workers(pilot) or queued_messages(pilot):
             continue
         await pilot.pause()
-        if not busy_workers(pilot):
+        if not busy_workers(pilot) and not queued_messages(pilot):
             return
 
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from textual.pilot import Pilot
+from textual.widgets import DataTable
 
 from k25trace.tui.app import K25TraceApp
 from k25trace.tui.messages import OpenStep, OpenSteps
 
-from .conftest import SIZE, navigate
+from .conftest import SIZE, navigate, wait_until
 from .conftest import wait_for_workers as settle
 
 
@@ -68,6 +69,8 @@ class TestScreens:
             await settle(pilot)
             await pilot.press("ctrl+r")
             await settle(pilot)
+            results = pilot.app.screen.query_one("#results", DataTable)
+            await wait_until(lambda: results.row_count > 0)  # the rows are shown, so their status line is set
             pilot.app.screen.set_status("(timing hidden for the snapshot)")  # type: ignore[attr-defined]
 
         assert snap_compare(K25TraceApp(trace_db), run_before=run_before, terminal_size=SIZE)
