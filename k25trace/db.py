@@ -201,6 +201,24 @@ def has_default_memory_limit(con: duckdb.DuckDBPyConnection) -> bool:
         fresh.close()
 
 
+def cpus() -> int:
+    """The CPUs this process may run on (``taskset``, a container's cpuset), not the machine's."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not on Linux
+        return os.cpu_count() or 1
+
+
+def threads_within_cpus(con: duckdb.DuckDBPyConnection) -> None:
+    """DuckDB starts a thread for every CPU of the machine, whatever ``taskset`` or a container's cpuset allows; where
+    this process may run on fewer, the database instance gets as many threads as it has CPUs (a thread per CPU of a
+    16-CPU machine fought over 2 allowed CPUs). Threads someone set lower stay as they are."""
+    allowed = cpus()
+    ((threads,),) = run_query(con, "settings_threads").fetchall()
+    if int(threads) > allowed:
+        con.execute(f"set threads = {allowed}")
+
+
 CROSS_RANK_MEMORY = "1GB"  # the cross-rank build's memory limit (:func:`memory_bounded`)
 
 
@@ -367,6 +385,7 @@ def connect(
                 )
             upgrade(con, version)
             version = SCHEMA_VERSION
+    threads_within_cpus(con)
     if not read_only and (path is None or version is None or missing_tables(con)):
         # only a new (empty) file, or one missing a table, is written to here: opening a current database for
         # writing changes none of its bytes (a load whose files all fail leaves it as it was)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -145,3 +148,28 @@ def test_the_wrapped_fields_of_the_query_files() -> None:
     )
     layers_build = queries["layers_build"]
     assert layers_build.grain.endswith("step_layer_categories = one row per segment per category present")
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
+def test_duckdb_threads_stay_within_the_cpus_allowed(tmp_path: Path) -> None:
+    """Under ``taskset`` (or a container's cpuset) DuckDB still starts a thread per CPU of the machine; a database
+    k25trace opens, new or existing, read-only or not, gets one per CPU this process may run on."""
+    code = """
+import os, sys, duckdb
+os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+from k25trace import db
+def threads(con):
+    return con.execute("select current_setting('threads')").fetchone()[0]
+path = sys.argv[1]
+print(threads(duckdb.connect()), threads(db.connect(None)), end=" ")
+con = db.connect(path)
+print(threads(con), end=" ")
+con.close()
+print(threads(db.connect(path, read_only=True)))
+"""
+    run = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "t.duckdb")], capture_output=True, text=True, check=True
+    )
+    duckdb_default, in_memory, new_file, read_only = map(int, run.stdout.split())
+    assert (in_memory, new_file, read_only) == (1, 1, 1), run.stdout
+    assert duckdb_default >= 1

@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from k25trace.db import cpus as cpus  # re-exported: the loader's options count CPUs as DuckDB's threads do
 from k25trace.ingest import limits
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -140,11 +141,3 @@ def memory_bytes() -> int:
             continue
         return min(total, int(limit)) if limit.isdigit() else total
     return total
-
-
-def cpus() -> int:
-    """The CPUs this process may run on (``taskset``, a container's cpuset), not the machine's."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # not on Linux
-        return os.cpu_count() or 1
