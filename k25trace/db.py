@@ -212,11 +212,15 @@ def cpus() -> int:
 def threads_within_cpus(con: duckdb.DuckDBPyConnection) -> None:
     """DuckDB starts a thread for every CPU of the machine, whatever ``taskset`` or a container's cpuset allows; where
     this process may run on fewer, the database instance gets as many threads as it has CPUs (a thread per CPU of a
-    16-CPU machine fought over 2 allowed CPUs). Threads someone set lower stay as they are."""
+    16-CPU machine fought over 2 allowed CPUs). Threads someone set lower stay as they are, and so does an instance
+    whose configuration is locked (:func:`forbid_external_access`, after its first connect here set them)."""
     allowed = cpus()
     ((threads,),) = run_query(con, "settings_threads").fetchall()
     if int(threads) > allowed:
-        con.execute(f"set threads = {allowed}")
+        try:
+            con.execute(f"set threads = {allowed}")
+        except duckdb.Error:  # a locked configuration
+            pass
 
 
 CROSS_RANK_MEMORY = "1GB"  # the cross-rank build's memory limit (:func:`memory_bounded`)

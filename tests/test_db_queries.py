@@ -153,7 +153,8 @@ def test_the_wrapped_fields_of_the_query_files() -> None:
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
 def test_duckdb_threads_stay_within_the_cpus_allowed(tmp_path: Path) -> None:
     """Under ``taskset`` (or a container's cpuset) DuckDB still starts a thread per CPU of the machine; a database
-    k25trace opens, new or existing, read-only or not, gets one per CPU this process may run on."""
+    k25trace opens, new or existing, read-only or not, gets one per CPU this process may run on; an instance whose
+    configuration is locked opens with the threads it has."""
     code = """
 import os, sys, duckdb
 os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
@@ -165,11 +166,14 @@ print(threads(duckdb.connect()), threads(db.connect(None)), end=" ")
 con = db.connect(path)
 print(threads(con), end=" ")
 con.close()
-print(threads(db.connect(path, read_only=True)))
+print(threads(db.connect(path, read_only=True)), end=" ")
+locked = duckdb.connect(path + ".locked")
+locked.execute("set lock_configuration = true")
+print(threads(db.connect(path + ".locked")))  # its threads cannot change: opened as they are
 """
     run = subprocess.run(
         [sys.executable, "-c", code, str(tmp_path / "t.duckdb")], capture_output=True, text=True, check=True
     )
-    duckdb_default, in_memory, new_file, read_only = map(int, run.stdout.split())
+    duckdb_default, in_memory, new_file, read_only, locked = map(int, run.stdout.split())
     assert (in_memory, new_file, read_only) == (1, 1, 1), run.stdout
-    assert duckdb_default >= 1
+    assert locked == duckdb_default >= 1
