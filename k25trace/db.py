@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 import duckdb
 
 from k25trace.errors import K25Error, QueryError
+from k25trace.machine import cpus
 from k25trace.query_files import PARAM_RE, get_query, split_statements, strip_sql_comments
 from k25trace.query_files import NamedQuery as NamedQuery  # re-exported: callers import the query files' names here
 from k25trace.query_files import named_queries as named_queries
@@ -199,14 +200,6 @@ def has_default_memory_limit(con: duckdb.DuckDBPyConnection) -> bool:
         return memory_limit(con) == memory_limit(fresh) is not None
     finally:
         fresh.close()
-
-
-def cpus() -> int:
-    """The CPUs this process may run on (``taskset``, a container's cpuset), not the machine's."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # not on Linux
-        return os.cpu_count() or 1
 
 
 def threads_within_cpus(con: duckdb.DuckDBPyConnection) -> None:

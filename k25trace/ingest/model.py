@@ -6,8 +6,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from k25trace.db import cpus as cpus  # re-exported: the loader's options count CPUs as DuckDB's threads do
 from k25trace.ingest import limits
+from k25trace.machine import cpus as cpus  # re-exported: the loader's options count CPUs as DuckDB's threads do
 
 # ---------------------------------------------------------------------------------------------------------------
 # Results
