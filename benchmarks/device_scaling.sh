@@ -7,6 +7,7 @@
 #   the device's Python 3.12): polars does not fit the transfer, so loads go through cli.run_load and the report
 #   timings are left out (bench_load --no-polars). The input: 8 ranks (~24 s there), or 64 when a point asks for
 #   them (~190 s; its first 8 are the 8-rank points' input).
+# RUNS_ALL=N: loads of the 8 ranks per point (default 2).
 # COMPARE=DIR (or a .tgz of it: git archive REV k25trace capture queries hatch_build.py): the 8-rank points also
 # load that revision, interleaved, and compare its tables (bench_load --compare-tree).
 set -uo pipefail
@@ -47,7 +48,7 @@ for point in $POINTS; do
   if [ "$ranks" = 64 ]; then
     args=(--input "$IN" --runs 1 --runs-all 1 --skip-baselines)
   else
-    args=(--input "$IN8" --runs 3 --runs-all 2 --baselines zlib,isal ${COMPARE:+--compare-tree "$COMPARE"})
+    args=(--input "$IN8" --runs 3 --runs-all "${RUNS_ALL:-2}" --baselines zlib,isal ${COMPARE:+--compare-tree "$COMPARE"})
   fi
   taskset -c "$cpus" python3 benchmarks/bench_load.py "${args[@]}" --no-polars --skip-stages \
     2>>"$OUT/progress.txt" | tee -a "$OUT/bench.txt"
