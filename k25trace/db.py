@@ -192,14 +192,22 @@ def memory_limit(con: duckdb.DuckDBPyConnection) -> str | None:
         return None
 
 
+@functools.cache
+def default_memory_limit() -> str | None:
+    """DuckDB's default memory limit on this machine, as a new in-memory database gets it (read once a process: a
+    new database instance costs 45-80 ms, and a load asks twice, once on its critical path before the cross-rank
+    build)."""
+    fresh = duckdb.connect()
+    try:
+        return memory_limit(fresh)
+    finally:
+        fresh.close()
+
+
 def has_default_memory_limit(con: duckdb.DuckDBPyConnection) -> bool:
     """Whether ``con``'s memory limit is DuckDB's default on this machine (what a new in-memory database gets): the
     one :func:`release_cached_blocks` can set back exactly (``RESET``)."""
-    fresh = duckdb.connect()
-    try:
-        return memory_limit(con) == memory_limit(fresh) is not None
-    finally:
-        fresh.close()
+    return memory_limit(con) == default_memory_limit() is not None
 
 
 def threads_within_cpus(con: duckdb.DuckDBPyConnection) -> None:
