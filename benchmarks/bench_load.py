@@ -478,7 +478,7 @@ def baselines(label: str, one: Path, one_wall: float, tmp: Path, env: dict[str, 
             continue
         if args.baselines and not any(name.startswith(b.strip()) for b in args.baselines.split(",")):
             continue
-        runs = 1 if name.startswith(("orjson", "DuckDB")) else args.baseline_runs  # the two slow ones: once
+        runs = 1 if name.startswith(("orjson", "DuckDB")) else max(1, args.baseline_runs)  # the slow ones: once
         log(f"[{label}] baseline {name} ({runs} runs) ...")
         try:
             ms = [_measure.run([PY, "-c", code, str(one)], env=env, cwd=tmp) for _ in range(runs)]
