@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from k25trace.ingest import limits
-from k25trace.machine import cpus as cpus  # re-exported: the loader's options count CPUs as DuckDB's threads do
+from k25trace.machine import cpus  # the CPUs this process may use, as DuckDB's threads count them
 
 # ---------------------------------------------------------------------------------------------------------------
 # Results

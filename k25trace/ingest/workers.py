@@ -21,7 +21,7 @@ from k25trace.errors import K25Error, TraceError
 from k25trace.ingest import limits
 from k25trace.ingest.discover import discover, file_size
 from k25trace.ingest.messages import Attached, Chunk, End, Failed, Message, Progress, Resplit
-from k25trace.ingest.model import LoadOptions, cpus
+from k25trace.ingest.model import LoadOptions
 from k25trace.ingest.shared_results import (
     SHM_DIR,
     ResultWriter,
@@ -31,6 +31,7 @@ from k25trace.ingest.shared_results import (
     shm_free_bytes,
     taken,
 )
+from k25trace.machine import cpus
 
 if TYPE_CHECKING:
     from k25trace.ingest.stream import _Splitter
